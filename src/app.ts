@@ -1,0 +1,203 @@
+/**
+ * The app factory. Building an app opens nothing and listens on nothing: the caller hands in storage
+ * and a clock, and decides when to listen and when to start the background work.
+ */
+import { Elysia } from 'elysia'
+import type { Config } from './config'
+import { RateLimiter } from './limiter/limiter'
+import { KeyRegistry } from './modules/keys/service'
+import { opsModule } from './modules/ops'
+import { deprecationHeaders, petsModule } from './modules/pets'
+import { PetService } from './modules/pets/service'
+import { storeModule } from './modules/store'
+import { AccessLog, type LogSink } from './observability/access-log'
+import { Metrics } from './observability/metrics'
+import { cors } from './plugins/cors'
+import { errorHandler } from './plugins/errors'
+import { gate } from './plugins/gate'
+import { requestContext } from './plugins/request-context'
+import { IDEMPOTENCY_TTL_MS } from './storage/sqlite'
+import type { Storage } from './storage/types'
+
+export const VERSION = '1.0.0'
+
+// Elysia's generic parameters carry nothing useful across this boundary.
+export type AnyElysia = Elysia<any, any, any, any, any, any, any>
+
+export interface AppDeps {
+  storage: Storage
+  now?: () => number
+  /** Where access-log lines go; null turns the log off. Defaults to stdout. */
+  logSink?: LogSink | null
+  /** Operator messages (bans, failures); never request data or secrets. */
+  warn?: (message: string) => void
+}
+
+export interface PetstoreApp {
+  app: AnyElysia
+  keys: KeyRegistry
+  limiter: RateLimiter
+  metrics: Metrics
+  /** Starts the timers: key reloads, limiter-state saves, idempotency purges. */
+  startBackground(): void
+  /** Stops the timers and writes what is still only in memory. */
+  stopBackground(): void
+}
+
+const KEY_POLL_MS = 250
+const STATE_SAVE_MS = 5_000
+const PURGE_MS = 60 * 60 * 1000
+
+export function createApp(config: Config, deps: AppDeps): PetstoreApp {
+  const { storage } = deps
+  const now = deps.now ?? Date.now
+  const warn = deps.warn ?? ((message: string) => console.error(`petstore: ${message}`))
+  const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
+  const accessLog = sink && config.accessLog ? new AccessLog(sink) : null
+  const onInternalError = (error: unknown, requestId?: string) =>
+    warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
+
+  const metrics = new Metrics()
+  const keys = new KeyRegistry(storage)
+  const limiter = new RateLimiter(
+    {
+      banAfter: config.banAfter,
+      banSeconds: config.banSeconds,
+      maxAddresses: config.maxTrackedAddresses,
+      now,
+    },
+    storage.limiterState.load(),
+  )
+  const pets = new PetService(storage.pets, {
+    now,
+    locationOf: (id) => `${config.baseUrl}/pets/${id}`,
+    onInternalError,
+  })
+  const ready = () => {
+    try {
+      storage.ping()
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  const api = new Elysia({ prefix: config.basePath })
+    .use(
+      petsModule({
+        service: pets,
+        baseUrl: () => config.baseUrl,
+        maxBodyBytes: config.maxBodyBytes,
+        onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),
+      }),
+    )
+    .use(storeModule())
+
+  const operations = new Map<string, string>()
+  const routeTable: { pattern: RegExp; methods: string[] }[] = []
+
+  const app: AnyElysia = new Elysia({ name: 'petstore' })
+    .use(errorHandler({ allowedMethods: (path) => allowedMethods(routeTable, path), onInternalError }))
+    .use(
+      requestContext({
+        metrics,
+        accessLog,
+        trustProxy: config.trustProxy,
+        operationOf: (method, route) => operations.get(`${method} ${route}`) ?? 'unmatched',
+      }),
+    )
+    .use(cors(config.corsOrigins))
+    .use(deprecationHeaders(config.basePath, () => config.baseUrl))
+    .use(
+      gate({
+        basePath: config.basePath,
+        keys,
+        limiter,
+        metrics,
+        corsEnabled: config.corsOrigins.length > 0,
+        now,
+        onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
+      }),
+    )
+    .use(
+      opsModule({
+        api: () => app,
+        basePath: config.basePath,
+        servers: () => config.servers,
+        version: VERSION,
+        ready,
+        metrics: () =>
+          metrics.render({
+            petstore_rate_limiter_tracked_addresses: {
+              help: 'Client addresses the rate limiter remembers.',
+              value: limiter.trackedAddresses,
+            },
+            petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
+          }),
+      }),
+    )
+    .use(api)
+
+  for (const route of app.routes) {
+    const detail = (route.hooks as { detail?: { operationId?: string } } | undefined)?.detail
+    operations.set(`${route.method} ${route.path}`, detail?.operationId ?? route.path.replace(/^\//, ''))
+  }
+  routeTable.push(...buildRouteTable(app.routes))
+
+  const timers: ReturnType<typeof setInterval>[] = []
+  const saveState = () => {
+    try {
+      storage.limiterState.save(limiter.takeDirtyDayBuckets())
+      keys.flushLastUsed()
+    } catch (error) {
+      warn(`could not save rate-limit state: ${(error as Error).message}`)
+    }
+  }
+  const every = (ms: number, task: () => void) => {
+    const timer = setInterval(task, ms)
+    timer.unref()
+    timers.push(timer)
+  }
+
+  return {
+    app,
+    keys,
+    limiter,
+    metrics,
+    startBackground() {
+      every(KEY_POLL_MS, () => {
+        if (storage.changedElsewhere()) keys.reload()
+      })
+      every(STATE_SAVE_MS, saveState)
+      every(PURGE_MS, () => {
+        try {
+          storage.purgeIdempotency(now() - IDEMPOTENCY_TTL_MS)
+        } catch (error) {
+          warn(`could not purge idempotency records: ${(error as Error).message}`)
+        }
+      })
+    },
+    stopBackground() {
+      for (const timer of timers.splice(0)) clearInterval(timer)
+      saveState()
+      accessLog?.close()
+    },
+  }
+}
+
+function buildRouteTable(routes: { method: string; path: string }[]) {
+  const byPath = new Map<string, Set<string>>()
+  for (const { method, path } of routes) {
+    if (method === 'OPTIONS' || path.includes('*')) continue
+    if (!byPath.has(path)) byPath.set(path, new Set())
+    byPath.get(path)!.add(method)
+  }
+  return [...byPath].map(([path, methods]) => ({
+    pattern: new RegExp(`^${path.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/:[^/]+/g, '[^/]+')}/?$`),
+    methods: [...methods].sort(),
+  }))
+}
+
+function allowedMethods(table: { pattern: RegExp; methods: string[] }[], path: string): string[] | null {
+  return table.find((entry) => entry.pattern.test(path))?.methods ?? null
+}

@@ -1,0 +1,320 @@
+/**
+ * The `petstore` command line: serve, keys, backup, healthcheck. Flags win over their environment
+ * variables; every mistake ends with a one-line reason, the usage, and a non-zero exit.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { createApp, VERSION } from './app'
+import { bindPort, ConfigError, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { createKey, KeyInputError } from './modules/keys/service'
+import { openSqliteStorage } from './storage/sqlite'
+import { StorageOpenError, type ApiKeyRecord } from './storage/types'
+
+const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
+  --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)`
+
+const USAGE = {
+  main: `Usage: petstore COMMAND [options]
+
+Commands:
+  serve                      run the server
+  keys create|list|revoke    manage API keys
+  backup FILE                write a consistent copy of the data file
+  healthcheck                exit 0 when the local server answers /healthz (for container health checks)
+
+Options:
+  --help                     show usage (also after a command: petstore serve --help)
+  --version                  print the version
+
+Run 'petstore COMMAND --help' for a command's options.`,
+  serve: `Usage: petstore serve [options]
+
+${COMMON}
+  --host HOST                address to bind (PETSTORE_HOST; default 0.0.0.0)
+  --port N                   port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)
+  --base-url URL             public base URL with the API path, e.g. https://pets.example.com/v1
+                             (PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)
+  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any)
+  --trust-proxy              take the client address from the rightmost X-Forwarded-For entry
+  --ban-after N              429s within a minute before a ban (default 50)
+  --ban-seconds N            length of a ban (default 600)
+  --no-access-log            do not write the per-request JSON lines to stdout`,
+  keys: `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
+       petstore keys list [--json]
+       petstore keys revoke ID
+
+  create prints the new key's secret once, alone, as the last line of stdout.
+  --rpm/--rpd set an enterprise key's requests per minute and per day.
+
+${COMMON}`,
+  backup: `Usage: petstore backup FILE
+
+Writes a consistent copy of the data file to FILE (which must not exist), safe while the server runs.
+
+${COMMON}`,
+  healthcheck: `Usage: petstore healthcheck [--env production|staging] [--port N]
+
+Exits 0 when http://127.0.0.1:PORT/healthz answers 200 within 2 s, else 1.`,
+} as const
+
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly usage: string,
+  ) {
+    super(message)
+  }
+}
+
+type Options = NonNullable<ParseArgsConfig['options']>
+const COMMON_OPTIONS: Options = {
+  env: { type: 'string' },
+  data: { type: 'string' },
+  help: { type: 'boolean' },
+}
+
+function parse(args: string[], options: Options, usage: string) {
+  try {
+    return parseArgs({ args, options: { ...COMMON_OPTIONS, ...options }, allowPositionals: true, strict: true })
+  } catch (error) {
+    throw new UsageError((error as Error).message.split('\n')[0]!, usage)
+  }
+}
+
+function configInput(values: Record<string, unknown>): ConfigInput {
+  return {
+    env: values.env as string | undefined,
+    data: values.data as string | undefined,
+    host: values.host as string | undefined,
+    port: values.port as string | undefined,
+    baseUrl: values['base-url'] as string | undefined,
+    corsOrigin: values['cors-origin'] as string[] | undefined,
+    trustProxy: values['trust-proxy'] as boolean | undefined,
+    banAfter: values['ban-after'] as string | undefined,
+    banSeconds: values['ban-seconds'] as string | undefined,
+    accessLog: values['no-access-log'] ? false : undefined,
+  }
+}
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    return await run(argv)
+  } catch (error) {
+    if (error instanceof UsageError) {
+      console.error(`petstore: ${error.message}\n\n${error.usage}`)
+      return 2
+    }
+    if (error instanceof ConfigError || error instanceof KeyInputError || error instanceof StorageOpenError) {
+      console.error(`petstore: ${error.message}`)
+      return 1
+    }
+    throw error
+  }
+}
+
+async function run(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv
+  if (command === undefined || command === '--help' || command === '-h') {
+    console.log(USAGE.main)
+    return command === undefined ? 2 : 0
+  }
+  if (command === '--version' || command === '-v') {
+    console.log(`petstore ${VERSION}`)
+    return 0
+  }
+  switch (command) {
+    case 'serve':
+      return serve(rest)
+    case 'keys':
+      return keys(rest)
+    case 'backup':
+      return backup(rest)
+    case 'healthcheck':
+      return healthcheck(rest)
+    default:
+      throw new UsageError(`unknown command "${command}"`, USAGE.main)
+  }
+}
+
+async function serve(args: string[]): Promise<number> {
+  const { values, positionals } = parse(
+    args,
+    {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      'base-url': { type: 'string' },
+      'cors-origin': { type: 'string', multiple: true },
+      'trust-proxy': { type: 'boolean' },
+      'ban-after': { type: 'string' },
+      'ban-seconds': { type: 'string' },
+      'no-access-log': { type: 'boolean' },
+    },
+    USAGE.serve,
+  )
+  if (values.help) return help(USAGE.serve)
+  if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.serve)
+  const config = resolveConfig(configInput(values))
+  const storage = openSqliteStorage(config.dataFile, { verify: true })
+  if (storage.keys.list().length === 0) {
+    const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
+    console.error(
+      `petstore: no API keys yet, so a Free key was created (id ${record.id}). Its secret, shown only now:\n` +
+        `${secret}\n` +
+        `petstore: make more with: petstore keys create --plan pro --name NAME${config.env === 'staging' ? ' --env staging' : ''}`,
+    )
+  }
+  const petstore = createApp(config, { storage })
+  const { app } = petstore
+  app.listen({ hostname: config.host, port: config.port })
+  bindPort(config, app.server!.port!)
+  petstore.startBackground()
+  console.error(
+    `petstore: ${config.env} listening on http://${config.host}:${config.port}, API at ${config.baseUrl}, data ${config.dataFile}`,
+  )
+
+  let stopping = false
+  const stop = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    console.error(`petstore: ${signal} received, finishing in-flight requests`)
+    const graceful = app.server!.stop(false)
+    const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
+    await Promise.race([graceful, timeout])
+    await app.server!.stop(true)
+    petstore.stopBackground()
+    storage.close()
+    console.error('petstore: stopped')
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => void stop('SIGTERM'))
+  process.on('SIGINT', () => void stop('SIGINT'))
+  return new Promise<number>(() => {})
+}
+
+function help(usage: string): number {
+  console.log(usage)
+  return 0
+}
+
+function openForCommand(values: Record<string, unknown>) {
+  parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV)
+  return openSqliteStorage(resolveDataFile(configInput(values), process.env))
+}
+
+async function keys(args: string[]): Promise<number> {
+  const [sub, ...rest] = args
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    console.log(USAGE.keys)
+    return sub === undefined ? 2 : 0
+  }
+  const { values, positionals } = parse(
+    rest,
+    {
+      plan: { type: 'string' },
+      name: { type: 'string' },
+      rpm: { type: 'string' },
+      rpd: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+    USAGE.keys,
+  )
+  if (values.help) return help(USAGE.keys)
+  const allowed: Record<string, string[]> = {
+    create: ['plan', 'name', 'rpm', 'rpd'],
+    list: ['json'],
+    revoke: [],
+  }
+  if (!(sub in allowed)) throw new UsageError(`unknown keys command "${sub}"`, USAGE.keys)
+  for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json'])
+    if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
+      throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE.keys)
+  const expected = sub === 'revoke' ? 1 : 0
+  if (positionals.length !== expected)
+    throw new UsageError(
+      expected ? 'keys revoke needs exactly one key ID' : `unexpected argument "${positionals[0]}"`,
+      USAGE.keys,
+    )
+
+  if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE.keys)
+  const storage = openForCommand(values)
+  try {
+    if (sub === 'create') {
+      const limit = (flag: 'rpm' | 'rpd') =>
+        values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
+      const { secret, record } = createKey(
+        storage.keys,
+        { plan: values.plan as string, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') },
+        Date.now(),
+      )
+      console.error(
+        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day). ` +
+          'Its secret, shown only now, is the next line:',
+      )
+      console.log(secret)
+    } else if (sub === 'list') {
+      printKeys(storage.keys.list(), values.json === true)
+    } else {
+      const id = positionals[0]!
+      if (!storage.keys.revoke(id, Date.now())) {
+        console.error(`petstore: no key with id "${id.slice(0, 64)}"`)
+        return 1
+      }
+      console.error(`petstore: revoked ${id}; a running server refuses it within a second`)
+    }
+    return 0
+  } finally {
+    storage.close()
+  }
+}
+
+function printKeys(records: ApiKeyRecord[], json: boolean): void {
+  const rows = records.map((r) => ({
+    id: r.id,
+    name: r.name,
+    plan: r.plan,
+    rpm: r.rpm,
+    rpd: r.rpd,
+    created: new Date(r.createdAt).toISOString(),
+    lastUsed: r.lastUsedAt === null ? null : new Date(r.lastUsedAt).toISOString(),
+    revoked: r.revokedAt === null ? null : new Date(r.revokedAt).toISOString(),
+  }))
+  if (json) {
+    console.log(JSON.stringify(rows, null, 2))
+    return
+  }
+  const header = ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED']
+  const table = [
+    header,
+    ...rows.map((r) => [r.id, r.name, r.plan, String(r.rpm), String(r.rpd), r.created, r.lastUsed ?? '-', r.revoked ?? '-']),
+  ]
+  const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)))
+  for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd())
+}
+
+async function backup(args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, {}, USAGE.backup)
+  if (values.help) return help(USAGE.backup)
+  if (positionals.length !== 1) throw new UsageError('backup needs exactly one FILE', USAGE.backup)
+  const storage = openForCommand(values)
+  try {
+    storage.backup(positionals[0]!)
+  } finally {
+    storage.close()
+  }
+  console.error(`petstore: backup written to ${positionals[0]}`)
+  return 0
+}
+
+async function healthcheck(args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, { port: { type: 'string' } }, USAGE.healthcheck)
+  if (values.help) return help(USAGE.healthcheck)
+  if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.healthcheck)
+  const env = parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV)
+  const portText = (values.port as string | undefined) ?? process.env.PETSTORE_PORT
+  const port = portText === undefined ? ENVIRONMENTS[env].port : parseInteger('--port', portText, 1, 65535)
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(2000) })
+    return response.status === 200 ? 0 : 1
+  } catch {
+    return 1
+  }
+}

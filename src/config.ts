@@ -1,0 +1,152 @@
+/**
+ * Resolves what the server runs with: a flag wins over its environment variable, which wins over the
+ * environment's default. Everything is checked here, once, so the rest of the code can trust it.
+ */
+
+export type EnvName = 'production' | 'staging'
+
+export const ENVIRONMENTS = {
+  production: {
+    port: 8080,
+    baseUrl: 'http://localhost:8080/v1',
+    baseUrlVariable: 'PETSTORE_BASE_URL',
+    dataFile: './data/petstore.db',
+  },
+  staging: {
+    port: 8081,
+    baseUrl: 'http://localhost:8081/v1',
+    baseUrlVariable: 'PETSTORE_STAGING_BASE_URL',
+    dataFile: './data/petstore-staging.db',
+  },
+} as const
+
+export interface Config {
+  env: EnvName
+  dataFile: string
+  host: string
+  port: number
+  /** Absolute base URL of the served environment, no trailing slash. */
+  baseUrl: string
+  /** Path part of `baseUrl` where the API is mounted ('' when at the root). */
+  basePath: string
+  /** True when no base URL was given: it then follows the port actually bound (`--port 0`). */
+  baseUrlFollowsPort: boolean
+  /** Base URLs of both environments, for the OpenAPI document's `servers`. */
+  servers: { production: string; staging: string }
+  corsOrigins: string[]
+  trustProxy: boolean
+  banAfter: number
+  banSeconds: number
+  accessLog: boolean
+  /** Largest POST body accepted, in bytes. */
+  maxBodyBytes: number
+  /** Most client addresses the limiter remembers at once. */
+  maxTrackedAddresses: number
+  shutdownGraceMs: number
+}
+
+export class ConfigError extends Error {}
+
+export interface ConfigInput {
+  env?: string
+  data?: string
+  host?: string
+  port?: string
+  baseUrl?: string
+  corsOrigin?: string[]
+  trustProxy?: boolean
+  banAfter?: string
+  banSeconds?: string
+  accessLog?: boolean
+}
+
+type Environment = Record<string, string | undefined>
+
+export function parseEnvName(value: string | undefined): EnvName {
+  const name = value ?? 'production'
+  if (name !== 'production' && name !== 'staging')
+    throw new ConfigError(`--env must be production or staging, not "${name}"`)
+  return name
+}
+
+export function parseInteger(flag: string, value: string, min: number, max: number): number {
+  if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max)
+    throw new ConfigError(`${flag} must be an integer from ${min} to ${max}, not "${value}"`)
+  return Number(value)
+}
+
+export function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath: string } {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    throw new ConfigError(`${flag} must be an absolute http(s) URL, not "${value}"`)
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash)
+    throw new ConfigError(`${flag} must be an http(s) URL without query or fragment, not "${value}"`)
+  const basePath = url.pathname.replace(/\/+$/, '')
+  if (basePath === '')
+    throw new ConfigError(`${flag} must have a path where the API lives, such as /v1, not "${value}"`)
+  return { baseUrl: `${url.origin}${basePath}`, basePath }
+}
+
+function parseOrigin(value: string): string {
+  if (value === '*') return value
+  try {
+    const url = new URL(value)
+    if (url.origin !== 'null' && `${url.origin}` === value.replace(/\/$/, '')) return url.origin
+  } catch {}
+  throw new ConfigError(`--cors-origin must be an origin like https://app.example.com or *, not "${value}"`)
+}
+
+export function resolveDataFile(input: ConfigInput, environment: Environment): string {
+  const env = parseEnvName(input.env ?? environment.PETSTORE_ENV)
+  return input.data ?? environment.PETSTORE_DATA ?? ENVIRONMENTS[env].dataFile
+}
+
+export function resolveConfig(input: ConfigInput, environment: Environment = process.env): Config {
+  const env = parseEnvName(input.env ?? environment.PETSTORE_ENV)
+  const defaults = ENVIRONMENTS[env]
+  const portText = input.port ?? environment.PETSTORE_PORT
+  const port = portText === undefined ? defaults.port : parseInteger('--port', portText, 0, 65535)
+
+  const servers = {
+    production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
+    staging: environment.PETSTORE_STAGING_BASE_URL ?? ENVIRONMENTS.staging.baseUrl,
+  }
+  const explicitBase = input.baseUrl ?? environment[defaults.baseUrlVariable]
+  const { baseUrl, basePath } = explicitBase
+    ? parseBaseUrl(input.baseUrl ? '--base-url' : defaults.baseUrlVariable, explicitBase)
+    : parseBaseUrl('base URL', `http://localhost:${port}${new URL(defaults.baseUrl).pathname}`)
+  servers[env] = baseUrl
+  for (const name of ['production', 'staging'] as const)
+    servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
+
+  return {
+    env,
+    dataFile: resolveDataFile(input, environment),
+    host: input.host ?? environment.PETSTORE_HOST ?? '0.0.0.0',
+    port,
+    baseUrl,
+    basePath,
+    baseUrlFollowsPort: !explicitBase,
+    servers,
+    corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
+    trustProxy: input.trustProxy ?? false,
+    banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
+    banSeconds:
+      input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),
+    accessLog: input.accessLog ?? true,
+    maxBodyBytes: 64 * 1024,
+    maxTrackedAddresses: 100_000,
+    shutdownGraceMs: 10_000,
+  }
+}
+
+/** Called once the server is bound, so links name the port really in use. */
+export function bindPort(config: Config, port: number): void {
+  config.port = port
+  if (!config.baseUrlFollowsPort) return
+  config.baseUrl = `http://localhost:${port}${config.basePath}`
+  config.servers[config.env] = config.baseUrl
+}

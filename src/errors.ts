@@ -1,0 +1,57 @@
+/**
+ * Typed errors for everything the API can refuse. Services throw these; one `onError` in the app turns
+ * them into the Error body `{code, message, status}` so no handler formats an error by hand.
+ */
+
+export type ErrorCode =
+  | 'invalid_request'
+  | 'unauthorized'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'idempotency_conflict'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'rate_limited'
+  | 'key_banned'
+  | 'internal_error'
+  | 'not_implemented'
+  | 'unavailable'
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message)
+  }
+}
+
+export const badRequest = (message: string) => new ApiError(400, 'invalid_request', message)
+export const notFound = (message = 'The requested resource could not be found.') =>
+  new ApiError(404, 'not_found', message)
+export const methodNotAllowed = (allow: string[]) =>
+  new ApiError(405, 'method_not_allowed', `Method not allowed here; use ${allow.join(', ')}.`, {
+    allow: allow.join(', '),
+  })
+export const idempotencyConflict = () =>
+  new ApiError(
+    409,
+    'idempotency_conflict',
+    'Idempotency-Key was already used with a different request body.',
+  )
+export const payloadTooLarge = (limit: number) =>
+  new ApiError(413, 'payload_too_large', `Request body is larger than ${limit} bytes.`)
+export const unsupportedMediaType = () =>
+  new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
+export const notImplemented = (what: string) =>
+  new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)
+export const unavailable = (message = 'Storage cannot accept writes right now; reads still work.') =>
+  new ApiError(503, 'unavailable', message)
+export const internalError = () =>
+  new ApiError(500, 'internal_error', 'The server failed to handle this request.')
+
+export function errorBody(status: number, code: ErrorCode, message: string): string {
+  return JSON.stringify({ code, message, status })
+}

@@ -1,0 +1,89 @@
+/**
+ * Reads a JSON request body strictly: the right media type, a size cap enforced while reading, valid
+ * UTF-8, valid JSON, no number that JSON.parse would silently round and no string that storage would alter.
+ */
+import { ApiError, badRequest, payloadTooLarge, unsupportedMediaType } from '../errors'
+
+const decoder = new TextDecoder('utf-8', { fatal: true })
+
+/** Stands in for a number whose text is not exactly the value JSON.parse produced; fails every schema. */
+class InexactNumber {
+  constructor(readonly source: string) {}
+}
+
+function isJsonMediaType(contentType: string | null): boolean {
+  if (!contentType) return false
+  const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
+  return type === 'application/json'
+}
+
+/** True when a decimal literal such as 1.0 or 1e3 denotes exactly the integer `value`. */
+export function decimalEqualsInteger(source: string, value: number): boolean {
+  const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)
+  if (!match) return false
+  const [, sign, whole, fraction = '', exponentText = '0'] = match
+  let digits = (whole! + fraction).replace(/^0+(?=\d)/, '')
+  let exponent = Number(exponentText) - fraction.length
+  while (digits.length > 1 && digits.endsWith('0')) {
+    digits = digits.slice(0, -1)
+    exponent++
+  }
+  if (digits === '0') return value === 0
+  if (exponent < 0 || exponent > 400) return false
+  const exact = BigInt(digits) * 10n ** BigInt(exponent)
+  return (sign ? -exact : exact) === BigInt(value)
+}
+
+function strictValues(this: unknown, key: string, value: unknown, context?: { source?: string }): unknown {
+  // A lone surrogate cannot be stored as UTF-8: it would come back as U+FFFD, a silent change.
+  if (typeof value === 'string' && !value.isWellFormed())
+    throw badRequest(`${key || 'body'}: is not valid Unicode text (lone surrogate)`)
+  if (typeof value !== 'number' || !Number.isInteger(value) || context?.source === undefined) return value
+  const source = context.source
+  if (/^-?\d+$/.test(source)) return value
+  return decimalEqualsInteger(source, value) ? value : new InexactNumber(source)
+}
+
+async function readCapped(request: Request, maxBytes: number): Promise<Uint8Array> {
+  const declared = request.headers.get('content-length')
+  if (declared !== null && Number(declared) > maxBytes) throw payloadTooLarge(maxBytes)
+  if (!request.body) return new Uint8Array(0)
+  const chunks: Uint8Array[] = []
+  let total = 0
+  for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+    total += chunk.byteLength
+    if (total > maxBytes) throw payloadTooLarge(maxBytes)
+    chunks.push(chunk)
+  }
+  if (chunks.length === 1) return chunks[0]!
+  const all = new Uint8Array(total)
+  let offset = 0
+  for (const chunk of chunks) {
+    all.set(chunk, offset)
+    offset += chunk.byteLength
+  }
+  return all
+}
+
+export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+  const contentType = request.headers.get('content-type')
+  if (!isJsonMediaType(contentType)) {
+    if (contentType === null && request.headers.get('content-length') === '0')
+      throw badRequest('body: is required (a JSON object)')
+    throw unsupportedMediaType()
+  }
+  const bytes = await readCapped(request, maxBytes)
+  if (bytes.byteLength === 0) throw badRequest('body: is required (a JSON object)')
+  let text: string
+  try {
+    text = decoder.decode(bytes)
+  } catch {
+    throw badRequest('body: is not valid UTF-8')
+  }
+  try {
+    return JSON.parse(text, strictValues as (key: string, value: unknown) => unknown)
+  } catch (error) {
+    if (error instanceof ApiError) throw error
+    throw badRequest('body: is not valid JSON')
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * A token bucket as plain data and pure functions: capacity tokens, refilled continuously over one
+ * window. Time is passed in, so tests drive it with a fake clock and nothing here reads the wall clock.
+ */
+
+export interface Bucket {
+  tokens: number
+  /** Time (ms) at which `tokens` was last brought up to date. */
+  updatedAt: number
+}
+
+export interface BucketShape {
+  capacity: number
+  windowMs: number
+}
+
+export function fullBucket(shape: BucketShape, now: number): Bucket {
+  return { tokens: shape.capacity, updatedAt: now }
+}
+
+export function refill(bucket: Bucket, shape: BucketShape, now: number): void {
+  if (now <= bucket.updatedAt) return
+  const gained = ((now - bucket.updatedAt) * shape.capacity) / shape.windowMs
+  bucket.tokens = Math.min(shape.capacity, bucket.tokens + gained)
+  bucket.updatedAt = now
+}
+
+/** Milliseconds until the bucket holds at least one whole token (0 when it already does). */
+export function msUntilToken(bucket: Bucket, shape: BucketShape): number {
+  if (bucket.tokens >= 1) return 0
+  return ((1 - bucket.tokens) * shape.windowMs) / shape.capacity
+}
+
+/** Milliseconds until the bucket is full again. */
+export function msUntilFull(bucket: Bucket, shape: BucketShape): number {
+  return ((shape.capacity - bucket.tokens) * shape.windowMs) / shape.capacity
+}

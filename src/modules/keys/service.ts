@@ -1,0 +1,128 @@
+/**
+ * API keys: generated secrets that are stored only as SHA-256 hashes, and the in-memory registry the
+ * server checks every request against. Secrets are 256 random bits, so a fast hash is the right tool
+ * (a password hash would cost milliseconds per request and add nothing); looking up by the hash of the
+ * whole secret means the time taken never depends on how much of a guess was right.
+ */
+import type { Limits } from '../../limiter/limiter'
+import type { ApiKeyRecord, KeyRepository, Plan, Storage } from '../../storage/types'
+
+export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
+  free: { rpm: 60, rpd: 1_000 },
+  pro: { rpm: 300, rpd: 10_000 },
+  business: { rpm: 1_000, rpd: 100_000 },
+}
+export const PLANS: Plan[] = ['free', 'pro', 'business', 'enterprise']
+
+const SECRET_PREFIX = 'psk_'
+
+export class KeyInputError extends Error {}
+
+export function hashSecret(secret: string): string {
+  return new Bun.CryptoHasher('sha256').update(secret).digest('hex')
+}
+
+function randomToken(bytes: number): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
+}
+
+export interface CreateKeyInput {
+  plan: string
+  name?: string
+  rpm?: number
+  rpd?: number
+}
+
+export function limitsFor(input: CreateKeyInput): Limits {
+  if (!PLANS.includes(input.plan as Plan))
+    throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
+  if (input.plan === 'enterprise') {
+    if (input.rpm === undefined || input.rpd === undefined)
+      throw new KeyInputError('an enterprise key needs its own limits: --rpm N --rpd N')
+    return { rpm: input.rpm, rpd: input.rpd }
+  }
+  if (input.rpm !== undefined || input.rpd !== undefined)
+    throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
+  return PLAN_LIMITS[input.plan as Exclude<Plan, 'enterprise'>]
+}
+
+/** Creates a key and returns its one-time secret with the stored record. */
+export function createKey(
+  keys: KeyRepository,
+  input: CreateKeyInput,
+  now: number,
+): { secret: string; record: ApiKeyRecord } {
+  const limits = limitsFor(input)
+  const name = input.name ?? ''
+  if (name.length > 200 || /[\u0000-\u001f\u007f]/.test(name))
+    throw new KeyInputError('--name must be at most 200 characters with no control characters')
+  const secret = SECRET_PREFIX + randomToken(32)
+  const record: ApiKeyRecord = {
+    id: `key_${randomToken(9)}`,
+    name,
+    plan: input.plan as Plan,
+    rpm: limits.rpm,
+    rpd: limits.rpd,
+    secretHash: hashSecret(secret),
+    createdAt: now,
+    lastUsedAt: null,
+    revokedAt: null,
+  }
+  keys.insert(record)
+  return { secret, record }
+}
+
+export interface ActiveKey {
+  id: string
+  plan: Plan
+  limits: Limits
+  /** The limiter's subject id for this key. */
+  subject: string
+}
+
+/**
+ * The keys the server accepts, by secret hash. Reloaded when another process (the CLI) commits, which
+ * the server notices within its poll interval, so a created or revoked key takes effect in under a second.
+ */
+export class KeyRegistry {
+  private byHash = new Map<string, ActiveKey>()
+  private readonly lastUsed = new Map<string, number>()
+
+  constructor(private readonly storage: Storage) {
+    this.reload()
+  }
+
+  get size(): number {
+    return this.byHash.size
+  }
+
+  reload(): void {
+    const next = new Map<string, ActiveKey>()
+    for (const record of this.storage.keys.list()) {
+      if (record.revokedAt !== null) continue
+      next.set(record.secretHash, {
+        id: record.id,
+        plan: record.plan,
+        limits: { rpm: record.rpm, rpd: record.rpd },
+        subject: `key:${record.id}`,
+      })
+    }
+    this.byHash = next
+  }
+
+  find(secret: string): ActiveKey | undefined {
+    return this.byHash.get(hashSecret(secret))
+  }
+
+  markUsed(key: ActiveKey, now: number): void {
+    this.lastUsed.set(key.id, now)
+  }
+
+  /** Writes the last-used times gathered since the previous call. */
+  flushLastUsed(): void {
+    if (this.lastUsed.size === 0) return
+    const batch = new Map(this.lastUsed)
+    this.lastUsed.clear()
+    this.storage.keys.recordLastUsed(batch)
+  }
+}

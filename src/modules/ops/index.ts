@@ -1,0 +1,97 @@
+/**
+ * Everything around the API, outside the base path and so without key or limit: health and
+ * readiness, Prometheus metrics, the OpenAPI document and the docs page. The docs page's script and
+ * stylesheet are embedded in the binary, so it renders on a machine with no internet access.
+ */
+import { Elysia } from 'elysia'
+import type { AnyElysia } from '../../app'
+import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
+import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
+import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
+import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
+import { errorResponse } from '../../plugins/errors'
+import { unavailable } from '../../errors'
+import { components } from '../../http/openapi'
+
+export interface OpsModuleOptions {
+  /** The app whose routes the OpenAPI document describes. */
+  api: () => AnyElysia
+  basePath: string
+  servers: () => { production: string; staging: string }
+  version: string
+  ready: () => boolean
+  metrics: () => string
+}
+
+const INFO = {
+  title: 'Pet Store',
+  version: '1.0.0',
+  description:
+    'A store of animals: list them (filtered by status, paginated by cursor), add one, fetch one. ' +
+    'Every operation needs an API key as a bearer token and is rate limited per plan.',
+}
+
+const hidden = { detail: { hide: true } }
+
+export function buildDocument(options: OpsModuleOptions) {
+  const generated = toOpenAPISchema(options.api())
+  const paths = Object.fromEntries(
+    Object.entries(generated.paths)
+      .filter(([path]) => path.startsWith(`${options.basePath}/`))
+      .map(([path, item]) => [path.slice(options.basePath.length), item]),
+  )
+  const servers = options.servers()
+  return {
+    openapi: '3.1.0',
+    info: { ...INFO, 'x-server-version': options.version },
+    servers: [
+      { url: servers.production, description: 'production' },
+      { url: servers.staging, description: 'staging' },
+    ],
+    security: [{ bearerAuth: [] }],
+    tags: [
+      { name: 'pets', description: 'The animals in the store.' },
+      { name: 'store', description: 'Orders: named by the interface, not implemented.' },
+    ],
+    paths,
+    components: { ...components({ $ref: '#/components/schemas/Error' }), schemas: generated.components.schemas },
+  }
+}
+
+export function opsModule(options: OpsModuleOptions) {
+  let document: string | undefined
+  const json = (body: string, status = 200) =>
+    new Response(body, { status, headers: { 'content-type': 'application/json' } })
+  const docsPage = SwaggerUIRender(
+    { title: INFO.title, description: INFO.description, version: INFO.version },
+    {
+      url: '/openapi.json',
+      dom_id: '#swagger-ui',
+      cdn: '/docs/swagger-ui-bundle.js',
+      theme: '/docs/swagger-ui.css',
+      autoDarkMode: true,
+      validatorUrl: null,
+    } as never,
+  )
+
+  return new Elysia({ name: 'ops' })
+    .get('/healthz', () => json('{"status":"ok"}'), hidden)
+    .get(
+      '/readyz',
+      () => (options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer.'))),
+      hidden,
+    )
+    .get(
+      '/metrics',
+      () => new Response(options.metrics(), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } }),
+      hidden,
+    )
+    .get('/openapi.json', () => json((document ??= JSON.stringify(buildDocument(options)))), hidden)
+    .get('/docs', () => new Response(docsPage, { headers: { 'content-type': 'text/html; charset=utf-8' } }), hidden)
+    .get('/docs/swagger-ui-bundle.js', () => asset(swaggerScript, 'text/javascript; charset=utf-8'), hidden)
+    .get('/docs/swagger-ui.css', () => asset(swaggerStyle, 'text/css; charset=utf-8'), hidden)
+}
+
+function asset(path: string, type: string): Response {
+  return new Response(Bun.file(path), { headers: { 'content-type': type, 'cache-control': 'public, max-age=86400' } })
+}

@@ -1,0 +1,182 @@
+/**
+ * The pets controller: listPets, createPet and the deprecated getPet, with strict parsing of every
+ * query, path and body value before the service sees it.
+ */
+import { Elysia } from 'elysia'
+import { badRequest, notFound } from '../../errors'
+import { readJsonBody } from '../../http/json-body'
+import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
+import { compileValidator } from '../../http/validation'
+import type { RequestInfo } from '../../plugins/request-context'
+import type { NewPet, PetStatus } from '../../storage/types'
+import { decodeCursor, encodeCursor } from './cursor'
+import { FIELD_RULES, LIMIT_DEFAULT, PetModel, PetsModel } from './model'
+import type { ListQuery, PetService } from './service'
+
+export interface PetsModuleOptions {
+  service: PetService
+  /** Read per request: the base URL is final only once the port is bound. */
+  baseUrl: () => string
+  maxBodyBytes: number
+  onDeprecatedCall: (keyId: string) => void
+}
+
+const JSON_TYPE = 'application/json'
+const newPetValidator = compileValidator(PetModel.NewPet, FIELD_RULES)
+const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
+const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
+const INT64_MAX = 9223372036854775807n
+
+/** getPet was deprecated with interface 1.0.0 and is removed on 5 December 2030 (RFC 9745, RFC 8594). */
+export const DEPRECATED_SINCE = '@1767225600'
+export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
+
+export function parseListQuery(url: string): ListQuery {
+  const start = url.indexOf('?')
+  const query: { limit?: number; status?: string; cursor?: string } = {}
+  if (start >= 0) {
+    for (const [name, value] of new URLSearchParams(url.slice(start + 1))) {
+      if (!LIST_PARAMETERS.has(name))
+        throw badRequest(`${name.slice(0, 40)}: is not a known query parameter; allowed are limit, status, cursor`)
+      if (name in query) throw badRequest(`${name}: is given more than once`)
+      if (name === 'limit') {
+        if (!/^\d{1,6}$/.test(value)) throw badRequest(`limit: ${FIELD_RULES.limit}`)
+        query.limit = Number(value)
+      } else query[name as 'status' | 'cursor'] = value
+    }
+  }
+  listQueryValidator.parse(query)
+  let afterId = 0
+  if (query.cursor !== undefined) {
+    const decoded = decodeCursor(query.cursor)
+    if (decoded === null) throw badRequest(`cursor: ${FIELD_RULES.cursor}`)
+    afterId = decoded
+  }
+  return { limit: query.limit ?? LIMIT_DEFAULT, status: query.status as PetStatus | undefined, afterId }
+}
+
+/** A petId as a number: 400 unless a positive int64; ids beyond 2^53 are valid but never assigned. */
+export function parsePetId(text: string): number {
+  if (!/^[1-9]\d{0,18}$/.test(text) || BigInt(text) > INT64_MAX) throw badRequest(`petId: ${FIELD_RULES.petId}`)
+  return Number(text)
+}
+
+function parseNewPet(body: unknown): NewPet {
+  const input = newPetValidator.parse(body)
+  return { name: input.name, categoryId: input.categoryId, status: input.status ?? 'available' }
+}
+
+function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {
+  const status = query.status ? `&status=${query.status}` : ''
+  return `<${baseUrl}/pets?limit=${query.limit}${status}&cursor=${encodeCursor(afterId)}>; rel="next"`
+}
+
+/**
+ * Deprecation fields for every answer of getPet, 401 and 429 included, so it runs before the gate.
+ */
+export function deprecationHeaders(basePath: string, baseUrl: () => string) {
+  const prefix = `${basePath}/pets/`
+  return new Elysia({ name: 'deprecation-headers' })
+    .decorate('info', undefined as unknown as RequestInfo)
+    .onRequest(({ info: { path }, request, set }) => {
+    if (request.method !== 'GET' || !path.startsWith(prefix) || path.indexOf('/', prefix.length) !== -1) return
+    set.headers.deprecation = DEPRECATED_SINCE
+    set.headers.sunset = SUNSET
+    set.headers.link = `<${baseUrl()}/pets>; rel="successor-version"`
+  })
+}
+
+export function petsModule(options: PetsModuleOptions) {
+  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  return new Elysia({ name: 'pets' })
+    .decorate('info', undefined as unknown as RequestInfo)
+    .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
+    .get(
+      '/pets',
+      ({ request }) => {
+        const query = parseListQuery(request.url)
+        const page = service.list(query)
+        const headers: Record<string, string> = { 'content-type': JSON_TYPE }
+        if (page.nextAfterId !== null) headers.link = nextLink(baseUrl(), query, page.nextAfterId)
+        return new Response(page.body, { headers })
+      },
+      {
+        detail: {
+          operationId: 'listPets',
+          summary: 'List pets',
+          description:
+            'Pets in id order. When more match, `Link: <…&cursor=…>; rel="next"` gives the next page (keyset pagination).',
+          tags: ['pets'],
+          parameters: parametersFrom(PetModel.ListQuery, 'query'),
+          responses: {
+            200: jsonResponse('A page of pets.', schemaRef('Pets'), ['Link']),
+            ...errorResponses([400, 401, 429, 500]),
+          },
+        },
+      },
+    )
+    .post(
+      '/pets',
+      async ({ request, info }) => {
+        const idempotencyKey = request.headers.get('idempotency-key')
+        if (idempotencyKey !== null && !IDEMPOTENCY_KEY.test(idempotencyKey))
+          throw badRequest('Idempotency-Key: must be 1 to 255 visible ASCII characters')
+        const pet = parseNewPet(await readJsonBody(request, maxBodyBytes))
+        const created = await service.create(
+          pet,
+          idempotencyKey === null ? undefined : { keyId: info.key!.id, key: idempotencyKey },
+        )
+        const headers: Record<string, string> = { 'content-type': JSON_TYPE, location: created.location }
+        if (created.replayed) headers['idempotent-replayed'] = 'true'
+        return new Response(created.body, { status: 201, headers })
+      },
+      {
+        parse: 'none',
+        detail: {
+          operationId: 'createPet',
+          summary: 'Add a pet',
+          description:
+            'Unknown properties are refused. Send `Idempotency-Key` to retry safely: the same key and body replay the first answer (kept 24 h).',
+          tags: ['pets'],
+          parameters: [
+            {
+              name: 'Idempotency-Key',
+              in: 'header',
+              required: false,
+              description: 'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key.',
+              schema: { type: 'string', minLength: 1, maxLength: 255 },
+            },
+          ],
+          requestBody: { required: true, content: { 'application/json': { schema: schemaRef('NewPet') } } },
+          responses: {
+            201: jsonResponse('The created pet.', schemaRef('Pet'), ['Location', 'Idempotent-Replayed']),
+            ...errorResponses([400, 401, 409, 413, 415, 429, 500, 503]),
+          },
+        },
+      },
+    )
+    .get(
+      '/pets/:petId',
+      ({ params, info }) => {
+        onDeprecatedCall(info.key!.id)
+        const json = service.getJson(parsePetId(params.petId))
+        if (json === null) throw notFound(`No pet with id ${params.petId}.`)
+        return new Response(json, { headers: { 'content-type': JSON_TYPE } })
+      },
+      {
+        detail: {
+          operationId: 'getPet',
+          summary: 'Get one pet (deprecated)',
+          description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
+          deprecated: true,
+          tags: ['pets'],
+          parameters: parametersFrom(PetModel.PetParams, 'path'),
+          responses: {
+            200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
+            ...errorResponses([400, 401, 404, 429, 500]),
+          },
+        },
+      },
+    )
+}

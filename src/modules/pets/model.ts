@@ -1,0 +1,98 @@
+/**
+ * The Pet Store schemas. The same objects validate requests (compiled once below) and are registered
+ * with the app, so `/openapi.json` describes exactly what is enforced. They are plain TypeBox rather
+ * than Elysia's `t` because `t.Integer` also accepts numeric strings, and the contract is strict.
+ */
+import { type Static, Type } from '@sinclair/typebox'
+import { PET_STATUSES } from '../../storage/types'
+
+/** Integers beyond ±(2^53 − 1) cannot round-trip through JSON numbers, so they are refused, never rounded. */
+export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
+
+export const NAME_MAX = 200
+export const LIMIT_MIN = 1
+export const LIMIT_MAX = 100
+export const LIMIT_DEFAULT = 20
+
+const PetStatus = Type.Union(
+  PET_STATUSES.map((status) => Type.Literal(status)),
+  { description: 'Availability of the animal.' },
+)
+
+const Name = Type.String({
+  minLength: 1,
+  maxLength: NAME_MAX,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*$',
+  description: 'The animal\'s name: 1 to 200 characters, no control characters.',
+})
+
+const CategoryId = Type.Integer({
+  format: 'int64',
+  minimum: -MAX_EXACT_INTEGER,
+  maximum: MAX_EXACT_INTEGER,
+  description:
+    'Identifier of the category. int64, limited to ±9007199254740991 so every value round-trips exactly through JSON.',
+})
+
+export const PetModel = {
+  Pet: Type.Object(
+    {
+      id: Type.Integer({ format: 'int64', minimum: 1, description: 'Assigned by the service on creation.' }),
+      name: Name,
+      categoryId: CategoryId,
+      status: Type.Optional(PetStatus),
+    },
+    { additionalProperties: false },
+  ),
+  NewPet: Type.Object(
+    {
+      name: Name,
+      categoryId: CategoryId,
+      status: Type.Optional({ ...PetStatus, default: 'available' }),
+    },
+    { additionalProperties: false },
+  ),
+  Error: Type.Object(
+    {
+      code: Type.String({ description: 'Machine-readable error code.' }),
+      message: Type.String({ description: 'Human-readable description of the error.' }),
+      status: Type.Integer({ description: 'The HTTP status code of the response.' }),
+    },
+    { additionalProperties: false },
+  ),
+  ListQuery: Type.Object({
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: LIMIT_MIN,
+        maximum: LIMIT_MAX,
+        default: LIMIT_DEFAULT,
+        description: 'Maximum number of animals returned.',
+      }),
+    ),
+    status: Type.Optional({ ...PetStatus, description: 'Filters by availability.' }),
+    cursor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        description: 'Opaque position of the next page; take it from the `Link: rel="next"` URL.',
+      }),
+    ),
+  }),
+  PetParams: Type.Object({
+    petId: Type.Integer({ format: 'int64', minimum: 1, description: 'Identifier of the animal.' }),
+  }),
+} as const
+
+export const PetsModel = Type.Array(PetModel.Pet)
+
+export type NewPetInput = Static<typeof PetModel.NewPet>
+
+/** What each field must be, in the words a 400 uses. */
+export const FIELD_RULES: Record<string, string> = {
+  name: `must be a string of 1 to ${NAME_MAX} characters without control characters`,
+  categoryId: `must be an integer from -${MAX_EXACT_INTEGER} to ${MAX_EXACT_INTEGER} (larger values cannot be kept exactly)`,
+  status: `must be one of ${PET_STATUSES.join(', ')}`,
+  limit: `must be an integer from ${LIMIT_MIN} to ${LIMIT_MAX}`,
+  petId: 'must be a positive 64-bit integer',
+  cursor: 'is not a cursor this server issued; follow the Link rel="next" URL',
+}

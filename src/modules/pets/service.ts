@@ -1,0 +1,142 @@
+/**
+ * Pet Store logic, free of HTTP. Reads are served from serialised pages kept until the next write
+ * (pets never change once created, so a pet's own JSON is kept for good); concurrent creates are
+ * committed together, one durable transaction per batch, so durability does not cost one fsync each.
+ */
+import { ApiError, idempotencyConflict, unavailable } from '../../errors'
+import {
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type NewPet,
+  type Pet,
+  type PetRepository,
+  type PetStatus,
+  StorageUnavailableError,
+} from '../../storage/types'
+
+export interface PetServiceOptions {
+  now: () => number
+  /** Absolute URL of a pet, for Location. */
+  locationOf: (id: number) => string
+  onInternalError: (error: unknown) => void
+}
+
+export interface ListQuery {
+  limit: number
+  status: PetStatus | undefined
+  afterId: number
+}
+
+export interface Page {
+  body: string
+  /** Id to continue after when more pets match, else null. */
+  nextAfterId: number | null
+}
+
+export interface Created {
+  status: 201
+  body: string
+  location: string
+  replayed: boolean
+}
+
+interface Pending {
+  command: CreatePetCommand
+  resolve: (outcome: CreatePetOutcome) => void
+  reject: (error: unknown) => void
+}
+
+const MAX_CACHED_PAGES = 4096
+const MAX_CACHED_PETS = 100_000
+
+export function petJson(pet: Pet): string {
+  return `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`
+}
+
+export class PetService {
+  private readonly pages = new Map<string, Page>()
+  private readonly pets = new Map<number, string>()
+  private queue: Pending[] = []
+
+  constructor(
+    private readonly repo: PetRepository,
+    private readonly options: PetServiceOptions,
+  ) {}
+
+  list(query: ListQuery): Page {
+    const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
+    const cached = this.pages.get(cacheKey)
+    if (cached) return cached
+    const rows = this.repo.list(query.afterId, query.limit + 1, query.status)
+    const more = rows.length > query.limit
+    if (more) rows.pop()
+    const page: Page = {
+      body: `[${rows.map(petJson).join(',')}]`,
+      nextAfterId: more ? rows[rows.length - 1]!.id : null,
+    }
+    if (this.pages.size >= MAX_CACHED_PAGES) this.pages.clear()
+    this.pages.set(cacheKey, page)
+    return page
+  }
+
+  /** The pet's JSON, or null when there is no such pet. */
+  getJson(id: number): string | null {
+    const cached = this.pets.get(id)
+    if (cached) return cached
+    if (!Number.isSafeInteger(id)) return null
+    const pet = this.repo.get(id)
+    if (!pet) return null
+    const json = petJson(pet)
+    if (this.pets.size >= MAX_CACHED_PETS) this.pets.clear()
+    this.pets.set(id, json)
+    return json
+  }
+
+  /**
+   * Creates a pet; resolves once its row is durable. With an idempotency key, a repeat of the same
+   * request returns the first response and a different request under the same key is refused.
+   */
+  async create(pet: NewPet, idempotency?: { keyId: string; key: string }): Promise<Created> {
+    const command: CreatePetCommand = {
+      pet,
+      render: (created) => ({ body: petJson(created), location: this.options.locationOf(created.id) }),
+      idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) },
+    }
+    const outcome = await new Promise<CreatePetOutcome>((resolve, reject) => {
+      if (this.queue.push({ command, resolve, reject }) === 1) setImmediate(() => this.flush())
+    })
+    if (outcome.kind === 'conflict') throw idempotencyConflict()
+    if (outcome.kind === 'replayed')
+      return { status: 201, body: outcome.response.body, location: outcome.response.location, replayed: true }
+    return { status: 201, body: outcome.body, location: outcome.location, replayed: false }
+  }
+
+  private flush(): void {
+    const batch = this.queue
+    this.queue = []
+    let outcomes: CreatePetOutcome[]
+    try {
+      outcomes = this.repo.createMany(
+        batch.map((pending) => pending.command),
+        this.options.now(),
+      )
+    } catch (error) {
+      const answer = error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options)
+      for (const pending of batch) pending.reject(answer)
+      return
+    }
+    if (outcomes.some((outcome) => outcome.kind === 'created')) this.pages.clear()
+    outcomes.forEach((outcome, i) => batch[i]!.resolve(outcome))
+  }
+}
+
+function toInternal(error: unknown, options: PetServiceOptions): ApiError {
+  options.onInternalError(error)
+  return new ApiError(500, 'internal_error', 'The server failed to store the pet.')
+}
+
+function requestHash(pet: NewPet): string {
+  return new Bun.CryptoHasher('sha256')
+    .update(JSON.stringify([pet.name, pet.categoryId, pet.status]))
+    .digest('hex')
+}

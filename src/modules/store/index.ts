@@ -1,0 +1,25 @@
+/**
+ * The store area. The interface names GET /store/orders without describing it, so it exists,
+ * authenticated and rate limited like every operation, and answers 501.
+ */
+import { Elysia } from 'elysia'
+import { notImplemented } from '../../errors'
+import { errorResponses } from '../../http/openapi'
+
+export function storeModule() {
+  return new Elysia({ name: 'store' }).get(
+    '/store/orders',
+    () => {
+      throw notImplemented('GET /store/orders')
+    },
+    {
+      detail: {
+        operationId: 'listOrders',
+        summary: 'List orders (not implemented)',
+        description: 'Part of the interface whose shape is not described; this server answers 501.',
+        tags: ['store'],
+        responses: errorResponses([401, 429, 501]),
+      },
+    },
+  )
+}

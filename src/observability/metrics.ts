@@ -1,0 +1,83 @@
+/**
+ * Prometheus counters and a latency histogram, kept as plain numbers: an increment per request and
+ * text rendering only when /metrics is scraped. Labels are operation names, statuses and key ids,
+ * never secrets.
+ */
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+
+interface Histogram {
+  counts: number[]
+  sum: number
+  count: number
+}
+
+export class Metrics {
+  private readonly requests = new Map<string, number>()
+  private readonly latency = new Map<string, Histogram>()
+  private readonly rejections = new Map<string, number>()
+  private readonly deprecatedCalls = new Map<string, number>()
+  private bans = 0
+
+  observe(operation: string, status: number, seconds: number): void {
+    const key = `${operation} ${status}`
+    this.requests.set(key, (this.requests.get(key) ?? 0) + 1)
+    let histogram = this.latency.get(operation)
+    if (!histogram) {
+      histogram = { counts: new Array(LATENCY_BUCKETS.length).fill(0), sum: 0, count: 0 }
+      this.latency.set(operation, histogram)
+    }
+    histogram.sum += seconds
+    histogram.count++
+    const bucket = LATENCY_BUCKETS.findIndex((bound) => seconds <= bound)
+    if (bucket >= 0) histogram.counts[bucket]!++
+  }
+
+  rateLimited(reason: 'rate_limited' | 'key_banned'): void {
+    this.rejections.set(reason, (this.rejections.get(reason) ?? 0) + 1)
+  }
+
+  banned(): void {
+    this.bans++
+  }
+
+  deprecatedCall(keyId: string): void {
+    this.deprecatedCalls.set(keyId, (this.deprecatedCalls.get(keyId) ?? 0) + 1)
+  }
+
+  render(gauges: Record<string, { help: string; value: number }> = {}): string {
+    const lines: string[] = []
+    const family = (name: string, type: string, help: string) =>
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
+
+    family('petstore_requests_total', 'counter', 'Requests answered, by operation and status.')
+    for (const [key, value] of this.requests) {
+      const [operation, status] = key.split(' ')
+      lines.push(`petstore_requests_total{operation="${operation}",status="${status}"} ${value}`)
+    }
+    family('petstore_request_duration_seconds', 'histogram', 'Time from request to response, by operation.')
+    for (const [operation, h] of this.latency) {
+      let cumulative = 0
+      LATENCY_BUCKETS.forEach((bound, i) => {
+        cumulative += h.counts[i]!
+        lines.push(`petstore_request_duration_seconds_bucket{operation="${operation}",le="${bound}"} ${cumulative}`)
+      })
+      lines.push(`petstore_request_duration_seconds_bucket{operation="${operation}",le="+Inf"} ${h.count}`)
+      lines.push(`petstore_request_duration_seconds_sum{operation="${operation}"} ${h.sum}`)
+      lines.push(`petstore_request_duration_seconds_count{operation="${operation}"} ${h.count}`)
+    }
+    family('petstore_rate_limit_rejections_total', 'counter', 'Requests refused with 429, by reason.')
+    for (const reason of ['rate_limited', 'key_banned'])
+      lines.push(`petstore_rate_limit_rejections_total{reason="${reason}"} ${this.rejections.get(reason) ?? 0}`)
+    family('petstore_bans_total', 'counter', 'Keys or addresses banned for ignoring 429s.')
+    lines.push(`petstore_bans_total ${this.bans}`)
+    family('petstore_deprecated_calls_total', 'counter', 'Calls of deprecated operations (getPet), by key id.')
+    for (const [keyId, value] of this.deprecatedCalls)
+      lines.push(`petstore_deprecated_calls_total{operation="getPet",key_id="${keyId}"} ${value}`)
+    for (const [name, gauge] of Object.entries(gauges)) {
+      family(name, 'gauge', gauge.help)
+      lines.push(`${name} ${gauge.value}`)
+    }
+    return `${lines.join('\n')}\n`
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * The one place errors become responses: typed ApiErrors keep their status and code, an unmatched
+ * path is a 404 (or a 405 with Allow when the path exists for other methods), and anything else is a
+ * 500 whose details go to the server's log, never to the client.
+ */
+import { Elysia } from 'elysia'
+import { ApiError, badRequest, errorBody, internalError, methodNotAllowed, notFound } from '../errors'
+
+export interface ErrorHandlerOptions {
+  /** Methods served at this path, or null when no route has it. */
+  allowedMethods: (path: string) => string[] | null
+  onInternalError: (error: unknown, requestId: string | undefined) => void
+}
+
+const JSON_TYPE = 'application/json'
+
+export function errorResponse(error: ApiError): Response {
+  return new Response(errorBody(error.status, error.code, error.message), {
+    status: error.status,
+    headers: { 'content-type': JSON_TYPE, ...error.headers },
+  })
+}
+
+export function errorHandler(options: ErrorHandlerOptions) {
+  return new Elysia({ name: 'errors' }).onError({ as: 'global' }, (ctx) => {
+    const { code, error, set } = ctx
+    let answer: ApiError
+    if (error instanceof ApiError) answer = error
+    else if (code === 'NOT_FOUND') {
+      const allow = options.allowedMethods(ctx.path)
+      answer = allow ? methodNotAllowed(allow) : notFound(`No resource at ${ctx.path.slice(0, 200)}.`)
+    } else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
+    else {
+      const requestId = (ctx as { info?: { requestId: string } }).info?.requestId
+      options.onInternalError(error, requestId)
+      answer = internalError()
+    }
+    set.status = answer.status
+    return errorResponse(answer)
+  })
+}

@@ -1,0 +1,99 @@
+/**
+ * The gate in front of every path under the base URL: bearer authentication (RFC 6750) and rate
+ * limiting. Requests without a valid key are limited per client address with the Free plan's numbers,
+ * so keys cannot be guessed at speed; the limit is checked before the key is judged, and every answer
+ * carries the rate-limit fields of the bucket in force.
+ */
+import { Elysia } from 'elysia'
+import { ApiError } from '../errors'
+import type { Decision, Limits, Quota, RateLimiter } from '../limiter/limiter'
+import { type ActiveKey, type KeyRegistry, PLAN_LIMITS } from '../modules/keys/service'
+import type { Metrics } from '../observability/metrics'
+import { isPreflight } from './cors'
+import type { RequestInfo } from './request-context'
+
+export interface GateOptions {
+  basePath: string
+  keys: KeyRegistry
+  limiter: RateLimiter
+  metrics: Metrics
+  corsEnabled: boolean
+  now: () => number
+  onBan: (subject: string, seconds: number) => void
+}
+
+const REALM = 'Bearer realm="petstore"'
+const MAX_TOKEN_LENGTH = 256
+
+const missingKey = () =>
+  new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
+    'www-authenticate': REALM,
+  })
+const invalidKey = () =>
+  new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
+    'www-authenticate': `${REALM}, error="invalid_token"`,
+  })
+
+/** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
+export function bearerToken(header: string | null): string | undefined {
+  if (header === null || header.length < 7 || header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined
+  const token = header.slice(7).trim()
+  return token.length > 0 && token.length <= MAX_TOKEN_LENGTH && /^[A-Za-z0-9._~+/=-]+$/.test(token) ? token : ''
+}
+
+const policies = new Map<string, string>()
+function policyOf(limits: Limits): string {
+  const id = `${limits.rpm}/${limits.rpd}`
+  let policy = policies.get(id)
+  if (!policy) {
+    policy = `"minute";q=${limits.rpm};w=60, "day";q=${limits.rpd};w=86400`
+    if (policies.size < 10_000) policies.set(id, policy)
+  }
+  return policy
+}
+
+function rateLimitHeaders(headers: Record<string, unknown>, limits: Limits, quota: Quota): void {
+  headers['x-ratelimit-limit'] = String(quota.limit)
+  headers['x-ratelimit-remaining'] = String(quota.remaining)
+  headers['x-ratelimit-reset'] = String(quota.resetAt)
+  headers['ratelimit-policy'] = policyOf(limits)
+  headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
+}
+
+function refusal(decision: Extract<Decision, { allowed: false }>): ApiError {
+  const retryAfter = { 'retry-after': String(decision.retryAfter) }
+  return decision.reason === 'key_banned'
+    ? new ApiError(429, 'key_banned', `Too many requests after being rate limited; banned for ${decision.retryAfter} s.`, retryAfter)
+    : new ApiError(429, 'rate_limited', `Rate limit exceeded; retry after ${decision.retryAfter} s.`, retryAfter)
+}
+
+export function gate(options: GateOptions) {
+  const { basePath, keys, limiter, metrics, corsEnabled, now, onBan } = options
+  const prefix = `${basePath}/`
+  const underBase = (path: string) => path.startsWith(prefix) || path === basePath
+
+  return new Elysia({ name: 'gate' })
+    .decorate('info', undefined as unknown as RequestInfo)
+    .onRequest((ctx) => {
+      if (!underBase(ctx.info.path) || (corsEnabled && isPreflight(ctx.request))) return
+      const token = bearerToken(ctx.request.headers.get('authorization'))
+      const key: ActiveKey | undefined = token ? keys.find(token) : undefined
+      const limits = key ? key.limits : PLAN_LIMITS.free
+      const subject = key ? key.subject : `ip:${ctx.info.address}`
+      const decision = limiter.check(subject, limits, key !== undefined)
+      rateLimitHeaders(ctx.set.headers, limits, decision.quota)
+      if (key) {
+        ctx.info.key = key
+        keys.markUsed(key, now())
+      }
+      if (!decision.allowed) {
+        metrics.rateLimited(decision.reason)
+        if (decision.bannedNow) {
+          metrics.banned()
+          onBan(key ? `key ${key.id}` : `address ${ctx.info.address}`, decision.retryAfter)
+        }
+        throw refusal(decision)
+      }
+      if (!key) throw token === undefined ? missingKey() : invalidKey()
+    })
+}

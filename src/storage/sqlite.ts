@@ -1,0 +1,344 @@
+/**
+ * SQLite storage through bun:sqlite: one file per environment, opened once, statements prepared once.
+ */
+import { Database, type Statement } from 'bun:sqlite'
+import { chmodSync, existsSync, mkdirSync, openSync, readSync, closeSync, statSync } from 'node:fs'
+import { dirname } from 'node:path'
+import {
+  type ApiKeyRecord,
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type KeyRepository,
+  type LimiterStateRepository,
+  type Pet,
+  type PetRepository,
+  type PetStatus,
+  type SavedBucket,
+  type Storage,
+  type StoredResponse,
+  StorageOpenError,
+  StorageUnavailableError,
+} from './types'
+
+/** 'PETS' in ASCII: marks a file as ours, so a foreign SQLite database is refused, not migrated. */
+const APPLICATION_ID = 0x50455453
+
+const MIGRATIONS: string[] = [
+  `CREATE TABLE pets (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     name TEXT NOT NULL,
+     category_id INTEGER NOT NULL,
+     status TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold')),
+     created_at INTEGER NOT NULL
+   );
+   CREATE INDEX pets_by_status ON pets (status, id);
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     plan TEXT NOT NULL,
+     rpm INTEGER NOT NULL,
+     rpd INTEGER NOT NULL,
+     secret_hash TEXT NOT NULL UNIQUE,
+     created_at INTEGER NOT NULL,
+     last_used_at INTEGER,
+     revoked_at INTEGER
+   );
+   CREATE TABLE idempotency (
+     key_id TEXT NOT NULL,
+     idem_key TEXT NOT NULL,
+     request_hash TEXT NOT NULL,
+     status INTEGER NOT NULL,
+     body TEXT NOT NULL,
+     location TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     PRIMARY KEY (key_id, idem_key)
+   ) WITHOUT ROWID;
+   CREATE INDEX idempotency_by_age ON idempotency (created_at);
+   CREATE TABLE limiter_state (
+     subject TEXT PRIMARY KEY,
+     tokens REAL NOT NULL,
+     updated_at INTEGER NOT NULL
+   ) WITHOUT ROWID;`,
+]
+
+const SQLITE_HEADER = 'SQLite format 3\0'
+
+/** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
+const UNAVAILABLE_CODES = /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|PERM)/
+
+function describeUnavailable(error: unknown): never {
+  const code = (error as { code?: string })?.code ?? ''
+  if (UNAVAILABLE_CODES.test(code)) throw new StorageUnavailableError(code)
+  throw error
+}
+
+function checkHeader(file: string): void {
+  if (!existsSync(file) || statSync(file).size === 0) return
+  const fd = openSync(file, 'r')
+  try {
+    const header = Buffer.alloc(16)
+    readSync(fd, header, 0, 16, 0)
+    if (header.toString('latin1') !== SQLITE_HEADER)
+      throw new StorageOpenError(`${file} is not a petstore data file (it is not an SQLite database)`)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+export interface OpenOptions {
+  /** Run the integrity check: the server does, short-lived CLI commands need not. */
+  verify?: boolean
+}
+
+export function openSqliteStorage(file: string, options: OpenOptions = {}): Storage {
+  const inMemory = file === ':memory:'
+  if (!inMemory) {
+    // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
+    process.umask(0o077)
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+    checkHeader(file)
+  }
+  let db: Database
+  try {
+    db = new Database(file, { create: true, strict: true })
+  } catch (error) {
+    throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
+  }
+  try {
+    prepare(db, file, options)
+  } catch (error) {
+    db.close()
+    if (error instanceof StorageOpenError) throw error
+    throw new StorageOpenError(`${file} cannot be used: ${(error as Error).message}`)
+  }
+  if (!inMemory) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
+  return new SqliteStorage(db)
+}
+
+function prepare(db: Database, file: string, options: OpenOptions): void {
+  // Wait for the other process (server or CLI) instead of failing at once when both write.
+  db.run('PRAGMA busy_timeout = 5000')
+  if (options.verify) {
+    const result = db.query<{ quick_check: string }, []>('PRAGMA quick_check').get()
+    if (result?.quick_check !== 'ok')
+      throw new StorageOpenError(`${file} is damaged (${result?.quick_check}); restore it from a backup`)
+  }
+  const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
+  const appId = db.query<{ application_id: number }, []>('PRAGMA application_id').get()!.application_id
+  const tables = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n
+  if (appId !== APPLICATION_ID && (version !== 0 || tables !== 0))
+    throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
+  if (version > MIGRATIONS.length)
+    throw new StorageOpenError(`${file} was written by a newer petstore (schema ${version}); upgrade petstore`)
+  // WAL lets the CLI and backups read while the server writes; FULL makes every commit survive power loss
+  // before we answer 201.
+  db.run('PRAGMA journal_mode = WAL')
+  db.run('PRAGMA synchronous = FULL')
+  for (let next = version; next < MIGRATIONS.length; next++) {
+    db.transaction(() => {
+      db.run(MIGRATIONS[next]!)
+      db.run(`PRAGMA application_id = ${APPLICATION_ID}`)
+      db.run(`PRAGMA user_version = ${next + 1}`)
+    })()
+  }
+}
+
+interface PetRow {
+  id: number
+  name: string
+  categoryId: number
+  status: PetStatus
+}
+
+interface KeyRow {
+  id: string
+  name: string
+  plan: ApiKeyRecord['plan']
+  rpm: number
+  rpd: number
+  secretHash: string
+  createdAt: number
+  lastUsedAt: number | null
+  revokedAt: number | null
+}
+
+const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
+const KEY_COLUMNS =
+  'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
+
+class SqlitePets implements PetRepository {
+  private readonly listAll: Statement<PetRow, [number, number]>
+  private readonly listByStatus: Statement<PetRow, [string, number, number]>
+  private readonly byId: Statement<PetRow, [number]>
+  private readonly insert: Statement<{ id: number }, [string, number, string, number]>
+  private readonly findIdempotent: Statement<StoredResponse & { createdAt: number }, [string, string]>
+  private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
+  private readonly countAll: Statement<{ n: number }, []>
+  private readonly createTransaction: (commands: CreatePetCommand[], now: number) => CreatePetOutcome[]
+
+  constructor(private readonly db: Database) {
+    this.listAll = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`)
+    this.listByStatus = db.query(
+      `SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`,
+    )
+    this.byId = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`)
+    this.insert = db.query(
+      'INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?) RETURNING id',
+    )
+    this.findIdempotent = db.query(
+      `SELECT request_hash AS requestHash, status, body, location, created_at AS createdAt
+         FROM idempotency WHERE key_id = ? AND idem_key = ?`,
+    )
+    this.saveIdempotent = db.query(
+      `INSERT OR REPLACE INTO idempotency (key_id, idem_key, request_hash, status, body, location, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    )
+    this.countAll = db.query('SELECT count(*) AS n FROM pets')
+    this.createTransaction = db.transaction((commands: CreatePetCommand[], now: number) =>
+      commands.map((command) => this.createOne(command, now)),
+    )
+  }
+
+  list(afterId: number, limit: number, status: PetStatus | undefined): Pet[] {
+    return status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)
+  }
+
+  get(id: number): Pet | null {
+    return this.byId.get(id)
+  }
+
+  count(): number {
+    return this.countAll.get()!.n
+  }
+
+  createMany(commands: CreatePetCommand[], now: number): CreatePetOutcome[] {
+    try {
+      return this.createTransaction(commands, now)
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  private createOne({ pet, idempotency, render }: CreatePetCommand, now: number): CreatePetOutcome {
+    if (idempotency) {
+      const previous = this.findIdempotent.get(idempotency.keyId, idempotency.key)
+      if (previous && previous.createdAt > now - IDEMPOTENCY_TTL_MS) {
+        if (previous.requestHash !== idempotency.requestHash) return { kind: 'conflict' }
+        return { kind: 'replayed', response: previous }
+      }
+    }
+    const { id } = this.insert.get(pet.name, pet.categoryId, pet.status, now)!
+    const created = { id, ...pet }
+    const { body, location } = render(created)
+    if (idempotency)
+      this.saveIdempotent.run(idempotency.keyId, idempotency.key, idempotency.requestHash, 201, body, location, now)
+    return { kind: 'created', pet: created, body, location }
+  }
+}
+
+export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
+
+class SqliteKeys implements KeyRepository {
+  private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number]>
+  private readonly listKeys: Statement<KeyRow, []>
+  private readonly revokeKey: Statement<unknown, [number, string]>
+  private readonly touchKey: Statement<unknown, [number, string]>
+
+  constructor(private readonly db: Database) {
+    this.insertKey = db.query(
+      'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+    )
+    this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
+    this.revokeKey = db.query('UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?')
+    this.touchKey = db.query(
+      'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
+    )
+  }
+
+  insert(r: ApiKeyRecord): void {
+    this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt)
+  }
+
+  list(): ApiKeyRecord[] {
+    return this.listKeys.all()
+  }
+
+  revoke(id: string, now: number): boolean {
+    return this.revokeKey.run(now, id).changes > 0
+  }
+
+  recordLastUsed(lastUsed: Map<string, number>): void {
+    if (lastUsed.size === 0) return
+    this.db.transaction(() => {
+      for (const [id, at] of lastUsed) this.touchKey.run(at, id)
+    })()
+  }
+}
+
+class SqliteLimiterState implements LimiterStateRepository {
+  constructor(private readonly db: Database) {}
+
+  load(): Map<string, SavedBucket> {
+    const rows = this.db
+      .query<{ subject: string; tokens: number; updatedAt: number }, []>(
+        'SELECT subject, tokens, updated_at AS updatedAt FROM limiter_state',
+      )
+      .all()
+    return new Map(rows.map((row) => [row.subject, { tokens: row.tokens, updatedAt: row.updatedAt }]))
+  }
+
+  save(buckets: Map<string, SavedBucket>): void {
+    if (buckets.size === 0) return
+    const upsert = this.db.query(
+      'INSERT OR REPLACE INTO limiter_state (subject, tokens, updated_at) VALUES (?, ?, ?)',
+    )
+    this.db.transaction(() => {
+      for (const [subject, bucket] of buckets) upsert.run(subject, bucket.tokens, bucket.updatedAt)
+    })()
+  }
+}
+
+class SqliteStorage implements Storage {
+  readonly pets: SqlitePets
+  readonly keys: SqliteKeys
+  readonly limiterState: SqliteLimiterState
+  private readonly dataVersion: Statement<{ data_version: number }, []>
+  private lastDataVersion: number
+
+  constructor(private readonly db: Database) {
+    this.pets = new SqlitePets(db)
+    this.keys = new SqliteKeys(db)
+    this.limiterState = new SqliteLimiterState(db)
+    this.dataVersion = db.query('PRAGMA data_version')
+    this.lastDataVersion = this.dataVersion.get()!.data_version
+  }
+
+  changedElsewhere(): boolean {
+    const now = this.dataVersion.get()!.data_version
+    const changed = now !== this.lastDataVersion
+    this.lastDataVersion = now
+    return changed
+  }
+
+  ping(): void {
+    this.db.query('SELECT 1').get()
+  }
+
+  purgeIdempotency(olderThan: number): void {
+    try {
+      this.db.query('DELETE FROM idempotency WHERE created_at < ?').run(olderThan)
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  backup(file: string): void {
+    if (existsSync(file)) throw new StorageOpenError(`${file} already exists; choose a new file name`)
+    this.db.query('VACUUM INTO ?').run(file)
+    chmodSync(file, 0o600)
+  }
+
+  close(): void {
+    this.db.close()
+  }
+}

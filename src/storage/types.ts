@@ -1,0 +1,97 @@
+/**
+ * The storage seam. The server talks to these interfaces only, so another backend (PostgreSQL for
+ * several instances) can replace SQLite without touching the modules.
+ */
+
+export const PET_STATUSES = ['available', 'pending', 'sold'] as const
+export type PetStatus = (typeof PET_STATUSES)[number]
+
+export interface NewPet {
+  name: string
+  categoryId: number
+  status: PetStatus
+}
+
+export interface Pet extends NewPet {
+  id: number
+}
+
+export type Plan = 'free' | 'pro' | 'business' | 'enterprise'
+
+export interface ApiKeyRecord {
+  id: string
+  name: string
+  plan: Plan
+  rpm: number
+  rpd: number
+  secretHash: string
+  createdAt: number
+  lastUsedAt: number | null
+  revokedAt: number | null
+}
+
+export interface StoredResponse {
+  requestHash: string
+  status: number
+  body: string
+  location: string
+}
+
+export interface CreatePetCommand {
+  pet: NewPet
+  /** Set when the request carried an Idempotency-Key: the first response is kept under it. */
+  idempotency?: { keyId: string; key: string; requestHash: string }
+  /** Builds the Location URL and body once the id is known, so a replay returns the same bytes. */
+  render: (pet: Pet) => { body: string; location: string }
+}
+
+export type CreatePetOutcome =
+  | { kind: 'created'; pet: Pet; body: string; location: string }
+  | { kind: 'replayed'; response: StoredResponse }
+  | { kind: 'conflict' }
+
+export interface PetRepository {
+  /** Pets with id > afterId in id order, at most `limit` of them. */
+  list(afterId: number, limit: number, status: PetStatus | undefined): Pet[]
+  get(id: number): Pet | null
+  /** Runs every command in one durable transaction (group commit); outcomes in command order. */
+  createMany(commands: CreatePetCommand[], now: number): CreatePetOutcome[]
+  count(): number
+}
+
+export interface KeyRepository {
+  insert(record: ApiKeyRecord): void
+  list(): ApiKeyRecord[]
+  /** Marks a key revoked; false when no such key exists. */
+  revoke(id: string, now: number): boolean
+  recordLastUsed(lastUsed: Map<string, number>): void
+}
+
+export interface SavedBucket {
+  tokens: number
+  updatedAt: number
+}
+
+export interface LimiterStateRepository {
+  load(): Map<string, SavedBucket>
+  save(buckets: Map<string, SavedBucket>): void
+}
+
+export interface Storage {
+  pets: PetRepository
+  keys: KeyRepository
+  limiterState: LimiterStateRepository
+  /** True when another process (the CLI) committed since the last call. */
+  changedElsewhere(): boolean
+  /** Throws when the data file does not answer. */
+  ping(): void
+  purgeIdempotency(olderThan: number): void
+  backup(file: string): void
+  close(): void
+}
+
+/** Storage cannot write (disk full, read-only file): the API answers 503 and keeps serving reads. */
+export class StorageUnavailableError extends Error {}
+
+/** The data file cannot be used at all: not ours, damaged, or from a newer version. */
+export class StorageOpenError extends Error {}
