@@ -1,0 +1,79 @@
+/**
+ * An in-process server for behaviour tests that need a fake clock or many fresh stores: a new app on a
+ * `:memory:` database per call, listening on a free port, spoken to over real HTTP.
+ */
+import { afterAll } from 'bun:test'
+import { createApp, type PetstoreApp } from '../../src/app'
+import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
+import { createKey } from '../../src/modules/keys/service'
+import { openSqliteStorage } from '../../src/storage/sqlite'
+import type { Storage } from '../../src/storage/types'
+
+export interface TestApp {
+  petstore: PetstoreApp
+  storage: Storage
+  base: string
+  origin: string
+  clock: { now: number; advance(ms: number): void }
+  /** Creates a key directly in storage and returns its secret. */
+  key(plan?: string, limits?: { rpm: number; rpd: number }): string
+  logLines: string[]
+  stop(): void
+}
+
+const open = new Set<TestApp>()
+afterAll(() => {
+  for (const app of open) app.stop()
+})
+
+export function startApp(input: ConfigInput = {}, options: { realClock?: boolean } = {}): TestApp {
+  const config = resolveConfig({ port: '0', host: '127.0.0.1', ...input }, {})
+  const storage = openSqliteStorage(':memory:')
+  const clock = {
+    now: Date.UTC(2026, 0, 1),
+    advance(ms: number) {
+      clock.now += ms
+    },
+  }
+  const logLines: string[] = []
+  const petstore = createApp(config, {
+    storage,
+    now: options.realClock ? Date.now : () => clock.now,
+    logSink: { write: (text) => logLines.push(...text.trimEnd().split('\n')), flush: () => {} },
+    warn: () => {},
+  })
+  petstore.app.listen({ hostname: config.host, port: 0 })
+  bindPort(config, petstore.app.server!.port!)
+  const origin = `http://127.0.0.1:${config.port}`
+  const testApp: TestApp = {
+    petstore,
+    storage,
+    origin,
+    base: `${origin}/v1`,
+    clock,
+    logLines,
+    key(plan = 'free', limits) {
+      const { secret } = createKey(storage.keys, { plan, rpm: limits?.rpm, rpd: limits?.rpd }, clock.now)
+      petstore.keys.reload()
+      return secret
+    },
+    stop() {
+      open.delete(testApp)
+      petstore.stopBackground()
+      void petstore.app.stop(true)
+      storage.close()
+    },
+  }
+  open.add(testApp)
+  return testApp
+}
+
+export const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })
+
+export async function postPet(base: string, key: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${base}/pets`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth(key), ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+}

@@ -1,0 +1,143 @@
+/**
+ * Runs the compiled binary as a user would: `serve` on a free port with its own data file, and the
+ * CLI commands. Every server started here is stopped when the test file ends, even on failure.
+ */
+import { afterAll } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+
+export const BINARY = join(import.meta.dir, '..', '..', 'dist', 'petstore')
+
+const running = new Set<Subprocess>()
+const tempDirs: string[] = []
+
+afterAll(() => {
+  for (const proc of running) proc.kill('SIGKILL')
+  running.clear()
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true })
+})
+
+export function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'))
+  tempDirs.push(dir)
+  return dir
+}
+
+/** A clean environment: no PETSTORE_* variable of the developer's leaks into a test. */
+export function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [name, value] of Object.entries(process.env))
+    if (!name.startsWith('PETSTORE_') && value !== undefined) env[name] = value
+  return { ...env, ...extra }
+}
+
+export interface CliResult {
+  code: number
+  stdout: string
+  stderr: string
+}
+
+export function cli(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): CliResult {
+  const result = Bun.spawnSync([BINARY, ...args], {
+    cwd: options.cwd,
+    env: cleanEnv(options.env),
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  return { code: result.exitCode ?? -1, stdout: result.stdout.toString(), stderr: result.stderr.toString() }
+}
+
+/** Creates a key with the CLI and returns its secret (the last line of stdout). */
+export function createKeyWithCli(dataFile: string, args: string[]): string {
+  const result = cli(['keys', 'create', '--data', dataFile, ...args])
+  if (result.code !== 0) throw new Error(`keys create failed: ${result.stderr}`)
+  return result.stdout.trim().split('\n').at(-1)!
+}
+
+export interface Server {
+  proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  port: number
+  /** http://127.0.0.1:PORT */
+  origin: string
+  /** The API base, origin + /v1. */
+  base: string
+  dataFile: string
+  /** The bootstrap key printed on first start, if this start printed one. */
+  bootstrapKey: string | undefined
+  stderr: () => string
+  stdout: () => string
+  /** Sends a signal and resolves with the exit code. */
+  stop: (signal?: 'SIGTERM' | 'SIGINT' | 'SIGKILL') => Promise<number>
+}
+
+export interface StartOptions {
+  dataFile?: string
+  args?: string[]
+  env?: Record<string, string>
+  cwd?: string
+}
+
+async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void) {
+  const decoder = new TextDecoder()
+  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+    sink.text += decoder.decode(chunk, { stream: true })
+    onText()
+  }
+}
+
+export async function startServer(options: StartOptions = {}): Promise<Server> {
+  const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
+  const args = ['serve', '--port', '0', '--host', '127.0.0.1', '--data', dataFile, ...(options.args ?? [])]
+  const proc = Bun.spawn([BINARY, ...args], {
+    cwd: options.cwd,
+    env: cleanEnv(options.env),
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  running.add(proc)
+  const out = { text: '' }
+  const err = { text: '' }
+  let wake = () => {}
+  void collect(proc.stdout, out, () => wake())
+  void collect(proc.stderr, err, () => wake())
+  const deadline = Date.now() + 15_000
+  while (!/listening on http:\/\/[^:]+:(\d+)/.test(err.text)) {
+    if (proc.exitCode !== null || Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      running.delete(proc)
+      throw new Error(`server did not start (exit ${proc.exitCode}):\n${err.text}`)
+    }
+    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
+  }
+  const port = Number(/listening on http:\/\/[^:]+:(\d+)/.exec(err.text)![1])
+  const origin = `http://127.0.0.1:${port}`
+  const bootstrapKey = /shown only now:\n(psk_\S+)/.exec(err.text)?.[1]
+  return {
+    proc,
+    port,
+    origin,
+    base: `${origin}/v1`,
+    dataFile,
+    bootstrapKey,
+    stderr: () => err.text,
+    stdout: () => out.text,
+    stop: async (signal = 'SIGTERM') => {
+      proc.kill(signal)
+      const code = await proc.exited
+      running.delete(proc)
+      return code
+    },
+  }
+}
+
+/** Polls until `check` returns true; fails after `timeoutMs`. For conditions, not for fixed delays. */
+export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time')
+    await Bun.sleep(20)
+  }
+}
