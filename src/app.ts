@@ -94,7 +94,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(storeModule())
 
   const operations = new Map<string, string>()
-  const routeTable: { pattern: RegExp; methods: string[] }[] = []
+  const routeTable: RouteEntry[] = []
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
     .use(errorHandler({ allowedMethods: (path) => allowedMethods(routeTable, path), onInternalError }))
@@ -103,7 +103,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         metrics,
         accessLog,
         trustProxy: config.trustProxy,
-        operationOf: (method, route) => operations.get(`${method} ${route}`) ?? 'unmatched',
+        operationOf: (method, route, path) =>
+          operations.get(`${method} ${route ?? routeOf(routeTable, path)}`) ?? 'unmatched',
       }),
     )
     .use(cors(config.corsOrigins))
@@ -185,7 +186,13 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
 }
 
-function buildRouteTable(routes: { method: string; path: string }[]) {
+interface RouteEntry {
+  path: string
+  pattern: RegExp
+  methods: string[]
+}
+
+function buildRouteTable(routes: { method: string; path: string }[]): RouteEntry[] {
   const byPath = new Map<string, Set<string>>()
   for (const { method, path } of routes) {
     if (method === 'OPTIONS' || path.includes('*')) continue
@@ -193,11 +200,16 @@ function buildRouteTable(routes: { method: string; path: string }[]) {
     byPath.get(path)!.add(method)
   }
   return [...byPath].map(([path, methods]) => ({
+    path,
     pattern: new RegExp(`^${path.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/:[^/]+/g, '[^/]+')}/?$`),
     methods: [...methods].sort(),
   }))
 }
 
-function allowedMethods(table: { pattern: RegExp; methods: string[] }[], path: string): string[] | null {
+function allowedMethods(table: RouteEntry[], path: string): string[] | null {
   return table.find((entry) => entry.pattern.test(path))?.methods ?? null
+}
+
+function routeOf(table: RouteEntry[], path: string): string | undefined {
+  return table.find((entry) => entry.pattern.test(path))?.path
 }

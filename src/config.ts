@@ -94,7 +94,8 @@ function parseOrigin(value: string): string {
   if (value === '*') return value
   try {
     const url = new URL(value)
-    if (url.origin !== 'null' && `${url.origin}` === value.replace(/\/$/, '')) return url.origin
+    const web = url.protocol === 'http:' || url.protocol === 'https:'
+    if (web && url.origin === value.replace(/\/$/, '')) return url.origin
   } catch {}
   throw new ConfigError(`--cors-origin must be an origin like https://app.example.com or *, not "${value}"`)
 }

@@ -19,6 +19,7 @@ function isJsonMediaType(contentType: string | null): boolean {
 
 /** True when a decimal literal such as 1.0 or 1e3 denotes exactly the integer `value`. */
 export function decimalEqualsInteger(source: string, value: number): boolean {
+  if (!Number.isFinite(value)) return false
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)
   if (!match) return false
   const [, sign, whole, fraction = '', exponentText = '0'] = match

@@ -1,7 +1,7 @@
 /**
  * Turns TypeBox's findings into one 400 that names the field and says what it must be.
  */
-import type { TSchema, Static } from '@sinclair/typebox'
+import type { Static, TObject, TSchema } from '@sinclair/typebox'
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler'
 import { ValueErrorType } from '@sinclair/typebox/errors'
 import { badRequest } from '../errors'
@@ -17,6 +17,7 @@ export function compileValidator<S extends TSchema>(
   what = 'body',
 ): Validator<S> {
   const check: TypeCheck<S> = TypeCompiler.Compile(schema)
+  const known = Object.keys((schema as unknown as TObject).properties ?? {}).join(', ')
   return {
     parse(value) {
       if (check.Check(value)) return value
@@ -24,7 +25,7 @@ export function compileValidator<S extends TSchema>(
       const field = error.path.split('/').filter(Boolean).join('.')
       if (!field) throw badRequest(`${what}: must be a JSON object`)
       if (error.type === ValueErrorType.ObjectAdditionalProperties)
-        throw badRequest(`${field}: is not a known property; allowed are ${Object.keys(rules).join(', ')}`)
+        throw badRequest(`${field}: is not a known property; allowed are ${known}`)
       if (error.type === ValueErrorType.ObjectRequiredProperty) throw badRequest(`${field}: is required`)
       throw badRequest(`${field}: ${rules[field] ?? 'is not valid'}`)
     },

@@ -23,8 +23,8 @@ export interface RequestContextOptions {
   metrics: Metrics
   accessLog: AccessLog | null
   trustProxy: boolean
-  /** Operation name for a matched route, for logs and metrics. */
-  operationOf: (method: string, route: string | undefined) => string
+  /** Operation name for metrics: by the matched route, or by the path when refused before routing. */
+  operationOf: (method: string, route: string | undefined, path: string) => string
 }
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@+=-]{1,128}$/
@@ -75,7 +75,7 @@ export function requestContext(options: RequestContextOptions) {
       const seconds = (performance.now() - info.startedAt) / 1000
       const response = (ctx as { responseValue?: unknown }).responseValue
       const status = response instanceof Response ? response.status : Number(ctx.set.status) || 200
-      const operation = operationOf(ctx.request.method, (ctx as { route?: string }).route)
+      const operation = operationOf(ctx.request.method, (ctx as { route?: string }).route, info.path)
       metrics.observe(operation, status, seconds)
       accessLog?.write({
         time: new Date().toISOString(),

@@ -34,7 +34,15 @@ const INFO = {
 const hidden = { detail: { hide: true } }
 
 export function buildDocument(options: OpsModuleOptions) {
-  const generated = toOpenAPISchema(options.api())
+  const api = options.api()
+  const generated = toOpenAPISchema(api)
+  // The generator replaces a route's own path parameters with untyped strings; put the typed ones back.
+  for (const route of api.routes) {
+    const parameters = (route.hooks as { detail?: { parameters?: unknown[] } })?.detail?.parameters
+    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[] }>
+    const operation = item?.[route.method.toLowerCase()]
+    if (parameters && operation) operation.parameters = parameters
+  }
   const paths = Object.fromEntries(
     Object.entries(generated.paths)
       .filter(([path]) => path.startsWith(`${options.basePath}/`))

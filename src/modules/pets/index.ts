@@ -10,7 +10,7 @@ import { compileValidator } from '../../http/validation'
 import type { RequestInfo } from '../../plugins/request-context'
 import type { NewPet, PetStatus } from '../../storage/types'
 import { decodeCursor, encodeCursor } from './cursor'
-import { FIELD_RULES, LIMIT_DEFAULT, PetModel, PetsModel } from './model'
+import { FIELD_RULES, LIMIT_DEFAULT, NAME_MAX, NewPetCheck, PetModel, PetsModel } from './model'
 import type { ListQuery, PetService } from './service'
 
 export interface PetsModuleOptions {
@@ -22,7 +22,7 @@ export interface PetsModuleOptions {
 }
 
 const JSON_TYPE = 'application/json'
-const newPetValidator = compileValidator(PetModel.NewPet, FIELD_RULES)
+const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
 const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
@@ -64,6 +64,7 @@ export function parsePetId(text: string): number {
 
 function parseNewPet(body: unknown): NewPet {
   const input = newPetValidator.parse(body)
+  if (input.name.length > NAME_MAX && [...input.name].length > NAME_MAX) throw badRequest(`name: ${FIELD_RULES.name}`)
   return { name: input.name, categoryId: input.categoryId, status: input.status ?? 'available' }
 }
 

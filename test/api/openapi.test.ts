@@ -1,0 +1,283 @@
+/**
+ * /openapi.json and /docs: the document describes every operation, status and header the service
+ * sends, both servers and the bearer scheme, passes `redocly lint`, and matches what is really served;
+ * the docs page loads only local assets.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import Ajv2020 from 'ajv/dist/2020'
+import addFormats from 'ajv-formats'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { auth, postPet, startApp, type TestApp } from '../support/app'
+
+/** A response body as loosely typed JSON (the DOM typings say unknown). */
+const jsonOf = (res: Response): Promise<any> => res.json()
+
+type Json = Record<string, any>
+
+let app: TestApp
+let doc: Json
+let raw: string
+
+beforeAll(async () => {
+  app = startApp()
+  const res = await fetch(`${app.origin}/openapi.json`)
+  expect(res.status).toBe(200)
+  expect(res.headers.get('content-type')).toStartWith('application/json')
+  raw = await res.text()
+  doc = JSON.parse(raw)
+})
+afterAll(() => app.stop())
+
+/** Follows a local $ref (one level at a time) until the object has none. */
+function resolve(node: Json): Json {
+  let current = node
+  for (let i = 0; current && typeof current.$ref === 'string' && i < 10; i++) {
+    const path = current.$ref.replace(/^#\//, '').split('/').map((s: string) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    current = path.reduce((obj: Json, part: string) => obj?.[part], doc)
+    expect(current).toBeDefined()
+  }
+  return current
+}
+
+const OPERATIONS: [string, string, string, string[]][] = [
+  ['/pets', 'get', 'listPets', ['200', '400', '401', '429']],
+  ['/pets', 'post', 'createPet', ['201', '400', '401', '409', '413', '415', '429']],
+  ['/pets/{petId}', 'get', 'getPet', ['200', '400', '401', '404', '429']],
+  ['/store/orders', 'get', 'listOrders', ['401', '429', '501']],
+]
+
+function operation(path: string, method: string): Json {
+  const op = doc.paths?.[path]?.[method]
+  expect(op).toBeDefined()
+  return op
+}
+
+function headersOf(path: string, method: string, status: string): string[] {
+  const response = resolve(operation(path, method).responses[status])
+  return Object.keys(response.headers ?? {}).map((h) => h.toLowerCase())
+}
+
+/** Values a schema allows as an enumeration (enum, or anyOf/oneOf of consts). */
+function enumValues(schema: Json): unknown[] {
+  const s = resolve(schema)
+  if (Array.isArray(s.enum)) return s.enum
+  const alternatives = s.anyOf ?? s.oneOf
+  return alternatives ? alternatives.map((a: Json) => resolve(a).const) : []
+}
+
+describe('OpenAPI document', () => {
+  test('is OpenAPI 3.1 at interface version 1.0.0', () => {
+    expect(doc.openapi).toMatch(/^3\.1\.\d+$/)
+    expect(doc.info.version).toBe('1.0.0')
+    expect(typeof doc.info.title).toBe('string')
+  })
+
+  test('lists the production and staging base URLs as servers', () => {
+    const port = new URL(app.origin).port
+    expect(doc.servers).toHaveLength(2)
+    const byDescription = Object.fromEntries(doc.servers.map((s: Json) => [s.description, s.url]))
+    // The running environment's entry is its own base URL; the other is that environment's default.
+    expect(byDescription.production).toBe(`http://localhost:${port}/v1`)
+    expect(byDescription.staging).toBe('http://localhost:8081/v1')
+    for (const server of doc.servers) expect(server.url).toMatch(/\/v1$/)
+  })
+
+  test('a staging server lists its own URL for staging and the production default', async () => {
+    const staging = startApp({ env: 'staging', baseUrl: 'https://staging.pets.example/v1' })
+    try {
+      const d = await jsonOf(await fetch(`${staging.origin}/openapi.json`))
+      const byDescription = Object.fromEntries(d.servers.map((s: Json) => [s.description, s.url]))
+      expect(byDescription).toEqual({ production: 'http://localhost:8080/v1', staging: 'https://staging.pets.example/v1' })
+    } finally {
+      staging.stop()
+    }
+  })
+
+  test('declares the HTTP bearer scheme and requires it for every operation', () => {
+    const schemes = doc.components.securitySchemes
+    const bearer = Object.entries(schemes).filter(([, s]: [string, any]) => s.type === 'http' && s.scheme === 'bearer')
+    expect(bearer).toHaveLength(1)
+    const name = bearer[0]![0]
+    for (const [path, method] of OPERATIONS) {
+      const security = operation(path, method).security ?? doc.security
+      expect(security).toEqual(expect.arrayContaining([{ [name]: [] }]))
+    }
+  })
+
+  test('describes exactly the operations of the interface, under paths relative to the base', () => {
+    expect(Object.keys(doc.paths).sort()).toEqual(['/pets', '/pets/{petId}', '/store/orders'])
+    const ids = Object.values(doc.paths).flatMap((item: any) => Object.values(item).map((op: any) => op.operationId))
+    expect(ids.sort()).toEqual(['createPet', 'getPet', 'listOrders', 'listPets'])
+  })
+
+  for (const [path, method, operationId, statuses] of OPERATIONS) {
+    test(`${operationId} (${method.toUpperCase()} ${path}) documents ${statuses.join(', ')}`, () => {
+      const op = operation(path, method)
+      expect(op.operationId).toBe(operationId)
+      expect(Object.keys(op.responses)).toEqual(expect.arrayContaining(statuses))
+      for (const status of statuses) {
+        const response = resolve(op.responses[status])
+        expect(typeof response.description).toBe('string')
+        // Every answer under the base carries the rate-limit fields.
+        expect(headersOf(path, method, status)).toEqual(
+          expect.arrayContaining(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']),
+        )
+        for (const header of Object.values(response.headers ?? {})) {
+          const h = resolve(header as Json)
+          expect(h.schema).toBeDefined()
+        }
+        expect(response.content?.['application/json']?.schema).toBeDefined()
+      }
+      expect(headersOf(path, method, '429')).toContain('retry-after')
+      expect(headersOf(path, method, '401')).toContain('www-authenticate')
+    })
+  }
+
+  test('only getPet is deprecated', () => {
+    expect(operation('/pets/{petId}', 'get').deprecated).toBe(true)
+    expect(operation('/pets', 'get').deprecated ?? false).toBe(false)
+    expect(operation('/pets', 'post').deprecated ?? false).toBe(false)
+    expect(headersOf('/pets/{petId}', 'get', '200')).toEqual(expect.arrayContaining(['deprecation', 'sunset', 'link']))
+  })
+
+  test('listPets documents limit (1..100, default 20), status and the next-page Link', () => {
+    const params = operation('/pets', 'get').parameters.map(resolve)
+    const limit = params.find((p: Json) => p.name === 'limit')
+    expect(limit).toMatchObject({ in: 'query', required: false })
+    expect(limit.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 100, default: 20 })
+    const status = params.find((p: Json) => p.name === 'status')
+    expect(status.in).toBe('query')
+    expect(enumValues(status.schema).sort()).toEqual(['available', 'pending', 'sold'])
+    expect(params.find((p: Json) => p.name === 'cursor')?.in).toBe('query')
+    expect(headersOf('/pets', 'get', '200')).toContain('link')
+    const body = resolve(resolve(operation('/pets', 'get').responses['200']).content['application/json'].schema)
+    expect(body.type).toBe('array')
+  })
+
+  test('getPet documents petId as a required int64 integer path parameter', () => {
+    const params = operation('/pets/{petId}', 'get').parameters.map(resolve)
+    const petId = params.find((p: Json) => p.name === 'petId')
+    expect(petId).toMatchObject({ in: 'path', required: true })
+    expect(petId.schema).toMatchObject({ type: 'integer', format: 'int64' })
+  })
+
+  test('createPet documents a required NewPet body, Location on 201 and the Idempotency-Key header', () => {
+    const op = operation('/pets', 'post')
+    expect(op.requestBody.required).toBe(true)
+    expect(Object.keys(op.requestBody.content)).toEqual(['application/json'])
+    const newPet = resolve(op.requestBody.content['application/json'].schema)
+    expect(newPet.required.sort()).toEqual(['categoryId', 'name'])
+    expect(newPet.additionalProperties).toBe(false)
+    expect(newPet.properties.categoryId).toMatchObject({ type: 'integer', format: 'int64' })
+    expect(newPet.properties.name).toMatchObject({ type: 'string', minLength: 1, maxLength: 200 })
+    expect(enumValues(newPet.properties.status).sort()).toEqual(['available', 'pending', 'sold'])
+    expect(newPet.properties.id).toBeUndefined()
+    expect(headersOf('/pets', 'post', '201')).toContain('location')
+    const idem = op.parameters.map(resolve).find((p: Json) => p.name === 'Idempotency-Key')
+    expect(idem).toMatchObject({ in: 'header', required: false })
+  })
+
+  test('the Pet and Error schemas match the interface', () => {
+    const pet = resolve({ $ref: '#/components/schemas/Pet' })
+    expect(pet.required.sort()).toEqual(['categoryId', 'id', 'name'])
+    expect(pet.properties.id).toMatchObject({ type: 'integer', format: 'int64' })
+    const error = resolve(resolve(operation('/pets', 'get').responses['400']).content['application/json'].schema)
+    expect(error.required.sort()).toEqual(['code', 'message', 'status'])
+    expect(error.properties.status.type).toBe('integer')
+  })
+
+  test('real responses validate against the documented schemas', async () => {
+    const key = app.key('enterprise', { rpm: 10_000, rpd: 100_000 })
+    const ajv = new Ajv2020({ strict: false, allErrors: true })
+    addFormats(ajv)
+    // Register components under a fresh id so local $refs resolve; drop TypeBox's own $ids.
+    const strip = (node: unknown): unknown =>
+      Array.isArray(node)
+        ? node.map(strip)
+        : node && typeof node === 'object'
+          ? Object.fromEntries(Object.entries(node).filter(([k]) => k !== '$id').map(([k, v]) => [k, strip(v)]))
+          : node
+    ajv.addSchema({ $id: 'doc', components: strip(doc.components) })
+    const validate = (ref: Json, value: unknown) => {
+      const schemaRef = ref.$ref ? { $ref: `doc${ref.$ref}` } : strip(ref)
+      const ok = ajv.validate(schemaRef as object, value)
+      if (!ok) throw new Error(`${JSON.stringify(value)}: ${ajv.errorsText()}`)
+    }
+    const schemaOf = (path: string, method: string, status: string) =>
+      resolve(operation(path, method).responses[status]).content['application/json'].schema
+
+    const created = await postPet(app.base, key, { name: 'Rex', categoryId: 9007199254740991, status: 'sold' })
+    const pet = await jsonOf(created)
+    validate(schemaOf('/pets', 'post', '201'), pet)
+    validate(schemaOf('/pets', 'get', '200'), await jsonOf(await fetch(`${app.base}/pets`, { headers: auth(key) })))
+    validate(schemaOf('/pets/{petId}', 'get', '200'), await jsonOf(await fetch(`${app.base}/pets/${pet.id}`, { headers: auth(key) })))
+    validate(schemaOf('/pets', 'get', '400'), await jsonOf(await fetch(`${app.base}/pets?limit=0`, { headers: auth(key) })))
+    validate(schemaOf('/pets', 'get', '401'), await jsonOf(await fetch(`${app.base}/pets`)))
+    validate(schemaOf('/store/orders', 'get', '501'), await jsonOf(await fetch(`${app.base}/store/orders`, { headers: auth(key) })))
+    // And the documented request schema refuses what the server refuses.
+    const newPet = operation('/pets', 'post').requestBody.content['application/json'].schema
+    expect(() => validate(newPet, { name: 'x', categoryId: 1, id: 3 })).toThrow()
+    expect(() => validate(newPet, { name: '', categoryId: 1 })).toThrow()
+    expect(() => validate(newPet, { name: 'x', categoryId: 9007199254740992 })).toThrow()
+    validate(newPet, { name: 'x', categoryId: 1 })
+  })
+
+  test('contains no secret and no key id', () => {
+    const key = app.key('free')
+    expect(raw).not.toContain(key.slice(4))
+    expect(raw).not.toMatch(/psk_[A-Za-z0-9_-]{10}/)
+  })
+
+  test('passes redocly lint with no errors', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'petstore-openapi-'))
+    try {
+      const file = join(dir, 'openapi.json')
+      writeFileSync(file, raw)
+      const result = Bun.spawnSync([join(import.meta.dir, '..', '..', 'node_modules', '.bin', 'redocly'), 'lint', file], {
+        env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+        stdout: 'pipe',
+        stderr: 'pipe',
+      })
+      const output = result.stdout.toString() + result.stderr.toString()
+      expect(output).not.toMatch(/Error was generated|\b[1-9]\d* errors?\b/)
+      expect(output).toMatch(/valid/)
+      expect(result.exitCode).toBe(0)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 30_000)
+})
+
+describe('/docs', () => {
+  test('returns HTML that loads only local script and stylesheet assets, all answering 200', async () => {
+    const res = await fetch(`${app.origin}/docs`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toStartWith('text/html')
+    const html = await res.text()
+    expect(html).not.toMatch(/https?:\/\//)
+    expect(html).not.toMatch(/(src|href)\s*=\s*["']\/\//)
+    const urls = [...html.matchAll(/(?:src|href)\s*=\s*["']([^"']+)["']/g)].map((m) => m[1]!)
+    const scripts = [...html.matchAll(/<script[^>]+src\s*=\s*["']([^"']+)["']/g)].map((m) => m[1]!)
+    const styles = [...html.matchAll(/<link[^>]+href\s*=\s*["']([^"']+)["']/g)].map((m) => m[1]!)
+    expect(scripts.length).toBeGreaterThan(0)
+    expect(styles.length).toBeGreaterThan(0)
+    for (const url of urls) {
+      expect(url).toMatch(/^\/docs\//)
+      const asset = await fetch(`${app.origin}${url}`)
+      expect(asset.status).toBe(200)
+      expect((await asset.arrayBuffer()).byteLength).toBeGreaterThan(1000)
+    }
+    for (const url of scripts) {
+      const asset = await fetch(`${app.origin}${url}`)
+      expect(asset.headers.get('content-type')).toMatch(/javascript/)
+    }
+    for (const url of styles) {
+      const asset = await fetch(`${app.origin}${url}`)
+      expect(asset.headers.get('content-type')).toMatch(/text\/css/)
+    }
+    // The page points the UI at the local document.
+    expect(html).toContain('/openapi.json')
+  })
+})

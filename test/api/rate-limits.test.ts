@@ -1,0 +1,365 @@
+/**
+ * Rate limiting over real HTTP with a fake clock: the X-RateLimit-* and draft RateLimit fields, 429s
+ * with Retry-After, refill, the day bucket, bans, per-key isolation and per-address limiting.
+ */
+import { afterEach, describe, expect, test } from 'bun:test'
+import type { ConfigInput } from '../../src/config'
+import { auth, postPet, startApp, type TestApp } from '../support/app'
+
+/** A response body as loosely typed JSON (the DOM typings say unknown). */
+const jsonOf = (res: Response): Promise<any> => res.json()
+
+const FREE_POLICY = '"minute";q=60;w=60, "day";q=1000;w=86400'
+
+const apps: TestApp[] = []
+afterEach(() => {
+  for (const app of apps.splice(0)) app.stop()
+})
+function fresh(input: ConfigInput = {}): TestApp {
+  const app = startApp(input)
+  apps.push(app)
+  return app
+}
+
+/** The fake clock's current Unix time in seconds. */
+const unixNow = (app: TestApp) => Math.ceil(app.clock.now / 1000)
+
+function list(app: TestApp, headers: Record<string, string> = {}) {
+  return fetch(`${app.base}/pets`, { headers })
+}
+
+/** Sends `n` requests one after another; returns the responses (bodies consumed). */
+async function burst(n: number, send: () => Promise<Response>): Promise<Response[]> {
+  const out: Response[] = []
+  for (let i = 0; i < n; i++) {
+    const res = await send()
+    await res.arrayBuffer()
+    out.push(res)
+  }
+  return out
+}
+
+function rl(res: Response) {
+  return {
+    limit: res.headers.get('x-ratelimit-limit'),
+    remaining: res.headers.get('x-ratelimit-remaining'),
+    reset: res.headers.get('x-ratelimit-reset'),
+  }
+}
+
+async function expect429(res: Response, code: 'rate_limited' | 'key_banned') {
+  expect(res.status).toBe(429)
+  expect(res.headers.get('content-type')).toStartWith('application/json')
+  expect(await jsonOf(res)).toEqual({ code, message: expect.any(String), status: 429 })
+  const retryAfter = res.headers.get('retry-after')
+  expect(retryAfter).toMatch(/^\d+$/)
+  expect(Number(retryAfter)).toBeGreaterThanOrEqual(1)
+  return Number(retryAfter)
+}
+
+function expectRateLimitFields(res: Response) {
+  for (const name of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'])
+    expect(res.headers.get(name), name).toMatch(/^\d+$/)
+  expect(res.headers.get('ratelimit-policy')).toMatch(/^"minute";q=\d+;w=60, "day";q=\d+;w=86400$/)
+  expect(res.headers.get('ratelimit')).toMatch(/^"(minute|day)";r=\d+;t=\d+$/)
+}
+
+describe('rate-limit fields on every response under the base', () => {
+  test('200, 201, 400, 401, 404, 405, 429 and 501 all carry X-RateLimit-*, RateLimit and RateLimit-Policy', async () => {
+    const app = fresh()
+    const key = app.key('enterprise', { rpm: 1000, rpd: 10000 })
+    const tiny = app.key('enterprise', { rpm: 1, rpd: 10 })
+    const responses: [number, Response][] = [
+      [200, await list(app, auth(key))],
+      [201, await postPet(app.base, key, { name: 'x', categoryId: 1 })],
+      [400, await fetch(`${app.base}/pets?limit=0`, { headers: auth(key) })],
+      [401, await list(app)],
+      [401, await list(app, auth('psk_wrong'))],
+      [404, await fetch(`${app.base}/pets/99`, { headers: auth(key) })],
+      [404, await fetch(`${app.base}/nothing`, { headers: auth(key) })],
+      [405, await fetch(`${app.base}/pets`, { method: 'DELETE', headers: auth(key) })],
+      [501, await fetch(`${app.base}/store/orders`, { headers: auth(key) })],
+      [200, await list(app, auth(tiny))],
+      [429, await list(app, auth(tiny))],
+    ]
+    for (const [status, res] of responses) {
+      expect(res.status).toBe(status)
+      expectRateLimitFields(res)
+    }
+  })
+
+  test('paths outside the base carry no rate-limit fields and are not limited', async () => {
+    const app = fresh()
+    await burst(61, () => list(app))
+    expect((await list(app)).status).toBe(429)
+    for (const path of ['/healthz', '/readyz', '/metrics', '/openapi.json']) {
+      const res = await fetch(`${app.origin}${path}`)
+      expect(res.status).toBe(200)
+      expect(res.headers.get('x-ratelimit-limit')).toBeNull()
+    }
+  })
+})
+
+describe('Free plan: 60 per minute, 1000 per day', () => {
+  test('remaining counts down 59..0 with exact limit, reset and draft fields; the 61st is a 429', async () => {
+    const app = fresh()
+    const key = app.key('free')
+    const start = unixNow(app)
+    for (let i = 1; i <= 60; i++) {
+      const res = await list(app, auth(key))
+      expect(res.status).toBe(200)
+      expect(rl(res)).toEqual({ limit: '60', remaining: String(60 - i), reset: String(start + i) })
+      expect(res.headers.get('ratelimit')).toBe(`"minute";r=${60 - i};t=${i}`)
+      expect(res.headers.get('ratelimit-policy')).toBe(FREE_POLICY)
+      await res.arrayBuffer()
+    }
+    const res = await list(app, auth(key))
+    const retryAfter = await expect429(res, 'rate_limited')
+    expect(retryAfter).toBe(1)
+    expect(rl(res)).toEqual({ limit: '60', remaining: '0', reset: String(start + 60) })
+    expect(res.headers.get('ratelimit-policy')).toBe(FREE_POLICY)
+  })
+
+  test('the minute bucket refills continuously as the clock advances', async () => {
+    const app = fresh()
+    const key = app.key('free')
+    await burst(60, () => list(app, auth(key)))
+    await expect429(await list(app, auth(key)), 'rate_limited')
+
+    app.clock.advance(500)
+    expect(await expect429(await list(app, auth(key)), 'rate_limited')).toBe(1)
+
+    app.clock.advance(500)
+    const one = await list(app, auth(key))
+    expect(one.status).toBe(200)
+    expect(one.headers.get('x-ratelimit-remaining')).toBe('0')
+    await expect429(await list(app, auth(key)), 'rate_limited')
+
+    app.clock.advance(10_000)
+    const after = await burst(11, () => list(app, auth(key)))
+    expect(after.map((r) => r.status)).toEqual([...Array(10).fill(200), 429])
+
+    app.clock.advance(60_000)
+    const full = await list(app, auth(key))
+    expect(full.status).toBe(200)
+    expect(full.headers.get('x-ratelimit-remaining')).toBe('59')
+  })
+
+  test('a rejected request takes no token', async () => {
+    const app = fresh()
+    const key = app.key('free')
+    await burst(60, () => list(app, auth(key)))
+    const rejected = await burst(20, () => list(app, auth(key)))
+    expect(rejected.every((r) => r.status === 429)).toBe(true)
+    app.clock.advance(1000)
+    expect((await list(app, auth(key))).status).toBe(200)
+  })
+
+  test('POST counts against the same buckets as GET', async () => {
+    const app = fresh()
+    const key = app.key('free')
+    await burst(30, () => list(app, auth(key)))
+    await burst(30, () => postPet(app.base, key, { name: 'x', categoryId: 1 }))
+    const res = await postPet(app.base, key, { name: 'x', categoryId: 1 })
+    await expect429(res, 'rate_limited')
+    expect(app.storage.pets.count()).toBe(30)
+  })
+
+  test('Pro keys get 300 per minute', async () => {
+    const app = fresh()
+    const res = await list(app, auth(app.key('pro')))
+    expect(rl(res).limit).toBe('300')
+    expect(rl(res).remaining).toBe('299')
+    expect(res.headers.get('ratelimit-policy')).toBe('"minute";q=300;w=60, "day";q=10000;w=86400')
+  })
+
+  test('Business keys get 1000 per minute', async () => {
+    const app = fresh()
+    const res = await list(app, auth(app.key('business')))
+    expect(res.headers.get('ratelimit-policy')).toBe('"minute";q=1000;w=60, "day";q=100000;w=86400')
+  })
+})
+
+describe('the day bucket', () => {
+  test('is the one in force when it has fewer tokens, and limits on its own', async () => {
+    const app = fresh()
+    const key = app.key('enterprise', { rpm: 100, rpd: 5 })
+    const start = unixNow(app)
+    for (let i = 1; i <= 5; i++) {
+      const res = await list(app, auth(key))
+      expect(res.status).toBe(200)
+      expect(rl(res).limit).toBe('5')
+      expect(rl(res).remaining).toBe(String(5 - i))
+      // The day bucket refills one token per 17 280 s.
+      expect(rl(res).reset).toBe(String(start + 17_280 * i))
+      expect(res.headers.get('ratelimit')).toBe(`"day";r=${5 - i};t=${17_280 * i}`)
+      expect(res.headers.get('ratelimit-policy')).toBe('"minute";q=100;w=60, "day";q=5;w=86400')
+    }
+    const res = await list(app, auth(key))
+    expect(await expect429(res, 'rate_limited')).toBe(17_280)
+    expect(rl(res).limit).toBe('5')
+
+    // A minute later the minute bucket is full, but the day bucket still has no token.
+    app.clock.advance(60_000)
+    const stillLimited = await list(app, auth(key))
+    const wait = await expect429(stillLimited, 'rate_limited')
+    expect(wait).toBe(17_280 - 60)
+
+    app.clock.advance(wait * 1000)
+    expect((await list(app, auth(key))).status).toBe(200)
+    await expect429(await list(app, auth(key)), 'rate_limited')
+  })
+
+  test('the minute bucket is in force while it has fewer tokens', async () => {
+    const app = fresh()
+    const key = app.key('enterprise', { rpm: 2, rpd: 1000 })
+    const res = await list(app, auth(key))
+    expect(rl(res).limit).toBe('2')
+    expect(rl(res).remaining).toBe('1')
+  })
+
+  test('rejections take no token from the day bucket either', async () => {
+    const app = fresh()
+    const key = app.key('enterprise', { rpm: 3, rpd: 5 })
+    await burst(3, () => list(app, auth(key)))
+    const rejected = await burst(5, () => list(app, auth(key)))
+    expect(rejected.every((r) => r.status === 429)).toBe(true)
+    app.clock.advance(60_000)
+    const res = await list(app, auth(key))
+    expect(res.status).toBe(200)
+    // 5 - 3 allowed - this one = 1 left in the day bucket, now the one in force.
+    expect(rl(res)).toMatchObject({ limit: '5', remaining: '1' })
+    expect((await list(app, auth(key))).status).toBe(200)
+    await expect429(await list(app, auth(key)), 'rate_limited')
+  })
+})
+
+describe('bans', () => {
+  test('more than banAfter 429s within a minute bans the key until the ban ends', async () => {
+    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    const key = app.key('free')
+    await burst(60, () => list(app, auth(key)))
+    // Rejections 1..3: plain 429s.
+    for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
+    // The 4th (> banAfter) starts the ban; its Retry-After already covers it.
+    expect(await expect429(await list(app, auth(key)), 'rate_limited')).toBe(60)
+    // From then on: key_banned, even once the minute bucket has tokens again.
+    expect(await expect429(await list(app, auth(key)), 'key_banned')).toBe(60)
+    app.clock.advance(30_000)
+    const banned = await list(app, auth(key))
+    expect(await expect429(banned, 'key_banned')).toBe(30)
+    expectRateLimitFields(banned)
+    app.clock.advance(29_000)
+    expect(await expect429(await list(app, auth(key)), 'key_banned')).toBe(1)
+    app.clock.advance(1_000)
+    const ok = await list(app, auth(key))
+    expect(ok.status).toBe(200)
+
+    const metrics = await (await fetch(`${app.origin}/metrics`)).text()
+    expect(metrics).toMatch(/^petstore_bans_total 1$/m)
+    expect(metrics).toMatch(/^petstore_rate_limit_rejections_total\{reason="key_banned"\} 3$/m)
+    expect(metrics).toMatch(/^petstore_rate_limit_rejections_total\{reason="rate_limited"\} 4$/m)
+  })
+
+  test('exactly banAfter 429s within a minute does not ban', async () => {
+    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    const key = app.key('free')
+    await burst(60, () => list(app, auth(key)))
+    for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
+    app.clock.advance(1000)
+    expect((await list(app, auth(key))).status).toBe(200)
+  })
+
+  test('429s spread over more than a minute do not ban', async () => {
+    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    const key = app.key('free')
+    await burst(60, () => list(app, auth(key)))
+    for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
+    app.clock.advance(61_000)
+    await burst(60, () => list(app, auth(key)))
+    await expect429(await list(app, auth(key)), 'rate_limited')
+    app.clock.advance(1000)
+    expect((await list(app, auth(key))).status).toBe(200)
+  })
+
+  test('the default is a ban after more than 50 429s within a minute', async () => {
+    const app = fresh()
+    const key = app.key('enterprise', { rpm: 1, rpd: 1000 })
+    await list(app, auth(key))
+    const rejected = await burst(51, () => list(app, auth(key)))
+    expect(rejected.every((r) => r.status === 429)).toBe(true)
+    await expect429(await list(app, auth(key)), 'key_banned')
+    app.clock.advance(599_000)
+    await expect429(await list(app, auth(key)), 'key_banned')
+    app.clock.advance(1_000)
+    expect((await list(app, auth(key))).status).toBe(200)
+  })
+
+  test('an address without a valid key is banned the same way', async () => {
+    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    await burst(60, () => list(app))
+    await burst(4, () => list(app))
+    await expect429(await list(app), 'key_banned')
+  })
+
+  test('a banned key does not ban other keys', async () => {
+    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    const a = app.key('free')
+    const b = app.key('free')
+    await burst(65, () => list(app, auth(a)))
+    await expect429(await list(app, auth(a)), 'key_banned')
+    expect((await list(app, auth(b))).status).toBe(200)
+  })
+})
+
+describe('isolation and per-address limiting', () => {
+  test('two keys have separate buckets', async () => {
+    const app = fresh()
+    const a = app.key('free')
+    const b = app.key('free')
+    await burst(60, () => list(app, auth(a)))
+    await expect429(await list(app, auth(a)), 'rate_limited')
+    const res = await list(app, auth(b))
+    expect(res.status).toBe(200)
+    expect(rl(res).remaining).toBe('59')
+  })
+
+  test('requests without a valid key are limited per address with Free numbers: the 61st is a 429, not a 401', async () => {
+    const app = fresh()
+    for (let i = 1; i <= 60; i++) {
+      // Missing and wrong keys share the address's bucket.
+      const res = await list(app, i % 2 ? {} : auth(`psk_guess${i}`))
+      expect(res.status).toBe(401)
+      expect(rl(res)).toMatchObject({ limit: '60', remaining: String(60 - i) })
+      expect(res.headers.get('ratelimit-policy')).toBe(FREE_POLICY)
+      await res.arrayBuffer()
+    }
+    await expect429(await list(app), 'rate_limited')
+    await expect429(await list(app, auth('psk_another_guess')), 'rate_limited')
+    // A valid key from the same address is limited by its own buckets.
+    const res = await list(app, auth(app.key('free')))
+    expect(res.status).toBe(200)
+    expect(rl(res).remaining).toBe('59')
+  })
+
+  test('with trustProxy the rightmost X-Forwarded-For entry is the client address', async () => {
+    const app = fresh({ trustProxy: true })
+    await burst(60, () => list(app, { 'x-forwarded-for': '10.0.0.1, 203.0.113.5' }))
+    // Same rightmost address, different leftmost (client-supplied) part: same bucket.
+    await expect429(await list(app, { 'x-forwarded-for': '198.51.100.7, 203.0.113.5' }), 'rate_limited')
+    await expect429(await list(app, { 'x-forwarded-for': '203.0.113.5' }), 'rate_limited')
+    // Another rightmost address has its own bucket.
+    const other = await list(app, { 'x-forwarded-for': '203.0.113.5, 203.0.113.6' })
+    expect(other.status).toBe(401)
+    expect(rl(other).remaining).toBe('59')
+    // The socket address itself (no header) also has its own bucket.
+    expect((await list(app)).status).toBe(401)
+  })
+
+  test('without trustProxy X-Forwarded-For is ignored', async () => {
+    const app = fresh()
+    await burst(60, () => list(app, { 'x-forwarded-for': '203.0.113.5' }))
+    await expect429(await list(app, { 'x-forwarded-for': '203.0.113.6' }), 'rate_limited')
+    await expect429(await list(app), 'rate_limited')
+  })
+})

@@ -1,0 +1,94 @@
+/**
+ * Everything that is not a pets operation: GET /store/orders (501), unknown paths (JSON 404) and
+ * known paths with other methods (405 with Allow).
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { auth, startApp, type TestApp } from '../support/app'
+
+/** A response body as loosely typed JSON (the DOM typings say unknown). */
+const jsonOf = (res: Response): Promise<any> => res.json()
+
+let app: TestApp
+let key: string
+
+beforeAll(() => {
+  app = startApp()
+  key = app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
+})
+afterAll(() => app.stop())
+
+async function expectError(res: Response, status: number, code: string) {
+  expect(res.status).toBe(status)
+  expect(res.headers.get('content-type')).toStartWith('application/json')
+  expect(await jsonOf(res)).toEqual({ code, message: expect.any(String), status })
+}
+
+describe('GET /store/orders', () => {
+  test('answers 501 not_implemented with a key', async () => {
+    await expectError(await fetch(`${app.base}/store/orders`, { headers: auth(key) }), 501, 'not_implemented')
+  })
+
+  test('answers 401 without a key', async () => {
+    const res = await fetch(`${app.base}/store/orders`)
+    await expectError(res, 401, 'unauthorized')
+    expect(res.headers.get('www-authenticate')).toBe('Bearer realm="petstore"')
+  })
+
+  test('answers 401 with a wrong key', async () => {
+    await expectError(await fetch(`${app.base}/store/orders`, { headers: auth('psk_nope') }), 401, 'unauthorized')
+  })
+})
+
+describe('unknown paths', () => {
+  for (const path of ['/nothing', '/pets/1/photos', '/store', '/store/orders/1', '/petsx', '']) {
+    test(`GET BASE${path || ' (the base itself)'} with a key is a JSON 404`, async () => {
+      await expectError(await fetch(`${app.base}${path}`, { headers: auth(key) }), 404, 'not_found')
+    })
+  }
+
+  for (const path of ['/nope', '/', '/v2/pets', '/pets', '/V1/pets']) {
+    test(`${path} outside the base is a JSON 404`, async () => {
+      await expectError(await fetch(`${app.origin}${path}`), 404, 'not_found')
+    })
+  }
+
+  test('a 404 message does not echo an unbounded path', async () => {
+    const res = await fetch(`${app.base}/${'x'.repeat(5000)}`, { headers: auth(key) })
+    expect(res.status).toBe(404)
+    expect((await jsonOf(res)).message.length).toBeLessThan(1000)
+  })
+})
+
+describe('known paths with another method', () => {
+  const cases: [string, string, string[]][] = [
+    ['DELETE', '/pets', ['GET', 'POST']],
+    ['PUT', '/pets', ['GET', 'POST']],
+    ['PATCH', '/pets', ['GET', 'POST']],
+    ['PUT', '/pets/1', ['GET']],
+    ['DELETE', '/pets/1', ['GET']],
+    ['POST', '/pets/1', ['GET']],
+    ['POST', '/store/orders', ['GET']],
+  ]
+  for (const [method, path, allowed] of cases) {
+    test(`${method} ${path} is a 405 with Allow: ${allowed.join(', ')}`, async () => {
+      const res = await fetch(`${app.base}${path}`, { method, headers: auth(key) })
+      await expectError(res, 405, 'method_not_allowed')
+      const allow = res.headers
+        .get('allow')!
+        .split(',')
+        .map((m) => m.trim())
+        .filter((m) => m !== 'HEAD' && m !== 'OPTIONS')
+        .sort()
+      expect(allow).toEqual(allowed)
+    })
+  }
+
+  test('a 405 is a JSON Error also when the request has a body', async () => {
+    const res = await fetch(`${app.base}/pets`, {
+      method: 'DELETE',
+      headers: { ...auth(key), 'content-type': 'application/json' },
+      body: '{}',
+    })
+    await expectError(res, 405, 'method_not_allowed')
+  })
+})
