@@ -5,7 +5,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
 import { bindPort, ConfigError, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
-import { createKey, KeyInputError } from './modules/keys/service'
+import { checkKeyName, createKey, KeyInputError, limitsFor } from './modules/keys/service'
 import { openSqliteStorage } from './storage/sqlite'
 import { StorageOpenError, type ApiKeyRecord } from './storage/types'
 
@@ -152,7 +152,14 @@ async function serve(args: string[]): Promise<number> {
   )
   if (values.help) return help(USAGE.serve)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.serve)
-  const config = resolveConfig(configInput(values))
+  const config = asUsageError(() => resolveConfig(configInput(values)), USAGE.serve)
+  // Handlers first: a supervisor may signal as soon as it reads the listening line.
+  let stop = (signal: string): unknown => {
+    console.error(`petstore: ${signal} received before the server started`)
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => stop('SIGTERM'))
+  process.on('SIGINT', () => stop('SIGINT'))
   const storage = openSqliteStorage(config.dataFile, { verify: true })
   if (storage.keys.list().length === 0) {
     const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
@@ -172,7 +179,7 @@ async function serve(args: string[]): Promise<number> {
   )
 
   let stopping = false
-  const stop = async (signal: string) => {
+  stop = async (signal: string) => {
     if (stopping) return
     stopping = true
     console.error(`petstore: ${signal} received, finishing in-flight requests`)
@@ -185,9 +192,17 @@ async function serve(args: string[]): Promise<number> {
     console.error('petstore: stopped')
     process.exit(0)
   }
-  process.on('SIGTERM', () => void stop('SIGTERM'))
-  process.on('SIGINT', () => void stop('SIGINT'))
   return new Promise<number>(() => {})
+}
+
+/** Runs a check of command-line values; its complaint is reported with the command's usage. */
+function asUsageError<T>(check: () => T, usage: string): T {
+  try {
+    return check()
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof KeyInputError) throw new UsageError(error.message, usage)
+    throw error
+  }
 }
 
 function help(usage: string): number {
@@ -195,9 +210,9 @@ function help(usage: string): number {
   return 0
 }
 
-function openForCommand(values: Record<string, unknown>) {
-  parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV)
-  return openSqliteStorage(resolveDataFile(configInput(values), process.env))
+function openForCommand(values: Record<string, unknown>, usage: string, mustExist: boolean) {
+  const file = asUsageError(() => resolveDataFile(configInput(values), process.env), usage)
+  return openSqliteStorage(file, { mustExist })
 }
 
 async function keys(args: string[]): Promise<number> {
@@ -235,16 +250,20 @@ async function keys(args: string[]): Promise<number> {
     )
 
   if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE.keys)
-  const storage = openForCommand(values)
+  const limit = (flag: 'rpm' | 'rpd') =>
+    values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
+  const input = asUsageError(() => {
+    const checked = { plan: values.plan as string, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
+    if (sub === 'create') {
+      limitsFor(checked)
+      checkKeyName(checked.name)
+    }
+    return checked
+  }, USAGE.keys)
+  const storage = openForCommand(values, USAGE.keys, sub !== 'create')
   try {
     if (sub === 'create') {
-      const limit = (flag: 'rpm' | 'rpd') =>
-        values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
-      const { secret, record } = createKey(
-        storage.keys,
-        { plan: values.plan as string, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') },
-        Date.now(),
-      )
+      const { secret, record } = createKey(storage.keys, input, Date.now())
       console.error(
         `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day). ` +
           'Its secret, shown only now, is the next line:',
@@ -294,7 +313,7 @@ async function backup(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE.backup)
   if (values.help) return help(USAGE.backup)
   if (positionals.length !== 1) throw new UsageError('backup needs exactly one FILE', USAGE.backup)
-  const storage = openForCommand(values)
+  const storage = openForCommand(values, USAGE.backup, true)
   try {
     storage.backup(positionals[0]!)
   } finally {
@@ -308,9 +327,10 @@ async function healthcheck(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, { port: { type: 'string' } }, USAGE.healthcheck)
   if (values.help) return help(USAGE.healthcheck)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.healthcheck)
-  const env = parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV)
+  const env = asUsageError(() => parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV), USAGE.healthcheck)
   const portText = (values.port as string | undefined) ?? process.env.PETSTORE_PORT
-  const port = portText === undefined ? ENVIRONMENTS[env].port : parseInteger('--port', portText, 1, 65535)
+  const port =
+    portText === undefined ? ENVIRONMENTS[env].port : asUsageError(() => parseInteger('--port', portText, 1, 65535), USAGE.healthcheck)
   try {
     const response = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(2000) })
     return response.status === 200 ? 0 : 1

@@ -7,7 +7,7 @@ test('in-process app creates and reads a pet over HTTP', async () => {
   const key = app.key()
   const created = await postPet(app.base, key, { name: 'Rex', categoryId: 1 })
   expect(created.status).toBe(201)
-  const pet = await created.json()
+  const pet = (await created.json()) as { id: number }
   const read = await fetch(`${app.base}/pets/${pet.id}`, { headers: auth(key) })
   expect(await read.json()).toEqual(pet)
 })

@@ -88,6 +88,8 @@ function checkHeader(file: string): void {
 export interface OpenOptions {
   /** Run the integrity check: the server does, short-lived CLI commands need not. */
   verify?: boolean
+  /** Refuse a missing file instead of creating it (commands that only read or change existing data). */
+  mustExist?: boolean
 }
 
 export function openSqliteStorage(file: string, options: OpenOptions = {}): Storage {
@@ -95,8 +97,16 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   if (!inMemory) {
     // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
     process.umask(0o077)
-    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
-    checkHeader(file)
+    if (options.mustExist && !existsSync(file))
+      throw new StorageOpenError(`no data file at ${file}; check --data and --env, or start the server once`)
+    try {
+      if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
+      mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+      checkHeader(file)
+    } catch (error) {
+      if (error instanceof StorageOpenError) throw error
+      throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
+    }
   }
   let db: Database
   try {
@@ -334,7 +344,11 @@ class SqliteStorage implements Storage {
 
   backup(file: string): void {
     if (existsSync(file)) throw new StorageOpenError(`${file} already exists; choose a new file name`)
-    this.db.query('VACUUM INTO ?').run(file)
+    try {
+      this.db.query('VACUUM INTO ?').run(file)
+    } catch (error) {
+      throw new StorageOpenError(`cannot write the backup to ${file}: ${(error as Error).message}`)
+    }
     chmodSync(file, 0o600)
   }
 

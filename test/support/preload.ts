@@ -2,6 +2,7 @@
  * Builds dist/petstore before the suite when it is missing or older than the sources, so `bun test`
  * on a fresh clone tests the binary that `bun run build` makes.
  */
+import { setDefaultTimeout } from 'bun:test'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 
@@ -22,3 +23,6 @@ if (!existsSync(binary) || statSync(binary).mtimeMs < sources) {
   const build = Bun.spawnSync(['bun', 'run', 'build'], { cwd: root, stdout: 'inherit', stderr: 'inherit' })
   if (build.exitCode !== 0) throw new Error('bun run build failed; the binary tests cannot run')
 }
+
+// Binary tests start real processes; the default 5 s is too tight on a loaded 2-core machine.
+setDefaultTimeout(60_000)

@@ -46,6 +46,12 @@ export function limitsFor(input: CreateKeyInput): Limits {
   return PLAN_LIMITS[input.plan as Exclude<Plan, 'enterprise'>]
 }
 
+export function checkKeyName(name = ''): string {
+  if (name.length > 200 || /[\u0000-\u001f\u007f-\u009f]/.test(name))
+    throw new KeyInputError('--name must be at most 200 characters with no control characters')
+  return name
+}
+
 /** Creates a key and returns its one-time secret with the stored record. */
 export function createKey(
   keys: KeyRepository,
@@ -53,9 +59,7 @@ export function createKey(
   now: number,
 ): { secret: string; record: ApiKeyRecord } {
   const limits = limitsFor(input)
-  const name = input.name ?? ''
-  if (name.length > 200 || /[\u0000-\u001f\u007f]/.test(name))
-    throw new KeyInputError('--name must be at most 200 characters with no control characters')
+  const name = checkKeyName(input.name)
   const secret = SECRET_PREFIX + randomToken(32)
   const record: ApiKeyRecord = {
     id: `key_${randomToken(9)}`,

@@ -1,0 +1,102 @@
+/**
+ * `petstore backup FILE`: a consistent copy taken while the server runs and writes, which the server
+ * opens as a data file; never overwriting an existing file; owner-only.
+ */
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet } from './helpers'
+
+afterAll(killSpawned)
+// Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
+setDefaultTimeout(20_000)
+
+describe('backup', () => {
+  test('taken while a writer posts, it opens with the server and holds every pet acknowledged before it began', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'live.db')
+    const backupFile = join(dir, 'copy.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    const acknowledged: PetBody[] = []
+    let writing = true
+    const writer = (async () => {
+      for (let i = 0; writing; i++) {
+        const response = await postPet(server.base, key, { name: `pet ${i}`, categoryId: i })
+        expect(response.status).toBe(201)
+        acknowledged.push((await response.json()) as PetBody)
+      }
+    })()
+    await eventually(() => acknowledged.length >= 100)
+    const before = acknowledged.slice()
+    const result = await cliAsync(['backup', backupFile, '--data', dataFile])
+    const duringBackup = acknowledged.length - before.length
+    writing = false
+    await writer
+    expect({ code: result.code, stderr: result.stderr }).toEqual({ code: 0, stderr: expect.any(String) })
+    expect(result.stdout).toBe('')
+    // The writer really ran alongside.
+    expect(duringBackup).toBeGreaterThan(0)
+    expect(statSync(backupFile).mode & 0o777).toBe(0o600)
+    expect(await server.stop()).toBe(0)
+
+    const fromBackup = await startServer({ dataFile: backupFile })
+    expect(fromBackup.bootstrapKey).toBeUndefined()
+    const stored = await listAll(fromBackup.base, key, (url) => url.replace(/^http:\/\/localhost:\d+/, fromBackup.origin))
+    const byId = new Map(stored.map((pet) => [pet.id, pet]))
+    for (const pet of before) expect(byId.get(pet.id)).toEqual(pet)
+    // Consistent: ids form an unbroken run from 1 (a torn copy would miss some).
+    expect(stored.map((p) => p.id)).toEqual(stored.map((_, i) => i + 1))
+    expect(await fromBackup.stop()).toBe(0)
+  }, 20_000)
+
+  test('to an existing file it fails non-zero and leaves the file as it was', () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const target = join(dir, 'precious.db')
+    writeFileSync(target, 'do not overwrite me')
+    const result = cli(['backup', target, '--data', dataFile])
+    expect(result.code).not.toBe(0)
+    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*(exist)/)
+    expect(looksLikeStackTrace(result.stderr)).toBe(false)
+    expect(readFileSync(target, 'utf8')).toBe('do not overwrite me')
+  })
+
+  test('a second backup to the same name fails; the first copy is intact', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const target = join(dir, 'copy.db')
+    expect(cli(['backup', target, '--data', dataFile]).code).toBe(0)
+    const bytes = readFileSync(target)
+    expect(cli(['backup', target, '--data', dataFile]).code).not.toBe(0)
+    expect(readFileSync(target).equals(bytes)).toBe(true)
+    const server = await startServer({ dataFile: target })
+    expect((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('into a folder that does not exist: either the folder is made or a one-line reason, never a stack trace', () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const target = join(dir, 'no-such-folder', 'copy.db')
+    const result = cli(['backup', target, '--data', dataFile])
+    expect(looksLikeStackTrace(result.stderr)).toBe(false)
+    if (result.code === 0) expect(statSync(target).mode & 0o777).toBe(0o600)
+    else expect(result.stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(/^petstore: .*no-such-folder/)])
+  })
+
+  test('of a data file that does not exist, it fails and creates neither file', () => {
+    const dir = tempDir()
+    const missing = join(dir, 'typo', 'petstore.db')
+    const target = join(dir, 'copy.db')
+    const result = cli(['backup', target, '--data', missing])
+    expect(result.code).not.toBe(0)
+    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: /)
+    expect(existsSync(missing)).toBe(false)
+    expect(existsSync(target)).toBe(false)
+  })
+})

@@ -1,0 +1,222 @@
+/**
+ * The command line as a user meets it: usage and version, one-line reasons for mistakes, and the keys
+ * commands (create prints the secret alone; list never shows a secret; revoke).
+ */
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, tempDir } from '../support/binary'
+import { auth, killSpawned, looksLikeStackTrace, spawnServe } from './helpers'
+import pkg from '../../package.json'
+
+afterAll(killSpawned)
+// Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
+setDefaultTimeout(20_000)
+
+const sha256 = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest('hex')
+
+describe('usage and version', () => {
+  test('--help prints the usage on stdout and exits 0', () => {
+    const result = cli(['--help'], { cwd: tempDir() })
+    expect(result.code).toBe(0)
+    expect(result.stdout).toContain('Usage: petstore COMMAND')
+    for (const command of ['serve', 'keys', 'backup', 'healthcheck', '--version']) expect(result.stdout).toContain(command)
+    expect(result.stderr).toBe('')
+  })
+
+  test.each([
+    [['serve', '--help'], ['Usage: petstore serve', '--port', '--host', '--base-url', '--env', '--data']],
+    [['keys', '--help'], ['Usage: petstore keys create', 'keys list', 'keys revoke', '--plan', '--rpm', '--rpd']],
+    [['keys', 'create', '--help'], ['Usage: petstore keys create', '--plan']],
+    [['backup', '--help'], ['Usage: petstore backup FILE']],
+    [['healthcheck', '--help'], ['Usage: petstore healthcheck', '--port']],
+  ])('%p prints that command’s usage on stdout and exits 0', (args, expected) => {
+    const cwd = tempDir()
+    const result = cli(args, { cwd })
+    expect(result.code).toBe(0)
+    for (const text of expected) expect(result.stdout).toContain(text)
+    expect(result.stderr).toBe('')
+    // Asking for help touches no data file.
+    expect(readdirSync(cwd)).toEqual([])
+  })
+
+  test('--version prints the package version on stdout and exits 0', () => {
+    const result = cli(['--version'], { cwd: tempDir() })
+    expect(result.code).toBe(0)
+    expect(result.stdout.trim()).toBe(`petstore ${pkg.version}`)
+    expect(result.stderr).toBe('')
+  })
+})
+
+describe('mistakes exit non-zero with a one-line reason and the usage', () => {
+  // [args, what the reason line must mention, the usage that must follow]
+  const cases: [string[], RegExp, string][] = [
+    [['frobnicate'], /unknown command.*frobnicate/i, 'Usage: petstore COMMAND'],
+    [['--bogus'], /--bogus/, 'Usage: petstore COMMAND'],
+    [['serve', '--bogus'], /--bogus/, 'Usage: petstore serve'],
+    [['keys', 'list', '--bogus'], /--bogus/, 'Usage: petstore keys'],
+    [['keys', 'frob'], /frob/, 'Usage: petstore keys'],
+    [['keys', 'create', '--name', 'x'], /--plan/, 'Usage: petstore keys'],
+    [['keys', 'revoke'], /revoke.*ID|ID/i, 'Usage: petstore keys'],
+    [['keys', 'create', '--plan', 'gold'], /--plan.*gold|gold.*plan/i, 'Usage: petstore keys'],
+    [['keys', 'create', '--plan', 'pro', '--rpm', '100'], /--rpm/, 'Usage: petstore keys'],
+    [['keys', 'create', '--plan', 'enterprise'], /--rpm/, 'Usage: petstore keys'],
+    [['keys', 'create', '--plan', 'enterprise', '--rpm', '10'], /--rpd/, 'Usage: petstore keys'],
+    [['keys', 'create', '--plan', 'enterprise', '--rpm', 'ten', '--rpd', '10'], /--rpm/, 'Usage: petstore keys'],
+    [['serve', '--port', 'abc'], /--port.*abc/, 'Usage: petstore serve'],
+    [['serve', '--port', '70000'], /--port.*70000/, 'Usage: petstore serve'],
+    [['serve', '--env', 'qa'], /--env.*qa/, 'Usage: petstore serve'],
+    [['backup'], /FILE/, 'Usage: petstore backup'],
+  ]
+
+  test.each(cases)('%p: non-zero exit, one reason line on stderr, nothing on stdout', (args, reason) => {
+    const cwd = tempDir()
+    const result = cli([...args], { cwd })
+    expect(result.code).not.toBe(0)
+    expect(result.stdout).toBe('')
+    const [first, second] = result.stderr.split('\n')
+    expect(first).toMatch(/^petstore: /)
+    expect(first).toMatch(reason)
+    // One line: whatever follows the reason is a blank line (then the usage) or nothing.
+    expect(second ?? '').toBe('')
+    expect(looksLikeStackTrace(result.stderr)).toBe(false)
+  })
+
+  test.each(cases)('%p: the usage follows the reason on stderr', (args, _reason, usage) => {
+    const result = cli([...args], { cwd: tempDir() })
+    expect(result.code).not.toBe(0)
+    expect(result.stderr).toContain(usage)
+  })
+
+  test('a rejected keys create leaves no data file behind', () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'data', 'petstore.db')
+    const result = cli(['keys', 'create', '--plan', 'gold', '--data', dataFile], { cwd: dir })
+    expect(result.code).not.toBe(0)
+    expect(existsSync(dataFile)).toBe(false)
+  })
+})
+
+describe('keys', () => {
+  test('keys create prints the secret alone, as the last and only line of stdout', () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const result = cli(['keys', 'create', '--plan', 'pro', '--name', 'x', '--data', dataFile])
+    expect(result.code).toBe(0)
+    expect(result.stdout.endsWith('\n')).toBe(true)
+    const lines = result.stdout.split('\n').slice(0, -1)
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^psk_[A-Za-z0-9_-]{32,}$/)
+    // The human message goes to stderr and does not repeat the secret.
+    expect(result.stderr).toMatch(/pro/)
+    expect(result.stderr).not.toContain(lines[0]!)
+  })
+
+  test('two keys get different secrets and ids', () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const a = cli(['keys', 'create', '--plan', 'free', '--data', dataFile])
+    const b = cli(['keys', 'create', '--plan', 'free', '--data', dataFile])
+    expect(a.stdout.trim()).not.toBe(b.stdout.trim())
+    const list = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
+    expect(new Set(list.map((k: { id: string }) => k.id)).size).toBe(2)
+  })
+
+  test('keys list and keys list --json show every field and never a secret or its hash', () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const before = Date.now()
+    const pro = cli(['keys', 'create', '--plan', 'pro', '--name', 'mobile app', '--data', dataFile]).stdout.trim()
+    const big = cli(['keys', 'create', '--plan', 'enterprise', '--rpm', '1000', '--rpd', '30', '--name', 'big', '--data', dataFile])
+      .stdout.trim()
+    const after = Date.now()
+
+    const json = cli(['keys', 'list', '--json', '--data', dataFile])
+    expect(json.code).toBe(0)
+    const rows = JSON.parse(json.stdout)
+    expect(rows).toHaveLength(2)
+    for (const row of rows) {
+      expect(Object.keys(row).sort()).toEqual(['created', 'id', 'lastUsed', 'name', 'plan', 'revoked', 'rpd', 'rpm'])
+      expect(row.id).toMatch(/^\S+$/)
+      const created = Date.parse(row.created)
+      expect(created).toBeGreaterThanOrEqual(before - 1000)
+      expect(created).toBeLessThanOrEqual(after + 1000)
+      expect(row.lastUsed).toBeNull()
+      expect(row.revoked).toBeNull()
+    }
+    const byName = Object.fromEntries(rows.map((r: { name: string }) => [r.name, r]))
+    expect(byName['mobile app']).toMatchObject({ plan: 'pro', rpm: 300, rpd: 10000 })
+    expect(byName.big).toMatchObject({ plan: 'enterprise', rpm: 1000, rpd: 30 })
+
+    const table = cli(['keys', 'list', '--data', dataFile])
+    expect(table.code).toBe(0)
+    const [header, ...lines] = table.stdout.trimEnd().split('\n')
+    for (const column of ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED'])
+      expect(header).toContain(column)
+    expect(lines).toHaveLength(2)
+    const proLine = lines.find((l) => l.includes(byName['mobile app'].id))!
+    expect(proLine).toContain('mobile app')
+    expect(proLine).toMatch(/\bpro\b.*\b300\b.*\b10000\b/)
+    expect(proLine).toContain(byName['mobile app'].created)
+    const bigLine = lines.find((l) => l.includes(byName.big.id))!
+    expect(bigLine).toMatch(/\benterprise\b.*\b1000\b.*\b30\b/)
+
+    for (const secret of [pro, big]) {
+      expect(secret).toMatch(/^psk_/)
+      for (const output of [json, table]) {
+        expect(output.stdout + output.stderr).not.toContain(secret)
+        expect(output.stdout + output.stderr).not.toContain(secret.slice(4))
+        expect((output.stdout + output.stderr).toLowerCase()).not.toContain(sha256(secret))
+      }
+    }
+    expect(json.stdout).not.toMatch(/psk_/)
+    expect(table.stdout).not.toMatch(/psk_/)
+  })
+
+  test('keys revoke ID marks the key revoked; revoking again keeps the first time', () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    cli(['keys', 'create', '--plan', 'pro', '--name', 'keep', '--data', dataFile])
+    cli(['keys', 'create', '--plan', 'pro', '--name', 'drop', '--data', dataFile])
+    const rows = () => JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string; revoked: string | null }[]
+    const drop = rows().find((r) => r.name === 'drop')!
+    const before = Date.now()
+    const result = cli(['keys', 'revoke', drop.id, '--data', dataFile])
+    expect(result.code).toBe(0)
+    expect(result.stdout).toBe('')
+    const after = rows()
+    const revoked = after.find((r) => r.id === drop.id)!.revoked
+    expect(revoked).not.toBeNull()
+    expect(Date.parse(revoked!)).toBeGreaterThanOrEqual(before - 1000)
+    expect(after.find((r) => r.name === 'keep')!.revoked).toBeNull()
+    // The table shows it too.
+    const line = cli(['keys', 'list', '--data', dataFile]).stdout.split('\n').find((l) => l.includes(drop.id))!
+    expect(line).toContain(revoked!)
+
+    cli(['keys', 'revoke', drop.id, '--data', dataFile])
+    expect(rows().find((r) => r.id === drop.id)!.revoked).toBe(revoked)
+  })
+
+  test('revoking an unknown id fails non-zero with a reason and changes nothing', () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    cli(['keys', 'create', '--plan', 'pro', '--data', dataFile])
+    const result = cli(['keys', 'revoke', 'key_doesNotExist', '--data', dataFile])
+    expect(result.code).not.toBe(0)
+    expect(result.stdout).toBe('')
+    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*key_doesNotExist/)
+    expect(looksLikeStackTrace(result.stderr)).toBe(false)
+    const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
+    expect(rows.every((r: { revoked: unknown }) => r.revoked === null)).toBe(true)
+  })
+
+  test('keys list shows when a key was last used by a server', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const secret = cli(['keys', 'create', '--plan', 'pro', '--name', 'used', '--data', dataFile]).stdout.trim()
+    cli(['keys', 'create', '--plan', 'pro', '--name', 'idle', '--data', dataFile])
+    const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', dataFile])
+    const before = Date.now()
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+    const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
+    const used = rows.find((r: { name: string }) => r.name === 'used')
+    expect(used.lastUsed).not.toBeNull()
+    expect(Date.parse(used.lastUsed)).toBeGreaterThanOrEqual(before - 1000)
+    expect(rows.find((r: { name: string }) => r.name === 'idle').lastUsed).toBeNull()
+  })
+})

@@ -1,0 +1,133 @@
+/**
+ * Data files that are not ours or not whole: the server and the CLI refuse them with one clear line,
+ * no stack trace, never start on an empty store, and leave the file as it was.
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, startServer, tempDir } from '../support/binary'
+import { killSpawned, looksLikeStackTrace, postPet, serveExpectingFailure } from './helpers'
+
+afterAll(killSpawned)
+// Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
+setDefaultTimeout(20_000)
+
+/** A real petstore data file with some pets, closed cleanly (checkpointed: no -wal beside it). */
+let realFile: string
+let realKey: string
+beforeAll(async () => {
+  realFile = join(tempDir(), 'real.db')
+  const server = await startServer({ dataFile: realFile })
+  realKey = server.bootstrapKey!
+  for (let i = 0; i < 60; i++)
+    expect((await postPet(server.base, server.bootstrapKey!, { name: `pet ${i} ${'x'.repeat(100)}`, categoryId: i })).status).toBe(201)
+  expect(await server.stop()).toBe(0)
+  expect(existsSync(`${realFile}-wal`) && statSync(`${realFile}-wal`).size > 0).toBe(false)
+})
+
+function expectOneLineRefusal(result: { code: number; stderr: string }, reason: RegExp) {
+  expect(result.code).not.toBe(0)
+  expect(looksLikeStackTrace(result.stderr)).toBe(false)
+  const lines = result.stderr.trimEnd().split('\n')
+  expect(lines).toHaveLength(1)
+  expect(lines[0]).toMatch(/^petstore: /)
+  expect(lines[0]).toMatch(reason)
+}
+
+async function expectRefusedEverywhere(file: string, reason: RegExp) {
+  const before = readFileSync(file)
+  const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', file])
+  expect(served.listened).toBe(false)
+  expect(served.stderr).not.toMatch(/psk_/)
+  expectOneLineRefusal(served, reason)
+  for (const args of [
+    ['keys', 'list', '--data', file],
+    ['keys', 'create', '--plan', 'pro', '--data', file],
+    ['backup', join(tempDir(), 'copy.db'), '--data', file],
+  ]) {
+    const result = cli(args)
+    expect(result.stdout).toBe('')
+    expectOneLineRefusal(result, reason)
+  }
+  // Nothing was written to it: not migrated, not emptied, not "repaired".
+  expect(readFileSync(file).equals(before)).toBe(true)
+}
+
+describe('refused data files', () => {
+  test('a file that is not SQLite (random bytes)', async () => {
+    const file = join(tempDir(), 'random.db')
+    writeFileSync(file, crypto.getRandomValues(new Uint8Array(64 * 1024)))
+    await expectRefusedEverywhere(file, /random\.db.*not .*(SQLite|petstore)/i)
+  })
+
+  test('a file with the SQLite header followed by garbage', async () => {
+    const file = join(tempDir(), 'garbage.db')
+    const bytes = crypto.getRandomValues(new Uint8Array(64 * 1024))
+    bytes.set(new TextEncoder().encode('SQLite format 3\0'))
+    writeFileSync(file, bytes)
+    await expectRefusedEverywhere(file, /garbage\.db/)
+  })
+
+  test('a foreign SQLite database (another application’s tables)', async () => {
+    const file = join(tempDir(), 'foreign.db')
+    const db = new Database(file)
+    db.run('CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)')
+    db.run("INSERT INTO customers (name) VALUES ('Ada'), ('Grace')")
+    db.close()
+    await expectRefusedEverywhere(file, /foreign\.db.*(not create|refus|foreign|not a petstore)/i)
+    const check = new Database(file, { readonly: true })
+    expect(check.query('SELECT name FROM sqlite_schema').all()).toEqual([{ name: 'customers' }])
+    expect(check.query('PRAGMA user_version').get()).toEqual({ user_version: 0 })
+    check.close()
+  })
+
+  test('a petstore file truncated to half its size', async () => {
+    const file = join(tempDir(), 'truncated.db')
+    copyFileSync(realFile, file)
+    const size = statSync(file).size
+    expect(size).toBeGreaterThan(8192)
+    truncateSync(file, Math.floor(size / 2))
+    await expectRefusedEverywhere(file, /truncated\.db.*(damaged|malformed|corrupt)/i)
+  })
+
+  test('a petstore file written by a newer version', async () => {
+    const file = join(tempDir(), 'newer.db')
+    copyFileSync(realFile, file)
+    const db = new Database(file)
+    db.run('PRAGMA user_version = 99')
+    db.close()
+    await expectRefusedEverywhere(file, /newer\.db.*newer/i)
+  })
+
+  test('the untouched original still starts, with its pets (the fixtures above are fair)', async () => {
+    const file = join(tempDir(), 'copy.db')
+    copyFileSync(realFile, file)
+    const server = await startServer({ dataFile: file })
+    expect(server.bootstrapKey).toBeUndefined()
+    const response = await fetch(`${server.base}/pets?limit=100`, { headers: { authorization: `Bearer ${realKey}` } })
+    expect(response.status).toBe(200)
+    expect(await response.json()).toHaveLength(60)
+    expect(await server.stop()).toBe(0)
+  })
+})
+
+describe('unusable data paths', () => {
+  test('--data naming a directory: one line, no stack trace', async () => {
+    const dir = join(tempDir(), 'a-directory.db')
+    mkdirSync(dir)
+    const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', dir])
+    expect(served.listened).toBe(false)
+    expectOneLineRefusal(served, /a-directory\.db/)
+    expectOneLineRefusal(cli(['keys', 'list', '--data', dir]), /a-directory\.db/)
+  })
+
+  test('--data under a regular file: one line, no stack trace', async () => {
+    const file = join(tempDir(), 'plain-file')
+    writeFileSync(file, 'x')
+    const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', join(file, 'petstore.db')])
+    expect(served.listened).toBe(false)
+    expectOneLineRefusal(served, /plain-file/)
+    expectOneLineRefusal(cli(['keys', 'create', '--plan', 'pro', '--data', join(file, 'petstore.db')]), /plain-file/)
+  })
+})

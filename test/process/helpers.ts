@@ -1,0 +1,287 @@
+/**
+ * Helpers for the black-box process tests: a `serve` runner without the harness's fixed flags (for
+ * testing defaults and environment variables), an async CLI runner (so the test process keeps serving
+ * its own sockets while a command runs), free ports, and small HTTP helpers.
+ */
+import { afterAll } from 'bun:test'
+import type { Subprocess } from 'bun'
+import { connect, createServer } from 'node:net'
+import { BINARY, type CliResult, cleanEnv, type Server } from '../support/binary'
+
+const running = new Set<Subprocess>()
+
+/** Kills whatever spawnServe/serveExpectingFailure left running; each test file calls it in afterAll. */
+export function killSpawned(): void {
+  for (const proc of running) proc.kill('SIGKILL')
+  running.clear()
+}
+afterAll(killSpawned)
+
+export const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })
+
+export function postPet(base: string, key: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${base}/pets`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth(key), ...headers },
+    body: JSON.stringify(body),
+  })
+}
+
+export interface PetBody {
+  id: number
+  name: string
+  categoryId: number
+  status: string
+}
+
+/** Every pet, following the `Link: rel="next"` pages. `rewrite` maps a link's base to a reachable one. */
+export async function listAll(base: string, key: string, rewrite: (url: string) => string = (u) => u): Promise<PetBody[]> {
+  const pets: PetBody[] = []
+  let url: string | null = `${base}/pets?limit=100`
+  while (url) {
+    const response: Response = await fetch(url, { headers: auth(key) })
+    if (response.status !== 200) throw new Error(`GET ${url} answered ${response.status}: ${await response.text()}`)
+    pets.push(...((await response.json()) as PetBody[]))
+    const link = response.headers.get('link')
+    const next = link ? /<([^>]+)>;\s*rel="next"/.exec(link) : null
+    url = next ? rewrite(next[1]!) : null
+  }
+  return pets
+}
+
+/** A port nothing listens on: bound, read and released. */
+export async function unusedPort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as { port: number }).port
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+/** Runs a CLI command without blocking this process's event loop. */
+export async function cliAsync(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
+  const proc = Bun.spawn([BINARY, ...args], {
+    cwd: options.cwd,
+    env: cleanEnv(options.env),
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  const [stdout, stderr, code] = await Promise.all([
+    new Response(proc.stdout).text(),
+    new Response(proc.stderr).text(),
+    proc.exited,
+  ])
+  return { code, stdout, stderr }
+}
+
+async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void) {
+  const decoder = new TextDecoder()
+  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+    sink.text += decoder.decode(chunk, { stream: true })
+    onText()
+  }
+}
+
+const LISTENING = /(\w+) listening on http:\/\/[^:]+:(\d+), API at (\S+), data (.+)/
+
+export interface RawServer extends Omit<Server, 'dataFile'> {
+  /** What the server says it runs as. */
+  env: string
+  apiBase: string
+  dataFile: string
+}
+
+/**
+ * `petstore serve ARGS` exactly as given (no --port/--data added), waiting for the "listening" line.
+ * Pass `--port 0` yourself unless the test is about the port.
+ */
+export async function spawnServe(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<RawServer> {
+  const proc = Bun.spawn([BINARY, 'serve', ...args], {
+    cwd: options.cwd,
+    env: cleanEnv(options.env),
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  running.add(proc)
+  const out = { text: '' }
+  const err = { text: '' }
+  let wake = () => {}
+  void collect(proc.stdout, out, () => wake())
+  void collect(proc.stderr, err, () => wake())
+  const deadline = Date.now() + 15_000
+  while (!LISTENING.test(err.text)) {
+    if (proc.exitCode !== null || Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      running.delete(proc)
+      throw new Error(`server did not start (exit ${proc.exitCode}):\n${err.text}`)
+    }
+    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
+  }
+  const [, env, portText, apiBase, dataFile] = LISTENING.exec(err.text)!
+  const port = Number(portText)
+  const origin = `http://127.0.0.1:${port}`
+  return {
+    proc,
+    port,
+    origin,
+    base: `${origin}/v1`,
+    env: env!,
+    apiBase: apiBase!,
+    dataFile: dataFile!.trim(),
+    bootstrapKey: /shown only now:\n(psk_\S+)/.exec(err.text)?.[1],
+    stderr: () => err.text,
+    stdout: () => out.text,
+    stop: async (signal = 'SIGTERM') => {
+      proc.kill(signal)
+      const code = await proc.exited
+      running.delete(proc)
+      return code
+    },
+  }
+}
+
+/** Runs `serve` expecting it to fail: resolves with its exit code and output, killing it if it listens. */
+export async function serveExpectingFailure(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<CliResult & { listened: boolean }> {
+  const proc = Bun.spawn([BINARY, 'serve', ...args], {
+    cwd: options.cwd,
+    env: cleanEnv(options.env),
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  running.add(proc)
+  const out = { text: '' }
+  const err = { text: '' }
+  let wake = () => {}
+  const done = Promise.all([collect(proc.stdout, out, () => wake()), collect(proc.stderr, err, () => wake())])
+  let listened = false
+  const deadline = Date.now() + 15_000
+  while (proc.exitCode === null && Date.now() < deadline) {
+    if (/listening on/.test(err.text)) {
+      listened = true
+      proc.kill('SIGKILL')
+      break
+    }
+    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
+  }
+  if (proc.exitCode === null && !listened) proc.kill('SIGKILL')
+  const code = await proc.exited
+  await done
+  running.delete(proc)
+  return { code, stdout: out.text, stderr: err.text, listened }
+}
+
+/** A stack trace or a runtime dump in output meant for people. */
+export function looksLikeStackTrace(text: string): boolean {
+  return /^\s+at\s/m.test(text) || /\$bunfs|Bun v\d|error: .*\n\s+at|\d+ \| /.test(text)
+}
+
+export interface RawResponse {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/** Parses the final HTTP/1.1 response in `text` (after any 1xx), once it is complete; else null. */
+export function parseRawResponse(text: string): RawResponse | null {
+  let rest = text
+  while (/^HTTP\/1\.1 1\d\d /.test(rest)) {
+    const end = rest.indexOf('\r\n\r\n')
+    if (end < 0) return null
+    rest = rest.slice(end + 4)
+  }
+  const end = rest.indexOf('\r\n\r\n')
+  if (end < 0) return null
+  const [statusLine, ...lines] = rest.slice(0, end).split('\r\n')
+  const headers: Record<string, string> = {}
+  for (const line of lines) {
+    const colon = line.indexOf(':')
+    headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim()
+  }
+  const body = rest.slice(end + 4)
+  const length = Number(headers['content-length'] ?? NaN)
+  if (Number.isNaN(length) || Buffer.byteLength(body) < length) return null
+  return { status: Number(statusLine!.split(' ')[1]), headers, body }
+}
+
+export interface SlowPost {
+  /** Sends the rest of the body. */
+  finish(): void
+  /** Everything the server sent on this connection. */
+  received(): string
+  /** Resolves with the final response, or rejects when the connection ends without one. */
+  response: Promise<RawResponse>
+  close(): void
+}
+
+/**
+ * Starts `POST /pets` over a raw connection with `Expect: 100-continue` and resolves once the server
+ * has answered `100 Continue`: from then on the request is certainly in the server's hands, in flight,
+ * waiting for the rest of its body.
+ */
+export async function startSlowPost(port: number, basePath: string, key: string, pet: unknown): Promise<SlowPost> {
+  const body = JSON.stringify(pet)
+  const socket = connect(port, '127.0.0.1')
+  let text = ''
+  let onData = () => {}
+  let ended = false
+  socket.on('data', (chunk) => {
+    text += chunk.toString()
+    onData()
+  })
+  socket.on('close', () => {
+    ended = true
+    onData()
+  })
+  socket.on('error', () => {})
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve)
+    socket.once('error', reject)
+  })
+  socket.write(
+    `POST ${basePath}/pets HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\n\r\n` +
+      body.slice(0, 3),
+  )
+  const until = async (check: () => boolean) => {
+    while (!check()) {
+      if (ended) return
+      await new Promise<void>((resolve) => (onData = resolve))
+    }
+  }
+  await until(() => /^HTTP\/1\.1 100 /.test(text))
+  if (!/^HTTP\/1\.1 100 /.test(text)) throw new Error(`no 100 Continue: ${JSON.stringify(text)}`)
+  const response = (async () => {
+    await until(() => parseRawResponse(text) !== null)
+    const parsed = parseRawResponse(text)
+    if (!parsed) throw new Error(`connection ended without a complete response: ${JSON.stringify(text)}`)
+    return parsed
+  })()
+  response.catch(() => {})
+  return {
+    finish: () => void socket.write(body.slice(3)),
+    received: () => text,
+    response,
+    close: () => void socket.destroy(),
+  }
+}
+
+/** Resolves true when a TCP connection to the port is refused. */
+export async function connectionRefused(port: number): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.once('connect', () => {
+      socket.destroy()
+      resolve(false)
+    })
+    socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code === 'ECONNREFUSED'))
+  })
+}

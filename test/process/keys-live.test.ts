@@ -1,0 +1,105 @@
+/**
+ * The bootstrap key of a first start, and keys created or revoked with the CLI while a server runs.
+ */
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { join } from 'node:path'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { auth, killSpawned } from './helpers'
+
+afterAll(killSpawned)
+// Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
+setDefaultTimeout(20_000)
+
+describe('bootstrap key', () => {
+  test('the first serve on an empty data file prints one Free key and how to make more; a second start prints none', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const first = await startServer({ dataFile })
+    const stderr = first.stderr()
+    const secrets = stderr.match(/psk_[A-Za-z0-9_-]+/g) ?? []
+    expect(secrets).toHaveLength(1)
+    expect(first.bootstrapKey).toBe(secrets[0])
+    // The secret stands alone on its line, so it can be copied.
+    expect(stderr.split('\n')).toContain(secrets[0]!)
+    expect(stderr).toMatch(/petstore keys create --plan/)
+    // Never on stdout (the access log goes there).
+    expect(first.stdout()).not.toContain(secrets[0]!)
+
+    const response = await fetch(`${first.base}/pets`, { headers: auth(first.bootstrapKey!) })
+    expect(response.status).toBe(200)
+    expect(await response.json()).toEqual([])
+    // A Free key: its minute bucket (60) is the one in force after one request.
+    expect(response.headers.get('x-ratelimit-limit')).toBe('60')
+    expect(response.headers.get('x-ratelimit-remaining')).toBe('59')
+    expect(await first.stop()).toBe(0)
+
+    const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
+    expect(rows).toHaveLength(1)
+    expect(rows[0]).toMatchObject({ plan: 'free', rpm: 60, rpd: 1000, revoked: null })
+
+    const second = await startServer({ dataFile })
+    expect(second.bootstrapKey).toBeUndefined()
+    expect(second.stderr()).not.toMatch(/psk_/)
+    expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)).toHaveLength(1)
+    // The first key still works after the restart.
+    expect((await fetch(`${second.base}/pets`, { headers: auth(first.bootstrapKey!) })).status).toBe(200)
+    expect(await second.stop()).toBe(0)
+  })
+
+  test('a data file that already has a key (made with the CLI) gets no bootstrap key', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const secret = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const server = await startServer({ dataFile })
+    expect(server.bootstrapKey).toBeUndefined()
+    expect(server.stderr()).not.toMatch(/psk_/)
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+  })
+})
+
+describe('keys take effect while the server runs', () => {
+  test('a key created with the CLI works within one second', async () => {
+    const server = await startServer()
+    const created = Date.now()
+    const secret = createKeyWithCli(server.dataFile, ['--plan', 'pro', '--name', 'late'])
+    let works = 0
+    await eventually(async () => {
+      const response = await fetch(`${server.base}/pets`, { headers: auth(secret) })
+      if (response.status === 200) works = Date.now()
+      else expect(response.status).toBe(401)
+      return works > 0
+    }, 3_000)
+    expect(works - created).toBeLessThan(1_500)
+    // It is the Pro key, with Pro limits.
+    const response = await fetch(`${server.base}/pets`, { headers: auth(secret) })
+    expect(response.headers.get('x-ratelimit-limit')).toBe('300')
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('a key revoked with the CLI gets 401 within one second; other keys keep working', async () => {
+    const server = await startServer()
+    const other = server.bootstrapKey!
+    const secret = createKeyWithCli(server.dataFile, ['--plan', 'pro', '--name', 'doomed'])
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200, 3_000)
+    const id = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout).find(
+      (r: { name: string }) => r.name === 'doomed',
+    ).id
+    const revoked = Date.now()
+    const result = cli(['keys', 'revoke', id, '--data', server.dataFile])
+    expect(result.code).toBe(0)
+    let refused = 0
+    let last: Response | undefined
+    await eventually(async () => {
+      last = await fetch(`${server.base}/pets`, { headers: auth(secret) })
+      if (last.status === 401) refused = Date.now()
+      else expect(last.status).toBe(200)
+      return refused > 0
+    }, 3_000)
+    expect(refused - revoked).toBeLessThan(1_500)
+    expect(last!.headers.get('www-authenticate')).toContain('error="invalid_token"')
+    expect(await last!.json()).toMatchObject({ code: 'unauthorized', status: 401 })
+    // And it stays refused; the other key is unaffected.
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(401)
+    expect((await fetch(`${server.base}/pets`, { headers: auth(other) })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+  })
+})

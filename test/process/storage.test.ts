@@ -1,0 +1,229 @@
+/**
+ * The data file as an operator sees it: created with its folder, owner-only, and everything in it
+ * (pets, keys, the day's quota) surviving a restart; no acknowledged pet lost to `kill -9`.
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { chmodSync, existsSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { auth, killSpawned, listAll, type PetBody, postPet } from './helpers'
+
+afterAll(killSpawned)
+// Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
+setDefaultTimeout(20_000)
+
+const mode = (file: string) => statSync(file).mode & 0o777
+
+describe('the data file', () => {
+  test('its folder is created on first start; the file, -wal and -shm are owner-only', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'nested', 'deeper', 'petstore.db')
+    const server = await startServer({ dataFile })
+    expect(statSync(join(dir, 'nested', 'deeper')).isDirectory()).toBe(true)
+    expect((await postPet(server.base, server.bootstrapKey!, { name: 'Rex', categoryId: 1 })).status).toBe(201)
+    for (const file of [dataFile, `${dataFile}-wal`, `${dataFile}-shm`]) {
+      expect(existsSync(file)).toBe(true)
+      expect({ file, mode: mode(file).toString(8) }).toEqual({ file, mode: '600' })
+    }
+    expect(await server.stop()).toBe(0)
+    expect(mode(dataFile).toString(8)).toBe('600')
+  })
+
+  test('a data file made by the CLI is owner-only too', () => {
+    const dataFile = join(tempDir(), 'cli', 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    expect(mode(dataFile).toString(8)).toBe('600')
+  })
+
+  test('a data file readable by others is made owner-only on start', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    chmodSync(dataFile, 0o644)
+    const server = await startServer({ dataFile })
+    expect(mode(dataFile).toString(8)).toBe('600')
+    expect((await fetch(`${server.base}/pets`, { headers: auth(key) })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+  })
+})
+
+describe('restart', () => {
+  test('pets and keys survive SIGTERM and a new start, with identical bodies; ids are not reused', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const first = await startServer({ dataFile })
+    const key = first.bootstrapKey!
+    const created: PetBody[] = []
+    const inputs = [
+      { name: 'Rex', categoryId: 1 },
+      { name: 'Tom', categoryId: 2, status: 'pending' },
+      { name: 'Ünïcødé 🐈', categoryId: 9007199254740991, status: 'sold' },
+      { name: 'Ana', categoryId: -5, status: 'available' },
+    ]
+    for (const input of inputs) {
+      const response = await postPet(first.base, key, input)
+      expect(response.status).toBe(201)
+      created.push((await response.json()) as PetBody)
+    }
+    const rawBodies = await Promise.all(
+      created.map(async (pet) => (await fetch(`${first.base}/pets/${pet.id}`, { headers: auth(key) })).text()),
+    )
+    const listBefore = await (await fetch(`${first.base}/pets`, { headers: auth(key) })).text()
+    expect(await first.stop('SIGTERM')).toBe(0)
+    expect(first.stderr()).toMatch(/stopped/)
+
+    const second = await startServer({ dataFile })
+    expect(second.bootstrapKey).toBeUndefined()
+    const listAfter = await (await fetch(`${second.base}/pets`, { headers: auth(key) })).text()
+    expect(listAfter).toBe(listBefore)
+    expect(JSON.parse(listAfter)).toEqual(created)
+    for (const [i, pet] of created.entries()) {
+      const response = await fetch(`${second.base}/pets/${pet.id}`, { headers: auth(key) })
+      expect(response.status).toBe(200)
+      expect(await response.text()).toBe(rawBodies[i]!)
+    }
+    const next = (await (await postPet(second.base, key, { name: 'After', categoryId: 1 })).json()) as PetBody
+    expect(next.id).toBeGreaterThan(Math.max(...created.map((p) => p.id)))
+    expect(await second.stop()).toBe(0)
+  })
+
+  test('the day’s quota survives SIGTERM and SIGINT restarts; both exit 0', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30'])
+    const spend = async (base: string, n: number) => {
+      let last: Response | undefined
+      for (let i = 0; i < n; i++) {
+        last = await fetch(`${base}/pets`, { headers: auth(key) })
+        expect(last.status).toBe(200)
+      }
+      return last!
+    }
+
+    const first = await startServer({ dataFile })
+    const after20 = await spend(first.base, 20)
+    // The day bucket (30) is the one in force: 10 left.
+    expect(after20.headers.get('x-ratelimit-limit')).toBe('30')
+    expect(after20.headers.get('x-ratelimit-remaining')).toBe('10')
+    expect(await first.stop('SIGTERM')).toBe(0)
+
+    const second = await startServer({ dataFile })
+    const afterRestart = await spend(second.base, 1)
+    expect(afterRestart.headers.get('x-ratelimit-limit')).toBe('30')
+    const remaining = Number(afterRestart.headers.get('x-ratelimit-remaining'))
+    expect(remaining).toBeLessThanOrEqual(10)
+    expect(remaining).toBeGreaterThanOrEqual(8)
+    expect(afterRestart.headers.get('ratelimit')).toMatch(/^"day";r=\d+;t=\d+$/)
+    await spend(second.base, 4)
+    expect(await second.stop('SIGINT')).toBe(0)
+    expect(second.stderr()).toMatch(/SIGINT/)
+
+    const third = await startServer({ dataFile })
+    const afterSigint = await spend(third.base, 1)
+    expect(Number(afterSigint.headers.get('x-ratelimit-remaining'))).toBeLessThanOrEqual(5)
+    // Spend the rest: the day is gone, and a restart does not give it back.
+    const left = Number(afterSigint.headers.get('x-ratelimit-remaining'))
+    await spend(third.base, left)
+    const refused = await fetch(`${third.base}/pets`, { headers: auth(key) })
+    expect(refused.status).toBe(429)
+    expect(await third.stop()).toBe(0)
+
+    const fourth = await startServer({ dataFile })
+    const stillRefused = await fetch(`${fourth.base}/pets`, { headers: auth(key) })
+    expect(stillRefused.status).toBe(429)
+    expect(Number(stillRefused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+    expect(await fourth.stop()).toBe(0)
+  })
+})
+
+describe('crash safety', () => {
+  test('the day’s quota is saved while running (at least every 10 s), so even kill -9 does not hand out a fresh day', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30'])
+    const server = await startServer({ dataFile })
+    let last: Response | undefined
+    for (let i = 0; i < 20; i++) {
+      last = await fetch(`${server.base}/pets`, { headers: auth(key) })
+      expect(last.status).toBe(200)
+    }
+    expect(last!.headers.get('x-ratelimit-remaining')).toBe('10')
+    const spentAt = Date.now()
+    // Wait for the periodic save, reading the data file as any SQLite client could.
+    const saved = () => {
+      const db = new Database(dataFile, { readonly: true })
+      try {
+        const tables = db.query("SELECT name FROM sqlite_schema WHERE type = 'table'").all() as { name: string }[]
+        const table = tables.find((t) => /limit/i.test(t.name))
+        if (!table) return false
+        const rows = db.query(`SELECT * FROM "${table.name}"`).all() as Record<string, unknown>[]
+        return rows.some((row) => Object.values(row).some((v) => typeof v === 'number' && v > 9 && v <= 10.5))
+      } finally {
+        db.close()
+      }
+    }
+    await eventually(saved, 12_000)
+    expect(Date.now() - spentAt).toBeLessThan(11_000)
+    await server.stop('SIGKILL')
+
+    const again = await startServer({ dataFile })
+    const response = await fetch(`${again.base}/pets`, { headers: auth(key) })
+    expect(response.status).toBe(200)
+    expect(Number(response.headers.get('x-ratelimit-remaining'))).toBeLessThanOrEqual(10)
+    expect(await again.stop()).toBe(0)
+  }, 30_000)
+
+  test('kill -9 under concurrent writes loses no acknowledged pet', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    const acknowledged: { pet: PetBody; raw: string }[] = []
+    const otherStatuses: number[] = []
+    let stop = false
+    const writer = async (w: number) => {
+      for (let i = 0; !stop; i++) {
+        let response: Response
+        try {
+          response = await postPet(server.base, key, {
+            name: `writer ${w} pet ${i}`,
+            categoryId: w * 1_000_000 + i,
+            status: (['available', 'pending', 'sold'] as const)[i % 3],
+          })
+        } catch {
+          return // the server is gone
+        }
+        if (response.status !== 201) {
+          otherStatuses.push(response.status)
+          continue
+        }
+        try {
+          const raw = await response.text()
+          acknowledged.push({ pet: JSON.parse(raw), raw })
+        } catch {
+          return // cut off mid-body: not acknowledged
+        }
+      }
+    }
+    const started = Date.now()
+    const writers = Promise.all(Array.from({ length: 8 }, (_, w) => writer(w)))
+    await eventually(() => Date.now() - started >= 1_000 && acknowledged.length >= 50, 10_000)
+    const killedAfter = acknowledged.length
+    await server.stop('SIGKILL')
+    stop = true
+    await writers
+    expect(otherStatuses).toEqual([])
+    expect(killedAfter).toBeGreaterThanOrEqual(50)
+
+    const restarted = await startServer({ dataFile })
+    const stored = await listAll(restarted.base, key, (url) => url.replace(/^http:\/\/localhost:\d+/, restarted.origin))
+    const byId = new Map(stored.map((pet) => [pet.id, pet]))
+    expect(byId.size).toBe(stored.length)
+    const missing = acknowledged.filter(({ pet }) => !byId.has(pet.id))
+    expect(missing.map((m) => m.pet)).toEqual([])
+    for (const { pet } of acknowledged) expect(byId.get(pet.id)).toEqual(pet)
+    // The bytes too, through the single-pet read.
+    for (const { pet, raw } of acknowledged.slice(-5)) {
+      expect(await (await fetch(`${restarted.base}/pets/${pet.id}`, { headers: auth(key) })).text()).toBe(raw)
+    }
+    expect(await restarted.stop()).toBe(0)
+    // The key still lists, so the file is whole.
+    expect(cli(['keys', 'list', '--json', '--data', dataFile]).code).toBe(0)
+  }, 30_000)
+})
