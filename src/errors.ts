@@ -26,6 +26,13 @@ export class ApiError extends Error {
   ) {
     super(message)
   }
+
+  private serialized: string | undefined
+
+  /** The Error body, serialised once: refusals on the hot path reuse their error objects. */
+  get body(): string {
+    return (this.serialized ??= errorBody(this.status, this.code, this.message))
+  }
 }
 
 export const badRequest = (message: string) => new ApiError(400, 'invalid_request', message)

@@ -9,7 +9,8 @@ export interface LogSink {
 }
 
 export class AccessLog {
-  private pending: string[] = []
+  private pending = ''
+  private pendingLines = 0
   private readonly timer: ReturnType<typeof setInterval>
 
   constructor(
@@ -20,15 +21,17 @@ export class AccessLog {
     this.timer.unref()
   }
 
-  write(entry: Record<string, unknown>): void {
-    this.pending.push(JSON.stringify(entry))
-    if (this.pending.length >= 512) this.flush()
+  /** Queues one line: a complete JSON object without the newline. */
+  write(line: string): void {
+    this.pending += `${line}\n`
+    if (++this.pendingLines >= 1024) this.flush()
   }
 
   flush(): void {
-    if (this.pending.length === 0) return
-    const text = `${this.pending.join('\n')}\n`
-    this.pending = []
+    if (this.pendingLines === 0) return
+    const text = this.pending
+    this.pending = ''
+    this.pendingLines = 0
     this.sink.write(text)
     this.sink.flush()
   }

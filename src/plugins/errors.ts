@@ -4,7 +4,7 @@
  * 500 whose details go to the server's log, never to the client.
  */
 import { Elysia } from 'elysia'
-import { ApiError, badRequest, errorBody, internalError, methodNotAllowed, notFound } from '../errors'
+import { ApiError, badRequest, internalError, methodNotAllowed, notFound } from '../errors'
 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
@@ -15,7 +15,7 @@ export interface ErrorHandlerOptions {
 const JSON_TYPE = 'application/json'
 
 export function errorResponse(error: ApiError): Response {
-  return new Response(errorBody(error.status, error.code, error.message), {
+  return new Response(error.body, {
     status: error.status,
     headers: { 'content-type': JSON_TYPE, ...error.headers },
   })
@@ -36,6 +36,8 @@ export function errorHandler(options: ErrorHandlerOptions) {
       answer = internalError()
     }
     set.status = answer.status
-    return errorResponse(answer)
+    set.headers['content-type'] = JSON_TYPE
+    Object.assign(set.headers, answer.headers)
+    return answer.body
   })
 }

@@ -25,14 +25,14 @@ export interface GateOptions {
 const REALM = 'Bearer realm="petstore"'
 const MAX_TOKEN_LENGTH = 256
 
-const missingKey = () =>
-  new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
-    'www-authenticate': REALM,
-  })
-const invalidKey = () =>
-  new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
-    'www-authenticate': `${REALM}, error="invalid_token"`,
-  })
+// Refusals are the cheap path under abuse, so their error objects are made once and reused.
+const MISSING_KEY = new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
+  'www-authenticate': REALM,
+})
+const INVALID_KEY = new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
+  'www-authenticate': `${REALM}, error="invalid_token"`,
+})
+const refusals = new Map<string, ApiError>()
 
 /** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
 export function bearerToken(header: string | null): string | undefined {
@@ -60,11 +60,19 @@ function rateLimitHeaders(headers: Record<string, unknown>, limits: Limits, quot
   headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
 }
 
-function refusal(decision: Extract<Decision, { allowed: false }>): ApiError {
-  const retryAfter = { 'retry-after': String(decision.retryAfter) }
-  return decision.reason === 'key_banned'
-    ? new ApiError(429, 'key_banned', `Too many requests after being rate limited; banned for ${decision.retryAfter} s.`, retryAfter)
-    : new ApiError(429, 'rate_limited', `Rate limit exceeded; retry after ${decision.retryAfter} s.`, retryAfter)
+function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>): ApiError {
+  const id = `${reason} ${retryAfter}`
+  let error = refusals.get(id)
+  if (!error) {
+    const headers = { 'retry-after': String(retryAfter) }
+    error =
+      reason === 'key_banned'
+        ? new ApiError(429, reason, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
+        : new ApiError(429, reason, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
+    if (refusals.size >= 10_000) refusals.clear()
+    refusals.set(id, error)
+  }
+  return error
 }
 
 export function gate(options: GateOptions) {
@@ -94,6 +102,6 @@ export function gate(options: GateOptions) {
         }
         throw refusal(decision)
       }
-      if (!key) throw token === undefined ? missingKey() : invalidKey()
+      if (!key) throw token === undefined ? MISSING_KEY : INVALID_KEY
     })
 }

@@ -19,7 +19,7 @@ const SECRET_PREFIX = 'psk_'
 export class KeyInputError extends Error {}
 
 export function hashSecret(secret: string): string {
-  return new Bun.CryptoHasher('sha256').update(secret).digest('hex')
+  return Bun.CryptoHasher.hash('sha256', secret, 'hex')
 }
 
 function randomToken(bytes: number): string {

@@ -32,11 +32,25 @@ const INT64_MAX = 9223372036854775807n
 export const DEPRECATED_SINCE = '@1767225600'
 export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
 
+const parsedQueries = new Map<string, ListQuery>()
+
+/** Parses the query of a listPets URL; results are kept by query text, since clients repeat them. */
 export function parseListQuery(url: string): ListQuery {
   const start = url.indexOf('?')
+  const text = start < 0 ? '' : url.slice(start + 1)
+  let parsed = parsedQueries.get(text)
+  if (!parsed) {
+    parsed = parseQueryText(text)
+    if (parsedQueries.size >= 10_000) parsedQueries.clear()
+    parsedQueries.set(text, parsed)
+  }
+  return parsed
+}
+
+function parseQueryText(text: string): ListQuery {
   const query: { limit?: number; status?: string; cursor?: string } = {}
-  if (start >= 0) {
-    for (const [name, value] of new URLSearchParams(url.slice(start + 1))) {
+  if (text) {
+    for (const [name, value] of new URLSearchParams(text)) {
       if (!LIST_PARAMETERS.has(name))
         throw badRequest(`${name.slice(0, 40)}: is not a known query parameter; allowed are limit, status, cursor`)
       if (name in query) throw badRequest(`${name}: is given more than once`)
@@ -95,12 +109,12 @@ export function petsModule(options: PetsModuleOptions) {
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
     .get(
       '/pets',
-      ({ request }) => {
+      ({ request, set }) => {
         const query = parseListQuery(request.url)
         const page = service.list(query)
-        const headers: Record<string, string> = { 'content-type': JSON_TYPE }
-        if (page.nextAfterId !== null) headers.link = nextLink(baseUrl(), query, page.nextAfterId)
-        return new Response(page.body, { headers })
+        set.headers['content-type'] = JSON_TYPE
+        if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
+        return page.body
       },
       {
         detail: {
@@ -119,7 +133,7 @@ export function petsModule(options: PetsModuleOptions) {
     )
     .post(
       '/pets',
-      async ({ request, info }) => {
+      async ({ request, info, set }) => {
         const idempotencyKey = request.headers.get('idempotency-key')
         if (idempotencyKey !== null && !IDEMPOTENCY_KEY.test(idempotencyKey))
           throw badRequest('Idempotency-Key: must be 1 to 255 visible ASCII characters')
@@ -128,9 +142,11 @@ export function petsModule(options: PetsModuleOptions) {
           pet,
           idempotencyKey === null ? undefined : { keyId: info.key!.id, key: idempotencyKey },
         )
-        const headers: Record<string, string> = { 'content-type': JSON_TYPE, location: created.location }
-        if (created.replayed) headers['idempotent-replayed'] = 'true'
-        return new Response(created.body, { status: 201, headers })
+        set.status = 201
+        set.headers['content-type'] = JSON_TYPE
+        set.headers.location = created.location
+        if (created.replayed) set.headers['idempotent-replayed'] = 'true'
+        return created.body
       },
       {
         parse: 'none',
@@ -159,11 +175,12 @@ export function petsModule(options: PetsModuleOptions) {
     )
     .get(
       '/pets/:petId',
-      ({ params, info }) => {
+      ({ params, info, set }) => {
         onDeprecatedCall(info.key!.id)
         const json = service.getJson(parsePetId(params.petId))
         if (json === null) throw notFound(`No pet with id ${params.petId}.`)
-        return new Response(json, { headers: { 'content-type': JSON_TYPE } })
+        set.headers['content-type'] = JSON_TYPE
+        return json
       },
       {
         detail: {

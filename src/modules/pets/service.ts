@@ -31,6 +31,8 @@ export interface Page {
   body: string
   /** Id to continue after when more pets match, else null. */
   nextAfterId: number | null
+  /** The `Link: rel="next"` value, filled in by the controller on first use. */
+  link?: string
 }
 
 export interface Created {
