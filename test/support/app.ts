@@ -2,7 +2,6 @@
  * An in-process server for behaviour tests that need a fake clock or many fresh stores: a new app on a
  * `:memory:` database per call, listening on a free port, spoken to over real HTTP.
  */
-import { afterAll } from 'bun:test'
 import { createApp, type PetstoreApp } from '../../src/app'
 import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
 import { createKey } from '../../src/modules/keys/service'
@@ -22,9 +21,10 @@ export interface TestApp {
 }
 
 const open = new Set<TestApp>()
-afterAll(() => {
+/** Stops every in-process app a test left running; the preload runs it after the suite. */
+export function cleanupApps(): void {
   for (const app of open) app.stop()
-})
+}
 
 export function startApp(input: ConfigInput = {}, options: { realClock?: boolean } = {}): TestApp {
   const config = resolveConfig({ port: '0', host: '127.0.0.1', ...input }, {})

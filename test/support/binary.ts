@@ -2,7 +2,6 @@
  * Runs the compiled binary as a user would: `serve` on a free port with its own data file, and the
  * CLI commands. Every server started here is stopped when the test file ends, even on failure.
  */
-import { afterAll } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -13,11 +12,13 @@ export const BINARY = join(import.meta.dir, '..', '..', 'dist', 'petstore')
 const running = new Set<Subprocess>()
 const tempDirs: string[] = []
 
-afterAll(() => {
+/** Kills every server still running and removes every temp dir; the preload runs it after the suite. */
+export function cleanupBinaries(): void {
   for (const proc of running) proc.kill('SIGKILL')
   running.clear()
   for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true })
-})
+}
+process.on('exit', cleanupBinaries)
 
 export function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'))

@@ -2,9 +2,11 @@
  * Builds dist/petstore before the suite when it is missing or older than the sources, so `bun test`
  * on a fresh clone tests the binary that `bun run build` makes.
  */
-import { setDefaultTimeout } from 'bun:test'
+import { afterAll, setDefaultTimeout } from 'bun:test'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
+import { cleanupApps } from './app'
+import { cleanupBinaries } from './binary'
 
 const root = join(import.meta.dir, '..', '..')
 const binary = join(root, 'dist', 'petstore')
@@ -26,3 +28,9 @@ if (!existsSync(binary) || statSync(binary).mtimeMs < sources) {
 
 // Binary tests start real processes; the default 5 s is too tight on a loaded 2-core machine.
 setDefaultTimeout(60_000)
+
+// One global hook: servers and temp dirs of every test file are gone when the suite ends.
+afterAll(() => {
+  cleanupApps()
+  cleanupBinaries()
+})
