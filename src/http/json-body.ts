@@ -1,6 +1,7 @@
 /**
  * Reads a JSON request body strictly: the right media type, a size cap enforced while reading, valid
- * UTF-8, valid JSON, no number that JSON.parse would silently round and no string that storage would alter.
+ * UTF-8, valid JSON without repeated member names, no number that JSON.parse would silently round and no
+ * string that storage would alter.
  */
 import { ApiError, badRequest, payloadTooLarge, unsupportedMediaType } from '../errors'
 
@@ -68,6 +69,37 @@ async function readCapped(request: Request, maxBytes: number): Promise<Uint8Arra
   return all
 }
 
+/**
+ * The first object member name that appears twice in one object, or null. JSON.parse keeps the last
+ * one silently, which would accept `{"name":"","name":"Rex"}` as if the first did not exist. Runs only
+ * on text JSON.parse has accepted, so it needs to tell strings, keys and nesting apart, nothing more.
+ */
+export function duplicateKey(text: string): string | null {
+  const frames: { keys: Set<string> | null; expectKey: boolean }[] = []
+  for (let i = 0; i < text.length; i++) {
+    const char = text.charCodeAt(i)
+    if (char === 0x7b /* { */) frames.push({ keys: new Set(), expectKey: true })
+    else if (char === 0x5b /* [ */) frames.push({ keys: null, expectKey: false })
+    else if (char === 0x7d /* } */ || char === 0x5d /* ] */) frames.pop()
+    else if (char === 0x2c /* , */) {
+      const top = frames[frames.length - 1]
+      if (top?.keys) top.expectKey = true
+    } else if (char === 0x22 /* " */) {
+      let end = i + 1
+      while (text.charCodeAt(end) !== 0x22) end += text.charCodeAt(end) === 0x5c /* \ */ ? 2 : 1
+      const top = frames[frames.length - 1]
+      if (top?.keys && top.expectKey) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string
+        if (top.keys.has(key)) return key
+        top.keys.add(key)
+        top.expectKey = false
+      }
+      i = end
+    }
+  }
+  return null
+}
+
 export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
   const contentType = request.headers.get('content-type')
   if (!isJsonMediaType(contentType)) {
@@ -83,10 +115,14 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   } catch {
     throw badRequest('body: is not valid UTF-8')
   }
+  let value: unknown
   try {
-    return JSON.parse(text, strictValues as (key: string, value: unknown) => unknown)
+    value = JSON.parse(text, strictValues as (key: string, value: unknown) => unknown)
   } catch (error) {
     if (error instanceof ApiError) throw error
     throw badRequest('body: is not valid JSON')
   }
+  const repeated = duplicateKey(text)
+  if (repeated !== null) throw badRequest(`${repeated.slice(0, 40)}: is given more than once`)
+  return value
 }

@@ -321,3 +321,15 @@ describe('POST /pets body format', () => {
     await expectCreated(await postRaw(text))
   })
 })
+
+test('a body naming a property twice is a 400 naming it, whichever value comes last', async () => {
+  const app = startApp()
+  const key = app.key('pro')
+  for (const body of ['{"name":"","name":"Rex","categoryId":1}', '{"name":"Rex","categoryId":1,"categoryId":2}']) {
+    const response = await postPet(app.base, key, body)
+    expect(response.status).toBe(400)
+    expect(((await response.json()) as { message: string }).message).toMatch(/^(name|categoryId): is given more than once/)
+  }
+  const list = await fetch(`${app.base}/pets`, { headers: auth(key) })
+  expect(await list.json()).toEqual([])
+})
