@@ -1,0 +1,122 @@
+/**
+ * The benchmark is not a test: no number can fail it. This only checks that the harness runs end to end
+ * on a tiny configuration and writes a well-formed result, with whichever load generator is installed
+ * (wrk, else autocannon), and that the autocannon fallback works even where wrk is installed.
+ */
+import { afterAll, describe, expect, test } from 'bun:test'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+import { toolAvailable } from './lib/load'
+import type { BenchResult, ScenarioResult, TargetSummary } from './lib/report'
+
+const dir = mkdtempSync(join(tmpdir(), 'petstore-bench-test-'))
+const running = new Set<Subprocess>()
+afterAll(() => {
+  for (const proc of running) proc.kill('SIGKILL')
+  rmSync(dir, { recursive: true, force: true })
+})
+
+const TINY = ['--quick', '--runs', '1', '--duration', '1', '--warmup', '0', '--connections', '8', '--pets', '300', '--starts', '2']
+
+async function runBench(name: string, args: string[]): Promise<{ result: BenchResult; out: string; stdout: string }> {
+  const out = join(dir, `${name}.json`)
+  const proc = Bun.spawn([process.execPath, join(import.meta.dir, 'run.ts'), ...TINY, ...args, '--out', out], {
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  running.add(proc)
+  const killer = setTimeout(() => proc.kill('SIGTERM'), 80_000)
+  const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()])
+  await proc.exited
+  clearTimeout(killer)
+  running.delete(proc)
+  if (proc.exitCode !== 0) throw new Error(`bench exited ${proc.exitCode}:\n${stderr}`)
+  return { result: JSON.parse(readFileSync(out, 'utf8')) as BenchResult, out, stdout }
+}
+
+const finite = (value: unknown) => typeof value === 'number' && Number.isFinite(value)
+
+function expectTarget(target: TargetSummary, runs: number) {
+  for (const field of ['rps', 'p50Ms', 'p99Ms', 'targetCpuPct', 'generatorCpuPct', 'otherCpuPct', 'requests', 'unexpected'] as const)
+    expect(finite(target[field])).toBe(true)
+  expect(target.rps).toBeGreaterThan(0)
+  expect(target.requests).toBeGreaterThan(0)
+  expect(target.p99Ms).toBeGreaterThanOrEqual(target.p50Ms)
+  expect(target.runs).toHaveLength(runs)
+  for (const run of target.runs) {
+    for (const field of ['requests', 'rps', 'p50Ms', 'p99Ms', 'maxMs', 'socketErrors', 'unexpected', 'targetCpuPct', 'generatorCpuPct', 'otherCpuPct'] as const)
+      expect(finite(run[field])).toBe(true)
+  }
+}
+
+function expectScenario(scenario: ScenarioResult, runs: number) {
+  expect(typeof scenario.title).toBe('string')
+  expect(scenario.expected.length).toBeGreaterThan(0)
+  expect(scenario.captured.length).toBeGreaterThan(0)
+  for (const captured of scenario.captured) expect(scenario.expected).toContain(captured.status)
+  expectTarget(scenario.baseline, runs)
+  expectTarget(scenario.petstore, runs)
+  // The statuses petstore gave come from its access log and must all be expected ones.
+  for (const run of scenario.petstore.runs) {
+    expect(run.statuses).toBeDefined()
+    for (const status of Object.keys(run.statuses!)) expect(scenario.expected).toContain(Number(status))
+  }
+  expect(finite(scenario.ratio)).toBe(true)
+  expect(scenario.ratio).toBeGreaterThan(0)
+  expect(typeof scenario.goal.met).toBe('boolean')
+  expect(finite(scenario.goal.ratio)).toBe(true)
+}
+
+function expectCommon(result: BenchResult, tool: string) {
+  expect(result.version).toBe(1)
+  expect(result.quick).toBe(true)
+  expect(result.config.tool).toBe(tool)
+  expect(result.config.runs).toBe(1)
+  expect(result.config.durationS).toBe(1)
+  expect(result.config.connections).toBe(8)
+  expect(result.config.pets).toBe(300)
+  expect(result.machine.cpus).toBeGreaterThan(0)
+  expect(result.binary.sizeBytes).toBeGreaterThan(1_000_000)
+  expect(result.startup.samplesMs).toHaveLength(2)
+  expect(result.startup.medianMs).toBeGreaterThan(0)
+  expect(typeof result.startup.met).toBe('boolean')
+  expect(result.memory.idleRssMb).toBeGreaterThan(0)
+  expect(result.memory.peakRssMbAfterScenarios).toBeGreaterThan(0)
+  expect(result.memory.baselinePeakRssMb).toBeGreaterThan(0)
+  expect(result.durability.ok).toBe(true)
+  expect(Array.isArray(result.notes)).toBe(true)
+}
+
+const tool = toolAvailable('wrk') ? 'wrk' : 'autocannon'
+
+describe('bun run bench', () => {
+  test(`runs end to end with ${tool} and writes a complete JSON result and table`, async () => {
+    const { result, out, stdout } = await runBench('default', ['--scenarios', 'list-20,create,spray'])
+    expectCommon(result, tool)
+    expect(result.scenarios.map((s) => s.name)).toEqual(['list-20', 'create', 'spray'])
+    for (const scenario of result.scenarios) expectScenario(scenario, 1)
+    expect(result.scenarios[0]!.goal.p99Ms).toBe(10)
+    // Every 201 the server sent is a row after it was killed without warning.
+    expect(result.durability.created201).toBeGreaterThan(0)
+    expect(result.durability.rowsAdded).toBeGreaterThanOrEqual(result.durability.created201)
+    expect(result.memory.peakRssMbAfterSpray).toBeGreaterThanOrEqual(result.memory.peakRssMbAfterScenarios!)
+    expect(result.memory.trackedAddressesAfterSpray).toBeGreaterThan(0)
+    expect(stdout).toContain('| scenario | baseline req/s | petstore req/s | ratio |')
+    expect(stdout).toContain('`POST /pets` (durable 201)')
+    expect(existsSync(out.replace(/\.json$/, '.md'))).toBe(true)
+  })
+
+  test('falls back to autocannon', async () => {
+    const { result } = await runBench('autocannon', ['--tool', 'autocannon', '--scenarios', 'rate-limited'])
+    expectCommon(result, 'autocannon')
+    expect(result.scenarios.map((s) => s.name)).toEqual(['rate-limited'])
+    expectScenario(result.scenarios[0]!, 1)
+    expect(result.scenarios[0]!.captured[0]!.code).toBe('rate_limited')
+    // autocannon reports exact statuses for the baseline too.
+    expect(result.scenarios[0]!.baseline.runs[0]!.statuses).toEqual({ '429': expect.any(Number) })
+    expect(result.memory.peakRssMbAfterSpray).toBeNull()
+  })
+})

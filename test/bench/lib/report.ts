@@ -1,0 +1,163 @@
+/**
+ * The benchmark's result: one JSON document (so two runs can be compared) and the markdown tables made
+ * from it. Goals are shown next to the figures; a missed goal is reported, never an error.
+ */
+import type { GoalKind } from './scenarios'
+
+export const RESULT_VERSION = 1
+
+export interface RunFigures {
+  requests: number
+  rps: number
+  p50Ms: number
+  p99Ms: number
+  maxMs: number
+  socketErrors: number
+  /** Responses with a status outside the scenario's expected ones, plus socket errors. */
+  unexpected: number
+  /** Exact statuses: from the server's access log for petstore, from autocannon when it is the tool. */
+  statuses?: Record<string, number>
+  /** CPU used by the target during the run, in % of one core. */
+  targetCpuPct: number
+  /** CPU used by the load generator during the run, in % of one core. */
+  generatorCpuPct: number
+  /** CPU used by everything else on the machine during the run (noise), in % of one core. */
+  otherCpuPct: number
+}
+
+export interface TargetSummary {
+  /** Medians over the runs. */
+  rps: number
+  p50Ms: number
+  p99Ms: number
+  targetCpuPct: number
+  generatorCpuPct: number
+  otherCpuPct: number
+  /** Sums over the runs. */
+  requests: number
+  unexpected: number
+  runs: RunFigures[]
+}
+
+export interface ScenarioResult {
+  name: string
+  title: string
+  describe: string
+  expected: number[]
+  /** The server's answer captured for the baseline: status and Error code if any. */
+  captured: { method: string; path: string; status: number; code?: string; bytes: number }[]
+  baseline: TargetSummary
+  petstore: TargetSummary
+  /** petstore requests/s ÷ baseline requests/s (medians). */
+  ratio: number
+  goal: { kind: GoalKind; ratio: number; met: boolean; p99Ms?: number; p99Met?: boolean }
+  loadAvg1m: number
+  /** The server's peak RSS (VmHWM) once this scenario was done, MiB. */
+  peakRssMbAfter: number | null
+}
+
+export interface BenchResult {
+  version: number
+  startedAt: string
+  finishedAt: string
+  quick: boolean
+  machine: { cpus: number; cpuModel: string; memoryMb: number; kernel: string; bun: string; loadAvgStart: number[]; loadAvgEnd: number[] }
+  config: {
+    tool: string
+    toolVersion: string
+    connections: number
+    threads: number
+    durationS: number
+    runs: number
+    warmupS: number
+    pets: number
+    startSamples: number
+    serverArgs: string[]
+    accessLog: string
+  }
+  binary: { path: string; sizeBytes: number; sizeMb: number; built: boolean; staleVsSources: boolean; commit: string; dirtySources: boolean }
+  startup: { samplesMs: number[]; medianMs: number; goalMs: number; met: boolean }
+  memory: {
+    idleRssMb: number | null
+    peakRssMbAfterScenarios: number | null
+    peakRssMbAfterSpray: number | null
+    rssMbEnd: number | null
+    goalMb: number
+    goalAfterSprayMb: number
+    metAfterScenarios: boolean | null
+    metAfterSpray: boolean | null
+    trackedAddressesAfterSpray: number | null
+    baselinePeakRssMb: number | null
+  }
+  durability: { created201: number; rowsAdded: number; ok: boolean; checkedAfter: string }
+  scenarios: ScenarioResult[]
+  notes: string[]
+}
+
+const f = (value: number | null | undefined, digits = 2) =>
+  value === null || value === undefined || !Number.isFinite(value) ? 'n/a' : value.toFixed(digits)
+const thousands = (value: number) => (Number.isFinite(value) ? Math.round(value).toLocaleString('en') : 'n/a')
+const mark = (met: boolean | null | undefined) => (met === null || met === undefined ? '' : met ? ' ✅' : ' ❌')
+
+export function markdown(result: BenchResult): string {
+  const c = result.config
+  const lines: string[] = []
+  lines.push(
+    `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
+      `baseline and petstore alternating, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
+      `Machine: ${result.machine.cpus} × ${result.machine.cpuModel}, load average ${result.machine.loadAvgStart.map((v) => v.toFixed(2)).join(' ')} at start, ` +
+      `${result.machine.loadAvgEnd.map((v) => v.toFixed(2)).join(' ')} at end. Source tree at ${result.binary.commit}${result.binary.dirtySources ? ' (+ uncommitted src changes)' : ''}.`,
+    '',
+    'p50/p99 are petstore\'s; "unexpected" counts answers outside the expected statuses plus socket errors; ' +
+      '"other CPU" is what the rest of the machine used during the runs (noise), in % of one core.',
+    '',
+    '| scenario | baseline req/s | petstore req/s | ratio | goal | p50 ms | p99 ms | unexpected | other CPU % |',
+    '|---|--:|--:|--:|---|--:|--:|--:|--:|',
+  )
+  for (const s of result.scenarios) {
+    const p99 = `${f(s.petstore.p99Ms)}${s.goal.p99Ms === undefined ? '' : mark(s.goal.p99Met)}`
+    lines.push(
+      `| ${s.title} | ${thousands(s.baseline.rps)} | ${thousands(s.petstore.rps)} | ${f(s.ratio)} | ≥ ${s.goal.ratio}${mark(s.goal.met)} | ` +
+        `${f(s.petstore.p50Ms)} | ${p99} | ${s.petstore.unexpected}${s.baseline.unexpected ? ` (baseline ${s.baseline.unexpected})` : ''} | ` +
+        `${Math.max(s.baseline.otherCpuPct, s.petstore.otherCpuPct)} |`,
+    )
+  }
+  const m = result.memory
+  lines.push(
+    '',
+    '| measure | value | goal |',
+    '|---|--:|---|',
+    `| peak RSS after all scenarios (before the spray) | ${f(m.peakRssMbAfterScenarios, 1)} MB | ≤ ${m.goalMb} MB${mark(m.metAfterScenarios)} |`,
+    `| peak RSS after the spray | ${m.peakRssMbAfterSpray === null ? 'not run' : `${f(m.peakRssMbAfterSpray, 1)} MB`}${m.trackedAddressesAfterSpray === null ? '' : ` (${m.trackedAddressesAfterSpray.toLocaleString('en')} addresses tracked)`} | ≤ ${m.goalAfterSprayMb} MB${mark(m.metAfterSpray)} |`,
+    `| exec → first \`/healthz\` 200 (median of ${result.startup.samplesMs.length}) | ${f(result.startup.medianMs, 1)} ms | ≤ ${result.startup.goalMs} ms${mark(result.startup.met)} |`,
+    `| binary size | ${f(result.binary.sizeMb, 1)} MB | — |`,
+    `| \`POST\` durability (rows after SIGKILL vs 201s sent) | ${result.durability.rowsAdded.toLocaleString('en')} rows / ${result.durability.created201.toLocaleString('en')} × 201 | every 201 a row${mark(result.durability.ok)} |`,
+  )
+  if (result.notes.length) lines.push('', ...result.notes.map((note) => `- ${note}`))
+  return `${lines.join('\n')}\n`
+}
+
+/** Side by side: requests/s and ratio of two results, scenario by scenario. */
+export function comparison(before: BenchResult, after: BenchResult): string {
+  const lines = [
+    `Before: ${before.startedAt} (${before.binary.commit}); after: ${after.startedAt} (${after.binary.commit}).`,
+    '',
+    '| scenario | req/s before | req/s after | change | ratio before | ratio after | p99 before | p99 after |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const s of after.scenarios) {
+    const b = before.scenarios.find((x) => x.name === s.name)
+    const change = b ? `${((s.petstore.rps / b.petstore.rps - 1) * 100).toFixed(1)} %` : 'n/a'
+    lines.push(
+      `| ${s.title} | ${b ? thousands(b.petstore.rps) : 'n/a'} | ${thousands(s.petstore.rps)} | ${change} | ${f(b?.ratio)} | ${f(s.ratio)} | ${f(b?.petstore.p99Ms)} | ${f(s.petstore.p99Ms)} |`,
+    )
+  }
+  const mb = (r: BenchResult) => `${f(r.memory.peakRssMbAfterScenarios, 1)} / ${f(r.memory.peakRssMbAfterSpray, 1)} MB`
+  lines.push(
+    '',
+    `Peak RSS (after scenarios / after spray): ${mb(before)} → ${mb(after)}. ` +
+      `Startup: ${f(before.startup.medianMs, 1)} → ${f(after.startup.medianMs, 1)} ms. ` +
+      `Binary: ${f(before.binary.sizeMb, 1)} → ${f(after.binary.sizeMb, 1)} MB.`,
+  )
+  return `${lines.join('\n')}\n`
+}

@@ -1,0 +1,47 @@
+/**
+ * A fresh data file for the benchmark: two keys through the petstore CLI (which also creates the
+ * schema), then the pets straight into the `pets` table, which is much faster than the API.
+ */
+import { Database } from 'bun:sqlite'
+import { cleanEnv } from './procs'
+
+function createKey(cli: string[], dataFile: string, args: string[]): string {
+  const result = Bun.spawnSync([...cli, 'keys', 'create', '--data', dataFile, ...args], { env: cleanEnv(), stdout: 'pipe', stderr: 'pipe' })
+  if (result.exitCode !== 0) throw new Error(`petstore keys create failed: ${result.stderr.toString()}`)
+  return result.stdout.toString().trim().split('\n').at(-1)!
+}
+
+const NAMES = ['Rex', 'Bella', 'Milo', 'Luna', 'Max', 'Daisy', 'Charlie', 'Coco', 'Rocky', 'Nala', 'Ziggy', 'Pépé']
+/** 60 % available, 20 % pending, 20 % sold. */
+const STATUSES = ['available', 'available', 'available', 'available', 'available', 'available', 'pending', 'pending', 'sold', 'sold']
+
+/**
+ * `cli` runs the petstore command line, e.g. [dist/petstore] or [bun, src/index.ts]. Returns the secret
+ * of an Enterprise key whose limits are out of reach and of one allowing 1 request a minute and a day.
+ */
+export function seed(cli: string[], dataFile: string, pets: number): { key: string; exhaustedKey: string } {
+  const key = createKey(cli, dataFile, ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000', '--name', 'bench'])
+  const exhaustedKey = createKey(cli, dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1', '--name', 'bench-exhausted'])
+  const db = new Database(dataFile)
+  try {
+    db.run('PRAGMA busy_timeout = 5000')
+    const insert = db.prepare('INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?)')
+    const now = Date.now()
+    db.transaction(() => {
+      for (let i = 0; i < pets; i++) insert.run(`${NAMES[i % NAMES.length]} ${i + 1}`, (i % 40) + 1, STATUSES[i % STATUSES.length]!, now)
+    })()
+    db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+  } finally {
+    db.close()
+  }
+  return { key, exhaustedKey }
+}
+
+export function countPets(dataFile: string): number {
+  const db = new Database(dataFile)
+  try {
+    return db.query<{ n: number }, []>('SELECT count(*) AS n FROM pets').get()!.n
+  } finally {
+    db.close()
+  }
+}
