@@ -62,8 +62,13 @@ function shapesOf(limits: Limits) {
 
 export class RateLimiter {
   private readonly keys = new Map<string, Subject>()
-  /** Insertion order is recency order: the first entry is the least recently seen address. */
-  private readonly addresses = new Map<string, Subject>()
+  /**
+   * Addresses in two generations: an address seen again moves to the current one, and when the current
+   * one holds half the cap the previous one is dropped whole. That forgets the least recently seen at
+   * constant cost per request (deleting one by one from a Map's front slows down as deletions pile up).
+   */
+  private currentAddresses = new Map<string, Subject>()
+  private previousAddresses = new Map<string, Subject>()
   private readonly saved: Map<string, SavedBucket>
 
   constructor(
@@ -76,7 +81,7 @@ export class RateLimiter {
   }
 
   get trackedAddresses(): number {
-    return this.addresses.size
+    return this.currentAddresses.size + this.previousAddresses.size
   }
 
   /** Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). */
@@ -131,15 +136,8 @@ export class RateLimiter {
   }
 
   private subject(id: string, limits: Limits, isKey: boolean, now: number): Subject {
-    const table = isKey ? this.keys : this.addresses
-    let subject = table.get(id)
-    if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) {
-      if (!isKey) {
-        table.delete(id)
-        table.set(id, subject)
-      }
-      return subject
-    }
+    let subject = isKey ? this.keys.get(id) : this.address(id)
+    if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
     subject = {
@@ -152,9 +150,28 @@ export class RateLimiter {
       dayDirty: false,
     }
     if (saved) this.saved.delete(id)
-    table.set(id, subject)
-    if (!isKey && table.size > this.options.maxAddresses) table.delete(table.keys().next().value!)
+    if (isKey) this.keys.set(id, subject)
+    else this.rememberAddress(id, subject)
     return subject
+  }
+
+  private address(id: string): Subject | undefined {
+    const current = this.currentAddresses.get(id)
+    if (current) return current
+    const previous = this.previousAddresses.get(id)
+    if (previous) {
+      this.previousAddresses.delete(id)
+      this.rememberAddress(id, previous)
+    }
+    return previous
+  }
+
+  private rememberAddress(id: string, subject: Subject): void {
+    if (this.currentAddresses.size >= Math.max(1, Math.floor(this.options.maxAddresses / 2))) {
+      this.previousAddresses = this.currentAddresses
+      this.currentAddresses = new Map()
+    }
+    this.currentAddresses.set(id, subject)
   }
 
   /** True when this rejection starts a ban: more than banAfter rejections within one minute. */

@@ -90,6 +90,11 @@ export interface ActiveKey {
  */
 export class KeyRegistry {
   private byHash = new Map<string, ActiveKey>()
+  /**
+   * Secrets already found valid, to skip hashing on the hot path. Only hits are kept (at most one entry
+   * per active key), and a miss is always answered by the hash, so wrong guesses learn nothing from it.
+   */
+  private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
 
   constructor(private readonly storage: Storage) {
@@ -112,10 +117,15 @@ export class KeyRegistry {
       })
     }
     this.byHash = next
+    this.verified = new Map()
   }
 
   find(secret: string): ActiveKey | undefined {
-    return this.byHash.get(hashSecret(secret))
+    const known = this.verified.get(secret)
+    if (known) return known
+    const key = this.byHash.get(hashSecret(secret))
+    if (key && this.verified.size < this.byHash.size) this.verified.set(secret, key)
+    return key
   }
 
   markUsed(key: ActiveKey, now: number): void {
