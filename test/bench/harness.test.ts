@@ -107,7 +107,7 @@ describe('bun run bench', () => {
     expect(stdout).toContain('| scenario | baseline req/s | petstore req/s | ratio |')
     expect(stdout).toContain('`POST /pets` (durable 201)')
     expect(existsSync(out.replace(/\.json$/, '.md'))).toBe(true)
-  })
+  }, 120_000)
 
   test('falls back to autocannon', async () => {
     const { result } = await runBench('autocannon', ['--tool', 'autocannon', '--scenarios', 'rate-limited'])
@@ -118,5 +118,5 @@ describe('bun run bench', () => {
     // autocannon reports exact statuses for the baseline too.
     expect(result.scenarios[0]!.baseline.runs[0]!.statuses).toEqual({ '429': expect.any(Number) })
     expect(result.memory.peakRssMbAfterSpray).toBeNull()
-  })
+  }, 120_000)
 })
