@@ -97,16 +97,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const routeTable: RouteEntry[] = []
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
-    .use(errorHandler({ allowedMethods: (path) => allowedMethods(routeTable, path), onInternalError }))
     .use(
-      requestContext({
-        metrics,
-        accessLog,
-        trustProxy: config.trustProxy,
-        operationOf: (method, route, path) =>
-          operations.get(`${method} ${route ?? routeOf(routeTable, path)}`) ?? 'unmatched',
+      errorHandler({
+        allowedMethods: (path) => allowedMethods(routeTable, path),
+        operationOf: (method, path) => operations.get(`${method} ${routeOf(routeTable, path)}`) ?? 'unmatched',
+        onInternalError,
       }),
     )
+    .use(requestContext({ metrics, accessLog, trustProxy: config.trustProxy }))
     .use(cors(config.corsOrigins))
     .use(deprecationHeaders(config.basePath, () => config.baseUrl))
     .use(

@@ -4,6 +4,7 @@
  * the headers scripts need: pagination, Location, rate limits and the request id.
  */
 import { Elysia } from 'elysia'
+import type { RequestInfo } from './request-context'
 
 const EXPOSED = [
   'Link',
@@ -37,9 +38,11 @@ export function cors(origins: string[]) {
       if (!anyOrigin) set.headers.vary = 'Origin'
       set.headers['access-control-expose-headers'] = EXPOSED
     })
+    .decorate('info', undefined as unknown as RequestInfo)
     .options(
       '/*',
-      ({ request, set }) => {
+      ({ request, set, info }) => {
+        info.done(204, 'preflight')
         if (!isPreflight(request) || !set.headers['access-control-allow-origin'])
           return new Response(null, { status: 204 })
         set.headers['access-control-allow-methods'] = 'GET, POST, OPTIONS'

@@ -4,11 +4,14 @@
  * 500 whose details go to the server's log, never to the client.
  */
 import { Elysia } from 'elysia'
+import type { RequestInfo } from './request-context'
 import { ApiError, badRequest, internalError, methodNotAllowed, notFound } from '../errors'
 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
   allowedMethods: (path: string) => string[] | null
+  /** Operation name for metrics, from the path: errors may come before routing. */
+  operationOf: (method: string, path: string) => string
   onInternalError: (error: unknown, requestId: string | undefined) => void
 }
 
@@ -24,6 +27,7 @@ export function errorResponse(error: ApiError): Response {
 export function errorHandler(options: ErrorHandlerOptions) {
   return new Elysia({ name: 'errors' }).onError({ as: 'global' }, (ctx) => {
     const { code, error, set } = ctx
+    const info = (ctx as { info?: RequestInfo }).info
     let answer: ApiError
     if (error instanceof ApiError) answer = error
     else if (code === 'NOT_FOUND') {
@@ -31,11 +35,11 @@ export function errorHandler(options: ErrorHandlerOptions) {
       answer = allow ? methodNotAllowed(allow) : notFound(`No resource at ${ctx.path.slice(0, 200)}.`)
     } else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
     else {
-      const requestId = (ctx as { info?: { requestId: string } }).info?.requestId
-      options.onInternalError(error, requestId)
+      options.onInternalError(error, info?.requestId)
       answer = internalError()
     }
     set.status = answer.status
+    info?.done(answer.status, options.operationOf(ctx.request.method, info.path))
     set.headers['content-type'] = JSON_TYPE
     Object.assign(set.headers, answer.headers)
     return answer.body

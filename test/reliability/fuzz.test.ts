@@ -176,7 +176,11 @@ describe('fuzzing over HTTP', () => {
     const socket = await Bun.connect({
       hostname: '127.0.0.1',
       port: server.port,
-      socket: { data: (_socket, data) => (received += data.toString()) },
+      socket: {
+        data: (_socket, data) => {
+          received += data.toString()
+        },
+      },
     })
     socket.write(`POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"na`)
     const others = await Promise.all(Array.from({ length: 20 }, () => fetch(`${server.base}/pets?limit=1`, { headers: auth() })))

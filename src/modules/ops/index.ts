@@ -10,6 +10,7 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse } from '../../plugins/errors'
+import type { RequestInfo } from '../../plugins/request-context'
 import { unavailable } from '../../errors'
 import { components } from '../../http/openapi'
 
@@ -82,22 +83,45 @@ export function opsModule(options: OpsModuleOptions) {
     } as never,
   )
 
+  /** A handler whose answer is recorded under the route's name. */
+  const recorded =
+    (operation: string, answer: () => Response) =>
+    ({ info }: { info: RequestInfo }) => {
+      const response = answer()
+      info.done(response.status, operation)
+      return response
+    }
+
   return new Elysia({ name: 'ops' })
-    .get('/healthz', () => json('{"status":"ok"}'), hidden)
+    .decorate('info', undefined as unknown as RequestInfo)
+    .get('/healthz', recorded('healthz', () => json('{"status":"ok"}')), hidden)
     .get(
       '/readyz',
-      () => (options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer.'))),
+      recorded('readyz', () =>
+        options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer.')),
+      ),
       hidden,
     )
     .get(
       '/metrics',
-      () => new Response(options.metrics(), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } }),
+      recorded(
+        'metrics',
+        () => new Response(options.metrics(), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } }),
+      ),
       hidden,
     )
-    .get('/openapi.json', () => json((document ??= JSON.stringify(buildDocument(options)))), hidden)
-    .get('/docs', () => new Response(docsPage, { headers: { 'content-type': 'text/html; charset=utf-8' } }), hidden)
-    .get('/docs/swagger-ui-bundle.js', () => asset(swaggerScript, 'text/javascript; charset=utf-8'), hidden)
-    .get('/docs/swagger-ui.css', () => asset(swaggerStyle, 'text/css; charset=utf-8'), hidden)
+    .get('/openapi.json', recorded('openapi.json', () => json((document ??= JSON.stringify(buildDocument(options))))), hidden)
+    .get(
+      '/docs',
+      recorded('docs', () => new Response(docsPage, { headers: { 'content-type': 'text/html; charset=utf-8' } })),
+      hidden,
+    )
+    .get(
+      '/docs/swagger-ui-bundle.js',
+      recorded('docs/swagger-ui-bundle.js', () => asset(swaggerScript, 'text/javascript; charset=utf-8')),
+      hidden,
+    )
+    .get('/docs/swagger-ui.css', recorded('docs/swagger-ui.css', () => asset(swaggerStyle, 'text/css; charset=utf-8')), hidden)
 }
 
 function asset(path: string, type: string): Response {

@@ -109,11 +109,12 @@ export function petsModule(options: PetsModuleOptions) {
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
     .get(
       '/pets',
-      ({ request, set }) => {
+      ({ request, set, info }) => {
         const query = parseListQuery(request.url)
         const page = service.list(query)
         set.headers['content-type'] = JSON_TYPE
         if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
+        info.done(200, 'listPets')
         return page.body
       },
       {
@@ -146,6 +147,7 @@ export function petsModule(options: PetsModuleOptions) {
         set.headers['content-type'] = JSON_TYPE
         set.headers.location = created.location
         if (created.replayed) set.headers['idempotent-replayed'] = 'true'
+        info.done(201, 'createPet')
         return created.body
       },
       {
@@ -180,6 +182,7 @@ export function petsModule(options: PetsModuleOptions) {
         const json = service.getJson(parsePetId(params.petId))
         if (json === null) throw notFound(`No pet with id ${params.petId}.`)
         set.headers['content-type'] = JSON_TYPE
+        info.done(200, 'getPet')
         return json
       },
       {
