@@ -72,6 +72,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     now,
     locationOf: (id) => `${config.baseUrl}/pets/${id}`,
     onInternalError,
+    onWritesRefused: (reason) =>
+      warn(reason ? `the data file refuses writes (${reason}); creates answer 503 until it accepts them` : 'the data file accepts writes again'),
   })
   const ready = () => {
     try {
@@ -145,6 +147,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
 
   const timers: ReturnType<typeof setInterval>[] = []
   const saveState = () => {
+    if (storage.readOnly) return
     try {
       storage.limiterState.save(limiter.takeDirtyDayBuckets())
       keys.flushLastUsed()
@@ -169,6 +172,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       })
       every(STATE_SAVE_MS, saveState)
       every(PURGE_MS, () => {
+        if (storage.readOnly) return
         try {
           storage.purgeIdempotency(now() - IDEMPOTENCY_TTL_MS)
         } catch (error) {

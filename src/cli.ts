@@ -7,7 +7,7 @@ import { createApp, VERSION } from './app'
 import { bindPort, ConfigError, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor } from './modules/keys/service'
 import { openSqliteStorage } from './storage/sqlite'
-import { StorageOpenError, type ApiKeyRecord } from './storage/types'
+import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
 
 const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
   --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)`
@@ -103,11 +103,18 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`petstore: ${error.message}\n\n${error.usage}`)
       return 2
     }
-    if (error instanceof ConfigError || error instanceof KeyInputError || error instanceof StorageOpenError) {
+    if (
+      error instanceof ConfigError ||
+      error instanceof KeyInputError ||
+      error instanceof StorageOpenError ||
+      error instanceof StorageUnavailableError
+    ) {
       console.error(`petstore: ${error.message}`)
       return 1
     }
-    throw error
+    // Anything else is a bug; one line says what, instead of a dump of the minified bundle.
+    console.error(`petstore: unexpected error: ${(error as Error)?.message ?? error}`)
+    return 70
   }
 }
 
@@ -161,6 +168,11 @@ async function serve(args: string[]): Promise<number> {
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
   const storage = openSqliteStorage(config.dataFile, { verify: true })
+  if (storage.readOnly) {
+    if (storage.keys.list().length === 0)
+      throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
+    console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
+  }
   if (storage.keys.list().length === 0) {
     const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
     console.error(

@@ -1,8 +1,8 @@
 /**
  * SQLite storage through bun:sqlite: one file per environment, opened once, statements prepared once.
  */
-import { Database, type Statement } from 'bun:sqlite'
-import { chmodSync, existsSync, mkdirSync, openSync, readSync, closeSync, statSync } from 'node:fs'
+import { constants as sqlite, Database, type Statement } from 'bun:sqlite'
+import { accessSync, chmodSync, closeSync, constants as fs, existsSync, mkdirSync, openSync, readSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import {
   type ApiKeyRecord,
@@ -108,24 +108,61 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
       throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
     }
   }
+  const readOnly = !inMemory && existsSync(file) && !isWritable(file)
   let db: Database
   try {
-    db = new Database(file, { create: true, strict: true })
+    db = readOnly ? openReadOnly(file) : new Database(file, { create: true, strict: true })
   } catch (error) {
+    if (error instanceof StorageOpenError) throw error
     throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
   }
   try {
-    prepare(db, file, options)
+    prepare(db, file, { ...options, readOnly })
   } catch (error) {
     db.close()
     if (error instanceof StorageOpenError) throw error
     throw new StorageOpenError(`${file} cannot be used: ${(error as Error).message}`)
   }
-  if (!inMemory) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db)
+  if (!inMemory && !readOnly)
+    for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
+  return new SqliteStorage(db, readOnly)
 }
 
-function prepare(db: Database, file: string, options: OpenOptions): void {
+/** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
+function isWritable(file: string): boolean {
+  try {
+    accessSync(file, fs.W_OK)
+    accessSync(dirname(file), fs.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A read-only file (read-only mount, or permissions) still serves reads. SQLite reads a WAL database
+ * read-only only while its -wal and -shm files exist; without them the file is opened as immutable,
+ * which is exact because then every change is in the main file. A leftover -wal that cannot be read
+ * holds committed changes that an immutable open would silently miss, so that is refused.
+ */
+function openReadOnly(file: string): Database {
+  const db = new Database(file, { readonly: true, strict: true })
+  try {
+    db.query('SELECT count(*) FROM sqlite_schema').get()
+    return db
+  } catch (error) {
+    db.close()
+    if ((error as { code?: string }).code !== 'SQLITE_CANTOPEN') throw error
+  }
+  const wal = `${file}-wal`
+  if (existsSync(wal) && statSync(wal).size > 0)
+    throw new StorageOpenError(
+      `${file} is read-only and ${wal} still holds changes that cannot be read without writing; make the directory writable once`,
+    )
+  return new Database(`file:${encodeURI(file)}?immutable=1`, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_URI)
+}
+
+function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
   // Wait for the other process (server or CLI) instead of failing at once when both write.
   db.run('PRAGMA busy_timeout = 5000')
   if (options.verify) {
@@ -140,6 +177,11 @@ function prepare(db: Database, file: string, options: OpenOptions): void {
     throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
   if (version > MIGRATIONS.length)
     throw new StorageOpenError(`${file} was written by a newer petstore (schema ${version}); upgrade petstore`)
+  if (options.readOnly) {
+    if (version < MIGRATIONS.length)
+      throw new StorageOpenError(`${file} is read-only and needs its schema brought up to date; make it writable once`)
+    return
+  }
   // WAL lets the CLI and backups read while the server writes; FULL makes every commit survive power loss
   // before we answer 201.
   db.run('PRAGMA journal_mode = WAL')
@@ -266,7 +308,11 @@ class SqliteKeys implements KeyRepository {
   }
 
   insert(r: ApiKeyRecord): void {
-    this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt)
+    try {
+      this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt)
+    } catch (error) {
+      describeUnavailable(error)
+    }
   }
 
   list(): ApiKeyRecord[] {
@@ -274,7 +320,11 @@ class SqliteKeys implements KeyRepository {
   }
 
   revoke(id: string, now: number): boolean {
-    return this.revokeKey.run(now, id).changes > 0
+    try {
+      return this.revokeKey.run(now, id).changes > 0
+    } catch (error) {
+      describeUnavailable(error)
+    }
   }
 
   recordLastUsed(lastUsed: Map<string, number>): void {
@@ -315,7 +365,10 @@ class SqliteStorage implements Storage {
   private readonly dataVersion: Statement<{ data_version: number }, []>
   private lastDataVersion: number
 
-  constructor(private readonly db: Database) {
+  constructor(
+    private readonly db: Database,
+    readonly readOnly: boolean,
+  ) {
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)

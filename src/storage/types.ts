@@ -78,6 +78,8 @@ export interface LimiterStateRepository {
 }
 
 export interface Storage {
+  /** Opened from a file this process cannot write: reads work, every write fails as unavailable. */
+  readOnly: boolean
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
@@ -91,7 +93,11 @@ export interface Storage {
 }
 
 /** Storage cannot write (disk full, read-only file): the API answers 503 and keeps serving reads. */
-export class StorageUnavailableError extends Error {}
+export class StorageUnavailableError extends Error {
+  constructor(readonly code: string) {
+    super(`the data file cannot be written now (${code})`)
+  }
+}
 
 /** The data file cannot be used at all: not ours, damaged, or from a newer version. */
 export class StorageOpenError extends Error {}

@@ -1,27 +1,45 @@
 /**
- * Storage faults on a real file system: a data file on a tiny tmpfs that fills up under a running
- * server. Writes must answer 503 `unavailable`, reads must go on, and every pet acknowledged before the
- * fault must still be there after a restart. Needs root (mount); skipped otherwise.
+ * Storage faults on real file systems, provoked under a running server: a tiny tmpfs that fills up,
+ * and an ext4 volume that the kernel remounts read-only after an error (as `errors=remount-ro` does on
+ * a failing disk). Writes must answer 503 `unavailable`, reads must go on, the operator is told once,
+ * and every pet acknowledged before the fault must still be there after a restart, including a restart
+ * on the still read-only volume. Needs root (mount); the ext4 case also needs loop devices.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { createKeyWithCli, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
-const canMount = process.getuid?.() === 0 && Bun.spawnSync(['which', 'mount']).exitCode === 0
+const run = (command: string[]) => {
+  const result = Bun.spawnSync(command, { stdout: 'pipe', stderr: 'pipe' })
+  return { code: result.exitCode, out: result.stdout.toString().trim(), err: result.stderr.toString().trim() }
+}
+const has = (tool: string) => run(['which', tool]).code === 0
+const canMount = process.getuid?.() === 0 && has('mount')
+const canLoopExt4 = canMount && has('mkfs.ext4') && has('e2fsck') && existsSync('/dev/loop-control') && existsSync('/sys/fs/ext4')
 const mounts: string[] = []
+
+function mount(dir: string, args: string[]): void {
+  const result = run(['mount', ...args, dir])
+  if (result.code !== 0) throw new Error(`mount ${args.join(' ')} failed: ${result.err}`)
+  if (!mounts.includes(dir)) mounts.push(dir)
+}
+
+function unmount(dir: string): void {
+  const result = run(['umount', dir])
+  if (result.code !== 0) throw new Error(`umount failed: ${result.err}`)
+  mounts.splice(mounts.indexOf(dir), 1)
+}
 
 function mountTmpfs(sizeKiB: number): string {
   const dir = join(tempDir(), 'mnt')
   mkdirSync(dir)
-  const result = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', `size=${sizeKiB}k,mode=0700`, 'tmpfs', dir])
-  if (result.exitCode !== 0) throw new Error(`mount failed: ${result.stderr.toString()}`)
-  mounts.push(dir)
+  mount(dir, ['-t', 'tmpfs', '-o', `size=${sizeKiB}k,mode=0700`, 'tmpfs'])
   return dir
 }
 
 afterAll(() => {
-  for (const dir of mounts.splice(0)) Bun.spawnSync(['umount', '-l', dir])
+  for (const dir of mounts.splice(0).reverse()) run(['umount', '-l', dir])
 })
 
 const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' })
@@ -33,6 +51,30 @@ async function create(base: string, key: string, name: string) {
     body: JSON.stringify({ name, categoryId: 1 }),
   })
   return { status: response.status, body: (await response.json()) as Record<string, unknown> }
+}
+
+/** Every pet the server lists, following `Link: rel="next"`. */
+async function listAll(server: Server, key: string): Promise<Record<string, unknown>[]> {
+  const pets: Record<string, unknown>[] = []
+  let next: string | null = `${server.base}/pets?limit=100`
+  while (next) {
+    const page: Response = await fetch(next, { headers: headers(key) })
+    expect(page.status).toBe(200)
+    pets.push(...((await page.json()) as Record<string, unknown>[]))
+    next = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1] ?? null
+  }
+  return pets
+}
+
+/** Writes refused, reads answered: what a server on a read-only file must do. */
+async function expectReadOnlyService(server: Server, key: string, acknowledged: Record<string, unknown>[]) {
+  const refused = await create(server.base, key, 'on a read-only file')
+  expect(refused).toEqual({ status: 503, body: { code: 'unavailable', message: expect.any(String), status: 503 } })
+  expect(await listAll(server, key)).toEqual(acknowledged)
+  const read = await fetch(`${server.base}/pets/${acknowledged.at(-1)!.id}`, { headers: headers(key) })
+  expect(await read.json()).toEqual(acknowledged.at(-1)!)
+  expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
+  expect((await fetch(`${server.origin}/readyz`)).status).toBe(200)
 }
 
 describe.skipIf(!canMount)('storage faults', () => {
@@ -64,14 +106,81 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(await server.stop()).toBe(0)
 
     const restarted = await startServer({ dataFile, args: ['--no-access-log'] })
-    let seen = 0
-    let next: string | null = `${restarted.base}/pets?limit=100`
-    while (next) {
-      const page: Response = await fetch(next, { headers: headers(key) })
-      seen += ((await page.json()) as unknown[]).length
-      next = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1] ?? null
-    }
-    expect(seen).toBe(acknowledged.length)
+    expect(await listAll(restarted, key)).toEqual(acknowledged)
     await restarted.stop()
+  })
+
+  test('a data file on a read-only mount serves reads and answers 503 on writes', async () => {
+    const dir = mountTmpfs(4096)
+    const dataFile = join(dir, 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const writable = await startServer({ dataFile, args: ['--no-access-log'] })
+    const acknowledged = []
+    for (let i = 0; i < 5; i++) acknowledged.push((await create(writable.base, key, `before ${i}`)).body)
+    expect(await writable.stop()).toBe(0)
+    // A clean stop folds the write-ahead log into the file, so this is the immutable-open path.
+    expect(existsSync(`${dataFile}-wal`)).toBe(false)
+    mount(dir, ['-o', 'remount,ro'])
+
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect(server.stderr()).toContain('is read-only: serving reads')
+    await expectReadOnlyService(server, key, acknowledged)
+    expect(await server.stop()).toBe(0)
+    expect(server.stderr()).not.toMatch(/\n\s+at /)
+
+    const keyOnReadOnly = cli(['keys', 'create', '--data', dataFile, '--plan', 'free'])
+    expect(keyOnReadOnly.code).toBe(1)
+    expect(keyOnReadOnly.stderr).toMatch(/^petstore: the data file cannot be written now \(SQLITE_READONLY\)\n$/)
+    expect(keyOnReadOnly.stdout).toBe('')
+  })
+})
+
+describe.skipIf(!canLoopExt4)('a volume that turns read-only under the running server', () => {
+  test('creates answer 503 and reads go on; a restart on the read-only volume and then a writable one loses nothing', async () => {
+    const image = join(tempDir(), 'volume.ext4')
+    await Bun.write(image, new Uint8Array(0))
+    expect(run(['truncate', '-s', '16M', image]).code).toBe(0)
+    expect(run(['mkfs.ext4', '-q', image]).code).toBe(0)
+    const dir = join(tempDir(), 'volume')
+    mkdirSync(dir)
+    mount(dir, ['-o', 'loop,errors=remount-ro', image])
+    const device = run(['findmnt', '-n', '-o', 'SOURCE', dir]).out.replace('/dev/', '')
+    const trigger = `/sys/fs/ext4/${device}/trigger_fs_error`
+    expect(existsSync(trigger)).toBe(true)
+
+    const dataFile = join(dir, 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    const acknowledged = []
+    for (let i = 0; i < 20; i++) {
+      const answer = await create(server.base, key, `before ${i}`)
+      expect(answer.status).toBe(201)
+      acknowledged.push(answer.body)
+    }
+    await Bun.write(trigger, '1')
+    expect(run(['findmnt', '-n', '-o', 'OPTIONS', dir]).out).toMatch(/(^|,)(ro|emergency_ro)(,|$)/)
+
+    await expectReadOnlyService(server, key, acknowledged)
+    await expectReadOnlyService(server, key, acknowledged)
+    await eventually(() => /refuses writes/.test(server.stderr()))
+    expect(server.stderr().match(/refuses writes/g)).toHaveLength(1)
+    await server.stop()
+    expect(server.stderr()).not.toMatch(/\n\s+at /)
+
+    unmount(dir)
+    expect(run(['e2fsck', '-fy', image]).code).toBeLessThan(4)
+    mount(dir, ['-o', 'loop,ro', image])
+    const readOnly = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect(readOnly.stderr()).toContain('is read-only: serving reads')
+    await expectReadOnlyService(readOnly, key, acknowledged)
+    expect(await readOnly.stop()).toBe(0)
+
+    unmount(dir)
+    mount(dir, ['-o', 'loop', image])
+    const repaired = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect(await listAll(repaired, key)).toEqual(acknowledged)
+    expect((await create(repaired.base, key, 'after the repair')).status).toBe(201)
+    expect(await repaired.stop()).toBe(0)
+    unmount(dir)
   })
 })

@@ -19,6 +19,8 @@ export interface PetServiceOptions {
   /** Absolute URL of a pet, for Location. */
   locationOf: (id: number) => string
   onInternalError: (error: unknown) => void
+  /** Called when storage starts refusing writes (with the reason) and when it accepts them again (null). */
+  onWritesRefused: (reason: string | null) => void
 }
 
 export interface ListQuery {
@@ -59,6 +61,7 @@ export class PetService {
   private readonly pages = new Map<string, Page>()
   private readonly pets = new Map<number, string>()
   private queue: Pending[] = []
+  private writesRefused = false
 
   constructor(
     private readonly repo: PetRepository,
@@ -123,12 +126,21 @@ export class PetService {
         this.options.now(),
       )
     } catch (error) {
+      if (error instanceof StorageUnavailableError) this.noteRefusal(error.code)
       const answer = error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options)
       for (const pending of batch) pending.reject(answer)
       return
     }
+    this.noteRefusal(null)
     if (outcomes.some((outcome) => outcome.kind === 'created')) this.pages.clear()
     outcomes.forEach((outcome, i) => batch[i]!.resolve(outcome))
+  }
+
+  /** Reports the change only, so a full disk logs one line, not one per refused request. */
+  private noteRefusal(reason: string | null): void {
+    if ((reason !== null) === this.writesRefused) return
+    this.writesRefused = reason !== null
+    this.options.onWritesRefused(reason)
   }
 }
 
