@@ -59,6 +59,8 @@ export function petJson(pet: Pet): string {
 
 export class PetService {
   private readonly pages = new Map<string, Page>()
+  /** Keys of cached pages that end the listing: the only ones a new pet can change. */
+  private readonly lastPages = new Set<string>()
   private readonly pets = new Map<number, string>()
   private queue: Pending[] = []
   private writesRefused = false
@@ -79,8 +81,12 @@ export class PetService {
       body: `[${rows.map(petJson).join(',')}]`,
       nextAfterId: more ? rows[rows.length - 1]!.id : null,
     }
-    if (this.pages.size >= MAX_CACHED_PAGES) this.pages.clear()
+    if (this.pages.size >= MAX_CACHED_PAGES) {
+      this.pages.clear()
+      this.lastPages.clear()
+    }
     this.pages.set(cacheKey, page)
+    if (page.nextAfterId === null) this.lastPages.add(cacheKey)
     return page
   }
 
@@ -132,8 +138,17 @@ export class PetService {
       return
     }
     this.noteRefusal(null)
-    if (outcomes.some((outcome) => outcome.kind === 'created')) this.pages.clear()
+    if (outcomes.some((outcome) => outcome.kind === 'created')) this.forgetLastPages()
     outcomes.forEach((outcome, i) => batch[i]!.resolve(outcome))
+  }
+
+  /**
+   * Ids only grow, so a new pet sorts after every stored one: a page that had a next page keeps its
+   * exact content and cursor, and only last pages (which the new pet may join) must be made again.
+   */
+  private forgetLastPages(): void {
+    for (const cacheKey of this.lastPages) this.pages.delete(cacheKey)
+    this.lastPages.clear()
   }
 
   /** Reports the change only, so a full disk logs one line, not one per refused request. */
