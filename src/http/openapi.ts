@@ -58,8 +58,10 @@ export function components(errorSchema: object) {
     headers: headerRefs([...COMMON_HEADERS, ...extra]),
     content: { 'application/json': { schema: errorSchema } },
   })
-  const integer = (description: string) => ({ description, schema: { type: 'integer' } })
-  const text = (description: string) => ({ description, schema: { type: 'string' } })
+  // `required` marks the headers sent on every response that lists them; Link and Idempotent-Replayed
+  // appear only when there is a next page or a replay.
+  const integer = (description: string) => ({ description, required: true, schema: { type: 'integer' } })
+  const text = (description: string, required = true) => ({ description, required, schema: { type: 'string' } })
   return {
     securitySchemes: {
       bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key sent as `Authorization: Bearer <key>`.' },
@@ -73,11 +75,11 @@ export function components(errorSchema: object) {
       'X-Request-Id': text('The request id: the client\'s own when sane, else one the server made.'),
       'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
       'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
-      Location: { description: 'Absolute URL of the created pet.', schema: { type: 'string', format: 'uri' } },
-      Link: text('RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet.'),
+      Location: { description: 'Absolute URL of the created pet.', required: true, schema: { type: 'string', format: 'uri' } },
+      Link: text('RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet.', false),
       Deprecation: text('RFC 9745: when the operation was deprecated, as `@<unix seconds>`.'),
       Sunset: text('RFC 8594: when the operation will be removed.'),
-      'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.'),
+      'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.', false),
     },
     responses: {
       BadRequest: error('The request is malformed; the message names the field and why.', ['invalid_request']),

@@ -4,12 +4,11 @@
  * the docs page loads only local assets.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import Ajv2020 from 'ajv/dist/2020'
-import addFormats from 'ajv-formats'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { auth, postPet, startApp, type TestApp } from '../support/app'
+import { Contract } from '../support/contract'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
@@ -188,40 +187,54 @@ describe('OpenAPI document', () => {
     expect(error.properties.status.type).toBe('integer')
   })
 
-  test('real responses validate against the documented schemas', async () => {
+  test('real responses validate against the documented schemas, headers included', async () => {
     const key = app.key('enterprise', { rpm: 10_000, rpd: 100_000 })
-    const ajv = new Ajv2020({ strict: false, allErrors: true })
-    addFormats(ajv)
-    // Register components under a fresh id so local $refs resolve; drop TypeBox's own $ids.
-    const strip = (node: unknown): unknown =>
-      Array.isArray(node)
-        ? node.map(strip)
-        : node && typeof node === 'object'
-          ? Object.fromEntries(Object.entries(node).filter(([k]) => k !== '$id').map(([k, v]) => [k, strip(v)]))
-          : node
-    ajv.addSchema({ $id: 'doc', components: strip(doc.components) })
-    const validate = (ref: Json, value: unknown) => {
-      const schemaRef = ref.$ref ? { $ref: `doc${ref.$ref}` } : strip(ref)
-      const ok = ajv.validate(schemaRef as object, value)
-      if (!ok) throw new Error(`${JSON.stringify(value)}: ${ajv.errorsText()}`)
+    const contract = new Contract(doc)
+    const call = async (method: string, path: string, init: RequestInit = {}) => {
+      const response = await fetch(`${app.base}${path}`, { method, ...init })
+      contract.check(method, new URL(response.url).pathname, response, await response.text())
+      return response
     }
-    const schemaOf = (path: string, method: string, status: string) =>
-      resolve(operation(path, method).responses[status]).content['application/json'].schema
-
     const created = await postPet(app.base, key, { name: 'Rex', categoryId: 9007199254740991, status: 'sold' })
-    const pet = await jsonOf(created)
-    validate(schemaOf('/pets', 'post', '201'), pet)
-    validate(schemaOf('/pets', 'get', '200'), await jsonOf(await fetch(`${app.base}/pets`, { headers: auth(key) })))
-    validate(schemaOf('/pets/{petId}', 'get', '200'), await jsonOf(await fetch(`${app.base}/pets/${pet.id}`, { headers: auth(key) })))
-    validate(schemaOf('/pets', 'get', '400'), await jsonOf(await fetch(`${app.base}/pets?limit=0`, { headers: auth(key) })))
-    validate(schemaOf('/pets', 'get', '401'), await jsonOf(await fetch(`${app.base}/pets`)))
-    validate(schemaOf('/store/orders', 'get', '501'), await jsonOf(await fetch(`${app.base}/store/orders`, { headers: auth(key) })))
+    const createdText = await created.text()
+    contract.check('POST', '/v1/pets', created, createdText)
+    const pet = JSON.parse(createdText)
+    await call('GET', '/pets', { headers: auth(key) })
+    await call('GET', '/pets?limit=1', { headers: auth(key) })
+    await call('GET', `/pets/${pet.id}`, { headers: auth(key) })
+    await call('GET', '/pets/999999', { headers: auth(key) })
+    await call('GET', '/pets?limit=0', { headers: auth(key) })
+    await call('GET', '/pets')
+    await call('POST', '/pets', { headers: { ...auth(key), 'content-type': 'text/plain' }, body: 'x' })
+    await call('GET', '/store/orders', { headers: auth(key) })
+    expect(contract.checked).toBe(9)
     // And the documented request schema refuses what the server refuses.
     const newPet = operation('/pets', 'post').requestBody.content['application/json'].schema
-    expect(() => validate(newPet, { name: 'x', categoryId: 1, id: 3 })).toThrow()
-    expect(() => validate(newPet, { name: '', categoryId: 1 })).toThrow()
-    expect(() => validate(newPet, { name: 'x', categoryId: 9007199254740992 })).toThrow()
-    validate(newPet, { name: 'x', categoryId: 1 })
+    const accepts = (value: unknown) => contract.accepts(newPet, value)
+    expect(accepts({ name: 'x', categoryId: 1, id: 3 })).toBe(false)
+    expect(accepts({ name: '', categoryId: 1 })).toBe(false)
+    expect(accepts({ name: 'x', categoryId: 9007199254740992 })).toBe(false)
+    expect(accepts({ name: 'x', categoryId: 1 })).toBe(true)
+  })
+
+  test('the contract check catches an answer that strays from the document', async () => {
+    const contract = new Contract(doc)
+    const key = app.key('free')
+    const good = await fetch(`${app.base}/pets`, { headers: auth(key) })
+    const body = await good.text()
+    const headers = (change: (h: Headers) => void) => {
+      const h = new Headers(good.headers)
+      change(h)
+      return h
+    }
+    expect(() => contract.check('GET', '/v1/pets', good, body)).not.toThrow()
+    expect(() => contract.check('GET', '/v1/pets', { status: 418, headers: good.headers }, body)).toThrow(/not documented/)
+    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.delete('x-ratelimit-remaining')) }, body)).toThrow(/required header X-RateLimit-Remaining/)
+    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('x-ratelimit-limit', 'many')) }, body)).toThrow(/X-RateLimit-Limit/)
+    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('content-type', 'text/html')) }, body)).toThrow(/content-type/)
+    expect(() => contract.check('GET', '/v1/pets', good, '[{"id":1}]')).toThrow(/schema/)
+    expect(() => contract.check('GET', '/v1/pets', { status: 400, headers: good.headers }, '{"code":"x","message":"y"}')).toThrow(/schema/)
+    expect(() => contract.check('DELETE', '/v1/pets', good, body)).toThrow(/not a documented operation/)
   })
 
   test('contains no secret and no key id', () => {

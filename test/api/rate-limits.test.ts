@@ -363,3 +363,49 @@ describe('isolation and per-address limiting', () => {
     await expect429(await list(app), 'rate_limited')
   })
 })
+
+describe('under concurrency', () => {
+  /** Sends `n` requests at once over `connections` parallel clients; returns the status counts. */
+  async function concurrently(n: number, connections: number, send: (i: number) => Promise<Response>) {
+    const counts: Record<number, number> = {}
+    let next = 0
+    await Promise.all(
+      Array.from({ length: connections }, async () => {
+        while (next < n) {
+          const res = await send(next++)
+          await res.arrayBuffer()
+          counts[res.status] = (counts[res.status] ?? 0) + 1
+        }
+      }),
+    )
+    return counts
+  }
+
+  test('64 concurrent clients on one key get exactly the minute bucket of 200s, then exactly the refill', async () => {
+    const app = fresh({ banAfter: 100_000 })
+    const key = app.key('enterprise', { rpm: 250, rpd: 100_000 })
+    expect(await concurrently(600, 64, () => list(app, auth(key)))).toEqual({ 200: 250, 429: 350 })
+    app.clock.advance(30_000)
+    expect(await concurrently(300, 64, () => list(app, auth(key)))).toEqual({ 200: 125, 429: 175 })
+  })
+
+  test('two keys hammered at the same time each get exactly their own numbers', async () => {
+    const app = fresh({ banAfter: 100_000 })
+    const a = app.key('enterprise', { rpm: 100, rpd: 100_000 })
+    const b = app.key('free')
+    expect(
+      await concurrently(400, 64, (i) => (i % 2 ? postPet(app.base, a, { name: 'a', categoryId: 1 }) : list(app, auth(b)))),
+    ).toEqual({ 200: 60, 201: 100, 429: 240 })
+  })
+
+  test('the day bucket holds under concurrency across minutes', async () => {
+    const app = fresh({ banAfter: 100_000 })
+    const key = app.key('enterprise', { rpm: 100, rpd: 250 })
+    const per = [] as Record<number, number>[]
+    for (let minute = 0; minute < 4; minute++) {
+      per.push(await concurrently(150, 32, () => list(app, auth(key))))
+      app.clock.advance(60_000)
+    }
+    expect(per).toEqual([{ 200: 100, 429: 50 }, { 200: 100, 429: 50 }, { 200: 50, 429: 100 }, { 429: 150 }])
+  })
+})

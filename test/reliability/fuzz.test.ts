@@ -6,23 +6,26 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import fc from 'fast-check'
-import { createKeyWithCli, type Server, startServer, tempDir } from '../support/binary'
 import { join } from 'node:path'
+import { createKeyWithCli, type Server, startServer, tempDir } from '../support/binary'
+import { Contract } from '../support/contract'
 
 const RUNS = Number(process.env.PETSTORE_FUZZ_RUNS ?? 500)
 const STATUSES = ['available', 'pending', 'sold']
 let server: Server
 let key: string
+let contract: Contract
 let inputs = 0
 
 beforeAll(async () => {
   const dataFile = join(tempDir(), 'petstore.db')
   key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '100000000', '--rpd', '100000000'])
   server = await startServer({ dataFile, args: ['--no-access-log'] })
+  contract = await Contract.load(server.origin)
 })
 
 afterAll(async () => {
-  console.log(`fuzz: ${inputs} generated inputs sent`)
+  console.log(`fuzz: ${inputs} generated inputs sent, ${contract?.checked} answers checked against /openapi.json`)
   await server?.stop()
 })
 
@@ -43,10 +46,11 @@ function isValidPet(pet: unknown): boolean {
   )
 }
 
-/** Checks the invariants every answer must keep; returns the parsed body. */
-async function checkAnswer(response: Response, allowed: number[]): Promise<unknown> {
+/** Checks the invariants every answer must keep, and the contract; returns the parsed body. */
+async function checkAnswer(method: string, response: Response, allowed: number[]): Promise<unknown> {
   inputs++
   const text = await response.text()
+  contract.check(method, new URL(response.url).pathname, response, text)
   expect(response.status).toBeLessThan(500)
   expect(allowed).toContain(response.status)
   expect(response.headers.get('content-type')).toStartWith('application/json')
@@ -104,11 +108,11 @@ describe('fuzzing over HTTP', () => {
     await fc.assert(
       fc.asyncProperty(rawBody, fc.constantFrom('application/json', 'application/json; charset=utf-8', 'text/plain', 'application/jsonx'), async (body, type) => {
         const response = await fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(), 'content-type': type }, body })
-        const answer = await checkAnswer(response, [201, 400, 413, 415])
+        const answer = await checkAnswer('POST', response, [201, 400, 413, 415])
         if (response.status === 201) {
           expect(isValidPet(answer)).toBe(true)
           const read = await fetch(`${server.base}/pets/${(answer as { id: number }).id}`, { headers: auth() })
-          expect(await checkAnswer(read, [200])).toEqual(answer)
+          expect(await checkAnswer('GET', read, [200])).toEqual(answer)
         }
       }),
       { numRuns: RUNS * 3 },
@@ -122,7 +126,7 @@ describe('fuzzing over HTTP', () => {
       fc.asyncProperty(fc.array(fc.tuple(name, value), { maxLength: 4 }), async (pairs) => {
         const query = pairs.map(([n, v]) => `${pct(n)}=${pct(v)}`).join('&')
         const response = await fetch(`${server.base}/pets?${query}`, { headers: auth() })
-        const answer = await checkAnswer(response, [200, 400])
+        const answer = await checkAnswer('GET', response, [200, 400])
         if (response.status === 200) {
           expect(Array.isArray(answer)).toBe(true)
           for (const pet of answer as unknown[]) expect(isValidPet(pet)).toBe(true)
@@ -137,7 +141,7 @@ describe('fuzzing over HTTP', () => {
     await fc.assert(
       fc.asyncProperty(id, async (petId) => {
         const response = await fetch(`${server.base}/pets/${pct(petId)}`, { headers: auth() })
-        const answer = await checkAnswer(response, [200, 400, 404])
+        const answer = await checkAnswer('GET', response, [200, 400, 404])
         if (response.status === 200) expect(isValidPet(answer)).toBe(true)
       }),
       { numRuns: RUNS },
@@ -156,7 +160,7 @@ describe('fuzzing over HTTP', () => {
         }, { requiredKeys: [] }),
         async (headers) => {
           const response = await fetch(`${server.base}/pets`, { method: 'POST', headers, body: '{"name":"Header","categoryId":2}' })
-          await checkAnswer(response, [201, 400, 401, 409, 415, 429])
+          await checkAnswer('POST', response, [201, 400, 401, 409, 415, 429])
           const requestId = response.headers.get('x-request-id')
           expect(requestId).toMatch(/^[A-Za-z0-9._:@+=-]{1,128}$/)
         },
@@ -168,7 +172,7 @@ describe('fuzzing over HTTP', () => {
   test('a 10 MB body is refused with 413 without being stored', async () => {
     const body = `{"name":"${'x'.repeat(10 * 1024 * 1024)}","categoryId":1}`
     const response = await fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body })
-    expect((await checkAnswer(response, [413]) as { code: string }).code).toBe('payload_too_large')
+    expect((await checkAnswer('POST', response, [413]) as { code: string }).code).toBe('payload_too_large')
   })
 
   test('a slow sender does not hold up other clients', async () => {
@@ -194,7 +198,7 @@ describe('fuzzing over HTTP', () => {
     let count = 0
     while (next) {
       const page: Response = await fetch(next, { headers: auth() })
-      const pets = (await checkAnswer(page, [200])) as unknown[]
+      const pets = (await checkAnswer('GET', page, [200])) as unknown[]
       for (const pet of pets) expect(isValidPet(pet)).toBe(true)
       count += pets.length
       next = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1] ?? null

@@ -1,0 +1,132 @@
+/**
+ * The server's own `/openapi.json` as a test oracle: every answer a suite sees can be checked against
+ * it (status documented for the operation, required headers present, every documented header and the
+ * JSON body valid against their schemas). Uses ajv, independent of the TypeBox code that made the
+ * document, so a drift between what is served and what is documented fails the suite.
+ */
+import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020'
+import addFormats from 'ajv-formats'
+
+type Json = Record<string, any>
+
+interface Operation {
+  template: string
+  pattern: RegExp
+  method: string
+  responses: Json
+}
+
+/** TypeBox leaves its own `$id`s in schemas; they would clash once the components are registered. */
+function withoutIds(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withoutIds)
+  if (!node || typeof node !== 'object') return node
+  return Object.fromEntries(Object.entries(node).filter(([k]) => k !== '$id').map(([k, v]) => [k, withoutIds(v)]))
+}
+
+export class Contract {
+  /** Answers checked so far, by "METHOD /template STATUS". */
+  readonly seen = new Map<string, number>()
+  private readonly ajv = new Ajv2020({ strict: false, allErrors: true })
+  private readonly validators = new Map<object, ValidateFunction>()
+  private readonly operations: Operation[] = []
+  private readonly basePath: string
+
+  constructor(readonly doc: Json) {
+    addFormats(this.ajv)
+    this.ajv.addSchema({ $id: 'doc', components: withoutIds(doc.components) })
+    this.basePath = new URL(doc.servers[0].url).pathname.replace(/\/$/, '')
+    for (const [template, item] of Object.entries<Json>(doc.paths)) {
+      const pattern = new RegExp(`^${template.replace(/\{[^}]+\}/g, '[^/]+')}$`)
+      for (const [method, operation] of Object.entries<Json>(item))
+        this.operations.push({ template, pattern, method: method.toUpperCase(), responses: operation.responses })
+    }
+  }
+
+  static async load(origin: string): Promise<Contract> {
+    const response = await fetch(`${origin}/openapi.json`)
+    if (response.status !== 200) throw new Error(`/openapi.json answered ${response.status}`)
+    return new Contract(await response.json())
+  }
+
+  /** Follows local `$ref`s until the node has none. */
+  resolve(node: Json): Json {
+    let current = node
+    for (let depth = 0; typeof current?.$ref === 'string'; depth++) {
+      if (depth > 10) throw new Error(`$ref loop at ${node.$ref}`)
+      current = current.$ref
+        .replace(/^#\//, '')
+        .split('/')
+        .reduce((object: Json, part: string) => object?.[part.replace(/~1/g, '/').replace(/~0/g, '~')], this.doc)
+    }
+    if (current === undefined) throw new Error(`unresolved $ref ${node.$ref}`)
+    return current
+  }
+
+  private validator(schema: Json): ValidateFunction {
+    let validate = this.validators.get(schema)
+    if (!validate) {
+      validate = this.ajv.compile(schema.$ref ? { $ref: `doc${schema.$ref}` } : (withoutIds(schema) as object))
+      this.validators.set(schema, validate)
+    }
+    return validate
+  }
+
+  /** Whether a value matches a schema of the document (or a `$ref` into it). */
+  accepts(schema: Json, value: unknown): boolean {
+    return this.validator(schema)(value) === true
+  }
+
+  private validate(schema: Json, value: unknown, what: string): void {
+    const validate = this.validator(schema)
+    if (!validate(value)) throw new Error(`${what} does not match its schema: ${this.ajv.errorsText(validate.errors)}`)
+  }
+
+  /**
+   * Throws, naming the rule broken, when an answer is not what the document says. `path` is the
+   * request's path as sent (with the base path and no query); `body` is the response text.
+   */
+  check(method: string, path: string, response: { status: number; headers: Headers }, body: string): void {
+    if (!path.startsWith(`${this.basePath}/`)) throw new Error(`${path} is outside the API base ${this.basePath}`)
+    const relative = path.slice(this.basePath.length)
+    const operation = this.operations.find((op) => op.method === method && op.pattern.test(relative))
+    if (!operation) throw new Error(`${method} ${relative} is not a documented operation`)
+    const where = `${method} ${operation.template} ${response.status}`
+    const documented = operation.responses[String(response.status)] ?? operation.responses.default
+    if (!documented) throw new Error(`${where}: status ${response.status} is not documented`)
+    const answer = this.resolve(documented)
+
+    for (const [name, ref] of Object.entries<Json>(answer.headers ?? {})) {
+      const header = this.resolve(ref)
+      const value = response.headers.get(name)
+      if (value === null) {
+        if (header.required) throw new Error(`${where}: required header ${name} is missing`)
+        continue
+      }
+      const typed = header.schema?.type === 'integer' ? (/^-?\d+$/.test(value) ? Number(value) : value) : value
+      this.validate(header.schema ?? {}, typed, `${where}: header ${name}: ${JSON.stringify(value)}`)
+    }
+
+    const content = answer.content as Json | undefined
+    if (content) {
+      const type = response.headers.get('content-type') ?? ''
+      const media = Object.keys(content).find((m) => type.split(';')[0]!.trim() === m)
+      if (!media) throw new Error(`${where}: content-type ${JSON.stringify(type)} is not documented`)
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(body)
+      } catch {
+        throw new Error(`${where}: body is not JSON: ${body.slice(0, 200)}`)
+      }
+      this.validate(content[media].schema, parsed, `${where}: body ${body.slice(0, 200)}`)
+    } else if (body !== '') throw new Error(`${where}: a body is sent where none is documented`)
+
+    this.seen.set(where, (this.seen.get(where) ?? 0) + 1)
+  }
+
+  /** How many answers were checked in all. */
+  get checked(): number {
+    let total = 0
+    for (const count of this.seen.values()) total += count
+    return total
+  }
+}
