@@ -260,7 +260,7 @@ describe('GET /pets keyset pagination', () => {
       const k = other.key('enterprise', UNLIMITED)
       const create = async (status: string) =>
         (await jsonOf(await postPet(other.base, k, { name: status, categoryId: 1, status }))).id as number
-      const ids = [await create('sold'), await create('available'), await create('sold')]
+      const ids: number[] = [await create('sold'), await create('available'), await create('sold')]
       const read = async (query: string) => {
         const res = await fetch(`${other.base}/pets${query}`, { headers: auth(k) })
         return { ids: ((await jsonOf(res)) as { id: number }[]).map((p) => p.id), next: res.headers.get('link') !== null }
@@ -271,19 +271,19 @@ describe('GET /pets keyset pagination', () => {
         { ids: ids.slice(0, 2), next: true },
         { ids, next: false },
         { ids, next: false },
-        { ids: [ids[0], ids[2]], next: false },
-        { ids: [ids[1]], next: false },
+        { ids: [ids[0]!, ids[2]!], next: false },
+        { ids: [ids[1]!], next: false },
       ])
       const sold = await create('sold')
       expect(await Promise.all(queries.map(read))).toEqual([
         { ids: ids.slice(0, 2), next: true },
         { ids, next: true },
         { ids: [...ids, sold], next: false },
-        { ids: [ids[0], ids[2], sold], next: false },
-        { ids: [ids[1]], next: false },
+        { ids: [ids[0]!, ids[2]!, sold], next: false },
+        { ids: [ids[1]!], next: false },
       ])
       const available = await create('available')
-      expect(await read('?status=available&limit=1')).toEqual({ ids: [ids[1]], next: true })
+      expect(await read('?status=available&limit=1')).toEqual({ ids: [ids[1]!], next: true })
       expect(await read('?limit=100')).toEqual({ ids: [...ids, sold, available], next: false })
     } finally {
       other.stop()

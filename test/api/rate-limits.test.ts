@@ -382,7 +382,7 @@ describe('under concurrency', () => {
   }
 
   test('64 concurrent clients on one key get exactly the minute bucket of 200s, then exactly the refill', async () => {
-    const app = fresh({ banAfter: 100_000 })
+    const app = fresh({ banAfter: '100000' })
     const key = app.key('enterprise', { rpm: 250, rpd: 100_000 })
     expect(await concurrently(600, 64, () => list(app, auth(key)))).toEqual({ 200: 250, 429: 350 })
     app.clock.advance(30_000)
@@ -390,7 +390,7 @@ describe('under concurrency', () => {
   })
 
   test('two keys hammered at the same time each get exactly their own numbers', async () => {
-    const app = fresh({ banAfter: 100_000 })
+    const app = fresh({ banAfter: '100000' })
     const a = app.key('enterprise', { rpm: 100, rpd: 100_000 })
     const b = app.key('free')
     expect(
@@ -399,7 +399,7 @@ describe('under concurrency', () => {
   })
 
   test('the day bucket holds under concurrency across minutes', async () => {
-    const app = fresh({ banAfter: 100_000 })
+    const app = fresh({ banAfter: '100000' })
     const key = app.key('enterprise', { rpm: 100, rpd: 250 })
     const per = [] as Record<number, number>[]
     for (let minute = 0; minute < 4; minute++) {

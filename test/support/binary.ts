@@ -2,7 +2,7 @@
  * Runs the compiled binary as a user would: `serve` on a free port with its own data file, and the
  * CLI commands. Every server started here is stopped when the test file ends, even on failure.
  */
-import { mkdtempSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -58,7 +58,7 @@ export function createKeyWithCli(dataFile: string, args: string[]): string {
 }
 
 export interface Server {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  proc: Subprocess<'ignore', 'pipe' | number, 'pipe'>
   port: number
   /** http://127.0.0.1:PORT */
   origin: string
@@ -78,6 +78,8 @@ export interface StartOptions {
   args?: string[]
   env?: Record<string, string>
   cwd?: string
+  /** Write the server's stdout (the access log) to this file instead of keeping it in memory. */
+  stdoutFile?: string
 }
 
 async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void) {
@@ -91,18 +93,20 @@ async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string 
 export async function startServer(options: StartOptions = {}): Promise<Server> {
   const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
   const args = ['serve', '--port', '0', '--host', '127.0.0.1', '--data', dataFile, ...(options.args ?? [])]
+  const stdout = options.stdoutFile ? openSync(options.stdoutFile, 'w') : 'pipe'
   const proc = Bun.spawn([BINARY, ...args], {
     cwd: options.cwd,
     env: cleanEnv(options.env),
     stdin: 'ignore',
-    stdout: 'pipe',
+    stdout,
     stderr: 'pipe',
   })
+  if (typeof stdout === 'number') closeSync(stdout)
   running.add(proc)
   const out = { text: '' }
   const err = { text: '' }
   let wake = () => {}
-  void collect(proc.stdout, out, () => wake())
+  if (proc.stdout instanceof ReadableStream) void collect(proc.stdout, out, () => wake())
   void collect(proc.stderr, err, () => wake())
   const deadline = Date.now() + 15_000
   while (!/listening on http:\/\/[^:]+:(\d+)/.test(err.text)) {

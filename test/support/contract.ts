@@ -45,7 +45,7 @@ export class Contract {
   static async load(origin: string): Promise<Contract> {
     const response = await fetch(`${origin}/openapi.json`)
     if (response.status !== 200) throw new Error(`/openapi.json answered ${response.status}`)
-    return new Contract(await response.json())
+    return new Contract((await response.json()) as Json)
   }
 
   /** Follows local `$ref`s until the node has none. */
