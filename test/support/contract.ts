@@ -81,6 +81,12 @@ export class Contract {
     if (!validate(value)) throw new Error(`${what} does not match its schema: ${this.ajv.errorsText(validate.errors)}`)
   }
 
+  /** Whether the document describes this method at this path (with the base path). */
+  documents(method: string, path: string): boolean {
+    const relative = path.slice(this.basePath.length)
+    return path.startsWith(`${this.basePath}/`) && this.operations.some((op) => op.method === method && op.pattern.test(relative))
+  }
+
   /**
    * Throws, naming the rule broken, when an answer is not what the document says. `path` is the
    * request's path as sent (with the base path and no query); `body` is the response text.
@@ -129,4 +135,36 @@ export class Contract {
     for (const count of this.seen.values()) total += count
     return total
   }
+}
+
+const documents = new Map<string, Promise<Contract>>()
+const unpatchedFetch = globalThis.fetch
+
+/**
+ * Makes every `fetch` of the suite check its answer against the contract of the server that gave it,
+ * whenever the request is a documented operation under the API base. Suites that check each answer
+ * themselves at high volume (fuzz, soak) turn it off with `checkEveryAnswer.enabled = false`.
+ */
+export const checkEveryAnswer = {
+  enabled: true,
+  checked: 0,
+  install(): void {
+    globalThis.fetch = Object.assign(async (input: string | URL | Request, init?: RequestInit) => {
+      const response = await unpatchedFetch(input, init)
+      if (!checkEveryAnswer.enabled) return response
+      const url = new URL(response.url || (input instanceof Request ? input.url : String(input)))
+      if (!url.pathname.startsWith('/v1/') || url.hostname !== '127.0.0.1') return response
+      let contract = documents.get(url.origin)
+      if (!contract) {
+        contract = Contract.load(url.origin)
+        documents.set(url.origin, contract)
+      }
+      const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase()
+      const checker = await contract
+      if (!checker.documents(method, url.pathname)) return response
+      checker.check(method, url.pathname, response, await response.clone().text())
+      checkEveryAnswer.checked++
+      return response
+    }, unpatchedFetch)
+  },
 }

@@ -7,6 +7,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { cleanupApps } from './app'
 import { cleanupBinaries } from './binary'
+import { checkEveryAnswer } from './contract'
 
 const root = join(import.meta.dir, '..', '..')
 const binary = join(root, 'dist', 'petstore')
@@ -29,8 +30,12 @@ if (!existsSync(binary) || statSync(binary).mtimeMs < sources) {
 // Binary tests start real processes; the default 5 s is too tight on a loaded 2-core machine.
 setDefaultTimeout(60_000)
 
+// Every answer of a documented operation, in every test file, is checked against /openapi.json.
+checkEveryAnswer.install()
+
 // One global hook: servers and temp dirs of every test file are gone when the suite ends.
 afterAll(() => {
+  if (process.env.PETSTORE_CONTRACT_REPORT) console.log(`contract: ${checkEveryAnswer.checked} answers checked by the global hook`)
   cleanupApps()
   cleanupBinaries()
 })
