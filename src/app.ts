@@ -95,14 +95,26 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     )
     .use(storeModule())
 
-  const operations = new Map<string, string>()
+  // Operation names by route template, then method; the template of a request path is remembered
+  // (boundedly), as matching it against the route table is the dearer part.
+  const operations = new Map<string, Map<string, string>>()
   const routeTable: RouteEntry[] = []
+  const routesByPath = new Map<string, string | null>()
+  const operationOf = (method: string, path: string) => {
+    let route = routesByPath.get(path)
+    if (route === undefined) {
+      route = routeOf(routeTable, path) ?? null
+      if (routesByPath.size >= 1024) routesByPath.clear()
+      routesByPath.set(path, route)
+    }
+    return (route !== null && operations.get(route)?.get(method)) || 'unmatched'
+  }
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
     .use(
       errorHandler({
         allowedMethods: (path) => allowedMethods(routeTable, path),
-        operationOf: (method, path) => operations.get(`${method} ${routeOf(routeTable, path)}`) ?? 'unmatched',
+        operationOf,
         onInternalError,
       }),
     )
@@ -118,6 +130,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
+        operationOf,
       }),
     )
     .use(
@@ -141,7 +154,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
 
   for (const route of app.routes) {
     const detail = (route.hooks as { detail?: { operationId?: string } } | undefined)?.detail
-    operations.set(`${route.method} ${route.path}`, detail?.operationId ?? route.path.replace(/^\//, ''))
+    if (!operations.has(route.path)) operations.set(route.path, new Map())
+    operations.get(route.path)!.set(route.method, detail?.operationId ?? route.path.replace(/^\//, ''))
   }
   routeTable.push(...buildRouteTable(app.routes))
 

@@ -6,31 +6,34 @@
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
-interface Histogram {
+interface OperationStats {
+  /** Answers by status. */
+  statuses: Map<number, number>
+  /** Non-cumulative counts per latency bucket; the last slot is beyond the largest bound. */
   counts: number[]
   sum: number
   count: number
 }
 
 export class Metrics {
-  private readonly requests = new Map<string, number>()
-  private readonly latency = new Map<string, Histogram>()
+  // By operation name first: names are a few constants, so this lookup needs no per-request string.
+  private readonly operations = new Map<string, OperationStats>()
   private readonly rejections = new Map<string, number>()
   private readonly deprecatedCalls = new Map<string, number>()
   private bans = 0
 
   observe(operation: string, status: number, seconds: number): void {
-    const key = `${operation} ${status}`
-    this.requests.set(key, (this.requests.get(key) ?? 0) + 1)
-    let histogram = this.latency.get(operation)
-    if (!histogram) {
-      histogram = { counts: new Array(LATENCY_BUCKETS.length).fill(0), sum: 0, count: 0 }
-      this.latency.set(operation, histogram)
+    let stats = this.operations.get(operation)
+    if (!stats) {
+      stats = { statuses: new Map(), counts: new Array(LATENCY_BUCKETS.length + 1).fill(0), sum: 0, count: 0 }
+      this.operations.set(operation, stats)
     }
-    histogram.sum += seconds
-    histogram.count++
-    const bucket = LATENCY_BUCKETS.findIndex((bound) => seconds <= bound)
-    if (bucket >= 0) histogram.counts[bucket]!++
+    stats.statuses.set(status, (stats.statuses.get(status) ?? 0) + 1)
+    stats.sum += seconds
+    stats.count++
+    let bucket = 0
+    while (bucket < LATENCY_BUCKETS.length && seconds > LATENCY_BUCKETS[bucket]!) bucket++
+    stats.counts[bucket]!++
   }
 
   rateLimited(reason: 'rate_limited' | 'key_banned'): void {
@@ -51,12 +54,11 @@ export class Metrics {
       lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
 
     family('petstore_requests_total', 'counter', 'Requests answered, by operation and status.')
-    for (const [key, value] of this.requests) {
-      const [operation, status] = key.split(' ')
-      lines.push(`petstore_requests_total{operation="${operation}",status="${status}"} ${value}`)
-    }
+    for (const [operation, stats] of this.operations)
+      for (const [status, value] of stats.statuses)
+        lines.push(`petstore_requests_total{operation="${operation}",status="${status}"} ${value}`)
     family('petstore_request_duration_seconds', 'histogram', 'Time from request to response, by operation.')
-    for (const [operation, h] of this.latency) {
+    for (const [operation, h] of this.operations) {
       let cumulative = 0
       LATENCY_BUCKETS.forEach((bound, i) => {
         cumulative += h.counts[i]!

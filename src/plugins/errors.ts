@@ -24,6 +24,20 @@ export function errorResponse(error: ApiError): Response {
   })
 }
 
+/** Puts an error's status, headers and body on the answer and records it; returns the body to send. */
+export function answerWith(
+  set: { status?: number | string; headers: Record<string, unknown> },
+  info: RequestInfo | undefined,
+  error: ApiError,
+  operation: string,
+): string {
+  set.status = error.status
+  info?.done(error.status, operation)
+  set.headers['content-type'] = JSON_TYPE
+  Object.assign(set.headers, error.headers)
+  return error.body
+}
+
 export function errorHandler(options: ErrorHandlerOptions) {
   return new Elysia({ name: 'errors' }).onError({ as: 'global' }, (ctx) => {
     const { code, error, set } = ctx
@@ -38,10 +52,6 @@ export function errorHandler(options: ErrorHandlerOptions) {
       options.onInternalError(error, info?.requestId)
       answer = internalError()
     }
-    set.status = answer.status
-    info?.done(answer.status, options.operationOf(ctx.request.method, info.path))
-    set.headers['content-type'] = JSON_TYPE
-    Object.assign(set.headers, answer.headers)
-    return answer.body
+    return answerWith(set, info, answer, info ? options.operationOf(ctx.request.method, info.path) : 'unmatched')
   })
 }

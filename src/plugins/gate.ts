@@ -10,6 +10,7 @@ import type { Decision, Limits, Quota, RateLimiter } from '../limiter/limiter'
 import { type ActiveKey, type KeyRegistry, PLAN_LIMITS } from '../modules/keys/service'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
+import { answerWith } from './errors'
 import type { RequestInfo } from './request-context'
 
 export interface GateOptions {
@@ -20,6 +21,8 @@ export interface GateOptions {
   corsEnabled: boolean
   now: () => number
   onBan: (subject: string, seconds: number) => void
+  /** Operation name for metrics and the log, from method and path (refusals come before routing). */
+  operationOf: (method: string, path: string) => string
 }
 
 const REALM = 'Bearer realm="petstore"'
@@ -41,13 +44,13 @@ export function bearerToken(header: string | null): string | undefined {
   return token.length > 0 && token.length <= MAX_TOKEN_LENGTH && /^[A-Za-z0-9._~+/=-]+$/.test(token) ? token : ''
 }
 
-const policies = new Map<string, string>()
+// By the limits object itself (keys and plans keep theirs), so no string is made per request to find it.
+const policies = new WeakMap<Limits, string>()
 function policyOf(limits: Limits): string {
-  const id = `${limits.rpm}/${limits.rpd}`
-  let policy = policies.get(id)
+  let policy = policies.get(limits)
   if (!policy) {
     policy = `"minute";q=${limits.rpm};w=60, "day";q=${limits.rpd};w=86400`
-    if (policies.size < 10_000) policies.set(id, policy)
+    policies.set(limits, policy)
   }
   return policy
 }
@@ -76,32 +79,36 @@ function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>):
 }
 
 export function gate(options: GateOptions) {
-  const { basePath, keys, limiter, metrics, corsEnabled, now, onBan } = options
+  const { basePath, keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
   const prefix = `${basePath}/`
   const underBase = (path: string) => path.startsWith(prefix) || path === basePath
 
   return new Elysia({ name: 'gate' })
     .decorate('info', undefined as unknown as RequestInfo)
-    .onRequest((ctx) => {
-      if (!underBase(ctx.info.path) || (corsEnabled && isPreflight(ctx.request))) return
-      const token = bearerToken(ctx.request.headers.get('authorization'))
+    // Destructured, never passed on whole: Elysia reads which context fields a hook uses from its code,
+    // and a context handed to a function makes it parse cookies and copy headers on every request.
+    .onRequest(({ request, set, info }) => {
+      if (!underBase(info.path) || (corsEnabled && isPreflight(request))) return
+      const token = bearerToken(request.headers.get('authorization'))
       const key: ActiveKey | undefined = token ? keys.find(token) : undefined
       const limits = key ? key.limits : PLAN_LIMITS.free
-      const subject = key ? key.subject : `ip:${ctx.info.address}`
+      const subject = key ? key.subject : `ip:${info.address}`
       const decision = limiter.check(subject, limits, key !== undefined)
-      rateLimitHeaders(ctx.set.headers, limits, decision.quota)
+      rateLimitHeaders(set.headers, limits, decision.quota)
       if (key) {
-        ctx.info.key = key
+        info.key = key
         keys.markUsed(key, now())
       }
+      // Refusals are answered from the hook, not thrown: they are the hot path under abuse, and a throw
+      // costs a trip through the error handler.
       if (!decision.allowed) {
         metrics.rateLimited(decision.reason)
         if (decision.bannedNow) {
           metrics.banned()
-          onBan(key ? `key ${key.id}` : `address ${ctx.info.address}`, decision.retryAfter)
+          onBan(key ? `key ${key.id}` : `address ${info.address}`, decision.retryAfter)
         }
-        throw refusal(decision)
+        return answerWith(set, info, refusal(decision), operationOf(request.method, info.path))
       }
-      if (!key) throw token === undefined ? MISSING_KEY : INVALID_KEY
+      if (!key) return answerWith(set, info, token === undefined ? MISSING_KEY : INVALID_KEY, operationOf(request.method, info.path))
     })
 }

@@ -72,6 +72,13 @@ function isoNow(): string {
   return isoText
 }
 
+const NEEDS_ESCAPING = /["\\\u0000-\u001f\u007f-\uffff]/
+
+/** A JSON string literal; JSON.stringify only for text that needs escaping (rare, and costly per request). */
+export function jsonString(text: string): string {
+  return NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`
+}
+
 export function pathOf(url: string): string {
   const start = url.indexOf('/', url.indexOf('//') + 2)
   if (start < 0) return '/'
@@ -96,19 +103,21 @@ export function requestContext(options: RequestContextOptions) {
     const seconds = (performance.now() - info.startedAt) / 1000
     metrics.observe(operation, status, seconds)
     if (!accessLog) return
-    // Built by hand: every field but method, path and client is from a known-safe alphabet, and this runs per request.
-    const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${JSON.stringify(info.address)}`
+    // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
+    // method, path and client are escaped only when they hold a character JSON would escape.
+    const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
-      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${JSON.stringify(info.method)},` +
-        `"path":${JSON.stringify(info.path)},"status":${status},"durationMs":${Math.round(seconds * 100_000) / 100},${who}}`,
+      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
+        `"path":${jsonString(info.path)},"status":${status},"durationMs":${Math.round(seconds * 100_000) / 100},${who}}`,
     )
   }
   return new Elysia({ name: 'request-context' })
     .decorate('info', undefined as unknown as RequestInfo)
-    .onRequest((ctx) => {
-      const incoming = ctx.request.headers.get('x-request-id')
+    .onRequest((context) => {
+      const { request, set, server } = context
+      const incoming = request.headers.get('x-request-id')
       const requestId = incoming && SANE_REQUEST_ID.test(incoming) ? incoming : newRequestId()
-      ctx.set.headers['x-request-id'] = requestId
-      ctx.info = new RequestInfo(requestId, pathOf(ctx.request.url), performance.now(), ctx.server, ctx.request, trustProxy, record)
+      set.headers['x-request-id'] = requestId
+      context.info = new RequestInfo(requestId, pathOf(request.url), performance.now(), server, request, trustProxy, record)
     })
 }

@@ -108,7 +108,7 @@ const actions: [number, () => Promise<void>][] = [
   }],
   [15, async () => {
     const pet = { name: `soak ${Math.random().toString(36).slice(2)} 🐾`, categoryId: Math.floor(Math.random() * 1e9), status: pick(STATUSES) }
-    const idempotencyKey = Math.random() < 0.3 ? { 'idempotency-key': crypto.randomUUID() } : {}
+    const idempotencyKey: Record<string, string> = Math.random() < 0.3 ? { 'idempotency-key': crypto.randomUUID() } : {}
     const key = pick(writers)
     const init = { method: 'POST', headers: auth(key, { ...json, ...idempotencyKey }), body: JSON.stringify(pet) }
     const answer = await call('create', '/pets', init)

@@ -1,0 +1,42 @@
+/**
+ * The access log's hand-built JSON: a field is escaped exactly when JSON needs it, so every line
+ * parses back to the values that were logged, whatever the client sent as method or path.
+ */
+import { describe, expect, test } from 'bun:test'
+import fc from 'fast-check'
+import { AccessLog } from '../../src/observability/access-log'
+import { jsonString } from '../../src/plugins/request-context'
+
+describe('jsonString', () => {
+  test('is a JSON string literal of any text, escaped only when needed', () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme-ascii' }), fc.string()), (text) => {
+        const literal = jsonString(text)
+        expect(JSON.parse(literal)).toBe(text)
+        if (/^[\x20-\x7e]*$/.test(text) && !/["\\]/.test(text)) expect(literal).toBe(`"${text}"`)
+      }),
+      { numRuns: 2000 },
+    )
+  })
+
+  test('escapes quotes, backslashes, control characters and lone surrogates', () => {
+    for (const text of ['a"b', 'a\\b', 'a\nb', '\u0000', '\u007f', '\ud800', 'é'])
+      expect(JSON.parse(jsonString(text))).toBe(JSON.parse(JSON.stringify(text)))
+    expect(jsonString('/v1/pets')).toBe('"/v1/pets"')
+  })
+})
+
+describe('AccessLog', () => {
+  test('hands each line to the sink at once and flushes on close', () => {
+    const written: string[] = []
+    let flushes = 0
+    const log = new AccessLog({ write: (text) => written.push(text), flush: () => flushes++ }, 60_000)
+    log.write('{"a":1}')
+    log.write('{"b":2}')
+    expect(written).toEqual(['{"a":1}\n', '{"b":2}\n'])
+    log.close()
+    expect(flushes).toBe(1)
+    log.close()
+    expect(flushes).toBe(1)
+  })
+})
