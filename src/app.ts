@@ -118,7 +118,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         onInternalError,
       }),
     )
-    .use(requestContext({ metrics, accessLog, trustProxy: config.trustProxy }))
+    .use(requestContext({ server: () => app.server, metrics, accessLog, trustProxy: config.trustProxy }))
     .use(cors(config.corsOrigins))
     .use(deprecationHeaders(config.basePath, () => config.baseUrl))
     .use(

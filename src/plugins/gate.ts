@@ -85,8 +85,10 @@ export function gate(options: GateOptions) {
 
   return new Elysia({ name: 'gate' })
     .decorate('info', undefined as unknown as RequestInfo)
-    // Destructured, never passed on whole: Elysia reads which context fields a hook uses from its code,
-    // and a context handed to a function makes it parse cookies and copy headers on every request.
+    // Elysia decides from a hook's source text which context fields to build and whether to await it
+    // (a `return f(…)` reads as maybe-async): so the context is destructured, and the answer is
+    // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
+    // abuse and a throw costs a trip through the error handler.
     .onRequest(({ request, set, info }) => {
       if (!underBase(info.path) || (corsEnabled && isPreflight(request))) return
       const token = bearerToken(request.headers.get('authorization'))
@@ -99,16 +101,17 @@ export function gate(options: GateOptions) {
         info.key = key
         keys.markUsed(key, now())
       }
-      // Refusals are answered from the hook, not thrown: they are the hot path under abuse, and a throw
-      // costs a trip through the error handler.
+      let refusalBody: string | undefined
       if (!decision.allowed) {
         metrics.rateLimited(decision.reason)
         if (decision.bannedNow) {
           metrics.banned()
           onBan(key ? `key ${key.id}` : `address ${info.address}`, decision.retryAfter)
         }
-        return answerWith(set, info, refusal(decision), operationOf(request.method, info.path))
+        refusalBody = answerWith(set, info, refusal(decision), operationOf(request.method, info.path))
+      } else if (!key) {
+        refusalBody = answerWith(set, info, token === undefined ? MISSING_KEY : INVALID_KEY, operationOf(request.method, info.path))
       }
-      if (!key) return answerWith(set, info, token === undefined ? MISSING_KEY : INVALID_KEY, operationOf(request.method, info.path))
+      return refusalBody
     })
 }

@@ -24,7 +24,7 @@ export class RequestInfo {
     /** The URL's path, undecoded, without the query. */
     readonly path: string,
     readonly startedAt: number,
-    private readonly server: Server<unknown> | null,
+    private readonly server: () => Server<unknown> | null | undefined,
     private readonly request: Request,
     private readonly trustProxy: boolean,
     private readonly recorder: Recorder,
@@ -43,11 +43,13 @@ export class RequestInfo {
   }
 
   get address(): string {
-    return (this.clientAddress ??= clientAddress(this.server, this.request, this.trustProxy))
+    return (this.clientAddress ??= clientAddress(this.server(), this.request, this.trustProxy))
   }
 }
 
 export interface RequestContextOptions {
+  /** The listening server, for socket addresses; not read from the context, see below. */
+  server: () => Server<unknown> | null | undefined
   metrics: Metrics
   accessLog: AccessLog | null
   trustProxy: boolean
@@ -86,7 +88,7 @@ export function pathOf(url: string): string {
   return query < 0 ? url.slice(start) : url.slice(start, query)
 }
 
-export function clientAddress(server: Server<unknown> | null, request: Request, trustProxy: boolean): string {
+export function clientAddress(server: Server<unknown> | null | undefined, request: Request, trustProxy: boolean): string {
   if (trustProxy) {
     const forwarded = request.headers.get('x-forwarded-for')
     if (forwarded) {
@@ -98,7 +100,7 @@ export function clientAddress(server: Server<unknown> | null, request: Request, 
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { metrics, accessLog, trustProxy } = options
+  const { server, metrics, accessLog, trustProxy } = options
   const record: Recorder = (info, status, operation) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     metrics.observe(operation, status, seconds)
@@ -113,8 +115,11 @@ export function requestContext(options: RequestContextOptions) {
   }
   return new Elysia({ name: 'request-context' })
     .decorate('info', undefined as unknown as RequestInfo)
+    // Elysia decides from a hook's source text which context fields to build and whether to await it:
+    // this hook reads only request and set (the server comes from the option, which spares a
+    // per-request property definition) and returns nothing, so it runs synchronously.
     .onRequest((context) => {
-      const { request, set, server } = context
+      const { request, set } = context
       const incoming = request.headers.get('x-request-id')
       const requestId = incoming && SANE_REQUEST_ID.test(incoming) ? incoming : newRequestId()
       set.headers['x-request-id'] = requestId

@@ -104,6 +104,15 @@ describe('the compiled binary', () => {
     expect(server.stdout()).not.toContain(key.slice(4))
   })
 
+  test('a request without a key is logged and limited under its socket address', async () => {
+    const res = await fetch(`${server.base}/pets`, { headers: { 'x-request-id': 'binary-anon-1' } })
+    expect(res.status).toBe(401)
+    expect(res.headers.get('x-ratelimit-limit')).toBe('60')
+    await eventually(() => server.stdout().includes('"binary-anon-1"'))
+    const line = server.stdout().split('\n').find((l) => l.includes('"binary-anon-1"'))!
+    expect(JSON.parse(line)).toMatchObject({ status: 401, client: '127.0.0.1' })
+  })
+
   test('/healthz, /readyz and /metrics answer without a key', async () => {
     for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${server.origin}${path}`)).status).toBe(200)
     expect(await (await fetch(`${server.origin}/metrics`)).text()).not.toContain(key.slice(4))
