@@ -39,7 +39,9 @@ const refusals = new Map<string, ApiError>()
 
 /** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
 export function bearerToken(header: string | null): string | undefined {
-  if (header === null || header.length < 7 || header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined
+  if (header === null || header.length < 7) return undefined
+  // The scheme is case-insensitive (RFC 7235); the usual spelling is checked without making strings.
+  if (!header.startsWith('Bearer ') && header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined
   const token = header.slice(7).trim()
   return token.length > 0 && token.length <= MAX_TOKEN_LENGTH && /^[A-Za-z0-9._~+/=-]+$/.test(token) ? token : ''
 }
