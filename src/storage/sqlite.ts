@@ -125,7 +125,26 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   }
   if (!inMemory && !readOnly)
     for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db, readOnly)
+  return new SqliteStorage(db, readOnly, inMemory ? null : file)
+}
+
+/**
+ * A second connection to a data file that openSqliteStorage has already checked and migrated, for
+ * committing pets on another thread. Busy timeout and synchronous are per connection, so they are set
+ * again. Failing to open is reported like a failed commit: a refusal when the file cannot be written.
+ */
+export function openPetCommitter(file: string): { pets: PetRepository; close(): void } {
+  let db: Database | undefined
+  try {
+    db = new Database(file, { readwrite: true, strict: true })
+    db.run('PRAGMA busy_timeout = 5000')
+    db.run('PRAGMA synchronous = FULL')
+    const pets = new SqlitePets(db)
+    return { pets, close: () => db!.close() }
+  } catch (error) {
+    db?.close()
+    describeUnavailable(error)
+  }
 }
 
 /** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
@@ -368,6 +387,7 @@ class SqliteStorage implements Storage {
   constructor(
     private readonly db: Database,
     readonly readOnly: boolean,
+    readonly file: string | null,
   ) {
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
