@@ -199,6 +199,7 @@ async function serve(args: string[]): Promise<number> {
     const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
     await Promise.race([graceful, timeout])
     await app.server!.stop(true)
+    await petstore.finishWrites()
     petstore.stopBackground()
     storage.close()
     console.error('petstore: stopped')
