@@ -1,15 +1,31 @@
 /**
  * Committing new pets: the service keeps one batch in flight and gathers the creates that arrive
- * meanwhile into the next.
+ * meanwhile into the next; the commit worker (its own thread and connection to a data file) gives the
+ * same outcomes as committing in place, and reports refusals and failures the way storage does.
  */
-import { describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, test } from 'bun:test'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import { PetService } from '../../src/modules/pets/service'
-import { InThreadPetWriter, type PetBatch, type PetWriter } from '../../src/modules/pets/writer'
-import { openSqliteStorage } from '../../src/storage/sqlite'
-import type { CreatePetOutcome } from '../../src/storage/types'
+import { InThreadPetWriter, type PetBatch, type PetWriter, WorkerPetWriter } from '../../src/modules/pets/writer'
+import { IDEMPOTENCY_TTL_MS, openSqliteStorage } from '../../src/storage/sqlite'
+import { type CreatePetOutcome, StorageUnavailableError } from '../../src/storage/types'
+import { tempDir } from '../support/binary'
 
+const COMMIT_WORKER = new URL('../../src/modules/pets/commit-worker.ts', import.meta.url)
 const NOW = Date.UTC(2026, 0, 1)
 const LOCATION_PREFIX = 'http://localhost/v1/pets/'
+
+const writers: PetWriter[] = []
+afterAll(async () => {
+  await Promise.all(writers.map((writer) => writer.close()))
+})
+
+function workerWriter(file: string): WorkerPetWriter {
+  const writer = new WorkerPetWriter(COMMIT_WORKER, file)
+  writers.push(writer)
+  return writer
+}
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
 
@@ -104,5 +120,98 @@ describe('PetService: one batch in flight', () => {
     expect(events).toEqual(['201', 'closed'])
     expect(storage.pets.count()).toBe(1)
     storage.close()
+  })
+})
+
+describe('WorkerPetWriter', () => {
+  const pet = (name: string) => ({ name, categoryId: 7, status: 'available' as const })
+  const idempotent = (key: string, requestHash: string) => ({ keyId: 'key_1', key, requestHash })
+  // Created, then replayed and refused within the TTL, then created again under a key that expired.
+  const batches: PetBatch[] = [
+    {
+      now: NOW,
+      locationPrefix: LOCATION_PREFIX,
+      commands: [
+        { pet: pet('a'), idempotency: idempotent('k1', 'hash-a') },
+        { pet: pet('b'), idempotency: idempotent('k2', 'hash-b') },
+        { pet: pet('c') },
+      ],
+    },
+    {
+      now: NOW + 1000,
+      locationPrefix: LOCATION_PREFIX,
+      commands: [
+        { pet: pet('a'), idempotency: idempotent('k1', 'hash-a') },
+        { pet: pet('x'), idempotency: idempotent('k2', 'hash-x') },
+      ],
+    },
+    {
+      now: NOW + IDEMPOTENCY_TTL_MS + 1,
+      locationPrefix: LOCATION_PREFIX,
+      commands: [{ pet: pet('y'), idempotency: idempotent('k2', 'hash-y') }],
+    },
+  ]
+
+  async function outcomesOf(writer: PetWriter): Promise<CreatePetOutcome[][]> {
+    const outcomes = []
+    for (const batch of batches) outcomes.push(await writer.write(batch))
+    return outcomes
+  }
+
+  test('commits on its own connection exactly what committing in place does, idempotency included', async () => {
+    const inPlace = await outcomesOf(new InThreadPetWriter(openSqliteStorage(':memory:').pets))
+    const storage = openSqliteStorage(join(tempDir(), 'petstore.db'))
+    const outcomes = await outcomesOf(workerWriter(storage.file!))
+    expect(outcomes).toEqual(inPlace)
+    expect(outcomes.map((batch) => batch.map((outcome) => outcome.kind))).toEqual([
+      ['created', 'created', 'created'],
+      ['replayed', 'conflict'],
+      ['created'],
+    ])
+    expect(outcomes[1]![0]).toMatchObject({
+      kind: 'replayed',
+      response: {
+        requestHash: 'hash-a',
+        status: 201,
+        body: '{"id":1,"name":"a","categoryId":7,"status":"available"}',
+        location: `${LOCATION_PREFIX}1`,
+      },
+    })
+    // The main thread's connection sees the worker's commits.
+    expect(storage.pets.list(0, 10, undefined).map((stored) => stored.name)).toEqual(['a', 'b', 'c', 'y'])
+    storage.close()
+  })
+
+  test('a data file it cannot open is a refusal, reported per batch, and the worker goes on', async () => {
+    const writer = workerWriter(join(tempDir(), 'missing', 'petstore.db'))
+    for (let i = 0; i < 2; i++) {
+      const refusal = await writer.write(batches[0]!).catch((error) => error)
+      expect(refusal).toBeInstanceOf(StorageUnavailableError)
+      expect(refusal.code).toMatch(/^SQLITE_CANTOPEN/)
+    }
+  })
+
+  test('any other storage failure is an error with the cause, not a refusal', async () => {
+    const storage = openSqliteStorage(join(tempDir(), 'petstore.db'))
+    const writer = workerWriter(storage.file!)
+    const invalid = { ...batches[0]!, commands: [{ pet: { name: 'a', categoryId: 1, status: 'lost' as never } }] }
+    const failure = await writer.write(invalid).catch((error) => error)
+    expect(failure).toBeInstanceOf(Error)
+    expect(failure).not.toBeInstanceOf(StorageUnavailableError)
+    expect(failure.message).toMatch(/CHECK constraint failed/)
+    expect(await writer.write(batches[0]!)).toHaveLength(3)
+    storage.close()
+  })
+
+  test('close ends the thread and its connection, so the last one closed folds the log into the file', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const storage = openSqliteStorage(dataFile)
+    const writer = new WorkerPetWriter(COMMIT_WORKER, dataFile)
+    await writer.write(batches[0]!)
+    expect(existsSync(`${dataFile}-wal`)).toBe(true)
+    await writer.close()
+    expect(await writer.write(batches[0]!).catch((error) => error)).toBeInstanceOf(Error)
+    storage.close()
+    expect(existsSync(`${dataFile}-wal`)).toBe(false)
   })
 })
