@@ -173,7 +173,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     metrics,
     startBackground() {
       every(KEY_POLL_MS, () => {
-        if (storage.changedElsewhere()) keys.reload()
+        if (storage.changedElsewhere()) keys.reloadIfChanged()
       })
       every(STATE_SAVE_MS, saveState)
       every(PURGE_MS, () => {

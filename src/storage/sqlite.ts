@@ -314,6 +314,7 @@ class SqliteKeys implements KeyRepository {
   private readonly listKeys: Statement<KeyRow, []>
   private readonly revokeKey: Statement<unknown, [number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
+  private readonly countKeys: Statement<{ keys: number; revoked: number }, []>
 
   constructor(private readonly db: Database) {
     this.insertKey = db.query(
@@ -324,6 +325,7 @@ class SqliteKeys implements KeyRepository {
     this.touchKey = db.query(
       'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
     )
+    this.countKeys = db.query('SELECT count(*) AS keys, count(revoked_at) AS revoked FROM api_keys')
   }
 
   insert(r: ApiKeyRecord): void {
@@ -344,6 +346,12 @@ class SqliteKeys implements KeyRepository {
     } catch (error) {
       describeUnavailable(error)
     }
+  }
+
+  /** Keys are never deleted and a revocation is never undone, so the two counts only grow with each change. */
+  changeMark(): string {
+    const { keys, revoked } = this.countKeys.get()!
+    return `${keys}:${revoked}`
   }
 
   recordLastUsed(lastUsed: Map<string, number>): void {

@@ -64,6 +64,8 @@ export interface KeyRepository {
   list(): ApiKeyRecord[]
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): boolean
+  /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
+  changeMark(): string
   recordLastUsed(lastUsed: Map<string, number>): void
 }
 
