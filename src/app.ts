@@ -9,6 +9,7 @@ import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { deprecationHeaders, petsModule } from './modules/pets'
 import { PetService } from './modules/pets/service'
+import { InThreadPetWriter, type PetWriter } from './modules/pets/writer'
 import { storeModule } from './modules/store'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { Metrics } from './observability/metrics'
@@ -31,6 +32,8 @@ export interface AppDeps {
   logSink?: LogSink | null
   /** Operator messages (bans, failures); never request data or secrets. */
   warn?: (message: string) => void
+  /** Commits new pets; defaults to committing on this thread through storage.pets. */
+  petWriter?: PetWriter
 }
 
 export interface PetstoreApp {
@@ -42,6 +45,8 @@ export interface PetstoreApp {
   startBackground(): void
   /** Stops the timers and writes what is still only in memory. */
   stopBackground(): void
+  /** Waits for the creates being committed, then closes the pet writer. */
+  finishWrites(): Promise<void>
 }
 
 const KEY_POLL_MS = 250
@@ -68,9 +73,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     },
     storage.limiterState.load(),
   )
-  const pets = new PetService(storage.pets, {
+  const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
     now,
-    locationOf: (id) => `${config.baseUrl}/pets/${id}`,
+    locationPrefix: () => `${config.baseUrl}/pets/`,
     onInternalError,
     onWritesRefused: (reason) =>
       warn(reason ? `the data file refuses writes (${reason}); creates answer 503 until it accepts them` : 'the data file accepts writes again'),
@@ -182,7 +187,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     metrics,
     startBackground() {
       every(KEY_POLL_MS, () => {
-        if (storage.changedElsewhere()) keys.reload()
+        if (storage.changedElsewhere()) keys.reloadIfChanged()
       })
       every(STATE_SAVE_MS, saveState)
       every(PURGE_MS, () => {
@@ -199,6 +204,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       saveState()
       accessLog?.close()
     },
+    finishWrites: () => pets.close(),
   }
 }
 

@@ -6,6 +6,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
 import { bindPort, ConfigError, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor } from './modules/keys/service'
+import { WorkerPetWriter } from './modules/pets/writer'
 import { openSqliteStorage } from './storage/sqlite'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
 
@@ -181,7 +182,13 @@ async function serve(args: string[]): Promise<number> {
         `petstore: make more with: petstore keys create --plan pro --name NAME${config.env === 'staging' ? ' --env staging' : ''}`,
     )
   }
-  const petstore = createApp(config, { storage })
+  // Resolved here, beside the entry point: in the compiled binary every module's import.meta.url is the
+  // binary itself, and the worker's entry is stored at its path relative to src/.
+  const petWriter =
+    storage.file !== null && !storage.readOnly
+      ? new WorkerPetWriter(new URL('./modules/pets/commit-worker.ts', import.meta.url), storage.file)
+      : undefined
+  const petstore = createApp(config, { storage, petWriter })
   const { app } = petstore
   app.listen({ hostname: config.host, port: config.port })
   bindPort(config, app.server!.port!)
@@ -199,6 +206,7 @@ async function serve(args: string[]): Promise<number> {
     const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
     await Promise.race([graceful, timeout])
     await app.server!.stop(true)
+    await petstore.finishWrites()
     petstore.stopBackground()
     storage.close()
     console.error('petstore: stopped')

@@ -125,7 +125,26 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   }
   if (!inMemory && !readOnly)
     for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db, readOnly)
+  return new SqliteStorage(db, readOnly, inMemory ? null : file)
+}
+
+/**
+ * A second connection to a data file that openSqliteStorage has already checked and migrated, for
+ * committing pets on another thread. Busy timeout and synchronous are per connection, so they are set
+ * again. Failing to open is reported like a failed commit: a refusal when the file cannot be written.
+ */
+export function openPetCommitter(file: string): { pets: PetRepository; close(): void } {
+  let db: Database | undefined
+  try {
+    db = new Database(file, { readwrite: true, strict: true })
+    db.run('PRAGMA busy_timeout = 5000')
+    db.run('PRAGMA synchronous = FULL')
+    const pets = new SqlitePets(db)
+    return { pets, close: () => db!.close() }
+  } catch (error) {
+    db?.close()
+    describeUnavailable(error)
+  }
 }
 
 /** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
@@ -295,6 +314,7 @@ class SqliteKeys implements KeyRepository {
   private readonly listKeys: Statement<KeyRow, []>
   private readonly revokeKey: Statement<unknown, [number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
+  private readonly countKeys: Statement<{ keys: number; revoked: number }, []>
 
   constructor(private readonly db: Database) {
     this.insertKey = db.query(
@@ -305,6 +325,7 @@ class SqliteKeys implements KeyRepository {
     this.touchKey = db.query(
       'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
     )
+    this.countKeys = db.query('SELECT count(*) AS keys, count(revoked_at) AS revoked FROM api_keys')
   }
 
   insert(r: ApiKeyRecord): void {
@@ -325,6 +346,12 @@ class SqliteKeys implements KeyRepository {
     } catch (error) {
       describeUnavailable(error)
     }
+  }
+
+  /** Keys are never deleted and a revocation is never undone, so the two counts only grow with each change. */
+  changeMark(): string {
+    const { keys, revoked } = this.countKeys.get()!
+    return `${keys}:${revoked}`
   }
 
   recordLastUsed(lastUsed: Map<string, number>): void {
@@ -368,6 +395,7 @@ class SqliteStorage implements Storage {
   constructor(
     private readonly db: Database,
     readonly readOnly: boolean,
+    readonly file: string | null,
   ) {
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)

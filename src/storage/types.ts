@@ -64,6 +64,8 @@ export interface KeyRepository {
   list(): ApiKeyRecord[]
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): boolean
+  /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
+  changeMark(): string
   recordLastUsed(lastUsed: Map<string, number>): void
 }
 
@@ -80,10 +82,12 @@ export interface LimiterStateRepository {
 export interface Storage {
   /** Opened from a file this process cannot write: reads work, every write fails as unavailable. */
   readOnly: boolean
+  /** The data file, which a second connection may open; null for a private in-memory database. */
+  file: string | null
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
-  /** True when another process (the CLI) committed since the last call. */
+  /** True when another connection (the CLI, or this server's commit worker) committed since the last call. */
   changedElsewhere(): boolean
   /** Throws when the data file does not answer. */
   ping(): void

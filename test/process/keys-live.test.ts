@@ -102,4 +102,32 @@ describe('keys take effect while the server runs', () => {
     expect((await fetch(`${server.base}/pets`, { headers: auth(other) })).status).toBe(200)
     expect(await server.stop()).toBe(0)
   })
+
+  test('a key revoked with the CLI while creates are being committed gets 401 within one second', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const writerKey = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '100000', '--rpd', '100000'])
+    const secret = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'busy'])
+    const server = await startServer({ dataFile })
+    const id = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout).find(
+      (r: { name: string }) => r.name === 'busy',
+    ).id
+    let writing = true
+    const writer = (async () => {
+      for (let i = 0; writing; i++) {
+        const response = await fetch(`${server.base}/pets`, {
+          method: 'POST',
+          headers: { ...auth(writerKey), 'content-type': 'application/json' },
+          body: JSON.stringify({ name: `pet ${i}`, categoryId: 1 }),
+        })
+        expect(response.status).toBe(201)
+      }
+    })()
+    const revoked = Date.now()
+    expect(cli(['keys', 'revoke', id, '--data', server.dataFile]).code).toBe(0)
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 401, 3_000)
+    expect(Date.now() - revoked).toBeLessThan(1_500)
+    writing = false
+    await writer
+    expect(await server.stop()).toBe(0)
+  })
 })

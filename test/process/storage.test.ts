@@ -7,7 +7,7 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { chmodSync, existsSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { auth, killSpawned, listAll, type PetBody, postPet } from './helpers'
+import { auth, killSpawned, listAll, type PetBody, postPet, serveExpectingFailure } from './helpers'
 
 afterAll(killSpawned)
 // Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
@@ -226,4 +226,47 @@ describe('crash safety', () => {
     // The key still lists, so the file is whole.
     expect(cli(['keys', 'list', '--json', '--data', dataFile]).code).toBe(0)
   }, 30_000)
+})
+
+describe('commits off the event loop', () => {
+  test('while a create waits for the write lock, reads are answered; the create gets its 201 once committed', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '100000', '--rpd', '100000'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+    // Another connection takes the write lock, as the CLI does for a moment; the commit has to wait for it.
+    const other = new Database(dataFile)
+    other.run('BEGIN IMMEDIATE')
+    let answered = false
+    const waiting = postPet(server.base, key, { name: 'waits', categoryId: 2 }).then((response) => {
+      answered = true
+      return response
+    })
+    await Bun.sleep(300)
+    const read = await fetch(`${server.base}/pets`, { headers: auth(key), signal: AbortSignal.timeout(2_000) })
+    expect(read.status).toBe(200)
+    expect(((await read.json()) as PetBody[]).map((pet) => pet.name)).toEqual(['before'])
+    expect(answered).toBe(false)
+    other.run('COMMIT')
+    other.close()
+    const created = await waiting
+    expect(created.status).toBe(201)
+    expect(((await created.json()) as PetBody).name).toBe('waits')
+    expect(((await listAll(server.base, key)) as PetBody[]).map((pet) => pet.name)).toEqual(['before', 'waits'])
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('a server that cannot listen exits at once: the idle commit worker keeps nothing alive', async () => {
+    const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const started = Date.now()
+      const served = await serveExpectingFailure(['--port', String(taken.port), '--host', '127.0.0.1', '--data', join(tempDir(), 'petstore.db')])
+      expect(served.listened).toBe(false)
+      expect(served.stderr).toContain('in use')
+      expect(served.code).toBe(70)
+      expect(Date.now() - started).toBeLessThan(5_000)
+    } finally {
+      taken.stop(true)
+    }
+  })
 })

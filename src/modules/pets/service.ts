@@ -2,10 +2,10 @@
  * Pet Store logic, free of HTTP. Reads are served from serialised pages kept until the next write
  * (pets never change once created, so a pet's own JSON is kept for good); concurrent creates are
  * committed together, one durable transaction per batch, so durability does not cost one fsync each.
+ * One batch is in flight at a time; creates that arrive meanwhile form the next one.
  */
 import { ApiError, idempotencyConflict, unavailable } from '../../errors'
 import {
-  type CreatePetCommand,
   type CreatePetOutcome,
   type NewPet,
   type Pet,
@@ -13,11 +13,12 @@ import {
   type PetStatus,
   StorageUnavailableError,
 } from '../../storage/types'
+import type { PetBatch, PetWriter } from './writer'
 
 export interface PetServiceOptions {
   now: () => number
-  /** Absolute URL of a pet, for Location. */
-  locationOf: (id: number) => string
+  /** Absolute URL of the pets collection with a trailing slash; a pet's Location adds its id. */
+  locationPrefix: () => string
   onInternalError: (error: unknown) => void
   /** Called when storage starts refusing writes (with the reason) and when it accepts them again (null). */
   onWritesRefused: (reason: string | null) => void
@@ -45,7 +46,7 @@ export interface Created {
 }
 
 interface Pending {
-  command: CreatePetCommand
+  command: PetBatch['commands'][number]
   resolve: (outcome: CreatePetOutcome) => void
   reject: (error: unknown) => void
 }
@@ -63,10 +64,13 @@ export class PetService {
   private readonly lastPages = new Set<string>()
   private readonly pets = new Map<number, string>()
   private queue: Pending[] = []
+  /** Settles when the queue is empty and no batch is in flight; null when that is already so. */
+  private committing: Promise<void> | null = null
   private writesRefused = false
 
   constructor(
     private readonly repo: PetRepository,
+    private readonly writer: PetWriter,
     private readonly options: PetServiceOptions,
   ) {}
 
@@ -108,13 +112,10 @@ export class PetService {
    * request returns the first response and a different request under the same key is refused.
    */
   async create(pet: NewPet, idempotency?: { keyId: string; key: string }): Promise<Created> {
-    const command: CreatePetCommand = {
-      pet,
-      render: (created) => ({ body: petJson(created), location: this.options.locationOf(created.id) }),
-      idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) },
-    }
+    const command = { pet, idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) } }
     const outcome = await new Promise<CreatePetOutcome>((resolve, reject) => {
-      if (this.queue.push({ command, resolve, reject }) === 1) setImmediate(() => this.flush())
+      this.queue.push({ command, resolve, reject })
+      this.committing ??= this.commitQueue()
     })
     if (outcome.kind === 'conflict') throw idempotencyConflict()
     if (outcome.kind === 'replayed')
@@ -122,15 +123,31 @@ export class PetService {
     return { status: 201, body: outcome.body, location: outcome.location, replayed: false }
   }
 
-  private flush(): void {
-    const batch = this.queue
-    this.queue = []
+  /** Waits for the creates already taken to be committed and answered, then closes the writer. */
+  async close(): Promise<void> {
+    await this.committing
+    await this.writer.close()
+  }
+
+  private async commitQueue(): Promise<void> {
+    // One turn of the event loop lets the creates that arrive together form the first batch.
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    while (this.queue.length > 0) {
+      const batch = this.queue
+      this.queue = []
+      await this.commit(batch)
+    }
+    this.committing = null
+  }
+
+  private async commit(batch: Pending[]): Promise<void> {
     let outcomes: CreatePetOutcome[]
     try {
-      outcomes = this.repo.createMany(
-        batch.map((pending) => pending.command),
-        this.options.now(),
-      )
+      outcomes = await this.writer.write({
+        commands: batch.map((pending) => pending.command),
+        now: this.options.now(),
+        locationPrefix: this.options.locationPrefix(),
+      })
     } catch (error) {
       if (error instanceof StorageUnavailableError) this.noteRefusal(error.code)
       const answer = error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options)

@@ -1,0 +1,120 @@
+/**
+ * Where batches of new pets are committed. A file database is committed by a worker thread with its
+ * own connection, so the event loop keeps serving reads while a batch is fsynced; an in-memory
+ * database cannot be shared with another thread, so it is committed in place.
+ */
+import {
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type Pet,
+  type PetRepository,
+  StorageUnavailableError,
+} from '../../storage/types'
+import { petJson } from './service'
+
+export interface PetBatch {
+  commands: Omit<CreatePetCommand, 'render'>[]
+  now: number
+  /** `${baseUrl}/pets/`: a pet's Location is this followed by its id. */
+  locationPrefix: string
+}
+
+export interface PetWriter {
+  /**
+   * Commits the batch in one durable transaction; outcomes in command order. One batch at a time.
+   * Rejects with StorageUnavailableError when the data file refuses writes.
+   */
+  write(batch: PetBatch): Promise<CreatePetOutcome[]>
+  /** Closes the writer's connection; call it with no batch in flight. */
+  close(): Promise<void>
+}
+
+/** The one place a batch becomes storage commands, on whichever thread commits it. */
+export function commitBatch(pets: PetRepository, batch: PetBatch): CreatePetOutcome[] {
+  const render = (pet: Pet) => ({ body: petJson(pet), location: batch.locationPrefix + pet.id })
+  return pets.createMany(
+    batch.commands.map((command) => ({ ...command, render })),
+    batch.now,
+  )
+}
+
+export class InThreadPetWriter implements PetWriter {
+  constructor(private readonly pets: PetRepository) {}
+
+  async write(batch: PetBatch): Promise<CreatePetOutcome[]> {
+    return commitBatch(this.pets, batch)
+  }
+
+  async close(): Promise<void> {}
+}
+
+export type CommitRequest = { kind: 'open'; file: string } | { kind: 'commit'; batch: PetBatch } | { kind: 'close' }
+
+export type CommitReply =
+  | { kind: 'committed'; outcomes: CreatePetOutcome[] }
+  | { kind: 'unavailable'; code: string }
+  | { kind: 'failed'; message: string; stack: string }
+
+/**
+ * The main thread's side of the commit worker (commit-worker.ts). The thread keeps the process alive
+ * only while it has a batch or is closing, so a server that fails to start still exits.
+ */
+export class WorkerPetWriter implements PetWriter {
+  private readonly worker: Worker
+  private readonly stopped: Promise<void>
+  private running = true
+  private waiting: { resolve: (outcomes: CreatePetOutcome[]) => void; reject: (error: unknown) => void } | null = null
+
+  /** `script` is commit-worker.ts, resolved by the caller (see cli.ts for why). */
+  constructor(script: URL, file: string) {
+    this.worker = new Worker(script)
+    this.worker.unref()
+    this.worker.onmessage = (event: MessageEvent<CommitReply>) => this.settle(event.data)
+    this.worker.onerror = (event: ErrorEvent) => this.fail(event.error ?? new Error(event.message))
+    this.stopped = new Promise((resolve) =>
+      this.worker.addEventListener('close', () => {
+        this.running = false
+        this.fail(new Error('the commit worker has stopped'))
+        resolve()
+      }),
+    )
+    this.post({ kind: 'open', file })
+  }
+
+  write(batch: PetBatch): Promise<CreatePetOutcome[]> {
+    if (!this.running) return Promise.reject(new Error('the commit worker has stopped'))
+    return new Promise((resolve, reject) => {
+      this.waiting = { resolve, reject }
+      this.worker.ref()
+      this.post({ kind: 'commit', batch })
+    })
+  }
+
+  async close(): Promise<void> {
+    if (this.running) {
+      this.worker.ref()
+      this.post({ kind: 'close' })
+    }
+    await this.stopped
+  }
+
+  private post(request: CommitRequest): void {
+    this.worker.postMessage(request)
+  }
+
+  private settle(reply: CommitReply): void {
+    const waiting = this.waiting
+    this.waiting = null
+    this.worker.unref()
+    if (reply.kind === 'committed') waiting?.resolve(reply.outcomes)
+    else if (reply.kind === 'unavailable') waiting?.reject(new StorageUnavailableError(reply.code))
+    else waiting?.reject(Object.assign(new Error(reply.message), { stack: reply.stack }))
+  }
+
+  private fail(error: unknown): void {
+    const waiting = this.waiting
+    this.waiting = null
+    this.worker.unref()
+    waiting?.reject(error)
+  }
+}
