@@ -203,6 +203,20 @@ describe('WorkerPetWriter', () => {
     storage.close()
   })
 
+  test('a thread that stops on its own fails only the batch it held; the next batch gets a new one', async () => {
+    const storage = openSqliteStorage(join(tempDir(), 'petstore.db'))
+    const writer = new WorkerPetWriter(new URL('../fixtures/dying-commit-worker.ts', import.meta.url), storage.file!)
+    writers.push(writer)
+    const dying = { ...batches[0]!, commands: [{ pet: pet('die') }] }
+    const failure = await writer.write(dying).catch((error) => error)
+    expect(failure).toBeInstanceOf(Error)
+    expect(failure).not.toBeInstanceOf(StorageUnavailableError)
+    expect(failure.message).toMatch(/stopped/)
+    expect((await writer.write(batches[0]!)).map((outcome) => outcome.kind)).toEqual(['created', 'created', 'created'])
+    expect(storage.pets.list(0, 10, undefined).map((stored) => stored.name)).toEqual(['a', 'b', 'c'])
+    storage.close()
+  })
+
   test('close ends the thread and its connection, so the last one closed folds the log into the file', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const storage = openSqliteStorage(dataFile)

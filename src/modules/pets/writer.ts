@@ -57,64 +57,74 @@ export type CommitReply =
 
 /**
  * The main thread's side of the commit worker (commit-worker.ts). The thread keeps the process alive
- * only while it has a batch or is closing, so a server that fails to start still exits.
+ * only while it has a batch or is closing, so a server that fails to start still exits. Should the
+ * thread ever stop on its own, the batch it held is failed (a 500; its fate is unknown, which is
+ * what the Idempotency-Key is for) and the next batch starts a new thread, so creates do not fail
+ * until a restart.
  */
 export class WorkerPetWriter implements PetWriter {
-  private readonly worker: Worker
-  private readonly stopped: Promise<void>
-  private running = true
+  private worker: Worker | null = null
+  private closing = false
+  private stopped: Promise<void> = Promise.resolve()
   private waiting: { resolve: (outcomes: CreatePetOutcome[]) => void; reject: (error: unknown) => void } | null = null
 
   /** `script` is commit-worker.ts, resolved by the caller (see cli.ts for why). */
-  constructor(script: URL, file: string) {
-    this.worker = new Worker(script)
-    this.worker.unref()
-    this.worker.onmessage = (event: MessageEvent<CommitReply>) => this.settle(event.data)
-    this.worker.onerror = (event: ErrorEvent) => this.fail(event.error ?? new Error(event.message))
-    this.stopped = new Promise((resolve) =>
-      this.worker.addEventListener('close', () => {
-        this.running = false
-        this.fail(new Error('the commit worker has stopped'))
-        resolve()
-      }),
-    )
-    this.post({ kind: 'open', file })
+  constructor(
+    private readonly script: URL,
+    private readonly file: string,
+  ) {
+    this.start()
   }
 
   write(batch: PetBatch): Promise<CreatePetOutcome[]> {
-    if (!this.running) return Promise.reject(new Error('the commit worker has stopped'))
+    if (this.closing) return Promise.reject(new Error('the commit worker has been closed'))
+    const worker = this.worker ?? this.start()
     return new Promise((resolve, reject) => {
       this.waiting = { resolve, reject }
-      this.worker.ref()
-      this.post({ kind: 'commit', batch })
+      worker.ref()
+      worker.postMessage({ kind: 'commit', batch } satisfies CommitRequest)
     })
   }
 
   async close(): Promise<void> {
-    if (this.running) {
+    this.closing = true
+    if (this.worker) {
       this.worker.ref()
-      this.post({ kind: 'close' })
+      this.worker.postMessage({ kind: 'close' } satisfies CommitRequest)
     }
     await this.stopped
   }
 
-  private post(request: CommitRequest): void {
-    this.worker.postMessage(request)
+  private start(): Worker {
+    const worker = new Worker(this.script)
+    worker.unref()
+    worker.onmessage = (event: MessageEvent<CommitReply>) => this.settle(worker, event.data)
+    worker.onerror = (event: ErrorEvent) => this.fail(worker, event.error ?? new Error(event.message))
+    this.stopped = new Promise((resolve) =>
+      worker.addEventListener('close', () => {
+        if (this.worker === worker) this.worker = null
+        this.fail(worker, new Error('the commit worker stopped; the next batch starts a new one'))
+        resolve()
+      }),
+    )
+    worker.postMessage({ kind: 'open', file: this.file } satisfies CommitRequest)
+    this.worker = worker
+    return worker
   }
 
-  private settle(reply: CommitReply): void {
+  private settle(worker: Worker, reply: CommitReply): void {
     const waiting = this.waiting
     this.waiting = null
-    this.worker.unref()
+    worker.unref()
     if (reply.kind === 'committed') waiting?.resolve(reply.outcomes)
     else if (reply.kind === 'unavailable') waiting?.reject(new StorageUnavailableError(reply.code))
     else waiting?.reject(Object.assign(new Error(reply.message), { stack: reply.stack }))
   }
 
-  private fail(error: unknown): void {
+  private fail(worker: Worker, error: unknown): void {
     const waiting = this.waiting
     this.waiting = null
-    this.worker.unref()
+    worker.unref()
     waiting?.reject(error)
   }
 }
