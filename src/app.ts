@@ -34,6 +34,8 @@ export interface AppDeps {
   warn?: (message: string) => void
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
+  /** Called once when a read-only data file changes under the server (see Storage.changedOnDisk). */
+  onDataFileChanged?: () => void
 }
 
 export interface PetstoreApp {
@@ -186,8 +188,13 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     limiter,
     metrics,
     startBackground() {
+      let fileChangeReported = false
       every(KEY_POLL_MS, () => {
         if (storage.changedElsewhere()) keys.reloadIfChanged()
+        if (!fileChangeReported && storage.changedOnDisk()) {
+          fileChangeReported = true
+          ;(deps.onDataFileChanged ?? (() => warn('the read-only data file changed on disk; restart to read it again')))()
+        }
       })
       every(STATE_SAVE_MS, saveState)
       every(PURGE_MS, () => {

@@ -162,12 +162,12 @@ async function serve(args: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.serve)
   const config = asUsageError(() => resolveConfig(configInput(values)), USAGE.serve)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop = (signal: string): unknown => {
-    console.error(`petstore: ${signal} received before the server started`)
+  let stop = (reason: string, _code?: number): unknown => {
+    console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
-  process.on('SIGTERM', () => stop('SIGTERM'))
-  process.on('SIGINT', () => stop('SIGINT'))
+  process.on('SIGTERM', () => stop('SIGTERM received'))
+  process.on('SIGINT', () => stop('SIGINT received'))
   const storage = openSqliteStorage(config.dataFile, { verify: true })
   if (storage.readOnly) {
     if (storage.keys.list().length === 0)
@@ -188,9 +188,18 @@ async function serve(args: string[]): Promise<number> {
     storage.file !== null && !storage.readOnly
       ? new WorkerPetWriter(new URL('./modules/pets/commit-worker.ts', import.meta.url), storage.file)
       : undefined
-  const petstore = createApp(config, { storage, petWriter })
+  const petstore = createApp(config, {
+    storage,
+    petWriter,
+    // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
+    onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
+  })
   const { app } = petstore
-  app.listen({ hostname: config.host, port: config.port })
+  try {
+    app.listen({ hostname: config.host, port: config.port })
+  } catch (error) {
+    throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
+  }
   bindPort(config, app.server!.port!)
   petstore.startBackground()
   console.error(
@@ -198,10 +207,10 @@ async function serve(args: string[]): Promise<number> {
   )
 
   let stopping = false
-  stop = async (signal: string) => {
+  stop = async (reason: string, code = 0) => {
     if (stopping) return
     stopping = true
-    console.error(`petstore: ${signal} received, finishing in-flight requests`)
+    console.error(`petstore: ${reason}, finishing in-flight requests`)
     const graceful = app.server!.stop(false)
     const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
     await Promise.race([graceful, timeout])
@@ -210,7 +219,7 @@ async function serve(args: string[]): Promise<number> {
     petstore.stopBackground()
     storage.close()
     console.error('petstore: stopped')
-    process.exit(0)
+    process.exit(code)
   }
   return new Promise<number>(() => {})
 }

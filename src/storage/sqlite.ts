@@ -110,8 +110,10 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   }
   const readOnly = !inMemory && existsSync(file) && !isWritable(file)
   let db: Database
+  let immutable = false
   try {
-    db = readOnly ? openReadOnly(file) : new Database(file, { create: true, strict: true })
+    if (readOnly) ({ db, immutable } = openReadOnly(file))
+    else db = new Database(file, { create: true, strict: true })
   } catch (error) {
     if (error instanceof StorageOpenError) throw error
     throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
@@ -125,7 +127,7 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   }
   if (!inMemory && !readOnly)
     for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db, readOnly, inMemory ? null : file)
+  return new SqliteStorage(db, readOnly, immutable ? () => diskFingerprint(file) : null, inMemory ? null : file)
 }
 
 /**
@@ -160,25 +162,35 @@ function isWritable(file: string): boolean {
 
 /**
  * A read-only file (read-only mount, or permissions) still serves reads. SQLite reads a WAL database
- * read-only only while its -wal and -shm files exist; without them the file is opened as immutable,
- * which is exact because then every change is in the main file. A leftover -wal that cannot be read
- * holds committed changes that an immutable open would silently miss, so that is refused.
+ * read-only only while its -wal and -shm files exist (or it can make them); otherwise the file is
+ * opened as immutable, which is exact while every change is in the main file. A leftover -wal that
+ * cannot be read holds committed changes an immutable open would silently miss, so that is refused;
+ * and as an immutable open never sees later changes, `changedOnDisk` watches the file for them.
  */
-function openReadOnly(file: string): Database {
+function openReadOnly(file: string): { db: Database; immutable: boolean } {
   const db = new Database(file, { readonly: true, strict: true })
   try {
     db.query('SELECT count(*) FROM sqlite_schema').get()
-    return db
+    return { db, immutable: false }
   } catch (error) {
     db.close()
-    if ((error as { code?: string }).code !== 'SQLITE_CANTOPEN') throw error
+    if (!/^SQLITE_(CANTOPEN|READONLY)/.test((error as { code?: string }).code ?? '')) throw error
   }
   const wal = `${file}-wal`
   if (existsSync(wal) && statSync(wal).size > 0)
     throw new StorageOpenError(
       `${file} is read-only and ${wal} still holds changes that cannot be read without writing; make the directory writable once`,
     )
-  return new Database(`file:${encodeURI(file)}?immutable=1`, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_URI)
+  // In a URI, `?` and `#` would end the path and `%` start an escape.
+  const uri = `file:${encodeURI(file).replace(/\?/g, '%3F').replace(/#/g, '%23')}?immutable=1`
+  return { db: new Database(uri, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_URI), immutable: true }
+}
+
+/** What changes when anything writes the file or starts a write-ahead log beside it. */
+function diskFingerprint(file: string): string {
+  const main = statSync(file, { throwIfNoEntry: false })
+  const wal = statSync(`${file}-wal`, { throwIfNoEntry: false })
+  return `${main?.ino}:${main?.size}:${main?.mtimeMs}:${wal?.size}:${wal?.mtimeMs}`
 }
 
 function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
@@ -245,7 +257,7 @@ class SqlitePets implements PetRepository {
   private readonly findIdempotent: Statement<StoredResponse & { createdAt: number }, [string, string]>
   private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
   private readonly countAll: Statement<{ n: number }, []>
-  private readonly createTransaction: (commands: CreatePetCommand[], now: number) => CreatePetOutcome[]
+  private readonly createTransaction: { immediate: (commands: CreatePetCommand[], now: number) => CreatePetOutcome[] }
 
   constructor(private readonly db: Database) {
     this.listAll = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`)
@@ -284,7 +296,10 @@ class SqlitePets implements PetRepository {
 
   createMany(commands: CreatePetCommand[], now: number): CreatePetOutcome[] {
     try {
-      return this.createTransaction(commands, now)
+      // IMMEDIATE: a batch that starts with an idempotency lookup would otherwise begin as a reader, and
+      // SQLite answers a reader that wants to write while another connection writes with SQLITE_BUSY at
+      // once, skipping the busy timeout.
+      return this.createTransaction.immediate(commands, now)
     } catch (error) {
       describeUnavailable(error)
     }
@@ -358,7 +373,7 @@ class SqliteKeys implements KeyRepository {
     if (lastUsed.size === 0) return
     this.db.transaction(() => {
       for (const [id, at] of lastUsed) this.touchKey.run(at, id)
-    })()
+    }).immediate()
   }
 }
 
@@ -381,7 +396,7 @@ class SqliteLimiterState implements LimiterStateRepository {
     )
     this.db.transaction(() => {
       for (const [subject, bucket] of buckets) upsert.run(subject, bucket.tokens, bucket.updatedAt)
-    })()
+    }).immediate()
   }
 }
 
@@ -392,16 +407,24 @@ class SqliteStorage implements Storage {
   private readonly dataVersion: Statement<{ data_version: number }, []>
   private lastDataVersion: number
 
+  private readonly openedAs: string | null
+
   constructor(
     private readonly db: Database,
     readonly readOnly: boolean,
+    private readonly fingerprint: (() => string) | null,
     readonly file: string | null,
   ) {
+    this.openedAs = fingerprint?.() ?? null
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
     this.dataVersion = db.query('PRAGMA data_version')
     this.lastDataVersion = this.dataVersion.get()!.data_version
+  }
+
+  changedOnDisk(): boolean {
+    return this.fingerprint !== null && this.fingerprint() !== this.openedAs
   }
 
   changedElsewhere(): boolean {

@@ -89,6 +89,11 @@ export interface Storage {
   limiterState: LimiterStateRepository
   /** True when another connection (the CLI, or this server's commit worker) committed since the last call. */
   changedElsewhere(): boolean
+  /**
+   * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
+   * open serves may then be stale, and only a fresh open reads it right.
+   */
+  changedOnDisk(): boolean
   /** Throws when the data file does not answer. */
   ping(): void
   purgeIdempotency(olderThan: number): void

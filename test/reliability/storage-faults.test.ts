@@ -112,7 +112,8 @@ describe.skipIf(!canMount)('storage faults', () => {
 
   test('a data file on a read-only mount serves reads and answers 503 on writes', async () => {
     const dir = mountTmpfs(4096)
-    const dataFile = join(dir, 'petstore.db')
+    // `#` and `?` would cut short the URI SQLite is given for an immutable open, were they not escaped.
+    const dataFile = join(dir, 'pets #1?.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
     const writable = await startServer({ dataFile, args: ['--no-access-log'] })
     const acknowledged = []
@@ -132,6 +133,31 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(keyOnReadOnly.code).toBe(1)
     expect(keyOnReadOnly.stderr).toMatch(/^petstore: the data file cannot be written now \(SQLITE_READONLY\)\n$/)
     expect(keyOnReadOnly.stdout).toBe('')
+  })
+})
+
+describe.skipIf(!canMount)('a read-only view of a file that another process writes', () => {
+  test('the server notices the change and stops with status 1, so a restart serves the new data', async () => {
+    const writable = join(tempDir(), 'rw')
+    const readOnly = join(tempDir(), 'ro')
+    mkdirSync(writable)
+    mkdirSync(readOnly)
+    const key = createKeyWithCli(join(writable, 'petstore.db'), ['--plan', 'free', '--name', 'reader'])
+    mount(readOnly, ['--bind', writable])
+    mount(readOnly, ['-o', 'remount,bind,ro'])
+    const server = await startServer({ dataFile: join(readOnly, 'petstore.db'), args: ['--no-access-log'] })
+    expect(server.stderr()).toContain('is read-only: serving reads')
+    expect((await fetch(`${server.base}/pets`, { headers: headers(key) })).status).toBe(200)
+
+    const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', join(writable, 'petstore.db')]).stdout) as { id: string }[]
+    expect(cli(['keys', 'revoke', listed[0]!.id, '--data', join(writable, 'petstore.db')]).code).toBe(0)
+    expect(await server.proc.exited).toBe(1)
+    expect(server.stderr()).toContain('the read-only data file changed on disk')
+
+    const restarted = await startServer({ dataFile: join(readOnly, 'petstore.db'), args: ['--no-access-log'] })
+    expect((await fetch(`${restarted.base}/pets`, { headers: headers(key) })).status).toBe(401)
+    expect(await restarted.stop()).toBe(0)
+    unmount(readOnly)
   })
 })
 

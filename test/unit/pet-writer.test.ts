@@ -4,6 +4,7 @@
  * same outcomes as committing in place, and reports refusals and failures the way storage does.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
+import { Database } from 'bun:sqlite'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { PetService } from '../../src/modules/pets/service'
@@ -200,6 +201,22 @@ describe('WorkerPetWriter', () => {
     expect(failure).not.toBeInstanceOf(StorageUnavailableError)
     expect(failure.message).toMatch(/CHECK constraint failed/)
     expect(await writer.write(batches[0]!)).toHaveLength(3)
+    storage.close()
+  })
+
+  test('a batch that starts with an idempotency lookup waits for another writer instead of failing', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const storage = openSqliteStorage(dataFile)
+    const writer = workerWriter(dataFile)
+    await writer.write(batches[0]!)
+    const other = new Database(dataFile)
+    other.run('BEGIN IMMEDIATE')
+    const waiting = writer.write({ ...batches[0]!, commands: [{ pet: pet('d'), idempotency: idempotent('k9', 'hash-d') }] })
+    // The other connection keeps its write lock for a while, as a commit on a slow disk would.
+    await Bun.sleep(200)
+    other.run('COMMIT')
+    other.close()
+    expect((await waiting).map((outcome) => outcome.kind)).toEqual(['created'])
     storage.close()
   })
 

@@ -5,7 +5,7 @@
  */
 import { openPetCommitter } from '../../storage/sqlite'
 import { StorageUnavailableError } from '../../storage/types'
-import { type CommitReply, type CommitRequest, commitBatch, type PetBatch } from './writer'
+import { type CommitReply, type CommitRequest, type CommitResult, commitBatch, type PetBatch } from './writer'
 
 declare var self: Worker
 
@@ -14,14 +14,16 @@ let committer: ReturnType<typeof openPetCommitter> | undefined
 
 self.onmessage = ({ data: request }: MessageEvent<CommitRequest>) => {
   if (request.kind === 'open') file = request.file
-  else if (request.kind === 'commit') self.postMessage(commit(request.batch))
-  else {
+  else if (request.kind === 'commit') {
+    const reply: CommitReply = { ...commit(request.batch), seq: request.seq }
+    self.postMessage(reply)
+  } else {
     committer?.close()
     process.exit(0)
   }
 }
 
-function commit(batch: PetBatch): CommitReply {
+function commit(batch: PetBatch): CommitResult {
   try {
     committer ??= openPetCommitter(file)
     return { kind: 'committed', outcomes: commitBatch(committer.pets, batch) }

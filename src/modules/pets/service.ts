@@ -149,6 +149,9 @@ export class PetService {
         locationPrefix: this.options.locationPrefix(),
       })
     } catch (error) {
+      // A batch that failed may still have been committed (a commit thread that stopped before it could
+      // answer), so the pages it could have changed are made again.
+      this.forgetLastPages()
       if (error instanceof StorageUnavailableError) this.noteRefusal(error.code)
       const answer = error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options)
       for (const pending of batch) pending.reject(answer)

@@ -48,12 +48,18 @@ export class InThreadPetWriter implements PetWriter {
   async close(): Promise<void> {}
 }
 
-export type CommitRequest = { kind: 'open'; file: string } | { kind: 'commit'; batch: PetBatch } | { kind: 'close' }
+export type CommitRequest =
+  | { kind: 'open'; file: string }
+  | { kind: 'commit'; seq: number; batch: PetBatch }
+  | { kind: 'close' }
 
-export type CommitReply =
+export type CommitResult =
   | { kind: 'committed'; outcomes: CreatePetOutcome[] }
   | { kind: 'unavailable'; code: string }
   | { kind: 'failed'; message: string; stack: string }
+
+/** `seq` is the batch's: an answer is only ever given to the batch it is about. */
+export type CommitReply = CommitResult & { seq: number }
 
 /**
  * The main thread's side of the commit worker (commit-worker.ts). The thread keeps the process alive
@@ -67,6 +73,7 @@ export class WorkerPetWriter implements PetWriter {
   private closing = false
   private stopped: Promise<void> = Promise.resolve()
   private waiting: { resolve: (outcomes: CreatePetOutcome[]) => void; reject: (error: unknown) => void } | null = null
+  private seq = 0
 
   /** `script` is commit-worker.ts, resolved by the caller (see cli.ts for why). */
   constructor(
@@ -82,7 +89,7 @@ export class WorkerPetWriter implements PetWriter {
     return new Promise((resolve, reject) => {
       this.waiting = { resolve, reject }
       worker.ref()
-      worker.postMessage({ kind: 'commit', batch } satisfies CommitRequest)
+      worker.postMessage({ kind: 'commit', seq: ++this.seq, batch } satisfies CommitRequest)
     })
   }
 
@@ -113,6 +120,7 @@ export class WorkerPetWriter implements PetWriter {
   }
 
   private settle(worker: Worker, reply: CommitReply): void {
+    if (reply.seq !== this.seq) return
     const waiting = this.waiting
     this.waiting = null
     worker.unref()
