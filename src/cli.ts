@@ -174,14 +174,6 @@ async function serve(args: string[]): Promise<number> {
       throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
     console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
   }
-  if (storage.keys.list().length === 0) {
-    const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
-    console.error(
-      `petstore: no API keys yet, so a Free key was created (id ${record.id}). Its secret, shown only now:\n` +
-        `${secret}\n` +
-        `petstore: make more with: petstore keys create --plan pro --name NAME${config.env === 'staging' ? ' --env staging' : ''}`,
-    )
-  }
   // Resolved here, beside the entry point: in the compiled binary every module's import.meta.url is the
   // binary itself, and the worker's entry is stored at its path relative to src/.
   const petWriter =
@@ -196,9 +188,28 @@ async function serve(args: string[]): Promise<number> {
   })
   const { app } = petstore
   try {
-    app.listen({ hostname: config.host, port: config.port })
+    // Elysia asks for SO_REUSEPORT by default, which would let a second server start on a port in use
+    // and split the traffic between two data files; development mode would show Bun's error pages.
+    app.listen({ hostname: config.host, port: config.port, reusePort: false, development: false })
   } catch (error) {
     throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
+  }
+  // Made once the port is ours, so a start that fails never prints a secret nobody can use yet.
+  if (storage.keys.list().length === 0) {
+    const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
+    petstore.keys.reload()
+    // The hint names the file the server uses, so a key made by following it lands there.
+    const where =
+      ENVIRONMENTS[config.env].dataFile !== config.dataFile
+        ? ` --data ${config.dataFile}`
+        : config.env === 'staging'
+          ? ' --env staging'
+          : ''
+    console.error(
+      `petstore: no API keys yet, so a Free key was created (id ${record.id}). Its secret, shown only now:\n` +
+        `${secret}\n` +
+        `petstore: make more with: petstore keys create --plan pro --name NAME${where}`,
+    )
   }
   bindPort(config, app.server!.port!)
   petstore.startBackground()

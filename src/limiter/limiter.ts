@@ -92,11 +92,13 @@ export class RateLimiter {
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
 
+    // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
+    const tokenWait = () => Math.max(msUntilToken(subject.minute, shape.minute), msUntilToken(subject.day, shape.day))
     if (subject.bannedUntil > now) {
       return {
         allowed: false,
         reason: 'key_banned',
-        retryAfter: Math.max(1, Math.ceil((subject.bannedUntil - now) / 1000)),
+        retryAfter: Math.max(1, Math.ceil(Math.max(subject.bannedUntil - now, tokenWait()) / 1000)),
         quota: quotaOf(subject, shape, now),
         bannedNow: false,
       }
@@ -107,13 +109,13 @@ export class RateLimiter {
       subject.dayDirty = isKey
       return { allowed: true, quota: quotaOf(subject, shape, now) }
     }
-    const wait = Math.max(msUntilToken(subject.minute, shape.minute), msUntilToken(subject.day, shape.day))
+    const wait = tokenWait()
     const bannedNow = this.recordRejection(subject, now)
     return {
       allowed: false,
       // The rejection that starts a ban is still a plain 429; its Retry-After already covers the ban.
       reason: 'rate_limited',
-      retryAfter: Math.max(1, bannedNow ? this.options.banSeconds : Math.ceil(wait / 1000)),
+      retryAfter: Math.max(1, Math.ceil(Math.max(bannedNow ? this.options.banSeconds * 1000 : 0, wait) / 1000)),
       quota: quotaOf(subject, shape, now),
       bannedNow,
     }

@@ -17,6 +17,8 @@ let linkBase: string
 beforeAll(async () => {
   server = await startServer()
   key = server.bootstrapKey!
+  // The hint names the data file when it is not the default one, so the key lands where the server reads.
+  expect(server.stderr()).toContain(`make more with: petstore keys create --plan pro --name NAME --data ${server.dataFile}\n`)
   linkBase = `http://localhost:${server.port}/v1`
 })
 afterAll(async () => {

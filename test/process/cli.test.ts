@@ -69,10 +69,10 @@ describe('mistakes exit non-zero with a one-line reason and the usage', () => {
     [['backup'], /FILE/, 'Usage: petstore backup'],
   ]
 
-  test.each(cases)('%p: non-zero exit, one reason line on stderr, nothing on stdout', (args, reason) => {
+  test.each(cases)('%p: exit 2, one reason line on stderr, nothing on stdout', (args, reason) => {
     const cwd = tempDir()
     const result = cli([...args], { cwd })
-    expect(result.code).not.toBe(0)
+    expect(result.code).toBe(2)
     expect(result.stdout).toBe('')
     const [first, second] = result.stderr.split('\n')
     expect(first).toMatch(/^petstore: /)
@@ -92,7 +92,7 @@ describe('mistakes exit non-zero with a one-line reason and the usage', () => {
     const dir = tempDir()
     const dataFile = join(dir, 'data', 'petstore.db')
     const result = cli(['keys', 'create', '--plan', 'gold', '--data', dataFile], { cwd: dir })
-    expect(result.code).not.toBe(0)
+    expect(result.code).toBe(2)
     expect(existsSync(dataFile)).toBe(false)
   })
 })
@@ -197,7 +197,7 @@ describe('keys', () => {
     const dataFile = join(tempDir(), 'petstore.db')
     cli(['keys', 'create', '--plan', 'pro', '--data', dataFile])
     const result = cli(['keys', 'revoke', 'key_doesNotExist', '--data', dataFile])
-    expect(result.code).not.toBe(0)
+    expect(result.code).toBe(1)
     expect(result.stdout).toBe('')
     expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*key_doesNotExist/)
     expect(looksLikeStackTrace(result.stderr)).toBe(false)

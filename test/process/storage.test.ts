@@ -256,6 +256,18 @@ describe('commits off the event loop', () => {
     expect(await server.stop()).toBe(0)
   })
 
+  test('a second server on the port of a running one exits 1 instead of sharing the port', async () => {
+    const first = await startServer()
+    const served = await serveExpectingFailure(['--port', String(first.port), '--host', '127.0.0.1', '--data', join(tempDir(), 'petstore.db')])
+    expect(served.listened).toBe(false)
+    expect(served.code).toBe(1)
+    expect(served.stderr.trimEnd().split('\n').at(-1)).toContain(`cannot listen on 127.0.0.1:${first.port}`)
+    // No secret was made for a server that never served.
+    expect(served.stderr).not.toContain('psk_')
+    expect((await fetch(`${first.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
+    expect(await first.stop()).toBe(0)
+  })
+
   test('a server that cannot listen says so in one line and exits 1 at once: the idle commit worker keeps nothing alive', async () => {
     const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {

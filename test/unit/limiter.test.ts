@@ -158,6 +158,18 @@ describe('RateLimiter bans', () => {
     expect(limiter.check('key:a', limits, true).allowed).toBe(true)
   })
 
+  test('a ban shorter than the wait for a token says the longer wait, and a retry then is let through', () => {
+    const { limiter, advance } = exhausted(1, 5)
+    run(limiter, 1, 'key:a', limits)
+    const start = limiter.check('key:a', limits, true)
+    expect(start).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 60 })
+    advance(1_000)
+    const banned = limiter.check('key:a', limits, true)
+    expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 59 })
+    advance(59_000)
+    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+  })
+
   test('after a ban ends, the count of rejections starts afresh', () => {
     const { limiter, advance } = exhausted(3, 10)
     run(limiter, 4, 'key:a', limits) // banned now
