@@ -93,12 +93,11 @@ export class RateLimiter {
     refill(subject.day, shape.day, now)
 
     // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
-    const tokenWait = () => Math.max(msUntilToken(subject.minute, shape.minute), msUntilToken(subject.day, shape.day))
     if (subject.bannedUntil > now) {
       return {
         allowed: false,
         reason: 'key_banned',
-        retryAfter: Math.max(1, Math.ceil(Math.max(subject.bannedUntil - now, tokenWait()) / 1000)),
+        retryAfter: Math.max(1, Math.ceil(Math.max(subject.bannedUntil - now, msUntilTokens(subject, shape)) / 1000)),
         quota: quotaOf(subject, shape, now),
         bannedNow: false,
       }
@@ -109,7 +108,7 @@ export class RateLimiter {
       subject.dayDirty = isKey
       return { allowed: true, quota: quotaOf(subject, shape, now) }
     }
-    const wait = tokenWait()
+    const wait = msUntilTokens(subject, shape)
     const bannedNow = this.recordRejection(subject, now)
     return {
       allowed: false,
@@ -189,6 +188,11 @@ export class RateLimiter {
     subject.rejections.fill(-Infinity)
     return true
   }
+}
+
+/** Milliseconds until both buckets hold a whole token. */
+function msUntilTokens(subject: Subject, shape: { minute: BucketShape; day: BucketShape }): number {
+  return Math.max(msUntilToken(subject.minute, shape.minute), msUntilToken(subject.day, shape.day))
 }
 
 function quotaOf(subject: Subject, shape: { minute: BucketShape; day: BucketShape }, now: number): Quota {
