@@ -166,6 +166,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
   routeTable.push(...buildRouteTable(app.routes))
 
+  const onDataFileChanged =
+    deps.onDataFileChanged ?? (() => warn('the read-only data file changed on disk; restart to read it again'))
   const timers: ReturnType<typeof setInterval>[] = []
   const saveState = () => {
     if (storage.readOnly) return
@@ -188,12 +190,12 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     limiter,
     metrics,
     startBackground() {
-      let fileChangeReported = false
+      let watchingFile = true
       every(KEY_POLL_MS, () => {
-        if (storage.changedElsewhere()) keys.reloadIfChanged()
-        if (!fileChangeReported && storage.changedOnDisk()) {
-          fileChangeReported = true
-          ;(deps.onDataFileChanged ?? (() => warn('the read-only data file changed on disk; restart to read it again')))()
+        keys.reloadIfChanged()
+        if (watchingFile && storage.changedOnDisk()) {
+          watchingFile = false
+          onDataFileChanged()
         }
       })
       every(STATE_SAVE_MS, saveState)

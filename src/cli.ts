@@ -162,15 +162,16 @@ async function serve(args: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.serve)
   const config = asUsageError(() => resolveConfig(configInput(values)), USAGE.serve)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop = (reason: string, _code?: number): unknown => {
+  let stop: (reason: string, code?: number) => unknown = (reason) => {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
   process.on('SIGTERM', () => stop('SIGTERM received'))
   process.on('SIGINT', () => stop('SIGINT received'))
   const storage = openSqliteStorage(config.dataFile, { verify: true })
+  const hasKeys = storage.keys.list().length > 0
   if (storage.readOnly) {
-    if (storage.keys.list().length === 0)
+    if (!hasKeys)
       throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
     console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
   }
@@ -195,7 +196,7 @@ async function serve(args: string[]): Promise<number> {
     throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
   }
   // Made once the port is ours, so a start that fails never prints a secret nobody can use yet.
-  if (storage.keys.list().length === 0) {
+  if (!hasKeys) {
     const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
     petstore.keys.reload()
     // The hint names the file the server uses, so a key made by following it lands there.

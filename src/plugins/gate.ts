@@ -103,17 +103,16 @@ export function gate(options: GateOptions) {
         info.key = key
         keys.markUsed(key, now())
       }
-      let refusalBody: string | undefined
+      let refused: ApiError | undefined
       if (!decision.allowed) {
         metrics.rateLimited(decision.reason)
         if (decision.bannedNow) {
           metrics.banned()
           onBan(key ? `key ${key.id}` : `address ${info.address}`, decision.retryAfter)
         }
-        refusalBody = answerWith(set, info, refusal(decision), operationOf(request.method, info.path))
-      } else if (!key) {
-        refusalBody = answerWith(set, info, token === undefined ? MISSING_KEY : INVALID_KEY, operationOf(request.method, info.path))
-      }
-      return refusalBody
+        refused = refusal(decision)
+      } else if (!key) refused = token === undefined ? MISSING_KEY : INVALID_KEY
+      const body = refused && answerWith(set, info, refused, operationOf(request.method, info.path))
+      return body
     })
 }

@@ -7,6 +7,7 @@ import { dirname } from 'node:path'
 import {
   type ApiKeyRecord,
   type CreatePetCommand,
+  type RenderPet,
   type CreatePetOutcome,
   type KeyRepository,
   type LimiterStateRepository,
@@ -127,7 +128,7 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
   }
   if (!inMemory && !readOnly)
     for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db, readOnly, immutable ? () => diskFingerprint(file) : null, inMemory ? null : file)
+  return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
 }
 
 /**
@@ -257,7 +258,9 @@ class SqlitePets implements PetRepository {
   private readonly findIdempotent: Statement<StoredResponse & { createdAt: number }, [string, string]>
   private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
   private readonly countAll: Statement<{ n: number }, []>
-  private readonly createTransaction: { immediate: (commands: CreatePetCommand[], now: number) => CreatePetOutcome[] }
+  private readonly createTransaction: {
+    immediate: (commands: CreatePetCommand[], now: number, render: RenderPet) => CreatePetOutcome[]
+  }
 
   constructor(private readonly db: Database) {
     this.listAll = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`)
@@ -277,8 +280,8 @@ class SqlitePets implements PetRepository {
        VALUES (?, ?, ?, ?, ?, ?, ?)`,
     )
     this.countAll = db.query('SELECT count(*) AS n FROM pets')
-    this.createTransaction = db.transaction((commands: CreatePetCommand[], now: number) =>
-      commands.map((command) => this.createOne(command, now)),
+    this.createTransaction = db.transaction((commands: CreatePetCommand[], now: number, render: RenderPet) =>
+      commands.map((command) => this.createOne(command, now, render)),
     )
   }
 
@@ -294,18 +297,18 @@ class SqlitePets implements PetRepository {
     return this.countAll.get()!.n
   }
 
-  createMany(commands: CreatePetCommand[], now: number): CreatePetOutcome[] {
+  createMany(commands: CreatePetCommand[], now: number, render: RenderPet): CreatePetOutcome[] {
     try {
       // IMMEDIATE: a batch that starts with an idempotency lookup would otherwise begin as a reader, and
       // SQLite answers a reader that wants to write while another connection writes with SQLITE_BUSY at
       // once, skipping the busy timeout.
-      return this.createTransaction.immediate(commands, now)
+      return this.createTransaction.immediate(commands, now, render)
     } catch (error) {
       describeUnavailable(error)
     }
   }
 
-  private createOne({ pet, idempotency, render }: CreatePetCommand, now: number): CreatePetOutcome {
+  private createOne({ pet, idempotency }: CreatePetCommand, now: number, render: RenderPet): CreatePetOutcome {
     if (idempotency) {
       const previous = this.findIdempotent.get(idempotency.keyId, idempotency.key)
       if (previous && previous.createdAt > now - IDEMPOTENCY_TTL_MS) {
@@ -404,34 +407,24 @@ class SqliteStorage implements Storage {
   readonly pets: SqlitePets
   readonly keys: SqliteKeys
   readonly limiterState: SqliteLimiterState
-  private readonly dataVersion: Statement<{ data_version: number }, []>
-  private lastDataVersion: number
 
+  /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
 
   constructor(
     private readonly db: Database,
     readonly readOnly: boolean,
-    private readonly fingerprint: (() => string) | null,
     readonly file: string | null,
+    immutable: boolean,
   ) {
-    this.openedAs = fingerprint?.() ?? null
+    this.openedAs = immutable && file ? diskFingerprint(file) : null
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
-    this.dataVersion = db.query('PRAGMA data_version')
-    this.lastDataVersion = this.dataVersion.get()!.data_version
   }
 
   changedOnDisk(): boolean {
-    return this.fingerprint !== null && this.fingerprint() !== this.openedAs
-  }
-
-  changedElsewhere(): boolean {
-    const now = this.dataVersion.get()!.data_version
-    const changed = now !== this.lastDataVersion
-    this.lastDataVersion = now
-    return changed
+    return this.openedAs !== null && diskFingerprint(this.file!) !== this.openedAs
   }
 
   ping(): void {

@@ -41,9 +41,10 @@ export interface CreatePetCommand {
   pet: NewPet
   /** Set when the request carried an Idempotency-Key: the first response is kept under it. */
   idempotency?: { keyId: string; key: string; requestHash: string }
-  /** Builds the Location URL and body once the id is known, so a replay returns the same bytes. */
-  render: (pet: Pet) => { body: string; location: string }
 }
+
+/** Builds a created pet's body and Location once its id is known, so a replay returns the same bytes. */
+export type RenderPet = (pet: Pet) => { body: string; location: string }
 
 export type CreatePetOutcome =
   | { kind: 'created'; pet: Pet; body: string; location: string }
@@ -55,7 +56,7 @@ export interface PetRepository {
   list(afterId: number, limit: number, status: PetStatus | undefined): Pet[]
   get(id: number): Pet | null
   /** Runs every command in one durable transaction (group commit); outcomes in command order. */
-  createMany(commands: CreatePetCommand[], now: number): CreatePetOutcome[]
+  createMany(commands: CreatePetCommand[], now: number, render: RenderPet): CreatePetOutcome[]
   count(): number
 }
 
@@ -87,8 +88,6 @@ export interface Storage {
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
-  /** True when another connection (the CLI, or this server's commit worker) committed since the last call. */
-  changedElsewhere(): boolean
   /**
    * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
    * open serves may then be stale, and only a fresh open reads it right.

@@ -18,6 +18,7 @@ type Json = Record<string, any>
 let app: TestApp
 let doc: Json
 let raw: string
+let reader: Contract
 
 beforeAll(async () => {
   app = startApp()
@@ -26,19 +27,12 @@ beforeAll(async () => {
   expect(res.headers.get('content-type')).toStartWith('application/json')
   raw = await res.text()
   doc = JSON.parse(raw)
+  reader = new Contract(doc)
 })
 afterAll(() => app.stop())
 
-/** Follows a local $ref (one level at a time) until the object has none. */
-function resolve(node: Json): Json {
-  let current = node
-  for (let i = 0; current && typeof current.$ref === 'string' && i < 10; i++) {
-    const path = current.$ref.replace(/^#\//, '').split('/').map((s: string) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
-    current = path.reduce((obj: Json, part: string) => obj?.[part], doc)
-    expect(current).toBeDefined()
-  }
-  return current
-}
+/** Follows local $refs until the object has none; an unresolved one fails the test. */
+const resolve = (node: Json): Json => reader.resolve(node)
 
 const OPERATIONS: [string, string, string, string[]][] = [
   ['/pets', 'get', 'listPets', ['200', '400', '401', '429']],

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createKeyWithCli, type Server, startServer, tempDir } from '../support/binary'
+import { auth } from '../support/app'
 import { checkEveryAnswer, Contract } from '../support/contract'
 
 const SECONDS = Number(process.env.PETSTORE_SOAK_SECONDS ?? 60)
@@ -54,7 +55,6 @@ afterAll(async () => {
 })
 
 const pick = <T>(items: readonly T[]): T => items[Math.floor(Math.random() * items.length)]!
-const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })
 const json = { 'content-type': 'application/json' }
 
 /** Sends one API request, checks it against the contract, and returns status and parsed body. */

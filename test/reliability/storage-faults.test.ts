@@ -8,6 +8,8 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { listAll } from '../process/helpers'
+import { auth, postPet } from '../support/app'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
 const run = (command: string[]) => {
@@ -42,36 +44,17 @@ afterAll(() => {
   for (const dir of mounts.splice(0).reverse()) run(['umount', '-l', dir])
 })
 
-const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' })
-
 async function create(base: string, key: string, name: string) {
-  const response = await fetch(`${base}/pets`, {
-    method: 'POST',
-    headers: headers(key),
-    body: JSON.stringify({ name, categoryId: 1 }),
-  })
+  const response = await postPet(base, key, { name, categoryId: 1 })
   return { status: response.status, body: (await response.json()) as Record<string, unknown> }
-}
-
-/** Every pet the server lists, following `Link: rel="next"`. */
-async function listAll(server: Server, key: string): Promise<Record<string, unknown>[]> {
-  const pets: Record<string, unknown>[] = []
-  let next: string | null = `${server.base}/pets?limit=100`
-  while (next) {
-    const page: Response = await fetch(next, { headers: headers(key) })
-    expect(page.status).toBe(200)
-    pets.push(...((await page.json()) as Record<string, unknown>[]))
-    next = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1] ?? null
-  }
-  return pets
 }
 
 /** Writes refused, reads answered: what a server on a read-only file must do. */
 async function expectReadOnlyService(server: Server, key: string, acknowledged: Record<string, unknown>[]) {
   const refused = await create(server.base, key, 'on a read-only file')
   expect(refused).toEqual({ status: 503, body: { code: 'unavailable', message: expect.any(String), status: 503 } })
-  expect(await listAll(server, key)).toEqual(acknowledged)
-  const read = await fetch(`${server.base}/pets/${acknowledged.at(-1)!.id}`, { headers: headers(key) })
+  expect((await listAll(server.base, key)) as unknown).toEqual(acknowledged)
+  const read = await fetch(`${server.base}/pets/${acknowledged.at(-1)!.id}`, { headers: auth(key) })
   expect(await read.json()).toEqual(acknowledged.at(-1)!)
   expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
   expect((await fetch(`${server.origin}/readyz`)).status).toBe(200)
@@ -99,14 +82,14 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(again.status).toBe(503)
     expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
     for (const pet of [acknowledged[0]!, acknowledged.at(-1)!]) {
-      const read = await fetch(`${server.base}/pets/${pet.id}`, { headers: headers(key) })
+      const read = await fetch(`${server.base}/pets/${pet.id}`, { headers: auth(key) })
       expect(read.status).toBe(200)
       expect(await read.json()).toEqual(pet)
     }
     expect(await server.stop()).toBe(0)
 
     const restarted = await startServer({ dataFile, args: ['--no-access-log'] })
-    expect(await listAll(restarted, key)).toEqual(acknowledged)
+    expect((await listAll(restarted.base, key)) as unknown).toEqual(acknowledged)
     await restarted.stop()
   })
 
@@ -147,7 +130,7 @@ describe.skipIf(!canMount)('a read-only view of a file that another process writ
     mount(readOnly, ['-o', 'remount,bind,ro'])
     const server = await startServer({ dataFile: join(readOnly, 'petstore.db'), args: ['--no-access-log'] })
     expect(server.stderr()).toContain('is read-only: serving reads')
-    expect((await fetch(`${server.base}/pets`, { headers: headers(key) })).status).toBe(200)
+    expect((await fetch(`${server.base}/pets`, { headers: auth(key) })).status).toBe(200)
 
     const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', join(writable, 'petstore.db')]).stdout) as { id: string }[]
     expect(cli(['keys', 'revoke', listed[0]!.id, '--data', join(writable, 'petstore.db')]).code).toBe(0)
@@ -155,7 +138,7 @@ describe.skipIf(!canMount)('a read-only view of a file that another process writ
     expect(server.stderr()).toContain('the read-only data file changed on disk')
 
     const restarted = await startServer({ dataFile: join(readOnly, 'petstore.db'), args: ['--no-access-log'] })
-    expect((await fetch(`${restarted.base}/pets`, { headers: headers(key) })).status).toBe(401)
+    expect((await fetch(`${restarted.base}/pets`, { headers: auth(key) })).status).toBe(401)
     expect(await restarted.stop()).toBe(0)
     unmount(readOnly)
   })
@@ -204,7 +187,7 @@ describe.skipIf(!canLoopExt4)('a volume that turns read-only under the running s
     unmount(dir)
     mount(dir, ['-o', 'loop', image])
     const repaired = await startServer({ dataFile, args: ['--no-access-log'] })
-    expect(await listAll(repaired, key)).toEqual(acknowledged)
+    expect((await listAll(repaired.base, key)) as unknown).toEqual(acknowledged)
     expect((await create(repaired.base, key, 'after the repair')).status).toBe(201)
     expect(await repaired.stop()).toBe(0)
     unmount(dir)

@@ -24,7 +24,7 @@ test('reloadIfChanged lists the keys again only after a key was created or revok
   expect(lists).toBe(2)
 
   storage.keys.recordLastUsed(new Map([[record.id, NOW + 1]]))
-  storage.pets.createMany([{ pet: { name: 'Rex', categoryId: 1, status: 'available' }, render: () => ({ body: '', location: '' }) }], NOW)
+  storage.pets.createMany([{ pet: { name: 'Rex', categoryId: 1, status: 'available' } }], NOW, () => ({ body: '', location: '' }))
   registry.reloadIfChanged()
   expect(lists).toBe(2)
 

@@ -6,6 +6,7 @@
  */
 import { ApiError, idempotencyConflict, unavailable } from '../../errors'
 import {
+  type CreatePetCommand,
   type CreatePetOutcome,
   type NewPet,
   type Pet,
@@ -13,7 +14,7 @@ import {
   type PetStatus,
   StorageUnavailableError,
 } from '../../storage/types'
-import type { PetBatch, PetWriter } from './writer'
+import type { PetWriter } from './writer'
 
 export interface PetServiceOptions {
   now: () => number
@@ -46,7 +47,7 @@ export interface Created {
 }
 
 interface Pending {
-  command: PetBatch['commands'][number]
+  command: CreatePetCommand
   resolve: (outcome: CreatePetOutcome) => void
   reject: (error: unknown) => void
 }

@@ -13,7 +13,7 @@ import {
 import { petJson } from './service'
 
 export interface PetBatch {
-  commands: Omit<CreatePetCommand, 'render'>[]
+  commands: CreatePetCommand[]
   now: number
   /** `${baseUrl}/pets/`: a pet's Location is this followed by its id. */
   locationPrefix: string
@@ -31,11 +31,10 @@ export interface PetWriter {
 
 /** The one place a batch becomes storage commands, on whichever thread commits it. */
 export function commitBatch(pets: PetRepository, batch: PetBatch): CreatePetOutcome[] {
-  const render = (pet: Pet) => ({ body: petJson(pet), location: batch.locationPrefix + pet.id })
-  return pets.createMany(
-    batch.commands.map((command) => ({ ...command, render })),
-    batch.now,
-  )
+  return pets.createMany(batch.commands, batch.now, (pet: Pet) => ({
+    body: petJson(pet),
+    location: batch.locationPrefix + pet.id,
+  }))
 }
 
 export class InThreadPetWriter implements PetWriter {
