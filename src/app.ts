@@ -7,16 +7,16 @@ import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
-import { deprecationHeaders, petsModule } from './modules/pets'
+import { petsModule } from './modules/pets'
 import { PetService } from './modules/pets/service'
 import { InThreadPetWriter, type PetWriter } from './modules/pets/writer'
 import { storeModule } from './modules/store'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { Metrics } from './observability/metrics'
-import { cors } from './plugins/cors'
-import { errorHandler } from './plugins/errors'
+import { cors, preflight } from './plugins/cors'
+import { errorHandler, unrouted } from './plugins/errors'
 import { gate } from './plugins/gate'
-import { requestContext } from './plugins/request-context'
+import { type RequestInfo, requestContext } from './plugins/request-context'
 import { IDEMPOTENCY_TTL_MS } from './storage/sqlite'
 import type { Storage } from './storage/types'
 
@@ -91,7 +91,29 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     }
   }
 
+  // Filled once every route exists (below); read per request by the gate and the fallback.
+  const operations = new Map<string, Map<string, string>>()
+  const routeTable: RouteEntry[] = []
+  const allowed = (path: string) => allowedMethods(routeTable, path)
+  const notServed = (info: RequestInfo): never => {
+    throw unrouted(allowed, info.path)
+  }
+
+  // Everything under the base path routes into this instance, unknown paths to its fallback, and the
+  // gate is a hook of this instance: no router can reach an API handler around it.
   const api = new Elysia({ prefix: config.basePath })
+    .decorate('info', undefined as unknown as RequestInfo)
+    .use(
+      gate({
+        keys,
+        limiter,
+        metrics,
+        corsEnabled: config.corsOrigins.length > 0,
+        now,
+        onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
+        operationOf: (method, route) => operations.get(route)?.get(method) ?? 'unmatched',
+      }),
+    )
     .use(
       petsModule({
         service: pets,
@@ -101,45 +123,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       }),
     )
     .use(storeModule())
-
-  // Operation names by route template, then method; the template of a request path is remembered
-  // (boundedly), as matching it against the route table is the dearer part.
-  const operations = new Map<string, Map<string, string>>()
-  const routeTable: RouteEntry[] = []
-  const routesByPath = new Map<string, string | null>()
-  const operationOf = (method: string, path: string) => {
-    let route = routesByPath.get(path)
-    if (route === undefined) {
-      route = routeOf(routeTable, path) ?? null
-      if (routesByPath.size >= 1024) routesByPath.clear()
-      routesByPath.set(path, route)
-    }
-    return (route !== null && operations.get(route)?.get(method)) || 'unmatched'
-  }
+    .use(preflight(config.corsOrigins, notServed))
+    .all('', ({ info }) => notServed(info), { parse: 'none', detail: { hide: true } })
+    .all('/*', ({ info }) => notServed(info), { parse: 'none', detail: { hide: true } })
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
-    .use(
-      errorHandler({
-        allowedMethods: (path) => allowedMethods(routeTable, path),
-        operationOf,
-        onInternalError,
-      }),
-    )
+    .use(errorHandler({ allowedMethods: allowed, onInternalError }))
     .use(requestContext({ server: () => app.server, metrics, accessLog, trustProxy: config.trustProxy }))
     .use(cors(config.corsOrigins))
-    .use(deprecationHeaders(config.basePath, () => config.baseUrl))
-    .use(
-      gate({
-        basePath: config.basePath,
-        keys,
-        limiter,
-        metrics,
-        corsEnabled: config.corsOrigins.length > 0,
-        now,
-        onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
-        operationOf,
-      }),
-    )
     .use(
       opsModule({
         api: () => app,
@@ -160,9 +151,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(api)
 
   for (const route of app.routes) {
-    const detail = (route.hooks as { detail?: { operationId?: string } } | undefined)?.detail
+    const operationId = (route.hooks as { detail?: { operationId?: string } } | undefined)?.detail?.operationId
+    if (!operationId) continue
     if (!operations.has(route.path)) operations.set(route.path, new Map())
-    operations.get(route.path)!.set(route.method, detail?.operationId ?? route.path.replace(/^\//, ''))
+    operations.get(route.path)!.set(route.method, operationId)
   }
   routeTable.push(...buildRouteTable(app.routes))
 
@@ -226,7 +218,7 @@ interface RouteEntry {
 function buildRouteTable(routes: { method: string; path: string }[]): RouteEntry[] {
   const byPath = new Map<string, Set<string>>()
   for (const { method, path } of routes) {
-    if (method === 'OPTIONS' || path.includes('*')) continue
+    if (method === 'OPTIONS' || method === 'ALL' || path.includes('*')) continue
     if (!byPath.has(path)) byPath.set(path, new Set())
     byPath.get(path)!.add(method)
   }
@@ -239,8 +231,4 @@ function buildRouteTable(routes: { method: string; path: string }[]): RouteEntry
 
 function allowedMethods(table: RouteEntry[], path: string): string[] | null {
   return table.find((entry) => entry.pattern.test(path))?.methods ?? null
-}
-
-function routeOf(table: RouteEntry[], path: string): string | undefined {
-  return table.find((entry) => entry.pattern.test(path))?.path
 }

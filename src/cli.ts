@@ -4,7 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
-import { bindPort, ConfigError, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { bindPort, ConfigError, hostInUrl, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor } from './modules/keys/service'
 import { WorkerPetWriter } from './modules/pets/writer'
 import { openSqliteStorage } from './storage/sqlite'
@@ -215,7 +215,7 @@ async function serve(args: string[]): Promise<number> {
   bindPort(config, app.server!.port!)
   petstore.startBackground()
   console.error(
-    `petstore: ${config.env} listening on http://${config.host}:${config.port}, API at ${config.baseUrl}, data ${config.dataFile}`,
+    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${config.dataFile}`,
   )
 
   let stopping = false

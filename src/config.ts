@@ -151,3 +151,8 @@ export function bindPort(config: Config, port: number): void {
   config.baseUrl = `http://localhost:${port}${config.basePath}`
   config.servers[config.env] = config.baseUrl
 }
+
+/** A host as it is written in a URL: an IPv6 address in brackets (RFC 3986). */
+export function hostInUrl(host: string): string {
+  return host.includes(':') ? `[${host}]` : host
+}

@@ -1,7 +1,9 @@
 /**
- * CORS for browser clients, off unless --cors-origin is given. Preflights for an allowed origin are
- * answered before authentication (browsers never send credentials on them); actual responses expose
- * the headers scripts need: pagination, Location, rate limits and the request id.
+ * CORS for browser clients, off unless --cors-origin is given. Preflights under the base are answered
+ * by a route of the API that the gate lets through unauthenticated (browsers never send credentials on
+ * them); actual responses expose the headers scripts need: pagination, Location, rate limits and the
+ * request id. Every response says `Vary: Origin`, so a shared cache never hands one origin's answer to
+ * another.
  */
 import { Elysia } from 'elysia'
 import type { RequestInfo } from './request-context'
@@ -26,30 +28,39 @@ export function isPreflight(request: Request): boolean {
   return request.method === 'OPTIONS' && request.headers.has('access-control-request-method')
 }
 
+/** The response headers for allowed origins; on the whole app. */
 export function cors(origins: string[]) {
   const plugin = new Elysia({ name: 'cors' })
   if (origins.length === 0) return plugin
   const anyOrigin = origins.includes('*')
-  return plugin
-    .onRequest(({ request, set }) => {
-      const origin = request.headers.get('origin')
-      if (!origin || !(anyOrigin || origins.includes(origin))) return
-      set.headers['access-control-allow-origin'] = anyOrigin ? '*' : origin
-      if (!anyOrigin) set.headers.vary = 'Origin'
-      set.headers['access-control-expose-headers'] = EXPOSED
-    })
-    .decorate('info', undefined as unknown as RequestInfo)
-    .options(
-      '/*',
-      ({ request, set, info }) => {
-        info.done(204, 'preflight')
-        if (!isPreflight(request) || !set.headers['access-control-allow-origin'])
-          return new Response(null, { status: 204 })
+  return plugin.onRequest(({ request, set }) => {
+    set.headers.vary = 'Origin'
+    const origin = request.headers.get('origin')
+    if (!origin || !(anyOrigin || origins.includes(origin))) return
+    set.headers['access-control-allow-origin'] = anyOrigin ? '*' : origin
+    set.headers['access-control-expose-headers'] = EXPOSED
+  })
+}
+
+/**
+ * The preflight route, for the API instance. Any other OPTIONS request is handed to `otherwise` (the
+ * API's answer for a method it does not serve).
+ */
+export function preflight(origins: string[], otherwise: (info: RequestInfo) => never) {
+  const plugin = new Elysia({ name: 'preflight' }).decorate('info', undefined as unknown as RequestInfo)
+  if (origins.length === 0) return plugin
+  return plugin.options(
+    '/*',
+    ({ request, set, info }) => {
+      if (!isPreflight(request)) otherwise(info)
+      info.done(204, 'preflight')
+      if (set.headers['access-control-allow-origin']) {
         set.headers['access-control-allow-methods'] = 'GET, POST, OPTIONS'
         set.headers['access-control-allow-headers'] = ALLOWED_HEADERS
         set.headers['access-control-max-age'] = '600'
-        return new Response(null, { status: 204 })
-      },
-      { detail: { hide: true } },
-    )
+      }
+      return new Response(null, { status: 204 })
+    },
+    { parse: 'none', detail: { hide: true } },
+  )
 }

@@ -1,7 +1,8 @@
 /**
- * The one place errors become responses: typed ApiErrors keep their status and code, an unmatched
- * path is a 404 (or a 405 with Allow when the path exists for other methods), and anything else is a
- * 500 whose details go to the server's log, never to the client.
+ * The one place errors become responses: typed ApiErrors keep their status and code, a path outside
+ * the API that no route has is a 404 (or a 405 with Allow when the path exists for other methods), and
+ * anything else is a 500 whose details go to the server's log, never to the client. Paths under the
+ * base never get here unrouted: the API's own fallback route answers them, behind the gate.
  */
 import { Elysia } from 'elysia'
 import type { RequestInfo } from './request-context'
@@ -10,8 +11,6 @@ import { ApiError, badRequest, internalError, methodNotAllowed, notFound } from 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
   allowedMethods: (path: string) => string[] | null
-  /** Operation name for metrics, from the path: errors may come before routing. */
-  operationOf: (method: string, path: string) => string
   onInternalError: (error: unknown, requestId: string | undefined) => void
 }
 
@@ -29,13 +28,18 @@ export function answerWith(
   set: { status?: number | string; headers: Record<string, unknown> },
   info: RequestInfo | undefined,
   error: ApiError,
-  operation: string,
 ): string {
   set.status = error.status
-  info?.done(error.status, operation)
+  info?.done(error.status, info.operation)
   set.headers['content-type'] = JSON_TYPE
   Object.assign(set.headers, error.headers)
   return error.body
+}
+
+/** The answer for a path no route serves: 405 with Allow when other methods are served there, else 404. */
+export function unrouted(allowedMethods: (path: string) => string[] | null, path: string): ApiError {
+  const allow = allowedMethods(path)
+  return allow ? methodNotAllowed(allow) : notFound(`No resource at ${path.slice(0, 200)}.`)
 }
 
 export function errorHandler(options: ErrorHandlerOptions) {
@@ -44,14 +48,12 @@ export function errorHandler(options: ErrorHandlerOptions) {
     const info = (ctx as { info?: RequestInfo }).info
     let answer: ApiError
     if (error instanceof ApiError) answer = error
-    else if (code === 'NOT_FOUND') {
-      const allow = options.allowedMethods(ctx.path)
-      answer = allow ? methodNotAllowed(allow) : notFound(`No resource at ${ctx.path.slice(0, 200)}.`)
-    } else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
+    else if (code === 'NOT_FOUND') answer = unrouted(options.allowedMethods, info?.path ?? ctx.path)
+    else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
     else {
       options.onInternalError(error, info?.requestId)
       answer = internalError()
     }
-    return answerWith(set, info, answer, info ? options.operationOf(ctx.request.method, info.path) : 'unmatched')
+    return answerWith(set, info, answer)
   })
 }

@@ -1,8 +1,9 @@
 /**
- * The gate in front of every path under the base URL: bearer authentication (RFC 6750) and rate
- * limiting. Requests without a valid key are limited per client address with the Free plan's numbers,
- * so keys cannot be guessed at speed; the limit is checked before the key is judged, and every answer
- * carries the rate-limit fields of the bucket in force.
+ * The gate of the API: bearer authentication (RFC 6750) and rate limiting. It is a hook of the API's
+ * own routes (the fallback for unknown paths under the base included), so whichever router matched a
+ * request, no API handler runs without it. Requests without a valid key are limited per client
+ * address with the Free plan's numbers, so keys cannot be guessed at speed; the limit is checked before
+ * the key is judged, and every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
 import { ApiError } from '../errors'
@@ -14,15 +15,14 @@ import { answerWith } from './errors'
 import type { RequestInfo } from './request-context'
 
 export interface GateOptions {
-  basePath: string
   keys: KeyRegistry
   limiter: RateLimiter
   metrics: Metrics
   corsEnabled: boolean
   now: () => number
   onBan: (subject: string, seconds: number) => void
-  /** Operation name for metrics and the log, from method and path (refusals come before routing). */
-  operationOf: (method: string, path: string) => string
+  /** Operation name for metrics and the log, from the method and the route that matched. */
+  operationOf: (method: string, route: string) => string
 }
 
 const REALM = 'Bearer realm="petstore"'
@@ -80,10 +80,18 @@ function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>):
   return error
 }
 
+/**
+ * The key the gate verified. A handler reached without one would be a bug; it is answered as a
+ * missing key, never as a 500.
+ */
+export function verifiedKey(info: RequestInfo): ActiveKey {
+  if (!info.key) throw MISSING_KEY
+  return info.key
+}
+
+/** The gate as a hook of the instance that uses it (`scoped`): the API, and every route it holds. */
 export function gate(options: GateOptions) {
-  const { basePath, keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
-  const prefix = `${basePath}/`
-  const underBase = (path: string) => path.startsWith(prefix) || path === basePath
+  const { keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
 
   return new Elysia({ name: 'gate' })
     .decorate('info', undefined as unknown as RequestInfo)
@@ -91,12 +99,13 @@ export function gate(options: GateOptions) {
     // (a `return f(…)` reads as maybe-async): so the context is destructured, and the answer is
     // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
     // abuse and a throw costs a trip through the error handler.
-    .onRequest(({ request, set, info }) => {
-      if (!underBase(info.path) || (corsEnabled && isPreflight(request))) return
+    .onBeforeHandle({ as: 'scoped' }, ({ request, set, info, route }) => {
+      info.operation = operationOf(request.method, route)
+      if (corsEnabled && isPreflight(request)) return
       const token = bearerToken(request.headers.get('authorization'))
       const key: ActiveKey | undefined = token ? keys.find(token) : undefined
       const limits = key ? key.limits : PLAN_LIMITS.free
-      const subject = key ? key.subject : `ip:${info.address}`
+      const subject = key ? key.subject : info.addressSubject
       const decision = limiter.check(subject, limits, key !== undefined)
       rateLimitHeaders(set.headers, limits, decision.quota)
       if (key) {
@@ -108,11 +117,11 @@ export function gate(options: GateOptions) {
         metrics.rateLimited(decision.reason)
         if (decision.bannedNow) {
           metrics.banned()
-          onBan(key ? `key ${key.id}` : `address ${info.address}`, decision.retryAfter)
+          onBan(key ? `key ${key.id}` : `address ${subject.slice(3)}`, decision.retryAfter)
         }
         refused = refusal(decision)
       } else if (!key) refused = token === undefined ? MISSING_KEY : INVALID_KEY
-      const body = refused && answerWith(set, info, refused, operationOf(request.method, info.path))
+      const body = refused && answerWith(set, info, refused)
       return body
     })
 }

@@ -1,12 +1,18 @@
 /**
  * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the client address, and one access-log line and the metrics per answer. Whoever produces the
- * answer (a handler, or the error handler) calls `info.done`: an Elysia `onAfterResponse` hook would
- * cost a scheduled task per request, about a fifth of the server's throughput.
+ * made), the path, the client address, and one access-log line and the metrics per answer. Whoever
+ * produces the answer (a handler, or the error handler) calls `info.done`: an Elysia `onAfterResponse`
+ * hook would cost a scheduled task per request, about a fifth of the server's throughput.
+ *
+ * A request whose URL cannot be read the way the router reads it (a `Host` that is not a host) is
+ * answered 400 here, before routing, so the path logged and matched is always the path routed.
  */
 import { Elysia } from 'elysia'
-import { isIP } from 'node:net'
 import type { Server } from 'bun'
+import { isIPv6 } from 'node:net'
+import { type ApiError, badRequest } from '../errors'
+import { addressSubject, normaliseAddress } from '../http/client-address'
+import { answerWith } from './errors'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
@@ -16,12 +22,14 @@ type Recorder = (info: RequestInfo, status: number, operation: string) => void
 export class RequestInfo {
   /** The authenticated key, once the gate has found one. */
   key: ActiveKey | undefined = undefined
+  /** The operation the router chose, for the log and metrics; set by the route's hooks. */
+  operation = 'unmatched'
   private clientAddress: string | undefined
   private recorded = false
 
   constructor(
     readonly requestId: string,
-    /** The URL's path, undecoded, without the query. */
+    /** The path that was routed, undecoded, without the query. */
     readonly path: string,
     readonly startedAt: number,
     private readonly server: () => Server<unknown> | null | undefined,
@@ -42,8 +50,14 @@ export class RequestInfo {
     return this.request.method
   }
 
+  /** The client's address, normalised (see client-address.ts). */
   get address(): string {
     return (this.clientAddress ??= clientAddress(this.server(), this.request, this.trustProxy))
+  }
+
+  /** The rate limiter's subject for a request without a valid key. */
+  get addressSubject(): string {
+    return addressSubject(this.address)
   }
 }
 
@@ -81,22 +95,50 @@ export function jsonString(text: string): string {
   return NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`
 }
 
-export function pathOf(url: string): string {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start < 0) return '/'
+/**
+ * Scheme and authority as RFC 3986 allows them in an http(s) URL: a reg-name (unreserved, sub-delims and
+ * %-escapes), an IPv4 address, or a bracketed IPv6 one, and an optional port. Bun builds `request.url`
+ * from the `Host` header, and leaves it a bare path when it cannot.
+ */
+const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?\//
+/**
+ * Where Elysia's router takes the path to start: it skips the first eleven characters of the URL
+ * without looking, so a shorter `http://` + host (a host of under four characters and no port) would
+ * be routed on the wrong path.
+ */
+const ROUTER_PATH_SEARCH_FROM = 11
+const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
+const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
+
+/** The path of the URL as the router reads it, or the reason it cannot be read that way. */
+export function routedPath(url: string): string | ApiError {
+  if (!ROUTABLE_URL.test(url)) return BAD_HOST
+  const start = url.indexOf('/', url.charCodeAt(4) === 0x73 /* s */ ? 8 : 7)
+  if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
+  if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))
+    return BAD_HOST
   const query = url.indexOf('?', start)
   return query < 0 ? url.slice(start) : url.slice(start, query)
+}
+
+/** The path of a target that could not be routed, for the log only. */
+function unroutedPath(url: string): string {
+  const start = url.startsWith('/') ? 0 : url.indexOf('/', url.indexOf('//') + 2)
+  if (start < 0) return '/'
+  const query = url.indexOf('?', start)
+  return (query < 0 ? url.slice(start) : url.slice(start, query)).slice(0, 1024)
 }
 
 export function clientAddress(server: Server<unknown> | null | undefined, request: Request, trustProxy: boolean): string {
   if (trustProxy) {
     const forwarded = request.headers.get('x-forwarded-for')
     if (forwarded) {
-      const rightmost = forwarded.slice(forwarded.lastIndexOf(',') + 1).trim()
-      if (isIP(rightmost)) return rightmost
+      const rightmost = normaliseAddress(forwarded.slice(forwarded.lastIndexOf(',') + 1).trim())
+      if (rightmost) return rightmost
     }
   }
-  return server?.requestIP(request)?.address ?? 'unknown'
+  const peer = server?.requestIP(request)?.address
+  return (peer && normaliseAddress(peer)) ?? 'unknown'
 }
 
 export function requestContext(options: RequestContextOptions) {
@@ -117,7 +159,7 @@ export function requestContext(options: RequestContextOptions) {
     .decorate('info', undefined as unknown as RequestInfo)
     // Elysia decides from a hook's source text which context fields to build and whether to await it:
     // this hook reads only request and set (the server comes from the option, which spares a
-    // per-request property definition) and returns nothing, so it runs synchronously.
+    // per-request property definition), and returns a refusal from a variable, so it runs synchronously.
     .onRequest((context) => {
       const { request, set } = context
       const incoming = request.headers.get('x-request-id')
@@ -125,6 +167,12 @@ export function requestContext(options: RequestContextOptions) {
       // A plain object: Bun turns it into response headers faster than Elysia's prototype-less one, and
       // only fixed header names are ever set on it.
       set.headers = { 'x-request-id': requestId }
-      context.info = new RequestInfo(requestId, pathOf(request.url), performance.now(), server, request, trustProxy, record)
+      const url = request.url
+      const path = routedPath(url)
+      const routable = typeof path === 'string'
+      const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, trustProxy, record)
+      context.info = info
+      const body = routable ? undefined : answerWith(set, info, path)
+      return body
     })
 }

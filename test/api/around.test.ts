@@ -325,6 +325,32 @@ describe('CORS', () => {
     expect(preflight.headers.get('access-control-allow-methods')).toBeNull()
   })
 
+  test('with CORS on, every response says Vary: Origin, whatever its origin and path', async () => {
+    const app = fresh({ corsOrigin: [ORIGIN] })
+    const key = app.key('free')
+    const responses = [
+      await fetch(`${app.base}/pets`, { headers: auth(key) }),
+      await fetch(`${app.base}/pets`, { headers: auth(key, { origin: 'https://evil.example' }) }),
+      await fetch(`${app.base}/pets`),
+      await fetch(`${app.base}/nope`, { headers: auth(key) }),
+      await fetch(`${app.origin}/healthz`),
+      await fetch(`${app.origin}/nope`),
+    ]
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 401, 404, 200, 404])
+    for (const res of responses) expect(res.headers.get('vary')).toBe('Origin')
+  })
+
+  test('an OPTIONS request that is not a preflight goes through the gate like any other method', async () => {
+    const app = fresh({ corsOrigin: [ORIGIN] })
+    const key = app.key('free')
+    const keyless = await fetch(`${app.base}/pets`, { method: 'OPTIONS', headers: { origin: ORIGIN } })
+    expect(keyless.status).toBe(401)
+    const keyed = await fetch(`${app.base}/pets`, { method: 'OPTIONS', headers: auth(key) })
+    expect(keyed.status).toBe(405)
+    expect(keyed.headers.get('allow')).toBe('GET, POST')
+    expect(keyed.headers.get('x-ratelimit-limit')).toBe('60')
+  })
+
   test('without corsOrigin there are no CORS headers at all', async () => {
     const app = fresh()
     const key = app.key('free')

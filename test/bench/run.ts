@@ -35,7 +35,7 @@ import { concrete, SCENARIOS, type BenchContext, type RequestShape, type Scenari
 const ROOT = resolve(import.meta.dir, '..', '..')
 const BINARY = join(ROOT, 'dist', 'petstore')
 const DEFAULT_OUT = join(import.meta.dir, 'results', 'latest.json')
-const LISTENING = /listening on http:\/\/[^\s:/]+:(\d+)/
+const LISTENING = /listening on http:\/\/(?:\[[^\]]+\]|[^\s:/]+):(\d+)/
 const GOALS = { startupMs: 150, rssMb: 150, rssAfterSprayMb: 200 }
 /** Headers Bun.serve writes itself: the baseline must not send them twice. */
 const NOT_REPLAYED = new Set(['date', 'content-length', 'transfer-encoding', 'connection', 'keep-alive'])

@@ -109,7 +109,7 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
   if (proc.stdout instanceof ReadableStream) void collect(proc.stdout, out, () => wake())
   void collect(proc.stderr, err, () => wake())
   const deadline = Date.now() + 15_000
-  while (!/listening on http:\/\/[^:]+:(\d+)/.test(err.text)) {
+  while (!/listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+)/.test(err.text)) {
     if (proc.exitCode !== null || Date.now() > deadline) {
       proc.kill('SIGKILL')
       running.delete(proc)
@@ -117,7 +117,7 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
     }
     await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
   }
-  const port = Number(/listening on http:\/\/[^:]+:(\d+)/.exec(err.text)![1])
+  const port = Number(/listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+)/.exec(err.text)![1])
   const origin = `http://127.0.0.1:${port}`
   const bootstrapKey = /shown only now:\n(psk_\S+)/.exec(err.text)?.[1]
   return {

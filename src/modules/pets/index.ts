@@ -7,6 +7,7 @@ import { badRequest, notFound } from '../../errors'
 import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
+import { verifiedKey } from '../../plugins/gate'
 import type { RequestInfo } from '../../plugins/request-context'
 import type { NewPet, PetStatus } from '../../storage/types'
 import { decodeCursor, encodeCursor } from './cursor'
@@ -87,23 +88,17 @@ function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {
   return `<${baseUrl}/pets?limit=${query.limit}${status}&cursor=${encodeCursor(afterId)}>; rel="next"`
 }
 
-/**
- * Deprecation fields for every answer of getPet, 401 and 429 included, so it runs before the gate.
- */
-export function deprecationHeaders(basePath: string, baseUrl: () => string) {
-  const prefix = `${basePath}/pets/`
-  return new Elysia({ name: 'deprecation-headers' })
-    .decorate('info', undefined as unknown as RequestInfo)
-    .onRequest(({ info: { path }, request, set }) => {
-    if (request.method !== 'GET' || !path.startsWith(prefix) || path.indexOf('/', prefix.length) !== -1) return
+export function petsModule(options: PetsModuleOptions) {
+  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  /**
+   * Deprecation fields for every answer of getPet, 401 and 429 included: a transform hook runs before
+   * the gate's beforeHandle.
+   */
+  const deprecationHeaders = ({ set }: { set: { headers: Record<string, unknown> } }) => {
     set.headers.deprecation = DEPRECATED_SINCE
     set.headers.sunset = SUNSET
     set.headers.link = `<${baseUrl()}/pets>; rel="successor-version"`
-  })
-}
-
-export function petsModule(options: PetsModuleOptions) {
-  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  }
   return new Elysia({ name: 'pets' })
     .decorate('info', undefined as unknown as RequestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
@@ -141,7 +136,7 @@ export function petsModule(options: PetsModuleOptions) {
         const pet = parseNewPet(await readJsonBody(request, maxBodyBytes))
         const created = await service.create(
           pet,
-          idempotencyKey === null ? undefined : { keyId: info.key!.id, key: idempotencyKey },
+          idempotencyKey === null ? undefined : { keyId: verifiedKey(info).id, key: idempotencyKey },
         )
         set.status = 201
         set.headers['content-type'] = JSON_TYPE
@@ -178,7 +173,7 @@ export function petsModule(options: PetsModuleOptions) {
     .get(
       '/pets/:petId',
       ({ params, info, set }) => {
-        onDeprecatedCall(info.key!.id)
+        onDeprecatedCall(verifiedKey(info).id)
         const json = service.getJson(parsePetId(params.petId))
         if (json === null) throw notFound(`No pet with id ${params.petId}.`)
         set.headers['content-type'] = JSON_TYPE
@@ -186,6 +181,7 @@ export function petsModule(options: PetsModuleOptions) {
         return json
       },
       {
+        transform: deprecationHeaders,
         detail: {
           operationId: 'getPet',
           summary: 'Get one pet (deprecated)',

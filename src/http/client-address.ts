@@ -1,0 +1,72 @@
+/**
+ * Client addresses as limiter subjects. One client must not get several buckets by spelling its
+ * address differently, so addresses are normalised first: an IPv4-mapped IPv6 address (what a
+ * dual-stack socket reports for an IPv4 peer) becomes plain IPv4, and IPv6 is written in its RFC 5952
+ * canonical form. IPv6 clients are limited per /64, the smallest block a site is usually given, so the
+ * holder of one cannot guess keys at full speed by rotating through its 2^64 addresses.
+ */
+import { isIPv4, isIPv6 } from 'node:net'
+
+/** The address in canonical form, or null when it is not an IP address. */
+export function normaliseAddress(address: string): string | null {
+  if (isIPv4(address)) return address
+  const zone = address.indexOf('%')
+  const bare = zone < 0 ? address : address.slice(0, zone)
+  if (!isIPv6(bare)) return null
+  const groups = ipv6Groups(bare)
+  if (isMappedIPv4(groups)) return `${groups[6]! >> 8}.${groups[6]! & 0xff}.${groups[7]! >> 8}.${groups[7]! & 0xff}`
+  return formatIPv6(groups)
+}
+
+/** The limiter's subject for a normalised address: the address for IPv4, its /64 for IPv6. */
+export function addressSubject(address: string): string {
+  if (!address.includes(':')) return `ip:${address}`
+  const groups = ipv6Groups(address)
+  return `ip:${formatIPv6([...groups.slice(0, 4), 0, 0, 0, 0])}/64`
+}
+
+function isMappedIPv4(groups: number[]): boolean {
+  return groups[5] === 0xffff && groups.slice(0, 5).every((group) => group === 0)
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (checked by the caller), embedded IPv4 included. */
+function ipv6Groups(address: string): number[] {
+  const parse = (part: string) => {
+    if (part === '') return []
+    const groups: number[] = []
+    for (const piece of part.split(':')) {
+      if (piece.includes('.')) {
+        const [a, b, c, d] = piece.split('.').map(Number) as [number, number, number, number]
+        groups.push((a << 8) | b, (c << 8) | d)
+      } else groups.push(parseInt(piece, 16))
+    }
+    return groups
+  }
+  const gap = address.indexOf('::')
+  if (gap < 0) return parse(address)
+  const head = parse(address.slice(0, gap))
+  const tail = parse(address.slice(gap + 2))
+  return [...head, ...new Array<number>(8 - head.length - tail.length).fill(0), ...tail]
+}
+
+/** RFC 5952: lower case, no leading zeros, the longest run of two or more zero groups (the first of equals) as `::`. */
+function formatIPv6(groups: number[]): string {
+  let bestStart = -1
+  let bestLength = 1
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++
+      continue
+    }
+    let end = i
+    while (end < 8 && groups[end] === 0) end++
+    if (end - i > bestLength) {
+      bestStart = i
+      bestLength = end - i
+    }
+    i = end
+  }
+  const hex = groups.map((group) => group.toString(16))
+  if (bestStart < 0) return hex.join(':')
+  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLength).join(':')}`
+}

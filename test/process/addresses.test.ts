@@ -1,0 +1,80 @@
+/**
+ * Client addresses as the binary limits and logs them: one bucket per client however its address is
+ * spelled, IPv6 clients limited per /64, and a dual-stack listener that tells IPv4 and IPv6 peers apart
+ * only as the socket does.
+ */
+import { describe, expect, test } from 'bun:test'
+import { addressSubject, normaliseAddress } from '../../src/http/client-address'
+import { startServer } from '../support/binary'
+
+/** The client of each logged API request (the contract check's own /openapi.json fetches left out). */
+function loggedClients(stdout: string): string[] {
+  return stdout
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as { path: string; client: string })
+    .filter((line) => line.path.endsWith('/pets'))
+    .map((line) => line.client)
+}
+
+/** Remaining requests in the address bucket after one keyless request from `forwarded`. */
+async function remainingAfter(base: string, forwarded: string): Promise<number> {
+  const response = await fetch(`${base}/pets`, { headers: { 'x-forwarded-for': forwarded } })
+  expect(response.status).toBe(401)
+  return Number(response.headers.get('x-ratelimit-remaining'))
+}
+
+describe('address normalisation', () => {
+  test('spellings of one address are one address; IPv6 subjects are /64 blocks', () => {
+    expect(normaliseAddress('::ffff:198.51.100.7')).toBe('198.51.100.7')
+    expect(normaliseAddress('::FFFF:c633:6407')).toBe('198.51.100.7')
+    expect(normaliseAddress('2001:DB8:0:0:0:0:0:1')).toBe('2001:db8::1')
+    expect(normaliseAddress('2001:0db8:0000:0001:0000:0000:0000:0001')).toBe('2001:db8:0:1::1')
+    expect(normaliseAddress('fe80::1%eth0')).toBe('fe80::1')
+    expect(normaliseAddress('2001:db8:0:0:1:0:0:1')).toBe('2001:db8::1:0:0:1')
+    expect(normaliseAddress('::1')).toBe('::1')
+    expect(normaliseAddress('127.0.0.1')).toBe('127.0.0.1')
+    expect(normaliseAddress('not an address')).toBeNull()
+    expect(addressSubject('2001:db8:1:2:aaaa::1')).toBe('ip:2001:db8:1:2::/64')
+    expect(addressSubject('::1')).toBe('ip:::/64')
+    expect(addressSubject('198.51.100.7')).toBe('ip:198.51.100.7')
+  })
+
+  test('the binary limits an IPv6 /64 as one client, and a mapped IPv4 address as the IPv4 one', async () => {
+    const server = await startServer({ args: ['--trust-proxy'] })
+    // Two addresses of one /64 drain one bucket.
+    const first = await remainingAfter(server.base, '2001:db8:1:2::1')
+    expect(await remainingAfter(server.base, '2001:db8:1:2:ffff:ffff:ffff:ffff')).toBe(first - 1)
+    expect(await remainingAfter(server.base, '2001:0DB8:0001:0002:0:0:0:9')).toBe(first - 2)
+    // Another /64 is another client.
+    expect(await remainingAfter(server.base, '2001:db8:1:3::1')).toBe(first)
+    // An IPv4 address written as IPv4-mapped IPv6 is the IPv4 address.
+    const v4 = await remainingAfter(server.base, '198.51.100.7')
+    expect(await remainingAfter(server.base, '::ffff:198.51.100.7')).toBe(v4 - 1)
+
+    const clients = loggedClients(server.stdout())
+    expect(clients).toEqual([
+      '2001:db8:1:2::1',
+      '2001:db8:1:2:ffff:ffff:ffff:ffff',
+      '2001:db8:1:2::9',
+      '2001:db8:1:3::1',
+      '198.51.100.7',
+      '198.51.100.7',
+    ])
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('on a dual-stack listener, 127.0.0.1 and ::1 are two clients, each logged as the socket says', async () => {
+    const server = await startServer({ args: ['--host', '::'] })
+    expect(server.stderr()).toMatch(/listening on http:\/\/\[::\]:\d+,/)
+    const v4 = await fetch(`http://127.0.0.1:${server.port}/v1/pets`)
+    const v6 = await fetch(`http://[::1]:${server.port}/v1/pets`)
+    const v4Again = await fetch(`http://127.0.0.1:${server.port}/v1/pets`)
+    expect([v4.status, v6.status, v4Again.status]).toEqual([401, 401, 401])
+    expect(Number(v6.headers.get('x-ratelimit-remaining'))).toBe(Number(v4.headers.get('x-ratelimit-remaining')))
+    expect(Number(v4Again.headers.get('x-ratelimit-remaining'))).toBe(Number(v4.headers.get('x-ratelimit-remaining')) - 1)
+    const clients = loggedClients(server.stdout())
+    expect(clients).toEqual(['127.0.0.1', '::1', '127.0.0.1'])
+    expect(await server.stop()).toBe(0)
+  })
+})

@@ -1,0 +1,17 @@
+import { expect, test } from 'bun:test'
+import { ApiError } from '../../src/errors'
+import { verifiedKey } from '../../src/plugins/gate'
+import type { RequestInfo } from '../../src/plugins/request-context'
+
+test('a handler reached without a verified key answers 401, not 500', () => {
+  let thrown: unknown
+  try {
+    verifiedKey({ key: undefined } as RequestInfo)
+  } catch (error) {
+    thrown = error
+  }
+  expect(thrown).toBeInstanceOf(ApiError)
+  expect((thrown as ApiError).status).toBe(401)
+  const key = { id: 'key_x', plan: 'free', limits: { rpm: 1, rpd: 1 }, subject: 'key:key_x' } as const
+  expect(verifiedKey({ key } as unknown as RequestInfo)).toBe(key)
+})
