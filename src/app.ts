@@ -64,6 +64,15 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const onInternalError = (error: unknown, requestId?: string) =>
     warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
 
+  let warnedUnforwarded = false
+  const onUnforwarded = (proxy: string) => {
+    if (warnedUnforwarded) return
+    warnedUnforwarded = true
+    warn(
+      `a request from the trusted proxy ${proxy} carried no X-Forwarded-For, so its clients share one address ` +
+        'bucket and ban; have the proxy set it (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
+    )
+  }
   const metrics = new Metrics()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
@@ -129,7 +138,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
     .use(errorHandler({ allowedMethods: allowed, onInternalError }))
-    .use(requestContext({ server: () => app.server, metrics, accessLog, trustProxy: config.trustProxy }))
+    .use(requestContext({ server: () => app.server, metrics, accessLog, proxies: { trusted: config.trustProxy, onUnforwarded } }))
     .use(cors(config.corsOrigins))
     .use(
       opsModule({

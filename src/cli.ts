@@ -35,7 +35,8 @@ ${COMMON}
   --base-url URL             public base URL with the API path, e.g. https://pets.example.com/v1
                              (PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)
   --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any)
-  --trust-proxy              take the client address from the rightmost X-Forwarded-For entry
+  --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
+                             for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
   --no-access-log            do not write the per-request JSON lines to stdout`,
@@ -89,7 +90,7 @@ function configInput(values: Record<string, unknown>): ConfigInput {
     port: values.port as string | undefined,
     baseUrl: values['base-url'] as string | undefined,
     corsOrigin: values['cors-origin'] as string[] | undefined,
-    trustProxy: values['trust-proxy'] as boolean | undefined,
+    trustProxy: values['trust-proxy'] as string[] | undefined,
     banAfter: values['ban-after'] as string | undefined,
     banSeconds: values['ban-seconds'] as string | undefined,
     accessLog: values['no-access-log'] ? false : undefined,
@@ -151,7 +152,7 @@ async function serve(args: string[]): Promise<number> {
       port: { type: 'string' },
       'base-url': { type: 'string' },
       'cors-origin': { type: 'string', multiple: true },
-      'trust-proxy': { type: 'boolean' },
+      'trust-proxy': { type: 'string', multiple: true },
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },

@@ -3,6 +3,8 @@
  * environment's default. Everything is checked here, once, so the rest of the code can trust it.
  */
 
+import { TrustedProxies } from './http/client-address'
+
 export type EnvName = 'production' | 'staging'
 
 export const ENVIRONMENTS = {
@@ -34,7 +36,8 @@ export interface Config {
   /** Base URLs of both environments, for the OpenAPI document's `servers`. */
   servers: { production: string; staging: string }
   corsOrigins: string[]
-  trustProxy: boolean
+  /** Proxies whose X-Forwarded-For names the client. */
+  trustProxy: TrustedProxies
   banAfter: number
   banSeconds: number
   accessLog: boolean
@@ -54,7 +57,7 @@ export interface ConfigInput {
   port?: string
   baseUrl?: string
   corsOrigin?: string[]
-  trustProxy?: boolean
+  trustProxy?: string[]
   banAfter?: string
   banSeconds?: string
   accessLog?: boolean
@@ -100,6 +103,18 @@ function parseOrigin(value: string): string {
   throw new ConfigError(`--cors-origin must be an origin like https://app.example.com or *, not "${value}"`)
 }
 
+function splitList(value: string | undefined): string[] {
+  return value ? value.split(/[\s,]+/).filter(Boolean) : []
+}
+
+function parseProxies(entries: string[]): TrustedProxies {
+  try {
+    return new TrustedProxies(entries)
+  } catch (error) {
+    throw new ConfigError(`--trust-proxy: ${(error as Error).message}`)
+  }
+}
+
 export function resolveDataFile(input: ConfigInput, environment: Environment): string {
   const env = parseEnvName(input.env ?? environment.PETSTORE_ENV)
   return input.data ?? environment.PETSTORE_DATA ?? ENVIRONMENTS[env].dataFile
@@ -133,7 +148,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     baseUrlFollowsPort: !explicitBase,
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
-    trustProxy: input.trustProxy ?? false,
+    trustProxy: parseProxies(input.trustProxy ?? splitList(environment.PETSTORE_TRUST_PROXY)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:
       input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),

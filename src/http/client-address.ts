@@ -70,3 +70,57 @@ function formatIPv6(groups: number[]): string {
   if (bestStart < 0) return hex.join(':')
   return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLength).join(':')}`
 }
+
+/**
+ * The proxies whose `X-Forwarded-For` is believed, as addresses and CIDR blocks (`loopback` stands for
+ * 127.0.0.0/8 and ::1). Checked when the server is built, so a typo stops the start, not a request.
+ */
+export class TrustedProxies {
+  private readonly blocks: { v6: boolean; bits: bigint; prefix: number }[] = []
+
+  constructor(readonly entries: string[]) {
+    for (const entry of entries.flatMap((item) => (item === 'loopback' ? ['127.0.0.0/8', '::1'] : [item]))) {
+      const [address = '', prefixText, extra] = entry.split('/')
+      const normal = normaliseAddress(address)
+      const v6 = normal?.includes(':') ?? false
+      const width = v6 ? 128 : 32
+      const prefix = prefixText === undefined ? width : /^\d{1,3}$/.test(prefixText) ? Number(prefixText) : NaN
+      if (!normal || extra !== undefined || !(prefix >= 0 && prefix <= width))
+        throw new RangeError(`"${entry}" is not an IP address, a CIDR block like 10.0.0.0/8, or loopback`)
+      this.blocks.push({ v6, bits: addressBits(normal) >> BigInt(width - prefix), prefix })
+    }
+  }
+
+  get none(): boolean {
+    return this.blocks.length === 0
+  }
+
+  /** True when the normalised address is in one of the blocks. */
+  has(address: string): boolean {
+    if (this.blocks.length === 0) return false
+    const v6 = address.includes(':')
+    const bits = addressBits(address)
+    return this.blocks.some((block) => block.v6 === v6 && bits >> BigInt((v6 ? 128 : 32) - block.prefix) === block.bits)
+  }
+}
+
+/**
+ * The client behind trusted proxies (as Express and nginx's realip read `X-Forwarded-For`): from the
+ * right, the first entry that is not itself a trusted proxy; the leftmost when all are. An entry that
+ * is not an address ends the walk at the hop that appended it.
+ */
+export function forwardedClient(peer: string, forwarded: string, trusted: TrustedProxies): string {
+  let client = peer
+  const hops = forwarded.split(',')
+  for (let i = hops.length - 1; i >= 0 && trusted.has(client); i--) {
+    const hop = normaliseAddress(hops[i]!.trim())
+    if (!hop) break
+    client = hop
+  }
+  return client
+}
+
+function addressBits(address: string): bigint {
+  if (!address.includes(':')) return address.split('.').reduce((bits, part) => (bits << 8n) | BigInt(part), 0n)
+  return ipv6Groups(address).reduce((bits, group) => (bits << 16n) | BigInt(group), 0n)
+}

@@ -11,7 +11,7 @@ import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { isIPv6 } from 'node:net'
 import { type ApiError, badRequest } from '../errors'
-import { addressSubject, normaliseAddress } from '../http/client-address'
+import { addressSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
 import { answerWith } from './errors'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
@@ -34,7 +34,7 @@ export class RequestInfo {
     readonly startedAt: number,
     private readonly server: () => Server<unknown> | null | undefined,
     private readonly request: Request,
-    private readonly trustProxy: boolean,
+    private readonly proxies: Proxies,
     private readonly recorder: Recorder,
   ) {}
 
@@ -52,7 +52,7 @@ export class RequestInfo {
 
   /** The client's address, normalised (see client-address.ts). */
   get address(): string {
-    return (this.clientAddress ??= clientAddress(this.server(), this.request, this.trustProxy))
+    return (this.clientAddress ??= clientAddress(this.server(), this.request, this.proxies))
   }
 
   /** The rate limiter's subject for a request without a valid key. */
@@ -66,7 +66,13 @@ export interface RequestContextOptions {
   server: () => Server<unknown> | null | undefined
   metrics: Metrics
   accessLog: AccessLog | null
-  trustProxy: boolean
+  proxies: Proxies
+}
+
+export interface Proxies {
+  trusted: TrustedProxies
+  /** Called when a trusted proxy sent no X-Forwarded-For: its clients then share its address. */
+  onUnforwarded: (proxy: string) => void
 }
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@+=-]{1,128}$/
@@ -129,20 +135,19 @@ function unroutedPath(url: string): string {
   return (query < 0 ? url.slice(start) : url.slice(start, query)).slice(0, 1024)
 }
 
-export function clientAddress(server: Server<unknown> | null | undefined, request: Request, trustProxy: boolean): string {
-  if (trustProxy) {
-    const forwarded = request.headers.get('x-forwarded-for')
-    if (forwarded) {
-      const rightmost = normaliseAddress(forwarded.slice(forwarded.lastIndexOf(',') + 1).trim())
-      if (rightmost) return rightmost
-    }
-  }
-  const peer = server?.requestIP(request)?.address
-  return (peer && normaliseAddress(peer)) ?? 'unknown'
+export function clientAddress(server: Server<unknown> | null | undefined, request: Request, proxies: Proxies): string {
+  const socket = server?.requestIP(request)?.address
+  const peer = socket && normaliseAddress(socket)
+  if (!peer) return 'unknown'
+  if (!proxies.trusted.has(peer)) return peer
+  const forwarded = request.headers.get('x-forwarded-for')
+  if (forwarded) return forwardedClient(peer, forwarded, proxies.trusted)
+  proxies.onUnforwarded(peer)
+  return peer
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, trustProxy } = options
+  const { server, metrics, accessLog, proxies } = options
   const record: Recorder = (info, status, operation) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     metrics.observe(operation, status, seconds)
@@ -170,7 +175,7 @@ export function requestContext(options: RequestContextOptions) {
       const url = request.url
       const path = routedPath(url)
       const routable = typeof path === 'string'
-      const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, trustProxy, record)
+      const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
       context.info = info
       const body = routable ? undefined : answerWith(set, info, path)
       return body

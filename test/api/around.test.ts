@@ -246,7 +246,7 @@ describe('access log', () => {
   })
 
   test('with trustProxy the logged client is the forwarded address', async () => {
-    const app = fresh({ trustProxy: true })
+    const app = fresh({ trustProxy: ['loopback'] })
     await (await fetch(`${app.base}/pets`, { headers: { 'x-forwarded-for': '203.0.113.9', 'x-request-id': 'xff-1' } })).arrayBuffer()
     expect((await lineFor(app, 'xff-1')).client).toBe('203.0.113.9')
   })

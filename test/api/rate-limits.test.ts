@@ -343,7 +343,7 @@ describe('isolation and per-address limiting', () => {
   })
 
   test('with trustProxy the rightmost X-Forwarded-For entry is the client address', async () => {
-    const app = fresh({ trustProxy: true })
+    const app = fresh({ trustProxy: ['loopback'] })
     await burst(60, () => list(app, { 'x-forwarded-for': '10.0.0.1, 203.0.113.5' }))
     // Same rightmost address, different leftmost (client-supplied) part: same bucket.
     await expect429(await list(app, { 'x-forwarded-for': '198.51.100.7, 203.0.113.5' }), 'rate_limited')

@@ -196,7 +196,7 @@ async function profileScenario(values: Record<string, string | boolean | undefin
     ...(values.md ? ['--cpu-prof-md'] : []),
     entry,
     'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataFile,
-    '--trust-proxy', '--ban-after', '100000', '--ban-seconds', '0',
+    '--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0',
   ]
   const server = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(server.stderr)

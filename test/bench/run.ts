@@ -223,7 +223,7 @@ async function startPetstore(dataFile: string, logFd: number): Promise<Petstore>
   // --trust-proxy: the 401 and spray scenarios send X-Forwarded-For. A huge --ban-after with a zero
   // --ban-seconds keeps the exhausted key on rate_limited instead of key_banned. Neither touches the
   // path of requests with a valid key.
-  const extra = ['--trust-proxy', '--ban-after', '100000', '--ban-seconds', '0']
+  const extra = ['--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0']
   const args = [...SERVE(dataFile), ...extra]
   const proc = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(proc.stderr)

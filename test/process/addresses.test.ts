@@ -4,8 +4,8 @@
  * only as the socket does.
  */
 import { describe, expect, test } from 'bun:test'
-import { addressSubject, normaliseAddress } from '../../src/http/client-address'
-import { startServer } from '../support/binary'
+import { addressSubject, forwardedClient, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
+import { cli, startServer } from '../support/binary'
 
 /** The client of each logged API request (the contract check's own /openapi.json fetches left out). */
 function loggedClients(stdout: string): string[] {
@@ -41,7 +41,7 @@ describe('address normalisation', () => {
   })
 
   test('the binary limits an IPv6 /64 as one client, and a mapped IPv4 address as the IPv4 one', async () => {
-    const server = await startServer({ args: ['--trust-proxy'] })
+    const server = await startServer({ args: ['--trust-proxy', 'loopback'] })
     // Two addresses of one /64 drain one bucket.
     const first = await remainingAfter(server.base, '2001:db8:1:2::1')
     expect(await remainingAfter(server.base, '2001:db8:1:2:ffff:ffff:ffff:ffff')).toBe(first - 1)
@@ -76,5 +76,49 @@ describe('address normalisation', () => {
     const clients = loggedClients(server.stdout())
     expect(clients).toEqual(['127.0.0.1', '::1', '127.0.0.1'])
     expect(await server.stop()).toBe(0)
+  })
+})
+
+describe('--trust-proxy ADDR|CIDR', () => {
+  test('the proxy list is checked, and X-Forwarded-For is read from the right, past trusted hops', () => {
+    expect(() => new TrustedProxies(['10.0.0.0/33'])).toThrow(/not an IP address, a CIDR block/)
+    expect(() => new TrustedProxies(['proxy.local'])).toThrow(/proxy\.local/)
+    expect(() => new TrustedProxies(['10.0.0.0/8/1'])).toThrow()
+    const trusted = new TrustedProxies(['loopback', '10.0.0.0/8', '2001:db8::/32'])
+    expect(['127.0.0.1', '127.9.9.9', '::1', '10.1.2.3', '2001:db8:ffff::1'].map((a) => trusted.has(a))).toEqual([true, true, true, true, true])
+    expect(['11.0.0.1', '::2', '2001:db9::1', '128.0.0.1'].map((a) => trusted.has(a))).toEqual([false, false, false, false])
+    expect(forwardedClient('127.0.0.1', '198.51.100.1, 10.0.0.5', trusted)).toBe('198.51.100.1')
+    expect(forwardedClient('127.0.0.1', '6.6.6.6, 198.51.100.1', trusted)).toBe('198.51.100.1')
+    expect(forwardedClient('127.0.0.1', '10.0.0.9, 10.0.0.5', trusted)).toBe('10.0.0.9')
+    expect(forwardedClient('127.0.0.1', 'garbage, 10.0.0.5', trusted)).toBe('10.0.0.5')
+  })
+
+  test('a client that reaches the port directly cannot forge its address', async () => {
+    const server = await startServer({ args: ['--trust-proxy', '10.0.0.0/8'] })
+    const first = await remainingAfter(server.base, '198.51.100.1')
+    expect(await remainingAfter(server.base, '198.51.100.2')).toBe(first - 1)
+    expect(loggedClients(server.stdout())).toEqual(['127.0.0.1', '127.0.0.1'])
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('behind a trusted proxy the client is the rightmost untrusted hop; a missing header is warned about once', async () => {
+    const server = await startServer({ args: ['--trust-proxy', 'loopback', '--trust-proxy', '203.0.113.0/24'] })
+    await remainingAfter(server.base, '6.6.6.6, 198.51.100.1, 203.0.113.5')
+    for (let i = 0; i < 2; i++) expect((await fetch(`${server.base}/pets`)).status).toBe(401)
+    expect(loggedClients(server.stdout())).toEqual(['198.51.100.1', '127.0.0.1', '127.0.0.1'])
+    expect(server.stderr().match(/carried no X-Forwarded-For/g)).toHaveLength(1)
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('PETSTORE_TRUST_PROXY sets the list; a bad entry stops the start with one line', async () => {
+    const server = await startServer({ env: { PETSTORE_TRUST_PROXY: '192.0.2.1, loopback' } })
+    await remainingAfter(server.base, '198.51.100.9')
+    expect(loggedClients(server.stdout())).toEqual(['198.51.100.9'])
+    expect(await server.stop()).toBe(0)
+    const bad = cli(['serve', '--port', '0', '--trust-proxy', 'everyone'])
+    expect(bad.code).toBe(2)
+    expect(bad.stderr.split('\n')[0]).toBe(
+      'petstore: --trust-proxy: "everyone" is not an IP address, a CIDR block like 10.0.0.0/8, or loopback',
+    )
   })
 })

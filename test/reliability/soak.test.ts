@@ -45,7 +45,7 @@ beforeAll(async () => {
   for (let i = 0; i < 3; i++)
     limited.push(createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', String(LIMITED_RPM), '--rpd', '100000']))
   logFile = join(dir, 'access.log')
-  server = await startServer({ dataFile, args: ['--trust-proxy'], stdoutFile: logFile })
+  server = await startServer({ dataFile, args: ['--trust-proxy', 'loopback'], stdoutFile: logFile })
   contract = await Contract.load(server.origin)
 })
 

@@ -17,11 +17,11 @@ describe('resolveConfig precedence', () => {
       dataFile: './data/petstore.db',
       servers: { production: 'http://localhost:8080/v1', staging: 'http://localhost:8081/v1' },
       corsOrigins: [],
-      trustProxy: false,
       banAfter: 50,
       banSeconds: 600,
       maxBodyBytes: 65536,
     })
+    expect(config.trustProxy.none).toBe(true)
   })
 
   test('staging defaults: port 8081, its own base URL and data file', () => {
