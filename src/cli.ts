@@ -4,8 +4,9 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
-import { bindPort, ConfigError, hostInUrl, type ConfigInput, parseEnvName, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
-import { checkKeyName, createKey, KeyInputError, limitsFor } from './modules/keys/service'
+import { resolve } from 'node:path'
+import { bindPort, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from './modules/keys/service'
 import { WorkerPetWriter } from './modules/pets/writer'
 import { openSqliteStorage } from './storage/sqlite'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
@@ -18,6 +19,7 @@ const USAGE = {
 
 Commands:
   serve                      run the server
+  help [COMMAND]             show the usage of petstore or of one command
   keys create|list|revoke    manage API keys
   backup FILE                write a consistent copy of the data file
   healthcheck                exit 0 when the local server answers /healthz (for container health checks)
@@ -45,7 +47,13 @@ ${COMMON}
        petstore keys revoke ID
 
   create prints the new key's secret once, alone, as the last line of stdout.
-  --rpm/--rpd set an enterprise key's requests per minute and per day.
+  Plans (requests per minute / per day):
+${Object.entries(PLAN_LIMITS)
+  .map(([plan, limits]) => `    ${plan.padEnd(11)}${`${limits.rpm}`.padStart(6)} / ${limits.rpd.toLocaleString('en')}`)
+  .join('\n')}
+    enterprise   --rpm N / --rpd N (its own limits)
+  Without --data or PETSTORE_DATA, the commands use the environment's default data file, which must
+  exist (start the server once); naming the file with --data creates it when missing.
 
 ${COMMON}`,
   backup: `Usage: petstore backup FILE
@@ -53,9 +61,12 @@ ${COMMON}`,
 Writes a consistent copy of the data file to FILE (which must not exist), safe while the server runs.
 
 ${COMMON}`,
-  healthcheck: `Usage: petstore healthcheck [--env production|staging] [--port N]
+  healthcheck: `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]
 
-Exits 0 when http://127.0.0.1:PORT/healthz answers 200 within 2 s, else 1.`,
+Exits 0 when http://HOST:PORT/healthz answers 200 within 2 s, else 1, and says which in one line.
+  --host HOST                the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
+                             127.0.0.1 and ::1; default 127.0.0.1)
+  --port N                   the server's port (PETSTORE_PORT; default 8080, staging 8081)`,
 } as const
 
 class UsageError extends Error {
@@ -75,11 +86,40 @@ const COMMON_OPTIONS: Options = {
 }
 
 function parse(args: string[], options: Options, usage: string) {
+  const all = { ...COMMON_OPTIONS, ...options }
   try {
-    return parseArgs({ args, options: { ...COMMON_OPTIONS, ...options }, allowPositionals: true, strict: true })
+    return parseArgs({ args, options: all, allowPositionals: true, strict: true })
   } catch (error) {
-    throw new UsageError((error as Error).message.split('\n')[0]!, usage)
+    throw new UsageError(describeParseError((error as Error).message, Object.keys(all)), usage)
   }
+}
+
+/** node:util's complaint in one plain line, with the closest known flag for a misspelt one. */
+function describeParseError(message: string, known: string[]): string {
+  const unknown = /^Unknown option '(-{1,2}[^']*)'/.exec(message)
+  if (unknown) {
+    const given = unknown[1]!.replace(/^-+/, '').split('=')[0]!
+    const close = known.filter((name) => editDistance(name, given) <= 2).sort((a, b) => editDistance(a, given) - editDistance(b, given))
+    return `unknown option ${unknown[1]}${close.length ? ` (did you mean --${close[0]}?)` : ''}`
+  }
+  const missing = /^Option '(-{1,2}[\w-]+)[^']*' argument missing/.exec(message)
+  if (missing) return `${missing[1]} needs a value`
+  const ambiguous = /^Option '(-{1,2}[\w-]+)[^']*' argument is ambiguous/.exec(message)
+  if (ambiguous) return `${ambiguous[1]} needs a value; to pass one that starts with a dash, write ${ambiguous[1]}=VALUE`
+  const extra = /^Option '(-{1,2}[\w-]+)' does not take an argument/.exec(message)
+  if (extra) return `${extra[1]} takes no value`
+  return message.split('\n')[0]!.replace(/'/g, '')
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++)
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    previous = current
+  }
+  return previous[b.length]!
 }
 
 function configInput(values: Record<string, unknown>): ConfigInput {
@@ -131,6 +171,8 @@ async function run(argv: string[]): Promise<number> {
     return 0
   }
   switch (command) {
+    case 'help':
+      return helpFor(rest)
     case 'serve':
       return serve(rest)
     case 'keys':
@@ -216,7 +258,7 @@ async function serve(args: string[]): Promise<number> {
   bindPort(config, app.server!.port!)
   petstore.startBackground()
   console.error(
-    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${config.dataFile}`,
+    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${resolve(config.dataFile)}`,
   )
 
   let stopping = false
@@ -252,9 +294,23 @@ function help(usage: string): number {
   return 0
 }
 
-function openForCommand(values: Record<string, unknown>, usage: string, mustExist: boolean) {
-  const file = asUsageError(() => resolveDataFile(configInput(values), process.env), usage)
-  return openSqliteStorage(file, { mustExist })
+function helpFor(args: string[]): number {
+  if (args.length === 0) return help(USAGE.main)
+  const topic = args[0]!
+  if (args.length > 1 || !(topic in USAGE) || topic === 'main')
+    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, backup, healthcheck`, USAGE.main)
+  return help(USAGE[topic as keyof typeof USAGE])
+}
+
+/**
+ * Opens the data file for a command other than serve. A new store is made only when the file was named
+ * (--data, PETSTORE_DATA): a key created into a new file on the default path, in the wrong folder,
+ * would be a key no running server knows.
+ */
+function openForCommand(values: Record<string, unknown>, usage: string, mayCreate: boolean) {
+  const input = configInput(values)
+  const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
+  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)) }), file }
 }
 
 async function keys(args: string[]): Promise<number> {
@@ -302,16 +358,17 @@ async function keys(args: string[]): Promise<number> {
     }
     return checked
   }, USAGE.keys)
-  const storage = openForCommand(values, USAGE.keys, sub !== 'create')
+  const { storage, file } = openForCommand(values, USAGE.keys, sub === 'create')
   try {
     if (sub === 'create') {
       const { secret, record } = createKey(storage.keys, input, Date.now())
       console.error(
-        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day). ` +
+        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day) in ${file}. ` +
           'Its secret, shown only now, is the next line:',
       )
       console.log(secret)
     } else if (sub === 'list') {
+      if (values.json !== true) console.error(`petstore: keys in ${file}`)
       printKeys(storage.keys.list(), values.json === true)
     } else {
       const id = positionals[0]!
@@ -319,7 +376,7 @@ async function keys(args: string[]): Promise<number> {
         console.error(`petstore: no key with id "${id.slice(0, 64)}"`)
         return 1
       }
-      console.error(`petstore: revoked ${id}; a running server refuses it within a second`)
+      console.error(`petstore: revoked ${id} in ${file}; a running server refuses it within a second`)
     }
     return 0
   } finally {
@@ -355,7 +412,7 @@ async function backup(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE.backup)
   if (values.help) return help(USAGE.backup)
   if (positionals.length !== 1) throw new UsageError('backup needs exactly one FILE', USAGE.backup)
-  const storage = openForCommand(values, USAGE.backup, true)
+  const { storage } = openForCommand(values, USAGE.backup, false)
   try {
     storage.backup(positionals[0]!)
   } finally {
@@ -366,17 +423,29 @@ async function backup(args: string[]): Promise<number> {
 }
 
 async function healthcheck(args: string[]): Promise<number> {
-  const { values, positionals } = parse(args, { port: { type: 'string' } }, USAGE.healthcheck)
+  const { values, positionals } = parse(args, { host: { type: 'string' }, port: { type: 'string' } }, USAGE.healthcheck)
   if (values.help) return help(USAGE.healthcheck)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.healthcheck)
-  const env = asUsageError(() => parseEnvName((values.env as string | undefined) ?? process.env.PETSTORE_ENV), USAGE.healthcheck)
-  const portText = (values.port as string | undefined) ?? process.env.PETSTORE_PORT
+  const env = asUsageError(() => envOf(values as { env?: string }, process.env), USAGE.healthcheck)
+  const portText = fromFlagOrVariable('--port', values.port as string | undefined, 'PETSTORE_PORT', process.env)
   const port =
-    portText === undefined ? ENVIRONMENTS[env].port : asUsageError(() => parseInteger('--port', portText, 1, 65535), USAGE.healthcheck)
+    portText.value === undefined
+      ? ENVIRONMENTS[env].port
+      : asUsageError(() => parseInteger(portText.name, portText.value!, 1, 65535), USAGE.healthcheck)
+  // A server bound to every address is asked on loopback of the same family.
+  const bound = (values.host as string | undefined) ?? process.env.PETSTORE_HOST ?? '127.0.0.1'
+  const host = bound === '0.0.0.0' ? '127.0.0.1' : bound === '::' ? '::1' : bound
+  const url = `http://${hostInUrl(host)}:${port}/healthz`
   try {
-    const response = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(2000) })
-    return response.status === 200 ? 0 : 1
-  } catch {
-    return 1
+    const response = await fetch(url, { signal: AbortSignal.timeout(2000) })
+    if (response.status === 200) {
+      console.log(`petstore: healthy (${url} answered 200)`)
+      return 0
+    }
+    console.log(`petstore: unhealthy (${url} answered ${response.status})`)
+  } catch (error) {
+    const reason = (error as Error).name === 'TimeoutError' ? 'no answer within 2 s' : (error as Error).message
+    console.log(`petstore: unhealthy (${url}: ${reason})`)
   }
+  return 1
 }

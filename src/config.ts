@@ -65,11 +65,29 @@ export interface ConfigInput {
 
 type Environment = Record<string, string | undefined>
 
-export function parseEnvName(value: string | undefined): EnvName {
-  const name = value ?? 'production'
-  if (name !== 'production' && name !== 'staging')
-    throw new ConfigError(`--env must be production or staging, not "${name}"`)
-  return name
+/**
+ * A flag's value, else its environment variable's, with the name a complaint about it must use: a bad
+ * value that came from the environment is reported under the variable, where the user can find it.
+ */
+export function fromFlagOrVariable(
+  flag: string,
+  flagValue: string | undefined,
+  variable: string,
+  environment: Environment,
+): { name: string; value: string | undefined } {
+  return flagValue !== undefined ? { name: flag, value: flagValue } : { name: variable, value: environment[variable] }
+}
+
+export function parseEnvName(value: string | undefined, name = '--env'): EnvName {
+  const env = value ?? 'production'
+  if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
+  return env
+}
+
+/** The environment named by --env, else PETSTORE_ENV, else production. */
+export function envOf(input: { env?: string }, environment: Environment): EnvName {
+  const { name, value } = fromFlagOrVariable('--env', input.env, 'PETSTORE_ENV', environment)
+  return parseEnvName(value, name)
 }
 
 export function parseInteger(flag: string, value: string, min: number, max: number): number {
@@ -107,24 +125,29 @@ function splitList(value: string | undefined): string[] {
   return value ? value.split(/[\s,]+/).filter(Boolean) : []
 }
 
-function parseProxies(entries: string[]): TrustedProxies {
+function parseProxies(input: ConfigInput, environment: Environment): TrustedProxies {
+  const fromVariable = input.trustProxy === undefined && environment.PETSTORE_TRUST_PROXY !== undefined
   try {
-    return new TrustedProxies(entries)
+    return new TrustedProxies(input.trustProxy ?? splitList(environment.PETSTORE_TRUST_PROXY))
   } catch (error) {
-    throw new ConfigError(`--trust-proxy: ${(error as Error).message}`)
+    throw new ConfigError(`${fromVariable ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
   }
 }
 
 export function resolveDataFile(input: ConfigInput, environment: Environment): string {
-  const env = parseEnvName(input.env ?? environment.PETSTORE_ENV)
-  return input.data ?? environment.PETSTORE_DATA ?? ENVIRONMENTS[env].dataFile
+  return input.data ?? environment.PETSTORE_DATA ?? ENVIRONMENTS[envOf(input, environment)].dataFile
+}
+
+/** True when the data file was named (--data or PETSTORE_DATA) rather than taken from the default. */
+export function dataFileNamed(input: ConfigInput, environment: Environment): boolean {
+  return input.data !== undefined || environment.PETSTORE_DATA !== undefined
 }
 
 export function resolveConfig(input: ConfigInput, environment: Environment = process.env): Config {
-  const env = parseEnvName(input.env ?? environment.PETSTORE_ENV)
+  const env = envOf(input, environment)
   const defaults = ENVIRONMENTS[env]
-  const portText = input.port ?? environment.PETSTORE_PORT
-  const port = portText === undefined ? defaults.port : parseInteger('--port', portText, 0, 65535)
+  const portText = fromFlagOrVariable('--port', input.port, 'PETSTORE_PORT', environment)
+  const port = portText.value === undefined ? defaults.port : parseInteger(portText.name, portText.value, 0, 65535)
 
   const servers = {
     production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
@@ -148,7 +171,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     baseUrlFollowsPort: !explicitBase,
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
-    trustProxy: parseProxies(input.trustProxy ?? splitList(environment.PETSTORE_TRUST_PROXY)),
+    trustProxy: parseProxies(input, environment),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:
       input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),

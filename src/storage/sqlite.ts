@@ -99,7 +99,7 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Stor
     // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
     process.umask(0o077)
     if (options.mustExist && !existsSync(file))
-      throw new StorageOpenError(`no data file at ${file}; check --data and --env, or start the server once`)
+      throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
     try {
       if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
       mkdirSync(dirname(file), { recursive: true, mode: 0o700 })

@@ -220,3 +220,75 @@ describe('keys', () => {
     expect(rows.find((r: { name: string }) => r.name === 'idle').lastUsed).toBeNull()
   })
 })
+
+describe('help for a newcomer', () => {
+  test('petstore help [COMMAND] prints the usage; keys create --help lists the plans with their limits', () => {
+    const main = cli(['help'], { cwd: tempDir() })
+    expect([main.code, main.stdout.startsWith('Usage: petstore COMMAND')]).toEqual([0, true])
+    const serve = cli(['help', 'serve'], { cwd: tempDir() })
+    expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
+    const unknown = cli(['help', 'frob'], { cwd: tempDir() })
+    expect(unknown.code).toBe(2)
+    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, backup, healthcheck')
+    const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
+    expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
+    expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)
+    expect(keys.stdout).toMatch(/business +1000 \/ 100,000/)
+    expect(keys.stdout).toContain('enterprise   --rpm N / --rpd N')
+  })
+
+  test('a misspelt flag gets one plain line with the closest flag; a flag without its value says so', () => {
+    const typo = cli(['serve', '--prot', '8080'], { cwd: tempDir() })
+    expect(typo.code).toBe(2)
+    expect(typo.stderr.split('\n')[0]).toBe('petstore: unknown option --prot (did you mean --port?)')
+    const far = cli(['serve', '--frobnicate'], { cwd: tempDir() })
+    expect(far.stderr.split('\n')[0]).toBe('petstore: unknown option --frobnicate')
+    const missing = cli(['serve', '--port'], { cwd: tempDir() })
+    expect(missing.stderr.split('\n')[0]).toBe('petstore: --port needs a value')
+  })
+
+  test('a bad value from the environment is reported under the variable, not the flag', () => {
+    const port = cli(['serve'], { cwd: tempDir(), env: { PETSTORE_PORT: 'eighty' } })
+    expect(port.code).toBe(2)
+    expect(port.stderr.split('\n')[0]).toBe('petstore: PETSTORE_PORT must be an integer from 0 to 65535, not "eighty"')
+    const env = cli(['keys', 'list'], { cwd: tempDir(), env: { PETSTORE_ENV: 'prod' } })
+    expect(env.stderr.split('\n')[0]).toBe('petstore: PETSTORE_ENV must be production or staging, not "prod"')
+    const proxy = cli(['serve'], { cwd: tempDir(), env: { PETSTORE_TRUST_PROXY: 'nginx' } })
+    expect(proxy.stderr.split('\n')[0]).toMatch(/^petstore: PETSTORE_TRUST_PROXY: "nginx" is not an IP address/)
+    const flag = cli(['serve', '--port', 'eighty'], { cwd: tempDir() })
+    expect(flag.stderr.split('\n')[0]).toBe('petstore: --port must be an integer from 0 to 65535, not "eighty"')
+  })
+})
+
+describe('the data file is never a surprise', () => {
+  test('on the default path, key commands refuse to make a new store and name the file they looked for', () => {
+    const cwd = tempDir()
+    for (const args of [['keys', 'create', '--plan', 'pro'], ['keys', 'list'], ['keys', 'revoke', 'key_x'], ['backup', 'copy.db']]) {
+      const result = cli(args, { cwd })
+      expect(result.code).toBe(1)
+      expect(result.stderr).toBe(
+        `petstore: no data file at ${join(cwd, 'data', 'petstore.db')}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)\n`,
+      )
+    }
+    expect(readdirSync(cwd)).toEqual([])
+  })
+
+  test('a named file is created by keys create, and every key command names the file it used', () => {
+    const cwd = tempDir()
+    const created = cli(['keys', 'create', '--plan', 'pro', '--data', 'mine.db'], { cwd })
+    expect(created.code).toBe(0)
+    expect(created.stderr).toContain(` in ${join(cwd, 'mine.db')}. `)
+    const listed = cli(['keys', 'list', '--data', 'mine.db'], { cwd })
+    expect(listed.stderr).toBe(`petstore: keys in ${join(cwd, 'mine.db')}\n`)
+    const viaVariable = cli(['keys', 'create', '--plan', 'free'], { cwd, env: { PETSTORE_DATA: 'other.db' } })
+    expect(viaVariable.code).toBe(0)
+    expect(existsSync(join(cwd, 'other.db'))).toBe(true)
+  })
+
+  test('the startup line names the data file by its absolute path', async () => {
+    const cwd = tempDir()
+    const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', 'rel.db'], { cwd })
+    expect(server.dataFile).toBe(join(cwd, 'rel.db'))
+    expect(await server.stop()).toBe(0)
+  })
+})

@@ -251,9 +251,12 @@ describe('no autoloaded configuration from the working directory', () => {
     expect(location).toBe(`http://localhost:${server.port}/v1/pets/${id}`)
     expect(await server.stop()).toBe(0)
 
+    // Were .env read, PETSTORE_DATA would name ./evil.db and the key would be created there; the
+    // default path instead must already exist, so the command refuses and names it.
     const created = cli(['keys', 'create', '--plan', 'pro'], { cwd })
-    expect(created.code).toBe(0)
-    expect(existsSync(join(cwd, 'data', 'petstore.db'))).toBe(true)
+    expect(created.code).toBe(1)
+    expect(created.stderr).toContain(join(cwd, 'data', 'petstore.db'))
+    expect(existsSync(join(cwd, 'data', 'petstore.db'))).toBe(false)
     expect(existsSync(join(cwd, 'evil.db'))).toBe(false)
     expect(existsSync(join(cwd, 'data', 'petstore-staging.db'))).toBe(false)
     expect(existsSync(join(cwd, 'preloaded'))).toBe(false)

@@ -16,7 +16,7 @@ describe('healthcheck', () => {
     const server = await startServer()
     const viaFlag = await cliAsync(['healthcheck', '--port', String(server.port)])
     expect(viaFlag.code).toBe(0)
-    expect(viaFlag.stdout).toBe('')
+    expect(viaFlag.stdout).toBe(`petstore: healthy (http://127.0.0.1:${server.port}/healthz answered 200)\n`)
     expect((await cliAsync(['healthcheck'], { env: { PETSTORE_PORT: String(server.port) } })).code).toBe(0)
     expect(await server.stop()).toBe(0)
     expect((await cliAsync(['healthcheck', '--port', String(server.port)])).code).toBe(1)
@@ -55,5 +55,19 @@ describe('healthcheck', () => {
     const result = await cliAsync(['healthcheck', '--port', 'nope'])
     expect(result.code).not.toBe(0)
     expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*--port/)
+  })
+})
+
+describe('healthcheck --host', () => {
+  test('asks the address given (IPv6 in brackets), and a wildcard bind on loopback', async () => {
+    const server = await startServer({ args: ['--host', '::1'] })
+    const v6 = await cliAsync(['healthcheck', '--host', '::1', '--port', String(server.port)])
+    expect([v6.code, v6.stdout]).toEqual([0, `petstore: healthy (http://[::1]:${server.port}/healthz answered 200)\n`])
+    const wildcard = await cliAsync(['healthcheck', '--port', String(server.port)], { env: { PETSTORE_HOST: '::' } })
+    expect(wildcard.code).toBe(0)
+    const v4 = await cliAsync(['healthcheck', '--port', String(server.port)])
+    expect(v4.code).toBe(1)
+    expect(v4.stdout).toStartWith(`petstore: unhealthy (http://127.0.0.1:${server.port}/healthz: `)
+    expect(await server.stop()).toBe(0)
   })
 })
