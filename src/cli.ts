@@ -4,8 +4,9 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
-import { resolve } from 'node:path'
-import { bindPort, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { renameSync, writeFileSync } from 'node:fs'
+import { basename, dirname, relative, resolve } from 'node:path'
+import { bindPort, type Config, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from './modules/keys/service'
 import { WorkerPetWriter } from './modules/pets/writer'
 import { openSqliteStorage } from './storage/sqlite'
@@ -238,22 +239,11 @@ async function serve(args: string[]): Promise<number> {
   } catch (error) {
     throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
   }
-  // Made once the port is ours, so a start that fails never prints a secret nobody can use yet.
+  // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet.
   if (!hasKeys) {
     const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
     petstore.keys.reload()
-    // The hint names the file the server uses, so a key made by following it lands there.
-    const where =
-      ENVIRONMENTS[config.env].dataFile !== config.dataFile
-        ? ` --data ${config.dataFile}`
-        : config.env === 'staging'
-          ? ' --env staging'
-          : ''
-    console.error(
-      `petstore: no API keys yet, so a Free key was created (id ${record.id}). Its secret, shown only now:\n` +
-        `${secret}\n` +
-        `petstore: make more with: petstore keys create --plan pro --name NAME${where}`,
-    )
+    announceBootstrapKey(config, record.id, secret)
   }
   bindPort(config, app.server!.port!)
   petstore.startBackground()
@@ -277,6 +267,40 @@ async function serve(args: string[]): Promise<number> {
     process.exit(code)
   }
   return new Promise<number>(() => {})
+}
+
+/**
+ * The bootstrap key's secret goes to a file beside the data file, readable by its owner only, and
+ * never to the log (under systemd and Docker, stderr is the log); stderr says where it is. On an
+ * interactive terminal, where nothing is logged, the secret is shown as well.
+ */
+function announceBootstrapKey(config: Config, id: string, secret: string): void {
+  const file = bootstrapKeyFile(config.dataFile)
+  const temporary = `${file}.${process.pid}.tmp`
+  writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
+  renameSync(temporary, file)
+  // The hint names the file the server uses, so a key made by following it lands there.
+  const where =
+    ENVIRONMENTS[config.env].dataFile !== config.dataFile
+      ? ` --data ${resolve(config.dataFile)}`
+      : config.env === 'staging'
+        ? ' --env staging'
+        : ''
+  console.error(
+    `petstore: no API keys yet, so a Free key was created (id ${id}); its secret is in ${file} (readable by this user only)` +
+      (process.stderr.isTTY ? `:\n${secret}` : '') +
+      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${where}`,
+  )
+}
+
+/** `data/petstore.db` → `data/petstore-bootstrap-key.txt`, absolute. */
+export function bootstrapKeyFile(dataFile: string): string {
+  return resolve(dirname(dataFile), `${basename(dataFile).replace(/\.db$/, '')}-bootstrap-key.txt`)
+}
+
+/** How the user ran us: the binary by the name they typed, or the sources through Bun. */
+function commandName(): string {
+  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
 }
 
 /** Runs a check of command-line values; its complaint is reported with the command's usage. */

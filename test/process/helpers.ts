@@ -6,7 +6,7 @@
 import { afterAll } from 'bun:test'
 import type { Subprocess } from 'bun'
 import { connect, createServer } from 'node:net'
-import { BINARY, type CliResult, cleanEnv, type Server } from '../support/binary'
+import { BINARY, bootstrapSecret, type CliResult, cleanEnv, type Server } from '../support/binary'
 
 const running = new Set<Subprocess>()
 
@@ -133,7 +133,7 @@ export async function spawnServe(
     env: env!,
     apiBase: apiBase!,
     dataFile: dataFile!.trim(),
-    bootstrapKey: /shown only now:\n(psk_\S+)/.exec(err.text)?.[1],
+    bootstrapKey: bootstrapSecret(err.text),
     stderr: () => err.text,
     stdout: () => out.text,
     stop: async (signal = 'SIGTERM') => {

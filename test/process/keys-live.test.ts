@@ -2,6 +2,7 @@
  * The bootstrap key of a first start, and keys created or revoked with the CLI while a server runs.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, killSpawned } from './helpers'
@@ -11,18 +12,19 @@ afterAll(killSpawned)
 setDefaultTimeout(20_000)
 
 describe('bootstrap key', () => {
-  test('the first serve on an empty data file prints one Free key and how to make more; a second start prints none', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
+  test('the first serve on an empty data file makes one Free key, its secret in a file and not in the log; a second start makes none', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
     const first = await startServer({ dataFile })
     const stderr = first.stderr()
-    const secrets = stderr.match(/psk_[A-Za-z0-9_-]+/g) ?? []
-    expect(secrets).toHaveLength(1)
-    expect(first.bootstrapKey).toBe(secrets[0])
-    // The secret stands alone on its line, so it can be copied.
-    expect(stderr.split('\n')).toContain(secrets[0]!)
+    // The secret is the file's whole content, so KEY=$(cat FILE) works; the log only says where.
+    const keyFile = join(dir, 'petstore-bootstrap-key.txt')
+    expect(readFileSync(keyFile, 'utf8')).toMatch(/^psk_[A-Za-z0-9_-]+\n$/)
+    expect(first.bootstrapKey).toBe(readFileSync(keyFile, 'utf8').trim())
+    expect(stderr).toContain(`its secret is in ${keyFile} (readable by this user only)`)
+    expect(stderr).not.toMatch(/psk_/)
     expect(stderr).toMatch(/petstore keys create --plan/)
-    // Never on stdout (the access log goes there).
-    expect(first.stdout()).not.toContain(secrets[0]!)
+    expect(first.stdout()).not.toContain(first.bootstrapKey!)
 
     const response = await fetch(`${first.base}/pets`, { headers: auth(first.bootstrapKey!) })
     expect(response.status).toBe(200)

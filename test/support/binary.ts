@@ -2,7 +2,7 @@
  * Runs the compiled binary as a user would: `serve` on a free port with its own data file, and the
  * CLI commands. Every server started here is stopped when the test file ends, even on failure.
  */
-import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -119,7 +119,7 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
   }
   const port = Number(/listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+)/.exec(err.text)![1])
   const origin = `http://127.0.0.1:${port}`
-  const bootstrapKey = /shown only now:\n(psk_\S+)/.exec(err.text)?.[1]
+  const bootstrapKey = bootstrapSecret(err.text)
   return {
     proc,
     port,
@@ -136,6 +136,12 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
       return code
     },
   }
+}
+
+/** The bootstrap key a start announced, read from the file its stderr names; undefined when none. */
+export function bootstrapSecret(stderr: string): string | undefined {
+  const file = /its secret is in (\S+) \(readable by this user only\)/.exec(stderr)?.[1]
+  return file === undefined ? undefined : readFileSync(file, 'utf8').trim()
 }
 
 /** Polls until `check` returns true; fails after `timeoutMs`. For conditions, not for fixed delays. */
