@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { addressSubject, forwardedClient, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
-import { cli, startServer } from '../support/binary'
+import { cli, eventually, type Server, startServer } from '../support/binary'
 
 /** The client of each logged API request (the contract check's own /openapi.json fetches left out). */
 function loggedClients(stdout: string): string[] {
@@ -15,6 +15,12 @@ function loggedClients(stdout: string): string[] {
     .map((line) => JSON.parse(line) as { path: string; client: string })
     .filter((line) => line.path.endsWith('/pets'))
     .map((line) => line.client)
+}
+
+/** Waits for the access log (flushed every 50 ms) to hold as many API lines as expected, then compares. */
+async function expectLoggedClients(server: Server, expected: string[]): Promise<void> {
+  await eventually(() => loggedClients(server.stdout()).length >= expected.length)
+  expect(loggedClients(server.stdout())).toEqual(expected)
 }
 
 /** Remaining requests in the address bucket after one keyless request from `forwarded`. */
@@ -52,8 +58,7 @@ describe('address normalisation', () => {
     const v4 = await remainingAfter(server.base, '198.51.100.7')
     expect(await remainingAfter(server.base, '::ffff:198.51.100.7')).toBe(v4 - 1)
 
-    const clients = loggedClients(server.stdout())
-    expect(clients).toEqual([
+    await expectLoggedClients(server, [
       '2001:db8:1:2::1',
       '2001:db8:1:2:ffff:ffff:ffff:ffff',
       '2001:db8:1:2::9',
@@ -73,8 +78,7 @@ describe('address normalisation', () => {
     expect([v4.status, v6.status, v4Again.status]).toEqual([401, 401, 401])
     expect(Number(v6.headers.get('x-ratelimit-remaining'))).toBe(Number(v4.headers.get('x-ratelimit-remaining')))
     expect(Number(v4Again.headers.get('x-ratelimit-remaining'))).toBe(Number(v4.headers.get('x-ratelimit-remaining')) - 1)
-    const clients = loggedClients(server.stdout())
-    expect(clients).toEqual(['127.0.0.1', '::1', '127.0.0.1'])
+    await expectLoggedClients(server, ['127.0.0.1', '::1', '127.0.0.1'])
     expect(await server.stop()).toBe(0)
   })
 })
@@ -97,7 +101,7 @@ describe('--trust-proxy ADDR|CIDR', () => {
     const server = await startServer({ args: ['--trust-proxy', '10.0.0.0/8'] })
     const first = await remainingAfter(server.base, '198.51.100.1')
     expect(await remainingAfter(server.base, '198.51.100.2')).toBe(first - 1)
-    expect(loggedClients(server.stdout())).toEqual(['127.0.0.1', '127.0.0.1'])
+    await expectLoggedClients(server, ['127.0.0.1', '127.0.0.1'])
     expect(await server.stop()).toBe(0)
   })
 
@@ -105,7 +109,7 @@ describe('--trust-proxy ADDR|CIDR', () => {
     const server = await startServer({ args: ['--trust-proxy', 'loopback', '--trust-proxy', '203.0.113.0/24'] })
     await remainingAfter(server.base, '6.6.6.6, 198.51.100.1, 203.0.113.5')
     for (let i = 0; i < 2; i++) expect((await fetch(`${server.base}/pets`)).status).toBe(401)
-    expect(loggedClients(server.stdout())).toEqual(['198.51.100.1', '127.0.0.1', '127.0.0.1'])
+    await expectLoggedClients(server, ['198.51.100.1', '127.0.0.1', '127.0.0.1'])
     expect(server.stderr().match(/carried no X-Forwarded-For/g)).toHaveLength(1)
     expect(await server.stop()).toBe(0)
   })
@@ -113,7 +117,7 @@ describe('--trust-proxy ADDR|CIDR', () => {
   test('PETSTORE_TRUST_PROXY sets the list; a bad entry stops the start with one line', async () => {
     const server = await startServer({ env: { PETSTORE_TRUST_PROXY: '192.0.2.1, loopback' } })
     await remainingAfter(server.base, '198.51.100.9')
-    expect(loggedClients(server.stdout())).toEqual(['198.51.100.9'])
+    await expectLoggedClients(server, ['198.51.100.9'])
     expect(await server.stop()).toBe(0)
     const bad = cli(['serve', '--port', '0', '--trust-proxy', 'everyone'])
     expect(bad.code).toBe(2)
