@@ -4,7 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, VERSION } from './app'
-import { renameSync, writeFileSync } from 'node:fs'
+import { existsSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { bindPort, type Config, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from './modules/keys/service'
@@ -212,6 +212,7 @@ async function serve(args: string[]): Promise<number> {
   }
   process.on('SIGTERM', () => stop('SIGTERM received'))
   process.on('SIGINT', () => stop('SIGINT received'))
+  const created = createdBy(config.dataFile)
   const storage = openSqliteStorage(config.dataFile, { verify: true })
   const hasKeys = storage.keys.list().length > 0
   if (storage.readOnly) {
@@ -237,6 +238,9 @@ async function serve(args: string[]): Promise<number> {
     // and split the traffic between two data files; development mode would show Bun's error pages.
     app.listen({ hostname: config.host, port: config.port, reusePort: false, development: false })
   } catch (error) {
+    await petstore.finishWrites()
+    storage.close()
+    created.undo()
     throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
   }
   // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet.
@@ -301,6 +305,23 @@ export function bootstrapKeyFile(dataFile: string): string {
 /** How the user ran us: the binary by the name they typed, or the sources through Bun. */
 function commandName(): string {
   return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
+}
+
+/**
+ * What opening the data file will create (the file, its companions, missing folders), so a start that
+ * fails can take it back: a failed start leaves nothing on disk.
+ */
+function createdBy(dataFile: string): { undo(): void } {
+  const file = resolve(dataFile)
+  const folders: string[] = []
+  for (let dir = dirname(file); !existsSync(dir); dir = dirname(dir)) folders.push(dir)
+  if (existsSync(file)) return { undo() {} }
+  return {
+    undo() {
+      for (const path of [file, `${file}-wal`, `${file}-shm`]) rmSync(path, { force: true })
+      for (const dir of folders) rmSync(dir, { recursive: true, force: true })
+    },
+  }
 }
 
 /** Runs a check of command-line values; its complaint is reported with the command's usage. */

@@ -4,7 +4,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, existsSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, killSpawned, listAll, type PetBody, postPet, serveExpectingFailure } from './helpers'
@@ -258,9 +258,12 @@ describe('commits off the event loop', () => {
 
   test('a second server on the port of a running one exits 1 instead of sharing the port', async () => {
     const first = await startServer()
-    const served = await serveExpectingFailure(['--port', String(first.port), '--host', '127.0.0.1', '--data', join(tempDir(), 'petstore.db')])
+    const dir = tempDir()
+    const served = await serveExpectingFailure(['--port', String(first.port), '--host', '127.0.0.1', '--data', join(dir, 'new', 'petstore.db')])
     expect(served.listened).toBe(false)
     expect(served.code).toBe(1)
+    // A start that failed leaves nothing on disk: no data file, no companions, no folder.
+    expect(readdirSync(dir)).toEqual([])
     expect(served.stderr.trimEnd().split('\n').at(-1)).toContain(`cannot listen on 127.0.0.1:${first.port}`)
     // No secret was made for a server that never served.
     expect(served.stderr).not.toContain('psk_')
