@@ -13,6 +13,7 @@ import { InThreadPetWriter, type PetWriter } from './modules/pets/writer'
 import { storeModule } from './modules/store'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { Metrics } from './observability/metrics'
+import { metricsEndpoint } from './observability/metrics-endpoint'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/errors'
 import { gate } from './plugins/gate'
@@ -43,6 +44,8 @@ export interface PetstoreApp {
   keys: KeyRegistry
   limiter: RateLimiter
   metrics: Metrics
+  /** The /metrics answer, for a listener of its own (--metrics-address). */
+  answerMetrics: (request: Request) => Response
   /** Starts the timers: key reloads, limiter-state saves, idempotency purges. */
   startBackground(): void
   /** Stops the timers and writes what is still only in memory. */
@@ -100,6 +103,18 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     }
   }
 
+  const answerMetrics = metricsEndpoint(
+    () =>
+      metrics.render({
+        petstore_rate_limiter_tracked_addresses: {
+          help: 'Client addresses the rate limiter remembers.',
+          value: limiter.trackedAddresses,
+        },
+        petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
+      }),
+    config.metricsToken,
+  )
+
   // Filled once every route exists (below); read per request by the gate and the fallback.
   const operations = new Map<string, Map<string, string>>()
   const routeTable: RouteEntry[] = []
@@ -147,14 +162,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         servers: () => config.servers,
         version: VERSION,
         ready,
-        metrics: () =>
-          metrics.render({
-            petstore_rate_limiter_tracked_addresses: {
-              help: 'Client addresses the rate limiter remembers.',
-              value: limiter.trackedAddresses,
-            },
-            petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
-          }),
+        metrics: config.metricsAddress ? null : answerMetrics,
       }),
     )
     .use(api)
@@ -190,6 +198,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     keys,
     limiter,
     metrics,
+    answerMetrics,
     startBackground() {
       let watchingFile = true
       every(KEY_POLL_MS, () => {

@@ -11,6 +11,8 @@ import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from '
 import { WorkerPetWriter } from './modules/pets/writer'
 import { openSqliteStorage } from './storage/sqlite'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
+import { notFound } from './errors'
+import { errorResponse } from './plugins/errors'
 
 const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
   --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)`
@@ -40,6 +42,9 @@ ${COMMON}
   --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any)
   --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
                              for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
+  --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
+  --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
+                             which keeps it out of the process list)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
   --no-access-log            do not write the per-request JSON lines to stdout`,
@@ -132,6 +137,8 @@ function configInput(values: Record<string, unknown>): ConfigInput {
     baseUrl: values['base-url'] as string | undefined,
     corsOrigin: values['cors-origin'] as string[] | undefined,
     trustProxy: values['trust-proxy'] as string[] | undefined,
+    metricsAddress: values['metrics-address'] as string | undefined,
+    metricsToken: values['metrics-token'] as string | undefined,
     banAfter: values['ban-after'] as string | undefined,
     banSeconds: values['ban-seconds'] as string | undefined,
     accessLog: values['no-access-log'] ? false : undefined,
@@ -196,6 +203,8 @@ async function serve(args: string[]): Promise<number> {
       'base-url': { type: 'string' },
       'cors-origin': { type: 'string', multiple: true },
       'trust-proxy': { type: 'string', multiple: true },
+      'metrics-address': { type: 'string' },
+      'metrics-token': { type: 'string' },
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },
@@ -233,15 +242,29 @@ async function serve(args: string[]): Promise<number> {
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
   })
   const { app } = petstore
+  let metricsServer: ReturnType<typeof Bun.serve> | undefined
+  let binding = `${hostInUrl(config.host)}:${config.port}`
   try {
     // Elysia asks for SO_REUSEPORT by default, which would let a second server start on a port in use
     // and split the traffic between two data files; development mode would show Bun's error pages.
     app.listen({ hostname: config.host, port: config.port, reusePort: false, development: false })
+    if (config.metricsAddress) {
+      binding = `${hostInUrl(config.metricsAddress.host)}:${config.metricsAddress.port}`
+      metricsServer = Bun.serve({
+        hostname: config.metricsAddress.host,
+        port: config.metricsAddress.port,
+        reusePort: false,
+        development: false,
+        routes: { '/metrics': petstore.answerMetrics },
+        fetch: () => errorResponse(notFound('This listener serves /metrics only.')),
+      })
+    }
   } catch (error) {
+    await app.server?.stop(true)
     await petstore.finishWrites()
     storage.close()
     created.undo()
-    throw new ConfigError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
+    throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
   }
   // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet.
   if (!hasKeys) {
@@ -252,7 +275,8 @@ async function serve(args: string[]): Promise<number> {
   bindPort(config, app.server!.port!)
   petstore.startBackground()
   console.error(
-    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${resolve(config.dataFile)}`,
+    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${resolve(config.dataFile)}` +
+      (metricsServer ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${metricsServer.port}/metrics` : ''),
   )
 
   let stopping = false
@@ -264,6 +288,7 @@ async function serve(args: string[]): Promise<number> {
     const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
     await Promise.race([graceful, timeout])
     await app.server!.stop(true)
+    await metricsServer?.stop(true)
     await petstore.finishWrites()
     petstore.stopBackground()
     storage.close()

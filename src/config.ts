@@ -36,6 +36,10 @@ export interface Config {
   /** Base URLs of both environments, for the OpenAPI document's `servers`. */
   servers: { production: string; staging: string }
   corsOrigins: string[]
+  /** Where /metrics is served instead of the API's listener; null to serve it beside the API. */
+  metricsAddress: { host: string; port: number } | null
+  /** Bearer token /metrics asks for; null for none. */
+  metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
   trustProxy: TrustedProxies
   banAfter: number
@@ -58,6 +62,8 @@ export interface ConfigInput {
   baseUrl?: string
   corsOrigin?: string[]
   trustProxy?: string[]
+  metricsAddress?: string
+  metricsToken?: string
   banAfter?: string
   banSeconds?: string
   accessLog?: boolean
@@ -121,6 +127,23 @@ function parseOrigin(value: string): string {
   throw new ConfigError(`--cors-origin must be an origin like https://app.example.com or *, not "${value}"`)
 }
 
+/** HOST:PORT, with an IPv6 host in brackets. */
+function parseListenAddress({ name, value }: { name: string; value: string | undefined }): Config['metricsAddress'] {
+  if (value === undefined) return null
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(value)
+  if (!match || Number(match[3]) > 65535)
+    throw new ConfigError(`${name} must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "${value}"`)
+  return { host: match[1] ?? match[2]!, port: Number(match[3]) }
+}
+
+/** A token a client can send in a bearer header (RFC 6750's token68 characters), long enough to guess at no speed. */
+function parseToken({ name, value }: { name: string; value: string | undefined }): string | null {
+  if (value === undefined) return null
+  if (!/^[A-Za-z0-9._~+/=-]{16,256}$/.test(value))
+    throw new ConfigError(`${name} must be 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)`)
+  return value
+}
+
 function splitList(value: string | undefined): string[] {
   return value ? value.split(/[\s,]+/).filter(Boolean) : []
 }
@@ -172,6 +195,8 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
     trustProxy: parseProxies(input, environment),
+    metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
+    metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:
       input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),

@@ -21,7 +21,8 @@ export interface OpsModuleOptions {
   servers: () => { production: string; staging: string }
   version: string
   ready: () => boolean
-  metrics: () => string
+  /** The /metrics answer, or null when the metrics are served on a listener of their own. */
+  metrics: ((request: Request) => Response) | null
 }
 
 const INFO = {
@@ -85,9 +86,9 @@ export function opsModule(options: OpsModuleOptions) {
 
   /** A handler whose answer is recorded under the route's name. */
   const recorded =
-    (operation: string, answer: () => Response) =>
-    ({ info }: { info: RequestInfo }) => {
-      const response = answer()
+    (operation: string, answer: (request: Request) => Response) =>
+    ({ info, request }: { info: RequestInfo; request: Request }) => {
+      const response = answer(request)
       info.done(response.status, operation)
       return response
     }
@@ -102,14 +103,7 @@ export function opsModule(options: OpsModuleOptions) {
       ),
       hidden,
     )
-    .get(
-      '/metrics',
-      recorded(
-        'metrics',
-        () => new Response(options.metrics(), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } }),
-      ),
-      hidden,
-    )
+    .use((ops) => (options.metrics ? ops.get('/metrics', recorded('metrics', options.metrics), hidden) : ops))
     .get('/openapi.json', recorded('openapi.json', () => json((document ??= JSON.stringify(buildDocument(options))))), hidden)
     .get(
       '/docs',

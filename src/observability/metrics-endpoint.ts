@@ -1,0 +1,28 @@
+/**
+ * The `/metrics` answer: Prometheus text, behind a bearer token when the operator set one. The
+ * metrics name key ids and traffic, so an operator either moves them to a listener of their own
+ * (--metrics-address) or asks for a token (--metrics-token); the token is compared by its hash, so the
+ * time a check takes says nothing about how much of a guess was right.
+ */
+import { timingSafeEqual } from 'node:crypto'
+import { errorResponse } from '../plugins/errors'
+import { ApiError } from '../errors'
+import { bearerToken } from '../plugins/gate'
+
+const TEXT = { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }
+const NEEDS_TOKEN = new ApiError(401, 'unauthorized', 'The metrics need a token: send Authorization: Bearer <token>.', {
+  'www-authenticate': 'Bearer realm="petstore-metrics"',
+})
+
+const digest = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest()
+
+export function metricsEndpoint(render: () => string, token: string | null): (request: Request) => Response {
+  const expected = token === null ? null : digest(token)
+  return function answerMetrics(request) {
+    if (expected) {
+      const given = bearerToken(request.headers.get('authorization'))
+      if (!given || !timingSafeEqual(digest(given), expected)) return errorResponse(NEEDS_TOKEN)
+    }
+    return new Response(render(), { headers: TEXT })
+  }
+}
