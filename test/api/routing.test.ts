@@ -46,7 +46,14 @@ describe('unknown paths', () => {
     })
   }
 
-  for (const path of ['/nope', '/', '/v2/pets', '/pets', '/V1/pets']) {
+  test('GET / points to the API, its description and the docs', async () => {
+    const res = await fetch(`${app.origin}/`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('application/json')
+    expect(await res.json()).toEqual({ name: 'Pet Store', version: '1.0.0', api: '/v1', docs: '/docs', openapi: '/openapi.json' })
+  })
+
+  for (const path of ['/nope', '/v2/pets', '/pets', '/V1/pets']) {
     test(`${path} outside the base is a JSON 404`, async () => {
       await expectError(await fetch(`${app.origin}${path}`), 404, 'not_found')
     })

@@ -84,6 +84,15 @@ export function opsModule(options: OpsModuleOptions) {
     } as never,
   )
 
+  // What a person or a script finds at the root: where the API, its description and the docs are.
+  const root = JSON.stringify({
+    name: INFO.title,
+    version: options.version,
+    api: options.basePath,
+    docs: '/docs',
+    openapi: '/openapi.json',
+  })
+
   /** A handler whose answer is recorded under the route's name. */
   const recorded =
     (operation: string, answer: (request: Request) => Response) =>
@@ -95,6 +104,7 @@ export function opsModule(options: OpsModuleOptions) {
 
   return new Elysia({ name: 'ops' })
     .decorate('info', undefined as unknown as RequestInfo)
+    .get('/', recorded('root', () => json(root)), hidden)
     .get('/healthz', recorded('healthz', () => json('{"status":"ok"}')), hidden)
     .get(
       '/readyz',
