@@ -9,6 +9,7 @@ import { basename, dirname, relative, resolve } from 'node:path'
 import { bindPort, type Config, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from './modules/keys/service'
 import { WorkerPetWriter } from './modules/pets/writer'
+import { type DataFileLock, lockDataFile, lockFileOf } from './storage/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
 import { notFound } from './errors'
@@ -223,6 +224,14 @@ async function serve(args: string[]): Promise<number> {
   process.on('SIGINT', () => stop('SIGINT received'))
   const created = createdBy(config.dataFile)
   const storage = openSqliteStorage(config.dataFile, { verify: true })
+  let lock: DataFileLock | null
+  try {
+    lock = lockDataFile(resolve(config.dataFile))
+  } catch (error) {
+    storage.close()
+    created.undo()
+    throw error
+  }
   const hasKeys = storage.keys.list().length > 0
   if (storage.readOnly) {
     if (!hasKeys)
@@ -263,6 +272,7 @@ async function serve(args: string[]): Promise<number> {
     await app.server?.stop(true)
     await petstore.finishWrites()
     storage.close()
+    lock?.release()
     created.undo()
     throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
   }
@@ -292,6 +302,7 @@ async function serve(args: string[]): Promise<number> {
     await petstore.finishWrites()
     petstore.stopBackground()
     storage.close()
+    lock?.release()
     console.error('petstore: stopped')
     process.exit(code)
   }
@@ -343,7 +354,7 @@ function createdBy(dataFile: string): { undo(): void } {
   if (existsSync(file)) return { undo() {} }
   return {
     undo() {
-      for (const path of [file, `${file}-wal`, `${file}-shm`]) rmSync(path, { force: true })
+      for (const path of [file, `${file}-wal`, `${file}-shm`, lockFileOf(file)]) rmSync(path, { force: true })
       for (const dir of folders) rmSync(dir, { recursive: true, force: true })
     },
   }

@@ -256,6 +256,22 @@ describe('commits off the event loop', () => {
     expect(await server.stop()).toBe(0)
   })
 
+  test('a second server on a data file already served refuses to start; a killed server leaves no stale lock', async () => {
+    const first = await startServer()
+    const second = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', first.dataFile])
+    expect(second.listened).toBe(false)
+    expect(second.code).toBe(1)
+    expect(second.stderr).toBe(`petstore: ${first.dataFile} is already served by another petstore; stop that one first\n`)
+    // Key commands and backups do not need the lock.
+    expect(cli(['keys', 'list', '--data', first.dataFile]).code).toBe(0)
+    expect((await fetch(`${first.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
+    // The operating system drops the lock with the process, kill -9 included.
+    await first.stop('SIGKILL')
+    const third = await startServer({ dataFile: first.dataFile })
+    expect((await fetch(`${third.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
+    expect(await third.stop()).toBe(0)
+  })
+
   test('a second server on the port of a running one exits 1 instead of sharing the port', async () => {
     const first = await startServer()
     const dir = tempDir()

@@ -78,7 +78,7 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(refusal!.body).toEqual({ code: 'unavailable', message: expect.any(String), status: 503 })
     expect(acknowledged.length).toBeGreaterThan(10)
 
-    const again = await create(server.base, key, 'after the disk filled')
+    const again = await create(server.base, key, `after the disk filled ${'x'.repeat(178)}`)
     expect(again.status).toBe(503)
     expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
     for (const pet of [acknowledged[0]!, acknowledged.at(-1)!]) {
