@@ -87,7 +87,21 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     },
     storage.limiterState.load(),
   )
+  // Once the data file is gone from under the server or found damaged, nothing it serves or takes can
+  // be trusted until a restart: readiness and creates say so, and the log says it once.
+  let fault: string | null = null
+  const noteFault = (reason: string) => {
+    if (fault) return
+    fault = reason
+    warn(`${reason}; /readyz and creates answer 503 until the server is restarted on a good data file`)
+  }
+  const storageFault = () => {
+    if (!fault && storage.replaced()) noteFault('the data file was deleted or replaced under the server')
+    return fault
+  }
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
+    storageFault,
+    onDamaged: (code) => noteFault(`the data file is damaged (${code})`),
     now,
     locationPrefix: () => `${config.baseUrl}/pets/`,
     onInternalError,
@@ -95,6 +109,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       warn(reason ? `the data file refuses writes (${reason}); creates answer 503 until it accepts them` : 'the data file accepts writes again'),
   })
   const ready = () => {
+    if (storageFault()) return false
     try {
       storage.ping()
       return true
@@ -202,6 +217,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     startBackground() {
       let watchingFile = true
       every(KEY_POLL_MS, () => {
+        storageFault()
         keys.reloadIfChanged()
         if (watchingFile && storage.changedOnDisk()) {
           watchingFile = false

@@ -95,7 +95,7 @@ export function components(errorSchema: object) {
       ),
       InternalError: error('The server failed; details are in its log under the request id.', ['internal_error']),
       NotImplemented: error('The operation exists but this server does not implement it.', ['not_implemented']),
-      Unavailable: error('Storage cannot accept writes (disk full, read-only file); reads still work.', ['unavailable']),
+      Unavailable: error('Storage cannot serve this: it refuses writes (disk full, read-only file; reads go on), or the data file is gone or damaged.', ['unavailable']),
     },
   }
 }

@@ -17,6 +17,7 @@ import {
   type SavedBucket,
   type Storage,
   type StoredResponse,
+  StorageDamagedError,
   StorageOpenError,
   StorageUnavailableError,
 } from './types'
@@ -66,6 +67,20 @@ const SQLITE_HEADER = 'SQLite format 3\0'
 
 /** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
 const UNAVAILABLE_CODES = /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|PERM)/
+
+/** Codes SQLite gives when what it read is not a valid database: the file is damaged. */
+const DAMAGED_CODES = /^SQLITE_(CORRUPT|NOTADB)/
+
+/** Reads go through here: a damaged file is told apart from a bug. */
+function reading<T>(read: () => T): T {
+  try {
+    return read()
+  } catch (error) {
+    const code = (error as { code?: string })?.code ?? ''
+    if (DAMAGED_CODES.test(code)) throw new StorageDamagedError(code)
+    throw error
+  }
+}
 
 function describeUnavailable(error: unknown): never {
   const code = (error as { code?: string })?.code ?? ''
@@ -187,6 +202,12 @@ function openReadOnly(file: string): { db: Database; immutable: boolean } {
   return { db: new Database(uri, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_URI), immutable: true }
 }
 
+/** Which file the path names now: device and inode, or null when there is none. */
+function identityOf(file: string): string | null {
+  const stat = statSync(file, { throwIfNoEntry: false })
+  return stat ? `${stat.dev}:${stat.ino}` : null
+}
+
 /** What changes when anything writes the file or starts a write-ahead log beside it. */
 function diskFingerprint(file: string): string {
   const main = statSync(file, { throwIfNoEntry: false })
@@ -286,11 +307,11 @@ class SqlitePets implements PetRepository {
   }
 
   list(afterId: number, limit: number, status: PetStatus | undefined): Pet[] {
-    return status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)
+    return reading(() => (status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)))
   }
 
   get(id: number): Pet | null {
-    return this.byId.get(id)
+    return reading(() => this.byId.get(id))
   }
 
   count(): number {
@@ -410,6 +431,8 @@ class SqliteStorage implements Storage {
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
+  /** Device and inode of the file opened; null for a private in-memory database. */
+  private readonly identity: string | null
 
   constructor(
     private readonly db: Database,
@@ -418,6 +441,7 @@ class SqliteStorage implements Storage {
     immutable: boolean,
   ) {
     this.openedAs = immutable && file ? diskFingerprint(file) : null
+    this.identity = file ? identityOf(file) : null
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
@@ -425,6 +449,10 @@ class SqliteStorage implements Storage {
 
   changedOnDisk(): boolean {
     return this.openedAs !== null && diskFingerprint(this.file!) !== this.openedAs
+  }
+
+  replaced(): boolean {
+    return this.identity !== null && identityOf(this.file!) !== this.identity
   }
 
   ping(): void {

@@ -93,6 +93,11 @@ export interface Storage {
    * open serves may then be stale, and only a fresh open reads it right.
    */
   changedOnDisk(): boolean
+  /**
+   * True once the path no longer names the file this storage opened (deleted, or replaced by another
+   * file): whatever is written from then on goes to a file nobody will open again.
+   */
+  replaced(): boolean
   /** Throws when the data file does not answer. */
   ping(): void
   purgeIdempotency(olderThan: number): void
@@ -104,6 +109,13 @@ export interface Storage {
 export class StorageUnavailableError extends Error {
   constructor(readonly code: string) {
     super(`the data file cannot be written now (${code})`)
+  }
+}
+
+/** Reading the data file failed because it is damaged: reads of it cannot be trusted any more. */
+export class StorageDamagedError extends Error {
+  constructor(readonly code: string) {
+    super(`the data file is damaged (${code})`)
   }
 }
 

@@ -67,6 +67,8 @@ function gatedService() {
     locationPrefix: () => LOCATION_PREFIX,
     onInternalError: () => {},
     onWritesRefused: () => {},
+    storageFault: () => null,
+    onDamaged: () => {},
   })
   return { storage, writer, service }
 }

@@ -109,7 +109,7 @@ export function opsModule(options: OpsModuleOptions) {
     .get(
       '/readyz',
       recorded('readyz', () =>
-        options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer.')),
+        options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer, or is gone or damaged; the server log says which.')),
       ),
       hidden,
     )

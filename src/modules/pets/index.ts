@@ -122,7 +122,7 @@ export function petsModule(options: PetsModuleOptions) {
           parameters: parametersFrom(PetModel.ListQuery, 'query'),
           responses: {
             200: jsonResponse('A page of pets.', schemaRef('Pets'), ['Link']),
-            ...errorResponses([400, 401, 429, 500]),
+            ...errorResponses([400, 401, 429, 500, 503]),
           },
         },
       },
@@ -191,7 +191,7 @@ export function petsModule(options: PetsModuleOptions) {
           parameters: parametersFrom(PetModel.PetParams, 'path'),
           responses: {
             200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
-            ...errorResponses([400, 401, 404, 429, 500]),
+            ...errorResponses([400, 401, 404, 429, 500, 503]),
           },
         },
       },

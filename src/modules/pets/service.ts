@@ -12,6 +12,7 @@ import {
   type Pet,
   type PetRepository,
   type PetStatus,
+  StorageDamagedError,
   StorageUnavailableError,
 } from '../../storage/types'
 import type { PetWriter } from './writer'
@@ -23,6 +24,13 @@ export interface PetServiceOptions {
   onInternalError: (error: unknown) => void
   /** Called when storage starts refusing writes (with the reason) and when it accepts them again (null). */
   onWritesRefused: (reason: string | null) => void
+  /**
+   * Why storage may no longer be trusted (its file replaced or found damaged), or null. Asked before and
+   * after each batch, so no create is acknowledged into a file nobody will open again.
+   */
+  storageFault: () => string | null
+  /** Called when a read finds the data file damaged. */
+  onDamaged: (code: string) => void
 }
 
 export interface ListQuery {
@@ -79,7 +87,7 @@ export class PetService {
     const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
     const cached = this.pages.get(cacheKey)
     if (cached) return cached
-    const rows = this.repo.list(query.afterId, query.limit + 1, query.status)
+    const rows = this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
     const more = rows.length > query.limit
     if (more) rows.pop()
     const page: Page = {
@@ -100,7 +108,7 @@ export class PetService {
     const cached = this.pets.get(id)
     if (cached) return cached
     if (!Number.isSafeInteger(id)) return null
-    const pet = this.repo.get(id)
+    const pet = this.read(() => this.repo.get(id))
     if (!pet) return null
     const json = petJson(pet)
     if (this.pets.size >= MAX_CACHED_PETS) this.pets.clear()
@@ -141,8 +149,24 @@ export class PetService {
     this.committing = null
   }
 
+  /** A read whose failure on a damaged file is a 503 and a fault of storage, not a 500. */
+  private read<T>(read: () => T): T {
+    try {
+      return read()
+    } catch (error) {
+      if (!(error instanceof StorageDamagedError)) throw error
+      this.options.onDamaged(error.code)
+      throw unavailable('The data file is damaged; the server needs a restart on a good copy.')
+    }
+  }
+
   private async commit(batch: Pending[]): Promise<void> {
     let outcomes: CreatePetOutcome[]
+    const refuse = (fault: string) => {
+      for (const pending of batch) pending.reject(unavailable(`Creates are refused: ${fault}.`))
+    }
+    const before = this.options.storageFault()
+    if (before) return refuse(before)
     try {
       outcomes = await this.writer.write({
         commands: batch.map((pending) => pending.command),
@@ -158,8 +182,10 @@ export class PetService {
       for (const pending of batch) pending.reject(answer)
       return
     }
-    this.noteRefusal(null)
     if (outcomes.some((outcome) => outcome.kind === 'created')) this.forgetLastPages()
+    const after = this.options.storageFault()
+    if (after) return refuse(after)
+    this.noteRefusal(null)
     outcomes.forEach((outcome, i) => batch[i]!.resolve(outcome))
   }
 

@@ -1,0 +1,63 @@
+/**
+ * The data file taken away or damaged under a running binary: readiness and creates turn to 503 with
+ * one log line, and no create is acknowledged into a file nobody will open again.
+ */
+import { Database } from 'bun:sqlite'
+import { describe, expect, test } from 'bun:test'
+import { closeSync, openSync, renameSync, rmSync, statSync, writeSync } from 'node:fs'
+import { join } from 'node:path'
+import { encodeCursor } from '../../src/modules/pets/cursor'
+import { auth, postPet } from '../support/app'
+import { createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+
+describe('a data file lost or damaged while serving', () => {
+  for (const how of ['deleted', 'replaced'] as const) {
+    test(`${how}: /readyz and creates answer 503, one log line, nothing acknowledged after`, async () => {
+      const server = await startServer()
+      const key = server.bootstrapKey!
+      expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+      if (how === 'deleted') for (const suffix of ['', '-wal', '-shm']) rmSync(server.dataFile + suffix, { force: true })
+      else {
+        const other = join(tempDir(), 'other.db')
+        new Database(other, { create: true }).close()
+        renameSync(other, server.dataFile)
+      }
+      // A create sent at once is refused too: the file is checked around every batch, not only by the poll.
+      const right = await postPet(server.base, key, { name: 'after', categoryId: 1 })
+      expect(right.status).toBe(503)
+      expect(((await right.json()) as { code: string }).code).toBe('unavailable')
+      await eventually(async () => (await fetch(`${server.origin}/readyz`)).status === 503, 2_000)
+      expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
+      expect(server.stderr().match(/the data file was deleted or replaced under the server/g)).toHaveLength(1)
+      // What was there is still served from the open file.
+      expect(((await (await fetch(`${server.base}/pets`, { headers: auth(key) })).json()) as unknown[]).length).toBe(1)
+      expect(await server.stop()).toBe(0)
+    })
+  }
+
+  test('damaged: a list that hits a broken page is a 503 and /readyz turns 503', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    // More pets than SQLite's page cache holds, so reads deep in the table go to the disk.
+    const db = new Database(dataFile)
+    db.transaction(() => {
+      const insert = db.query('INSERT INTO pets (name, category_id, status, created_at) VALUES (?, 1, ?, 0)')
+      for (let i = 0; i < 60_000; i++) insert.run(`${i}-${'x'.repeat(180)}`, 'available')
+    })()
+    db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+    db.close()
+    const server = await startServer({ dataFile })
+    const size = statSync(dataFile).size
+    const fd = openSync(dataFile, 'r+')
+    writeSync(fd, Buffer.alloc(size / 2, 0xa5), 0, size / 2, Math.floor(size / 4 / 4096) * 4096)
+    closeSync(fd)
+    const deep = await fetch(`${server.base}/pets?limit=100&cursor=${encodeCursor(30_000)}`, { headers: auth(key) })
+    expect(deep.status).toBe(503)
+    expect(((await deep.json()) as { code: string }).code).toBe('unavailable')
+    expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
+    expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
+    expect(server.stdout()).not.toContain('"status":500')
+    await server.stop('SIGKILL')
+  })
+})
