@@ -2,8 +2,8 @@
  * SQLite storage through bun:sqlite: one file per environment, opened once, statements prepared once.
  */
 import { constants as sqlite, Database, type Statement } from 'bun:sqlite'
-import { accessSync, chmodSync, closeSync, constants as fs, existsSync, mkdirSync, openSync, readSync, statSync } from 'node:fs'
-import { dirname } from 'node:path'
+import { accessSync, chmodSync, closeSync, constants as fs, existsSync, linkSync, mkdirSync, openSync, readSync, rmSync, statSync } from 'node:fs'
+import { basename, dirname, join } from 'node:path'
 import {
   type ApiKeyRecord,
   type CreatePetCommand,
@@ -467,14 +467,32 @@ class SqliteStorage implements Storage {
     }
   }
 
+  /**
+   * Writes the copy under a temporary name in the target folder, checks it, and only then links it
+   * under the final name (a link, unlike a rename, never replaces a file that appeared meanwhile): a
+   * backup that is killed or fails leaves nothing that could be mistaken for a good one.
+   */
   backup(file: string): void {
     if (existsSync(file)) throw new StorageOpenError(`${file} already exists; choose a new file name`)
+    const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
     try {
-      this.db.query('VACUUM INTO ?').run(file)
+      rmSync(partial, { force: true })
+      this.db.query('VACUUM INTO ?').run(partial)
+      chmodSync(partial, 0o600)
+      const copy = new Database(partial, { readonly: true, strict: true })
+      try {
+        const check = copy.query<{ quick_check: string }, []>('PRAGMA quick_check').get()?.quick_check
+        if (check !== 'ok') throw new Error(`the copy does not check out (${check})`)
+      } finally {
+        copy.close()
+      }
+      linkSync(partial, file)
     } catch (error) {
-      throw new StorageOpenError(`cannot write the backup to ${file}: ${(error as Error).message}`)
+      const reason = (error as { code?: string }).code === 'EEXIST' ? 'it appeared while the copy was made' : (error as Error).message
+      throw new StorageOpenError(`cannot write the backup to ${file}: ${reason}`)
+    } finally {
+      rmSync(partial, { force: true })
     }
-    chmodSync(file, 0o600)
   }
 
   close(): void {

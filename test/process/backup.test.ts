@@ -3,9 +3,10 @@
  * opens as a data file; never overwriting an existing file; owner-only.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { Database } from 'bun:sqlite'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet } from './helpers'
 
 afterAll(killSpawned)
@@ -98,5 +99,36 @@ describe('backup', () => {
     expect(result.stderr.split('\n')[0]).toMatch(/^petstore: /)
     expect(existsSync(missing)).toBe(false)
     expect(existsSync(target)).toBe(false)
+  })
+})
+
+describe('a backup that does not finish', () => {
+  test('killed while it copies, it leaves no file under the final name; the next one succeeds', async () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'big.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    // A file large enough that the copy takes a while.
+    const db = new Database(dataFile)
+    db.transaction(() => {
+      const insert = db.query('INSERT INTO pets (name, category_id, status, created_at) VALUES (?, 1, ?, 0)')
+      for (let i = 0; i < 200_000; i++) insert.run(`${i}-${'x'.repeat(180)}`, 'available')
+    })()
+    db.close()
+    const target = join(dir, 'out', 'copy.db')
+    mkdirSync(join(dir, 'out'))
+    const proc = Bun.spawn([BINARY, 'backup', target, '--data', dataFile], { env: cleanEnv(), stdout: 'ignore', stderr: 'ignore' })
+    // As soon as the copy has begun (its temporary file is there), kill it.
+    await eventually(() => readdirSync(join(dir, 'out')).length > 0, 10_000)
+    proc.kill('SIGKILL')
+    await proc.exited
+    expect(existsSync(target)).toBe(false)
+    expect(readdirSync(join(dir, 'out')).every((name) => name.startsWith('.copy.db.partial-'))).toBe(true)
+
+    const again = cli(['backup', target, '--data', dataFile])
+    expect(again.code).toBe(0)
+    expect(readdirSync(join(dir, 'out')).filter((name) => !name.startsWith('.copy.db.partial-'))).toEqual(['copy.db'])
+    const copy = new Database(target, { readonly: true })
+    expect(copy.query<{ n: number }, []>('SELECT count(*) AS n FROM pets').get()!.n).toBe(200_000)
+    copy.close()
   })
 })
