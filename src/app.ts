@@ -196,7 +196,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const saveState = () => {
     if (storage.readOnly) return
     try {
-      storage.limiterState.save(limiter.takeDirtyDayBuckets())
+      const buckets = limiter.unsavedDayBuckets()
+      storage.limiterState.save(buckets)
+      limiter.markSaved(buckets)
       keys.flushLastUsed()
     } catch (error) {
       warn(`could not save rate-limit state: ${(error as Error).message}`)

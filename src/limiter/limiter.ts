@@ -120,15 +120,23 @@ export class RateLimiter {
     }
   }
 
-  /** Day buckets of keys changed since the last call, to be written to the data file. */
-  takeDirtyDayBuckets(): Map<string, SavedBucket> {
+  /** Day buckets of keys changed since they were last saved, to be written to the data file. */
+  unsavedDayBuckets(): Map<string, SavedBucket> {
     const dirty = new Map<string, SavedBucket>()
-    for (const [id, subject] of this.keys) {
-      if (!subject.dayDirty) continue
-      subject.dayDirty = false
-      dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt })
-    }
+    for (const [id, subject] of this.keys)
+      if (subject.dayDirty) dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt })
     return dirty
+  }
+
+  /**
+   * Called once `saved` (from unsavedDayBuckets) is written: those buckets count as saved unless they
+   * changed meanwhile. A save that failed is never marked, so the next one writes them again.
+   */
+  markSaved(saved: Map<string, SavedBucket>): void {
+    for (const [id, bucket] of saved) {
+      const subject = this.keys.get(id)
+      if (subject && subject.day.updatedAt === bucket.updatedAt && subject.day.tokens === bucket.tokens) subject.dayDirty = false
+    }
   }
 
   /** Forgets a key's state when its limits change, so the new plan applies at once. */

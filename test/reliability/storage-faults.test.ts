@@ -93,6 +93,29 @@ describe.skipIf(!canMount)('storage faults', () => {
     await restarted.stop()
   })
 
+  test("the day's quota used while saves failed is saved once they work again, not handed back at restart", async () => {
+    const dir = mountTmpfs(1024)
+    const dataFile = join(dir, 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '100000', '--rpd', '100'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    const dayRemaining = async (target: Server) => {
+      const response = await fetch(`${target.base}/pets?limit=1`, { headers: auth(key) })
+      expect(response.status).toBe(200)
+      return Number(response.headers.get('x-ratelimit-remaining'))
+    }
+    // Fill the disk, then use quota: the periodic save of the day bucket fails.
+    const filler = join(dir, 'filler')
+    run(['dd', 'if=/dev/zero', `of=${filler}`, 'bs=4k'])
+    for (let i = 0; i < 30; i++) await dayRemaining(server)
+    await eventually(() => server.stderr().includes('could not save rate-limit state'), 15_000)
+    // Space comes back; no request is made after the failure, so only a retry can save the bucket.
+    run(['rm', '-f', filler])
+    expect(await server.stop()).toBe(0)
+    const restarted = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect(await dayRemaining(restarted)).toBe(100 - 31)
+    expect(await restarted.stop()).toBe(0)
+  })
+
   test('a data file on a read-only mount serves reads and answers 503 on writes', async () => {
     const dir = mountTmpfs(4096)
     // `#` and `?` would cut short the URI SQLite is given for an immutable open, were they not escaped.

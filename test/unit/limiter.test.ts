@@ -241,13 +241,24 @@ describe('RateLimiter saved day buckets', () => {
     expect(limiter.check('key:a', { rpm: 1000, rpd: 10 }, true).allowed).toBe(false)
   })
 
-  test('takeDirtyDayBuckets returns changed key buckets once, and never addresses', () => {
-    const { limiter } = make()
+  test('unsaved day buckets are key buckets only, and stay unsaved until a save is marked', () => {
+    const { limiter, advance } = make()
     limiter.check('key:a', FREE, true)
     limiter.check('ip:1.1.1.1', FREE, false)
-    const dirty = limiter.takeDirtyDayBuckets()
+    const dirty = limiter.unsavedDayBuckets()
     expect([...dirty.keys()]).toEqual(['key:a'])
     expect(dirty.get('key:a')).toEqual({ tokens: 999, updatedAt: T0 })
-    expect(limiter.takeDirtyDayBuckets().size).toBe(0)
+    // A failed save marks nothing: the next one writes the bucket again.
+    expect(limiter.unsavedDayBuckets()).toEqual(dirty)
+    limiter.markSaved(dirty)
+    expect(limiter.unsavedDayBuckets().size).toBe(0)
+    // A bucket that changed between the snapshot and the mark stays unsaved.
+    advance(1000)
+    limiter.check('key:a', FREE, true)
+    const second = limiter.unsavedDayBuckets()
+    advance(1000)
+    limiter.check('key:a', FREE, true)
+    limiter.markSaved(second)
+    expect(limiter.unsavedDayBuckets().size).toBe(1)
   })
 })

@@ -143,11 +143,11 @@ export class KeyRegistry {
     this.lastUsed.set(key.id, now)
   }
 
-  /** Writes the last-used times gathered since the previous call. */
+  /** Writes the last-used times gathered since the previous call; kept for the next call if it fails. */
   flushLastUsed(): void {
     if (this.lastUsed.size === 0) return
     const batch = new Map(this.lastUsed)
-    this.lastUsed.clear()
     this.storage.keys.recordLastUsed(batch)
+    for (const [id, at] of batch) if (this.lastUsed.get(id) === at) this.lastUsed.delete(id)
   }
 }
