@@ -63,7 +63,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const now = deps.now ?? Date.now
   const warn = deps.warn ?? ((message: string) => console.error(`petstore: ${message}`))
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
-  const accessLog = sink && config.accessLog ? new AccessLog(sink) : null
+  const accessLog =
+    sink && config.accessLog
+      ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) })
+      : null
   const onInternalError = (error: unknown, requestId?: string) =>
     warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
 
@@ -126,6 +129,11 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
           value: limiter.trackedAddresses,
         },
         petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
+        petstore_log_lines_dropped_total: {
+          help: 'Access-log lines dropped because stdout was not read fast enough, or was closed.',
+          value: accessLog?.dropped ?? 0,
+          type: 'counter',
+        },
       }),
     config.metricsToken,
   )

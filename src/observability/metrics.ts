@@ -48,7 +48,8 @@ export class Metrics {
     this.deprecatedCalls.set(keyId, (this.deprecatedCalls.get(keyId) ?? 0) + 1)
   }
 
-  render(gauges: Record<string, { help: string; value: number }> = {}): string {
+  /** The text exposition; `extra` adds values kept elsewhere (gauges unless said to be counters). */
+  render(extra: Record<string, { help: string; value: number; type?: 'gauge' | 'counter' }> = {}): string {
     const lines: string[] = []
     const family = (name: string, type: string, help: string) =>
       lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
@@ -76,9 +77,9 @@ export class Metrics {
     family('petstore_deprecated_calls_total', 'counter', 'Calls of deprecated operations (getPet), by key id.')
     for (const [keyId, value] of this.deprecatedCalls)
       lines.push(`petstore_deprecated_calls_total{operation="getPet",key_id="${keyId}"} ${value}`)
-    for (const [name, gauge] of Object.entries(gauges)) {
-      family(name, 'gauge', gauge.help)
-      lines.push(`${name} ${gauge.value}`)
+    for (const [name, value] of Object.entries(extra)) {
+      family(name, value.type ?? 'gauge', value.help)
+      lines.push(`${name} ${value.value}`)
     }
     return `${lines.join('\n')}\n`
   }

@@ -30,7 +30,7 @@ describe('AccessLog', () => {
   test('hands each line to the sink at once and flushes on close', () => {
     const written: string[] = []
     let flushes = 0
-    const log = new AccessLog({ write: (text) => written.push(text), flush: () => flushes++ }, 60_000)
+    const log = new AccessLog({ write: (text) => written.push(text), flush: () => flushes++ }, { flushEveryMs: 60_000 })
     log.write('{"a":1}')
     log.write('{"b":2}')
     expect(written).toEqual(['{"a":1}\n', '{"b":2}\n'])

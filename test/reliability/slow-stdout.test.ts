@@ -1,0 +1,106 @@
+/**
+ * The access log when stdout is not read, or is closed: the binary keeps serving, holds a bounded
+ * amount of log in memory (dropping and counting lines past it), and says once, in one line, that
+ * stdout went away.
+ */
+import { describe, expect, test } from 'bun:test'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { auth } from '../support/app'
+import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
+
+const LISTENING = /listening on http:\/\/127\.0\.0\.1:(\d+)/
+
+function rssMiB(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) / 1024
+}
+
+function readIfThere(file: string): string {
+  try {
+    return readFileSync(file, 'utf8')
+  } catch {
+    return ''
+  }
+}
+
+/** The pid of the server serving `dataFile` (the binary itself, not the shell around it). */
+function serverPid(dataFile: string): number {
+  const found = Bun.spawnSync(['pgrep', '-f', `^${BINARY} serve .*${dataFile}`]).stdout.toString().trim().split('\n')
+  return Number(found.at(-1))
+}
+
+/** Sends `count` keyless requests with a long path (so each log line is long), `concurrency` at a time. */
+async function flood(origin: string, count: number, concurrency = 32): Promise<Map<number, number>> {
+  const statuses = new Map<number, number>()
+  let next = 0
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        next++
+        const response = await fetch(`${origin}/${'p'.repeat(900)}`)
+        await response.arrayBuffer()
+        statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1)
+      }
+    }),
+  )
+  return statuses
+}
+
+describe('stdout that is not read or is closed', () => {
+  test('nobody reads stdout: lines past the cap are dropped and counted, memory stays bounded, serving goes on', async () => {
+    const dir = tempDir()
+    const errFile = join(dir, 'stderr')
+    // `sleep` never reads its input: the pipe fills and stays full.
+    const proc = Bun.spawn(
+      ['sh', '-c', `"$0" serve --port 0 --host 127.0.0.1 --data "$1" 2>"$2" | sleep 600`, BINARY, join(dir, 'p.db'), errFile],
+      { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'ignore' },
+    )
+    const stderr = () => readIfThere(errFile)
+    try {
+      await eventually(() => LISTENING.test(stderr()), 15_000)
+      const origin = `http://127.0.0.1:${LISTENING.exec(stderr())![1]}`
+      const server = serverPid(join(dir, 'p.db'))
+      const before = rssMiB(server)
+      // About 1,000 bytes of log a request: 20,000 requests are 20 MB of log against a 4 MiB cap.
+      const statuses = await flood(origin, 20_000)
+      expect([...statuses.keys()]).toEqual([404])
+      const metrics = await (await fetch(`${origin}/metrics`)).text()
+      const dropped = Number(/^petstore_log_lines_dropped_total (\d+)$/m.exec(metrics)![1])
+      expect(dropped).toBeGreaterThan(10_000)
+      expect(rssMiB(server) - before).toBeLessThan(64)
+      expect((await fetch(`${origin}/healthz`)).status).toBe(200)
+    } finally {
+      Bun.spawnSync(['pkill', '-KILL', '-f', join(dir, 'p.db')])
+      Bun.spawnSync(['pkill', '-KILL', '-x', '-f', 'sleep 600'])
+      proc.kill('SIGKILL')
+      await proc.exited
+    }
+  })
+
+  test('stdout closed by its reader: one line on stderr, no stack, and the server goes on', async () => {
+    const dir = tempDir()
+    const errFile = join(dir, 'stderr')
+    // `head -c 1` reads one byte of the log and exits, closing the pipe.
+    const proc = Bun.spawn(
+      ['sh', '-c', `exec "$0" serve --port 0 --host 127.0.0.1 --data "$1" 2>"$2" | head -c 1 >/dev/null`, BINARY, join(dir, 'p.db'), errFile],
+      { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'ignore' },
+    )
+    const stderr = () => readIfThere(errFile)
+    try {
+      await eventually(() => LISTENING.test(stderr()), 15_000)
+      const origin = `http://127.0.0.1:${LISTENING.exec(stderr())![1]}`
+      await flood(origin, 2_000, 8)
+      await eventually(() => /stdout was closed/.test(stderr()), 5_000)
+      expect((await fetch(`${origin}/healthz`)).status).toBe(200)
+      await flood(origin, 500, 8)
+      const lines = stderr().split('\n').filter((line) => /stdout/.test(line))
+      expect(lines).toEqual(['petstore: stdout was closed by its reader; the access log is off from now on'])
+      expect(stderr()).not.toMatch(/\n\s+at /)
+    } finally {
+      proc.kill('SIGKILL')
+      Bun.spawnSync(['pkill', '-KILL', '-f', join(dir, 'p.db')])
+      await proc.exited
+    }
+  })
+})
