@@ -8,7 +8,7 @@ import { RateLimiter } from './limiter/limiter'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
-import { PetService } from './modules/pets/service'
+import { MAX_PAGE_UNITS, MAX_PET_UNITS, PetService } from './modules/pets/service'
 import { InThreadPetWriter, type PetWriter } from './modules/pets/writer'
 import { storeModule } from './modules/store'
 import { AccessLog, type LogSink } from './observability/access-log'
@@ -129,6 +129,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
           value: limiter.trackedAddresses,
         },
         petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
+        petstore_page_cache_chars: {
+          help: `Characters of JSON held by the list-page cache (at most ${MAX_PAGE_UNITS}).`,
+          value: pets.cacheSizes.pages,
+        },
+        petstore_pet_cache_chars: {
+          help: `Characters of JSON held by the single-pet cache (at most ${MAX_PET_UNITS}).`,
+          value: pets.cacheSizes.pets,
+        },
         petstore_log_lines_dropped_total: {
           help: 'Access-log lines dropped because stdout was not read fast enough, or was closed.',
           value: accessLog?.dropped ?? 0,

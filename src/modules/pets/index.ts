@@ -34,11 +34,14 @@ export const DEPRECATED_SINCE = '@1767225600'
 export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
 
 const parsedQueries = new Map<string, ListQuery>()
+/** Far above any query this operation takes (three short parameters); keeps the parse cache small. */
+const MAX_QUERY_LENGTH = 1024
 
 /** Parses the query of a listPets URL; results are kept by query text, since clients repeat them. */
 export function parseListQuery(url: string): ListQuery {
   const start = url.indexOf('?')
   const text = start < 0 ? '' : url.slice(start + 1)
+  if (text.length > MAX_QUERY_LENGTH) throw badRequest(`query: is longer than ${MAX_QUERY_LENGTH} characters`)
   let parsed = parsedQueries.get(text)
   if (!parsed) {
     parsed = parseQueryText(text)

@@ -60,8 +60,13 @@ interface Pending {
   reject: (error: unknown) => void
 }
 
+// The caches are bounded in entries and in size (string length in UTF-16 units, one or two bytes
+// each), so long names cannot make a bounded number of entries large. Past a bound the oldest entries
+// go first: dropping a whole cache at once would make every client miss together.
 const MAX_CACHED_PAGES = 4096
+export const MAX_PAGE_UNITS = 32 * 1024 * 1024
 const MAX_CACHED_PETS = 100_000
+export const MAX_PET_UNITS = 16 * 1024 * 1024
 
 export function petJson(pet: Pet): string {
   return `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`
@@ -72,6 +77,8 @@ export class PetService {
   /** Keys of cached pages that end the listing: the only ones a new pet can change. */
   private readonly lastPages = new Set<string>()
   private readonly pets = new Map<number, string>()
+  private pageUnits = 0
+  private petUnits = 0
   private queue: Pending[] = []
   /** Settles when the queue is empty and no batch is in flight; null when that is already so. */
   private committing: Promise<void> | null = null
@@ -82,6 +89,11 @@ export class PetService {
     private readonly writer: PetWriter,
     private readonly options: PetServiceOptions,
   ) {}
+
+  /** How much the caches hold, in characters of JSON (each one or two bytes). */
+  get cacheSizes(): { pages: number; pets: number } {
+    return { pages: this.pageUnits, pets: this.petUnits }
+  }
 
   list(query: ListQuery): Page {
     const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
@@ -94,11 +106,14 @@ export class PetService {
       body: `[${rows.map(petJson).join(',')}]`,
       nextAfterId: more ? rows[rows.length - 1]!.id : null,
     }
-    if (this.pages.size >= MAX_CACHED_PAGES) {
-      this.pages.clear()
-      this.lastPages.clear()
+    for (const [oldest, old] of this.pages) {
+      if (this.pages.size < MAX_CACHED_PAGES && this.pageUnits + page.body.length <= MAX_PAGE_UNITS) break
+      this.pages.delete(oldest)
+      this.lastPages.delete(oldest)
+      this.pageUnits -= old.body.length
     }
     this.pages.set(cacheKey, page)
+    this.pageUnits += page.body.length
     if (page.nextAfterId === null) this.lastPages.add(cacheKey)
     return page
   }
@@ -111,8 +126,13 @@ export class PetService {
     const pet = this.read(() => this.repo.get(id))
     if (!pet) return null
     const json = petJson(pet)
-    if (this.pets.size >= MAX_CACHED_PETS) this.pets.clear()
+    for (const [oldest, old] of this.pets) {
+      if (this.pets.size < MAX_CACHED_PETS && this.petUnits + json.length <= MAX_PET_UNITS) break
+      this.pets.delete(oldest)
+      this.petUnits -= old.length
+    }
     this.pets.set(id, json)
+    this.petUnits += json.length
     return json
   }
 
@@ -194,7 +214,10 @@ export class PetService {
    * exact content and cursor, and only last pages (which the new pet may join) must be made again.
    */
   private forgetLastPages(): void {
-    for (const cacheKey of this.lastPages) this.pages.delete(cacheKey)
+    for (const cacheKey of this.lastPages) {
+      this.pageUnits -= this.pages.get(cacheKey)?.body.length ?? 0
+      this.pages.delete(cacheKey)
+    }
     this.lastPages.clear()
   }
 
