@@ -62,3 +62,14 @@ export const internalError = () =>
 export function errorBody(status: number, code: ErrorCode, message: string): string {
   return JSON.stringify({ code, message, status })
 }
+
+/**
+ * The client closed the connection before the request was complete. Nobody is left to answer; the log
+ * and metrics record it as 499 ("client closed request", as nginx does), not as a server error.
+ */
+export class ClientClosedError extends Error {
+  static readonly STATUS = 499
+  constructor() {
+    super('the client closed the connection before its request was complete')
+  }
+}

@@ -3,7 +3,7 @@
  * UTF-8, valid JSON without repeated member names, no number that JSON.parse would silently round and no
  * string that storage would alter.
  */
-import { ApiError, badRequest, payloadTooLarge, unsupportedMediaType } from '../errors'
+import { ApiError, badRequest, ClientClosedError, payloadTooLarge, unsupportedMediaType } from '../errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
@@ -107,7 +107,15 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
       throw badRequest('body: is required (a JSON object)')
     throw unsupportedMediaType()
   }
-  const bytes = await readCapped(request, maxBytes)
+  let bytes: Uint8Array
+  try {
+    bytes = await readCapped(request, maxBytes)
+  } catch (error) {
+    if (error instanceof ApiError) throw error
+    // The client went away before its body arrived: its own doing, not the server's.
+    if (request.signal.aborted) throw new ClientClosedError()
+    throw error
+  }
   if (bytes.byteLength === 0) throw badRequest('body: is required (a JSON object)')
   let text: string
   try {

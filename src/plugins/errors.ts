@@ -6,7 +6,7 @@
  */
 import { Elysia } from 'elysia'
 import type { RequestInfo } from './request-context'
-import { ApiError, badRequest, internalError, methodNotAllowed, notFound } from '../errors'
+import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../errors'
 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
@@ -46,6 +46,10 @@ export function errorHandler(options: ErrorHandlerOptions) {
   return new Elysia({ name: 'errors' }).onError({ as: 'global' }, (ctx) => {
     const { code, error, set } = ctx
     const info = (ctx as { info?: RequestInfo }).info
+    if (error instanceof ClientClosedError) {
+      info?.done(ClientClosedError.STATUS, info.operation)
+      return new Response(null, { status: ClientClosedError.STATUS })
+    }
     let answer: ApiError
     if (error instanceof ApiError) answer = error
     else if (code === 'NOT_FOUND') answer = unrouted(options.allowedMethods, info?.path ?? ctx.path)

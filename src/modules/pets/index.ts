@@ -3,7 +3,7 @@
  * query, path and body value before the service sees it.
  */
 import { Elysia } from 'elysia'
-import { badRequest, notFound } from '../../errors'
+import { badRequest, ClientClosedError, notFound } from '../../errors'
 import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
@@ -140,7 +140,11 @@ export function petsModule(options: PetsModuleOptions) {
         const created = await service.create(
           pet,
           idempotencyKey === null ? undefined : { keyId: verifiedKey(info).id, key: idempotencyKey },
+          request.signal,
         )
+        // Gone while the batch was committed: the pet exists (a retry with the Idempotency-Key finds it),
+        // but no 201 was delivered, so none is recorded.
+        if (request.signal.aborted) throw new ClientClosedError()
         set.status = 201
         set.headers['content-type'] = JSON_TYPE
         set.headers.location = created.location

@@ -4,7 +4,7 @@
  * committed together, one durable transaction per batch, so durability does not cost one fsync each.
  * One batch is in flight at a time; creates that arrive meanwhile form the next one.
  */
-import { ApiError, idempotencyConflict, unavailable } from '../../errors'
+import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '../../errors'
 import {
   type CreatePetCommand,
   type CreatePetOutcome,
@@ -58,6 +58,8 @@ interface Pending {
   command: CreatePetCommand
   resolve: (outcome: CreatePetOutcome) => void
   reject: (error: unknown) => void
+  /** Aborted once the client's connection is closed. */
+  clientGone: AbortSignal | undefined
 }
 
 // The caches are bounded in entries and in size (string length in UTF-16 units, one or two bytes
@@ -140,10 +142,10 @@ export class PetService {
    * Creates a pet; resolves once its row is durable. With an idempotency key, a repeat of the same
    * request returns the first response and a different request under the same key is refused.
    */
-  async create(pet: NewPet, idempotency?: { keyId: string; key: string }): Promise<Created> {
+  async create(pet: NewPet, idempotency?: { keyId: string; key: string }, clientGone?: AbortSignal): Promise<Created> {
     const command = { pet, idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) } }
     const outcome = await new Promise<CreatePetOutcome>((resolve, reject) => {
-      this.queue.push({ command, resolve, reject })
+      this.queue.push({ command, resolve, reject, clientGone })
       this.committing ??= this.commitQueue()
     })
     if (outcome.kind === 'conflict') throw idempotencyConflict()
@@ -162,9 +164,14 @@ export class PetService {
     // One turn of the event loop lets the creates that arrive together form the first batch.
     await new Promise<void>((resolve) => setImmediate(resolve))
     while (this.queue.length > 0) {
-      const batch = this.queue
+      // A create whose client has gone by now is not carried out: nobody could be told it was.
+      const batch = this.queue.filter((pending) => {
+        if (!pending.clientGone?.aborted) return true
+        pending.reject(new ClientClosedError())
+        return false
+      })
       this.queue = []
-      await this.commit(batch)
+      if (batch.length > 0) await this.commit(batch)
     }
     this.committing = null
   }
