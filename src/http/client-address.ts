@@ -76,7 +76,12 @@ function formatIPv6(groups: number[]): string {
  * 127.0.0.0/8 and ::1). Checked when the server is built, so a typo stops the start, not a request.
  */
 export class TrustedProxies {
-  private readonly blocks: { v6: boolean; bits: bigint; prefix: number }[] = []
+  /** IPv4 blocks as [network, mask] over unsigned 32-bit numbers: checked per request, so no BigInt. */
+  private readonly v4: [number, number][] = []
+  private readonly v6: { bits: bigint; prefix: number }[] = []
+  /** The last address asked about and the answer: behind a proxy, the peer is the same every time. */
+  private lastAddress = ''
+  private lastAnswer = false
 
   constructor(readonly entries: string[]) {
     for (const entry of entries.flatMap((item) => (item === 'loopback' ? ['127.0.0.0/8', '::1'] : [item]))) {
@@ -87,20 +92,28 @@ export class TrustedProxies {
       const prefix = prefixText === undefined ? width : /^\d{1,3}$/.test(prefixText) ? Number(prefixText) : NaN
       if (!normal || extra !== undefined || !(prefix >= 0 && prefix <= width))
         throw new RangeError(`"${entry}" is not an IP address, a CIDR block like 10.0.0.0/8, or loopback`)
-      this.blocks.push({ v6, bits: addressBits(normal) >> BigInt(width - prefix), prefix })
+      if (v6) this.v6.push({ bits: ipv6Bits(normal) >> BigInt(128 - prefix), prefix })
+      else {
+        const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0
+        this.v4.push([(ipv4Number(normal) & mask) >>> 0, mask])
+      }
     }
   }
 
   get none(): boolean {
-    return this.blocks.length === 0
+    return this.v4.length === 0 && this.v6.length === 0
   }
 
   /** True when the normalised address is in one of the blocks. */
   has(address: string): boolean {
-    if (this.blocks.length === 0) return false
-    const v6 = address.includes(':')
-    const bits = addressBits(address)
-    return this.blocks.some((block) => block.v6 === v6 && bits >> BigInt((v6 ? 128 : 32) - block.prefix) === block.bits)
+    if (this.none) return false
+    if (address === this.lastAddress) return this.lastAnswer
+    const answer = address.includes(':')
+      ? this.v6.some((block) => ipv6Bits(address) >> BigInt(128 - block.prefix) === block.bits)
+      : this.v4.some(([network, mask]) => (ipv4Number(address) & mask) >>> 0 === network)
+    this.lastAddress = address
+    this.lastAnswer = answer
+    return answer
   }
 }
 
@@ -120,7 +133,20 @@ export function forwardedClient(peer: string, forwarded: string, trusted: Truste
   return client
 }
 
-function addressBits(address: string): bigint {
-  if (!address.includes(':')) return address.split('.').reduce((bits, part) => (bits << 8n) | BigInt(part), 0n)
+/** A dotted IPv4 address (already checked) as an unsigned 32-bit number. */
+function ipv4Number(address: string): number {
+  let value = 0
+  let octet = 0
+  for (let i = 0; i < address.length; i++) {
+    const char = address.charCodeAt(i)
+    if (char === 0x2e /* . */) {
+      value = value * 256 + octet
+      octet = 0
+    } else octet = octet * 10 + (char - 0x30)
+  }
+  return value * 256 + octet
+}
+
+function ipv6Bits(address: string): bigint {
   return ipv6Groups(address).reduce((bits, group) => (bits << 16n) | BigInt(group), 0n)
 }
