@@ -124,11 +124,13 @@ export class TrustedProxies {
  */
 export function forwardedClient(peer: string, forwarded: string, trusted: TrustedProxies): string {
   let client = peer
-  const hops = forwarded.split(',')
-  for (let i = hops.length - 1; i >= 0 && trusted.has(client); i--) {
-    const hop = normaliseAddress(hops[i]!.trim())
+  // From the right, one entry at a time, without splitting the whole header.
+  for (let end = forwarded.length; end > 0 && trusted.has(client); ) {
+    const start = forwarded.lastIndexOf(',', end - 1) + 1
+    const hop = normaliseAddress(forwarded.slice(start, end).trim())
     if (!hop) break
     client = hop
+    end = start - 1
   }
   return client
 }

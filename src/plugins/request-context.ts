@@ -116,13 +116,20 @@ const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
 const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
 
+/** Scheme and authority of the last URL found routable, with the slash after them: clients repeat them. */
+let routableOrigin = '\u0000'
+
 /** The path of the URL as the router reads it, or the reason it cannot be read that way. */
 export function routedPath(url: string): string | ApiError {
-  if (!ROUTABLE_URL.test(url)) return BAD_HOST
-  const start = url.indexOf('/', url.charCodeAt(4) === 0x73 /* s */ ? 8 : 7)
-  if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
-  if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))
-    return BAD_HOST
+  let start = routableOrigin.length - 1
+  if (!url.startsWith(routableOrigin)) {
+    if (!ROUTABLE_URL.test(url)) return BAD_HOST
+    start = url.indexOf('/', url.charCodeAt(4) === 0x73 /* s */ ? 8 : 7)
+    if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
+    if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))
+      return BAD_HOST
+    routableOrigin = url.slice(0, start + 1)
+  }
   const query = url.indexOf('?', start)
   return query < 0 ? url.slice(start) : url.slice(start, query)
 }
