@@ -4,7 +4,7 @@
  * stdout went away.
  */
 import { describe, expect, test } from 'bun:test'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { auth } from '../support/app'
 import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
@@ -24,10 +24,35 @@ function readIfThere(file: string): string {
   }
 }
 
-/** The pid of the server serving `dataFile` (the binary itself, not the shell around it). */
+/** Processes whose command line contains every one of `parts` (read from /proc, no procps needed). */
+function processesWith(...parts: string[]): number[] {
+  const pids: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    let command: string
+    try {
+      command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ')
+    } catch {
+      continue
+    }
+    if (parts.every((part) => command.includes(part))) pids.push(Number(entry))
+  }
+  return pids
+}
+
+/** The pid of the binary serving `dataFile` (not the shell around it). */
 function serverPid(dataFile: string): number {
-  const found = Bun.spawnSync(['pgrep', '-f', `^${BINARY} serve .*${dataFile}`]).stdout.toString().trim().split('\n')
-  return Number(found.at(-1))
+  const [pid] = processesWith(`${BINARY} serve`, dataFile).filter((p) => !readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('sh'))
+  return pid!
+}
+
+/** Kills the pipeline a test started: the server and the reader behind it. */
+function killPipeline(dataFile: string, reader: string): void {
+  for (const pid of [...processesWith(`${BINARY} serve`, dataFile), ...processesWith(reader)]) {
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {}
+  }
 }
 
 /** Sends `count` keyless requests with a long path (so each log line is long), `concurrency` at a time. */
@@ -71,8 +96,7 @@ describe('stdout that is not read or is closed', () => {
       expect(rssMiB(server) - before).toBeLessThan(64)
       expect((await fetch(`${origin}/healthz`)).status).toBe(200)
     } finally {
-      Bun.spawnSync(['pkill', '-KILL', '-f', join(dir, 'p.db')])
-      Bun.spawnSync(['pkill', '-KILL', '-x', '-f', 'sleep 600'])
+      killPipeline(join(dir, 'p.db'), 'sleep 600')
       proc.kill('SIGKILL')
       await proc.exited
     }
@@ -99,7 +123,7 @@ describe('stdout that is not read or is closed', () => {
       expect(stderr()).not.toMatch(/\n\s+at /)
     } finally {
       proc.kill('SIGKILL')
-      Bun.spawnSync(['pkill', '-KILL', '-f', join(dir, 'p.db')])
+      killPipeline(join(dir, 'p.db'), 'head -c 1')
       await proc.exited
     }
   })
