@@ -234,9 +234,25 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     answerMetrics,
     startBackground() {
       let watchingFile = true
+      let petsGeneration = storage.pets.generation()
+      let pollFailing = false
       every(KEY_POLL_MS, () => {
         storageFault()
-        keys.reloadIfChanged()
+        try {
+          keys.reloadIfChanged()
+          // Changes the CLI asks for while the server runs (pets seed/reset, keys reset-limits).
+          const generation = storage.pets.generation()
+          if (generation !== petsGeneration) {
+            petsGeneration = generation
+            pets.dropCaches()
+          }
+          if (!storage.readOnly) for (const id of storage.keys.takeLimitResets()) limiter.forgetKey(`key:${id}`)
+          pollFailing = false
+        } catch (error) {
+          // Tried again at the next poll; said once, not four times a second.
+          if (!pollFailing) warn(`could not check the data file for changes made by petstore commands: ${(error as Error).message}`)
+          pollFailing = true
+        }
         if (watchingFile && storage.changedOnDisk()) {
           watchingFile = false
           onDataFileChanged()

@@ -11,7 +11,7 @@ import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from '
 import { WorkerPetWriter } from './modules/pets/writer'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
-import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord } from './storage/types'
+import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet } from './storage/types'
 import { notFound } from './errors'
 import { errorResponse } from './plugins/errors'
 
@@ -24,7 +24,8 @@ const USAGE = {
 Commands:
   serve                      run the server
   help [COMMAND]             show the usage of petstore or of one command
-  keys create|list|revoke    manage API keys
+  keys create|list|revoke|reset-limits   manage API keys
+  pets seed|reset            add sample pets, or delete every pet (keys are kept)
   backup FILE                write a consistent copy of the data file
   healthcheck                exit 0 when the local server answers /healthz (for container health checks)
 
@@ -52,6 +53,9 @@ ${COMMON}
   keys: `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
        petstore keys list [--json]
        petstore keys revoke ID
+       petstore keys reset-limits ID
+
+  reset-limits refills the key's buckets and lifts its ban; a running server applies it within a second.
 
   create prints the new key's secret once, alone, as the last line of stdout.
   Plans (requests per minute / per day):
@@ -61,6 +65,14 @@ ${Object.entries(PLAN_LIMITS)
     enterprise   --rpm N / --rpd N (its own limits)
   Without --data or PETSTORE_DATA, the commands use the environment's default data file, which must
   exist (start the server once); naming the file with --data creates it when missing.
+
+${COMMON}`,
+  pets: `Usage: petstore pets seed --count N
+       petstore pets reset --yes
+
+  seed adds N sample pets (1 to 100000) with realistic names, categories and statuses.
+  reset deletes every pet and idempotency record; API keys and their limits are kept.
+  A running server sees either within a second. Meant for staging and test stores (--env staging).
 
 ${COMMON}`,
   backup: `Usage: petstore backup FILE
@@ -186,6 +198,8 @@ async function run(argv: string[]): Promise<number> {
       return serve(rest)
     case 'keys':
       return keys(rest)
+    case 'pets':
+      return pets(rest)
     case 'backup':
       return backup(rest)
     case 'healthcheck':
@@ -379,7 +393,7 @@ function helpFor(args: string[]): number {
   if (args.length === 0) return help(USAGE.main)
   const topic = args[0]!
   if (args.length > 1 || !(topic in USAGE) || topic === 'main')
-    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, backup, healthcheck`, USAGE.main)
+    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, pets, backup, healthcheck`, USAGE.main)
   return help(USAGE[topic as keyof typeof USAGE])
 }
 
@@ -416,15 +430,16 @@ async function keys(args: string[]): Promise<number> {
     create: ['plan', 'name', 'rpm', 'rpd'],
     list: ['json'],
     revoke: [],
+    'reset-limits': [],
   }
   if (!(sub in allowed)) throw new UsageError(`unknown keys command "${sub}"`, USAGE.keys)
   for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json'])
     if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
       throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE.keys)
-  const expected = sub === 'revoke' ? 1 : 0
+  const expected = sub === 'revoke' || sub === 'reset-limits' ? 1 : 0
   if (positionals.length !== expected)
     throw new UsageError(
-      expected ? 'keys revoke needs exactly one key ID' : `unexpected argument "${positionals[0]}"`,
+      expected ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[0]}"`,
       USAGE.keys,
     )
 
@@ -453,16 +468,69 @@ async function keys(args: string[]): Promise<number> {
       printKeys(storage.keys.list(), values.json === true)
     } else {
       const id = positionals[0]!
-      if (!storage.keys.revoke(id, Date.now())) {
-        console.error(`petstore: no key with id "${id.slice(0, 64)}"`)
+      const done = sub === 'revoke' ? storage.keys.revoke(id, Date.now()) : storage.keys.resetLimits(id, Date.now())
+      if (!done) {
+        console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${file}`)
         return 1
       }
-      console.error(`petstore: revoked ${id} in ${file}; a running server refuses it within a second`)
+      console.error(
+        sub === 'revoke'
+          ? `petstore: revoked ${id} in ${file}; a running server refuses it within a second`
+          : `petstore: reset the limits of ${id} in ${file}: full buckets, no ban; a running server applies it within a second`,
+      )
     }
     return 0
   } finally {
     storage.close()
   }
+}
+
+async function pets(args: string[]): Promise<number> {
+  const [sub, ...rest] = args
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    console.log(USAGE.pets)
+    return sub === undefined ? 2 : 0
+  }
+  const { values, positionals } = parse(rest, { count: { type: 'string' }, yes: { type: 'boolean' } }, USAGE.pets)
+  if (values.help) return help(USAGE.pets)
+  if (sub !== 'seed' && sub !== 'reset') throw new UsageError(`unknown pets command "${sub}"`, USAGE.pets)
+  if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE.pets)
+  if (sub === 'seed' && values.yes !== undefined) throw new UsageError('--yes does not apply to pets seed', USAGE.pets)
+  if (sub === 'reset' && values.count !== undefined) throw new UsageError('--count does not apply to pets reset', USAGE.pets)
+  if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE.pets)
+  const count = sub === 'seed' ? asUsageError(() => parseInteger('--count', values.count as string, 1, 100_000), USAGE.pets) : 0
+  const { storage, file } = openForCommand(values, USAGE.pets, sub === 'seed')
+  try {
+    if (sub === 'seed') {
+      storage.pets.seed(samplePets(count), Date.now())
+      console.error(`petstore: added ${count} sample pets to ${file}`)
+      return 0
+    }
+    if (values.yes !== true) {
+      console.error(`petstore: pets reset deletes all ${storage.pets.count()} pets in ${file} (keys are kept); run it again with --yes`)
+      return 2
+    }
+    const deleted = storage.pets.reset()
+    console.error(`petstore: deleted ${deleted} pets from ${file}; API keys are kept`)
+    return 0
+  } finally {
+    storage.close()
+  }
+}
+
+const SAMPLE_NAMES = [
+  'Rex', 'Bella', 'Luna', 'Max', 'Charlie', 'Lucy', 'Cooper', 'Daisy', 'Milo', 'Bailey', 'Coco', 'Rocky',
+  'Nala', 'Oliver', 'Lola', 'Tucker', 'Zoe', 'Bear', 'Ruby', 'Leo', 'Pepper', 'Simba', 'Willow', 'Ziggy',
+  'Biscuit', 'Mochi', 'Pumpkin', 'Shadow', 'Ginger', 'Oscar', 'Hazel', 'Finn', 'Olive', 'Toby', 'Nova', 'Bruno',
+]
+/** Realistic enough to page, filter and show: a name, one of five categories, mostly available. */
+function samplePets(count: number): NewPet[] {
+  const statuses = ['available', 'available', 'available', 'available', 'available', 'available', 'pending', 'pending', 'sold', 'sold'] as const
+  return Array.from({ length: count }, (_, i) => ({
+    name: SAMPLE_NAMES[i % SAMPLE_NAMES.length]!,
+    categoryId: 1 + Math.floor(Math.random() * 5),
+    status: statuses[Math.floor(Math.random() * statuses.length)]!,
+  }))
 }
 
 function printKeys(records: ApiKeyRecord[], json: boolean): void {

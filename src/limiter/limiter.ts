@@ -139,9 +139,10 @@ export class RateLimiter {
     }
   }
 
-  /** Forgets a key's state when its limits change, so the new plan applies at once. */
+  /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
   forgetKey(subjectId: string): void {
     this.keys.delete(subjectId)
+    this.saved.delete(subjectId)
   }
 
   private subject(id: string, limits: Limits, isKey: boolean, now: number): Subject {

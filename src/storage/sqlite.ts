@@ -11,6 +11,7 @@ import {
   type CreatePetOutcome,
   type KeyRepository,
   type LimiterStateRepository,
+  type NewPet,
   type Pet,
   type PetRepository,
   type PetStatus,
@@ -61,6 +62,10 @@ const MIGRATIONS: string[] = [
      tokens REAL NOT NULL,
      updated_at INTEGER NOT NULL
    ) WITHOUT ROWID;`,
+  // Signals from the CLI to a running server: pets seeded or reset, key limits reset.
+  `CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+   INSERT INTO meta (name, value) VALUES ('pets_generation', 0);
+   CREATE TABLE limit_resets (key_id TEXT PRIMARY KEY, requested_at INTEGER NOT NULL) WITHOUT ROWID;`,
 ]
 
 const SQLITE_HEADER = 'SQLite format 3\0'
@@ -279,6 +284,8 @@ class SqlitePets implements PetRepository {
   private readonly findIdempotent: Statement<StoredResponse & { createdAt: number }, [string, string]>
   private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
   private readonly countAll: Statement<{ n: number }, []>
+  private readonly bumpGeneration: Statement<unknown, []>
+  private readonly readGeneration: Statement<{ value: number }, []>
   private readonly createTransaction: {
     immediate: (commands: CreatePetCommand[], now: number, render: RenderPet) => CreatePetOutcome[]
   }
@@ -301,6 +308,8 @@ class SqlitePets implements PetRepository {
        VALUES (?, ?, ?, ?, ?, ?, ?)`,
     )
     this.countAll = db.query('SELECT count(*) AS n FROM pets')
+    this.bumpGeneration = db.query("UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'")
+    this.readGeneration = db.query("SELECT value FROM meta WHERE name = 'pets_generation'")
     this.createTransaction = db.transaction((commands: CreatePetCommand[], now: number, render: RenderPet) =>
       commands.map((command) => this.createOne(command, now, render)),
     )
@@ -316,6 +325,34 @@ class SqlitePets implements PetRepository {
 
   count(): number {
     return this.countAll.get()!.n
+  }
+
+  seed(pets: NewPet[], now: number): void {
+    try {
+      this.db.transaction(() => {
+        for (const pet of pets) this.insert.get(pet.name, pet.categoryId, pet.status, now)
+        this.bumpGeneration.run()
+      }).immediate()
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  reset(): number {
+    try {
+      return this.db.transaction(() => {
+        const deleted = this.db.run('DELETE FROM pets').changes
+        this.db.run('DELETE FROM idempotency')
+        this.bumpGeneration.run()
+        return deleted
+      }).immediate()
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  generation(): number {
+    return this.readGeneration.get()!.value
   }
 
   createMany(commands: CreatePetCommand[], now: number, render: RenderPet): CreatePetOutcome[] {
@@ -391,6 +428,33 @@ class SqliteKeys implements KeyRepository {
   changeMark(): string {
     const { keys, revoked } = this.countKeys.get()!
     return `${keys}:${revoked}`
+  }
+
+  resetLimits(id: string, now: number): boolean {
+    try {
+      return this.db.transaction(() => {
+        if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
+        this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+        this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
+        return true
+      }).immediate()
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  takeLimitResets(): string[] {
+    const pending = this.db.query<{ keyId: string }, []>('SELECT key_id AS keyId FROM limit_resets')
+    if (!pending.get()) return []
+    // Taken and cleared together, with any day bucket the server saved since the reset was asked for.
+    return this.db.transaction(() => {
+      const ids = pending.all().map((row) => row.keyId)
+      for (const id of ids) {
+        this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+        this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
+      }
+      return ids
+    }).immediate()
   }
 
   recordLastUsed(lastUsed: Map<string, number>): void {

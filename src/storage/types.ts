@@ -58,6 +58,12 @@ export interface PetRepository {
   /** Runs every command in one durable transaction (group commit); outcomes in command order. */
   createMany(commands: CreatePetCommand[], now: number, render: RenderPet): CreatePetOutcome[]
   count(): number
+  /** Adds pets in one transaction, outside the API (sample data); a running server re-reads its pages. */
+  seed(pets: NewPet[], now: number): void
+  /** Deletes every pet and idempotency record; a running server forgets what it cached. */
+  reset(): number
+  /** Changes whenever pets were seeded or reset by another process: cached pages must be dropped. */
+  generation(): number
 }
 
 export interface KeyRepository {
@@ -68,6 +74,13 @@ export interface KeyRepository {
   /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
   changeMark(): string
   recordLastUsed(lastUsed: Map<string, number>): void
+  /**
+   * Refills a key's buckets and lifts its ban: its saved day bucket is deleted, and a running server
+   * is asked (through takeLimitResets) to forget what it holds. False when there is no such key.
+   */
+  resetLimits(id: string, now: number): boolean
+  /** The key ids whose limits were reset since the last call. */
+  takeLimitResets(): string[]
 }
 
 export interface SavedBucket {

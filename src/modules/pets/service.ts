@@ -92,6 +92,15 @@ export class PetService {
     private readonly options: PetServiceOptions,
   ) {}
 
+  /** Forgets every cached page and pet: another process seeded or reset the pets. */
+  dropCaches(): void {
+    this.pages.clear()
+    this.lastPages.clear()
+    this.pets.clear()
+    this.pageUnits = 0
+    this.petUnits = 0
+  }
+
   /** How much the caches hold, in characters of JSON (each one or two bytes). */
   get cacheSizes(): { pages: number; pets: number } {
     return { pages: this.pageUnits, pets: this.petUnits }
