@@ -10,8 +10,11 @@
 
 export interface LogSink {
   write(text: string): unknown
-  /** The bytes flushed, or a promise of them while the reader is behind. */
-  flush(): number | Promise<number> | unknown
+  /**
+   * The bytes flushed, or a promise of them while the reader is behind; nothing (undefined) once the
+   * sink is closed, as Bun's file sink answers after its reader went away.
+   */
+  flush(): number | Promise<number> | undefined
 }
 
 export interface AccessLogOptions {

@@ -39,7 +39,7 @@ export function startApp(input: ConfigInput = {}, options: { realClock?: boolean
   const petstore = createApp(config, {
     storage,
     now: options.realClock ? Date.now : () => clock.now,
-    logSink: { write: (text) => logLines.push(...text.trimEnd().split('\n')), flush: () => {} },
+    logSink: { write: (text) => logLines.push(...text.trimEnd().split('\n')), flush: () => 0 },
     warn: () => {},
   })
   petstore.app.listen({ hostname: config.host, port: 0 })

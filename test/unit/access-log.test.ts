@@ -40,3 +40,37 @@ describe('AccessLog', () => {
     expect(flushes).toBe(1)
   })
 })
+
+describe('AccessLog bounds', () => {
+  test('drops and counts lines past the cap while the reader is behind, and takes lines again once it caught up', async () => {
+    let release = () => {}
+    const written: string[] = []
+    const log = new AccessLog(
+      { write: (text) => written.push(text), flush: () => new Promise<number>((resolve) => (release = () => resolve(0))) },
+      { flushEveryMs: 60_000, maxPendingBytes: 100 },
+    )
+    // Eleven characters a line with its newline: nine fit under 100.
+    for (let i = 0; i < 20; i++) log.write(`{"line":${i % 10}}`)
+    expect(written.length).toBe(9)
+    expect(log.dropped).toBe(11)
+    log.flush()
+    release()
+    await Bun.sleep(0)
+    log.write('{"after":1}')
+    expect(written.at(-1)).toBe('{"after":1}\n')
+    log.close()
+  })
+
+  test('a sink that answers a flush with nothing is closed: told once, nothing more written', () => {
+    const closed: string[] = []
+    const written: string[] = []
+    const log = new AccessLog({ write: (text) => written.push(text), flush: () => undefined }, { flushEveryMs: 60_000, onClosed: (reason) => closed.push(reason) })
+    log.write('{"a":1}')
+    log.flush()
+    log.write('{"b":2}')
+    log.flush()
+    expect(closed).toEqual(['stdout was closed by its reader'])
+    expect(written).toEqual(['{"a":1}\n'])
+    expect(log.dropped).toBe(1)
+  })
+})
