@@ -69,7 +69,9 @@ describe('OpenAPI document', () => {
 
   test('lists the production and staging base URLs as servers', () => {
     const port = new URL(app.origin).port
-    expect(doc.servers).toHaveLength(2)
+    expect(doc.servers).toHaveLength(3)
+    // The first server is relative, so Swagger UI calls the origin that served the page.
+    expect(doc.servers[0].url).toBe('/v1')
     const byDescription = Object.fromEntries(doc.servers.map((s: Json) => [s.description, s.url]))
     // The running environment's entry is its own base URL; the other is that environment's default.
     expect(byDescription.production).toBe(`http://localhost:${port}/v1`)
@@ -82,10 +84,18 @@ describe('OpenAPI document', () => {
     try {
       const d = await jsonOf(await fetch(`${staging.origin}/openapi.json`))
       const byDescription = Object.fromEntries(d.servers.map((s: Json) => [s.description, s.url]))
-      expect(byDescription).toEqual({ production: 'http://localhost:8080/v1', staging: 'https://staging.pets.example/v1' })
+      expect(byDescription).toEqual({
+        'this server': '/v1',
+        production: 'http://localhost:8080/v1',
+        staging: 'https://staging.pets.example/v1',
+      })
     } finally {
       staging.stop()
     }
+  })
+
+  test('no schema carries an $id (JSON Schema 2020-12 forbids pointer ids)', () => {
+    expect(JSON.stringify(doc)).not.toContain('"$id"')
   })
 
   test('declares the HTTP bearer scheme and requires it for every operation', () => {
