@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { auth, postPet, startApp, type TestApp } from '../support/app'
 import { Contract } from '../support/contract'
+import Ajv2020 from 'ajv/dist/2020'
+import addFormats from 'ajv-formats'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
@@ -98,6 +100,15 @@ describe('OpenAPI document', () => {
     expect(JSON.stringify(doc)).not.toContain('"$id"')
   })
 
+  test('Pet and NewPet carry examples that their schemas accept, and Ajv 2020-12 compiles every schema', () => {
+    const ajv = addFormats(new Ajv2020({ strict: false }))
+    for (const [name, schema] of Object.entries<Json>(doc.components.schemas)) {
+      const validate = ajv.compile(schema)
+      for (const example of schema.examples ?? []) expect(validate(example)).toBe(true)
+      if (name === 'Pet' || name === 'NewPet') expect(schema.examples?.length).toBeGreaterThan(0)
+    }
+  })
+
   test('declares the HTTP bearer scheme and requires it for every operation', () => {
     const schemes = doc.components.securitySchemes
     const bearer = Object.entries(schemes).filter(([, s]: [string, any]) => s.type === 'http' && s.scheme === 'bearer')
@@ -150,6 +161,7 @@ describe('OpenAPI document', () => {
     const limit = params.find((p: Json) => p.name === 'limit')
     expect(limit).toMatchObject({ in: 'query', required: false })
     expect(limit.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 100, default: 20 })
+    expect(resolve(operation('/pets', 'get').responses['200'].content['application/json'].schema).maxItems).toBe(100)
     const status = params.find((p: Json) => p.name === 'status')
     expect(status.in).toBe('query')
     expect(enumValues(status.schema).sort()).toEqual(['available', 'pending', 'sold'])
