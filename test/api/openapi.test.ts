@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { auth, postPet, startApp, type TestApp } from '../support/app'
 import { Contract } from '../support/contract'
+import Ajv2020 from 'ajv/dist/2020'
+import addFormats from 'ajv-formats'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
@@ -69,7 +71,9 @@ describe('OpenAPI document', () => {
 
   test('lists the production and staging base URLs as servers', () => {
     const port = new URL(app.origin).port
-    expect(doc.servers).toHaveLength(2)
+    expect(doc.servers).toHaveLength(3)
+    // The first server is relative, so Swagger UI calls the origin that served the page.
+    expect(doc.servers[0].url).toBe('/v1')
     const byDescription = Object.fromEntries(doc.servers.map((s: Json) => [s.description, s.url]))
     // The running environment's entry is its own base URL; the other is that environment's default.
     expect(byDescription.production).toBe(`http://localhost:${port}/v1`)
@@ -82,9 +86,26 @@ describe('OpenAPI document', () => {
     try {
       const d = await jsonOf(await fetch(`${staging.origin}/openapi.json`))
       const byDescription = Object.fromEntries(d.servers.map((s: Json) => [s.description, s.url]))
-      expect(byDescription).toEqual({ production: 'http://localhost:8080/v1', staging: 'https://staging.pets.example/v1' })
+      expect(byDescription).toEqual({
+        'this server': '/v1',
+        production: 'http://localhost:8080/v1',
+        staging: 'https://staging.pets.example/v1',
+      })
     } finally {
       staging.stop()
+    }
+  })
+
+  test('no schema carries an $id (JSON Schema 2020-12 forbids pointer ids)', () => {
+    expect(JSON.stringify(doc)).not.toContain('"$id"')
+  })
+
+  test('Pet and NewPet carry examples that their schemas accept, and Ajv 2020-12 compiles every schema', () => {
+    const ajv = addFormats(new Ajv2020({ strict: false }))
+    for (const [name, schema] of Object.entries<Json>(doc.components.schemas)) {
+      const validate = ajv.compile(schema)
+      for (const example of schema.examples ?? []) expect(validate(example)).toBe(true)
+      if (name === 'Pet' || name === 'NewPet') expect(schema.examples?.length).toBeGreaterThan(0)
     }
   })
 
@@ -140,6 +161,7 @@ describe('OpenAPI document', () => {
     const limit = params.find((p: Json) => p.name === 'limit')
     expect(limit).toMatchObject({ in: 'query', required: false })
     expect(limit.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 100, default: 20 })
+    expect(resolve(operation('/pets', 'get').responses['200'].content['application/json'].schema).maxItems).toBe(100)
     const status = params.find((p: Json) => p.name === 'status')
     expect(status.in).toBe('query')
     expect(enumValues(status.schema).sort()).toEqual(['available', 'pending', 'sold'])

@@ -16,13 +16,6 @@ interface Operation {
   responses: Json
 }
 
-/** TypeBox leaves its own `$id`s in schemas; they would clash once the components are registered. */
-function withoutIds(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(withoutIds)
-  if (!node || typeof node !== 'object') return node
-  return Object.fromEntries(Object.entries(node).filter(([k]) => k !== '$id').map(([k, v]) => [k, withoutIds(v)]))
-}
-
 export class Contract {
   /** Answers checked so far, by "METHOD /template STATUS". */
   readonly seen = new Map<string, number>()
@@ -33,8 +26,8 @@ export class Contract {
 
   constructor(readonly doc: Json) {
     addFormats(this.ajv)
-    this.ajv.addSchema({ $id: 'doc', components: withoutIds(doc.components) })
-    this.basePath = new URL(doc.servers[0].url).pathname.replace(/\/$/, '')
+    this.ajv.addSchema({ $id: 'doc', components: doc.components })
+    this.basePath = new URL(doc.servers[0].url, 'http://relative.invalid').pathname.replace(/\/$/, '')
     for (const [template, item] of Object.entries<Json>(doc.paths)) {
       const pattern = new RegExp(`^${template.replace(/\{[^}]+\}/g, '[^/]+')}$`)
       for (const [method, operation] of Object.entries<Json>(item))
@@ -65,7 +58,7 @@ export class Contract {
   private validator(schema: Json): ValidateFunction {
     let validate = this.validators.get(schema)
     if (!validate) {
-      validate = this.ajv.compile(schema.$ref ? { $ref: `doc${schema.$ref}` } : (withoutIds(schema) as object))
+      validate = this.ajv.compile(schema.$ref ? { $ref: `doc${schema.$ref}` } : schema)
       this.validators.set(schema, validate)
     }
     return validate

@@ -54,7 +54,10 @@ export function buildDocument(options: OpsModuleOptions) {
   return {
     openapi: '3.1.0',
     info: { ...INFO, 'x-server-version': options.version },
+    // Swagger UI calls the first server: a relative one is the origin that served the page, so Try it
+    // out works at whatever address the page was opened (no cross-origin call).
     servers: [
+      { url: options.basePath, description: 'this server' },
       { url: servers.production, description: 'production' },
       { url: servers.staging, description: 'staging' },
     ],
@@ -63,9 +66,20 @@ export function buildDocument(options: OpsModuleOptions) {
       { name: 'pets', description: 'The animals in the store.' },
       { name: 'store', description: 'Orders: named by the interface, not implemented.' },
     ],
-    paths,
-    components: { ...components({ $ref: '#/components/schemas/Error' }), schemas: generated.components.schemas },
+    paths: withoutIds(paths),
+    components: { ...components({ $ref: '#/components/schemas/Error' }), schemas: withoutIds(generated.components.schemas) },
   }
+}
+
+/**
+ * Elysia's `.model()` gives each schema an `$id` of `#/components/schemas/<name>`, which JSON Schema
+ * 2020-12 forbids and Swagger UI cannot resolve; the models stay the single source, the document
+ * drops the `$id`s (references use `$ref` to the component itself).
+ */
+function withoutIds(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutIds)
+  if (value === null || typeof value !== 'object') return value
+  return Object.fromEntries(Object.entries(value).filter(([key]) => key !== '$id').map(([key, v]) => [key, withoutIds(v)]))
 }
 
 export function opsModule(options: OpsModuleOptions) {

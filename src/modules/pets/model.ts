@@ -42,7 +42,8 @@ export const PetModel = {
       categoryId: CategoryId,
       status: Type.Optional(PetStatus),
     },
-    { additionalProperties: false },
+    // Examples let the docs page prefill bodies that the server accepts.
+    { additionalProperties: false, examples: [{ id: 1, name: 'Rex', categoryId: 2, status: 'available' }] },
   ),
   NewPet: Type.Object(
     {
@@ -50,7 +51,7 @@ export const PetModel = {
       categoryId: CategoryId,
       status: Type.Optional({ ...PetStatus, default: 'available' }),
     },
-    { additionalProperties: false },
+    { additionalProperties: false, examples: [{ name: 'Rex', categoryId: 2, status: 'available' }] },
   ),
   Error: Type.Object(
     {
@@ -83,7 +84,7 @@ export const PetModel = {
   }),
 } as const
 
-export const PetsModel = Type.Array(PetModel.Pet)
+export const PetsModel = Type.Array(PetModel.Pet, { maxItems: LIMIT_MAX })
 
 export type NewPetInput = Static<typeof PetModel.NewPet>
 
