@@ -25,10 +25,24 @@ export function jsonResponse(description: string, schema: object, extraHeaders: 
 
 export const schemaRef = (name: string) => ref('schemas', name)
 
-/** Shared error responses by status, defined once under components.responses. */
-export function errorResponses(statuses: number[]) {
-  return Object.fromEntries(statuses.map((status) => [String(status), ref('responses', ERROR_NAMES[status]!)]))
+/**
+ * Shared error responses by status, defined once under components.responses. An operation whose every
+ * answer carries more headers (getPet's deprecation fields) gets its own copies that list them too.
+ */
+// Document fragments are handed to Elysia's `detail`, typed by its OpenAPI types; any is the honest type.
+export function errorResponses(statuses: number[], extraHeaders: string[] = []): Record<string, any> {
+  if (extraHeaders.length === 0)
+    return Object.fromEntries(statuses.map((status) => [String(status), ref('responses', ERROR_NAMES[status]!)]))
+  const shared = components({ $ref: '#/components/schemas/Error' }).responses as Record<string, ErrorResponse>
+  return Object.fromEntries(
+    statuses.map((status) => {
+      const response = shared[ERROR_NAMES[status]!]!
+      return [String(status), { ...response, headers: { ...response.headers, ...headerRefs(extraHeaders) } }]
+    }),
+  )
 }
+
+type ErrorResponse = { description: string; headers: object; content: object }
 
 const ERROR_NAMES: Record<number, string> = {
   400: 'BadRequest',
@@ -43,20 +57,64 @@ const ERROR_NAMES: Record<number, string> = {
   503: 'Unavailable',
 }
 
-/** OpenAPI parameters for each property of a TypeBox object. */
+/** OpenAPI parameters for each property of a TypeBox object, each with the example its schema gives. */
 export function parametersFrom(schema: TObject, where: 'query' | 'path') {
   const required = new Set(schema.required ?? [])
   return Object.entries(schema.properties).map(([name, property]) => {
-    const { description, ...rest } = property as { description?: string }
-    return { name, in: where, required: where === 'path' || required.has(name), description, schema: rest }
+    const { description, examples, ...rest } = property as { description?: string; examples?: unknown[] }
+    return { name, in: where, required: where === 'path' || required.has(name), description, example: examples?.[0], schema: rest }
   })
+}
+
+/**
+ * The schemas of the document, each named component referenced by `$ref` where another uses it
+ * (Pets' items are Pet, every status is PetStatus), built from the same models that validate requests.
+ */
+export function schemaComponents(models: { Pet: TObject; NewPet: TObject; Error: TObject; PetStatus: object; maxPets: number }) {
+  const statusRef = ref('schemas', 'PetStatus')
+  const withStatusRef = (model: TObject) => {
+    const { status, ...properties } = model.properties as Record<string, { default?: unknown }>
+    return { ...model, properties: { ...properties, status: { ...statusRef, ...(status?.default ? { default: status.default } : {}) } } }
+  }
+  return {
+    PetStatus: models.PetStatus,
+    Pet: withStatusRef(models.Pet),
+    NewPet: withStatusRef(models.NewPet),
+    Pets: { type: 'array', items: ref('schemas', 'Pet'), maxItems: models.maxPets, description: 'A page of pets, in id order.' },
+    Error: models.Error,
+  }
+}
+
+/** What each error code's example says; the first status that uses a code shows it. */
+const ERROR_EXAMPLES: Record<string, [number, string]> = {
+  invalid_request: [400, 'limit: must be an integer from 1 to 100'],
+  unauthorized: [401, 'An API key is required: send Authorization: Bearer <key>.'],
+  not_found: [404, 'No pet with id 42.'],
+  idempotency_conflict: [409, 'Idempotency-Key was already used with a different request body.'],
+  payload_too_large: [413, 'Request body is larger than 65536 bytes.'],
+  unsupported_media_type: [415, 'Content-Type must be application/json.'],
+  rate_limited: [429, 'Rate limit exceeded; retry after 1 s.'],
+  key_banned: [429, 'Too many requests after being rate limited; banned for 600 s.'],
+  internal_error: [500, 'The server failed to handle this request.'],
+  not_implemented: [501, 'GET /store/orders is not implemented by this server.'],
+  unavailable: [503, 'Storage cannot accept writes right now; reads still work.'],
 }
 
 export function components(errorSchema: object) {
   const error = (description: string, codes: string[], extra: string[] = []) => ({
     description: `${description} Codes: ${codes.map((c) => `\`${c}\``).join(', ')}.`,
     headers: headerRefs([...COMMON_HEADERS, ...extra]),
-    content: { 'application/json': { schema: errorSchema } },
+    content: {
+      'application/json': {
+        schema: errorSchema,
+        examples: Object.fromEntries(
+          codes.map((code) => {
+            const [status, message] = ERROR_EXAMPLES[code]!
+            return [code, { summary: code, value: { code, message, status } }]
+          }),
+        ),
+      },
+    },
   })
   // `required` marks the headers sent on every response that lists them; Link and Idempotent-Replayed
   // appear only when there is a next page or a replay.

@@ -102,11 +102,34 @@ describe('OpenAPI document', () => {
 
   test('Pet and NewPet carry examples that their schemas accept, and Ajv 2020-12 compiles every schema', () => {
     const ajv = addFormats(new Ajv2020({ strict: false }))
+    // The schemas refer to each other by `#/components/schemas/…`: they are compiled within the document.
+    ajv.addSchema({ $id: 'openapi.json', components: { schemas: doc.components.schemas } })
     for (const [name, schema] of Object.entries<Json>(doc.components.schemas)) {
-      const validate = ajv.compile(schema)
+      const validate = ajv.compile({ $ref: `openapi.json#/components/schemas/${name}` })
       for (const example of schema.examples ?? []) expect(validate(example)).toBe(true)
       if (name === 'Pet' || name === 'NewPet') expect(schema.examples?.length).toBeGreaterThan(0)
     }
+  })
+
+  test('Pet, NewPet, Pets, PetStatus and Error are components referenced by $ref, with defaults and examples kept', () => {
+    const schemas = doc.components.schemas
+    expect(schemas.Pets.items).toEqual({ $ref: '#/components/schemas/Pet' })
+    expect(schemas.PetStatus).toMatchObject({ type: 'string', enum: ['available', 'pending', 'sold'] })
+    expect(schemas.Pet.properties.status).toEqual({ $ref: '#/components/schemas/PetStatus' })
+    expect(schemas.NewPet.properties.status).toEqual({ $ref: '#/components/schemas/PetStatus', default: 'available' })
+    for (const [path, method] of OPERATIONS) {
+      for (const parameter of operation(path, method).parameters ?? []) expect(parameter.example).toBeDefined()
+      for (const [status, response] of Object.entries<Json>(operation(path, method).responses)) {
+        const media = resolve(response).content?.['application/json']
+        if (Number(status) >= 400) {
+          expect(resolve(media.schema)).toBe(resolve(schemas.Error))
+          for (const example of Object.values<Json>(media.examples)) expect(example.value.status).toBe(Number(status))
+        }
+      }
+    }
+    // getPet's deprecation fields are on every answer it gives, so every response documents them.
+    for (const response of Object.values<Json>(operation('/pets/{petId}', 'get').responses))
+      for (const header of ['Deprecation', 'Sunset', 'Link']) expect(Object.keys(resolve(response).headers)).toContain(header)
   })
 
   test('declares the HTTP bearer scheme and requires it for every operation', () => {

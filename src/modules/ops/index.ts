@@ -12,7 +12,8 @@ import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse } from '../../plugins/errors'
 import type { RequestInfo } from '../../plugins/request-context'
 import { unavailable } from '../../errors'
-import { components } from '../../http/openapi'
+import { components, schemaComponents } from '../../http/openapi'
+import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
 export interface OpsModuleOptions {
   /** The app whose routes the OpenAPI document describes. */
@@ -67,7 +68,10 @@ export function buildDocument(options: OpsModuleOptions) {
       { name: 'store', description: 'Orders: named by the interface, not implemented.' },
     ],
     paths: withoutIds(paths),
-    components: { ...components({ $ref: '#/components/schemas/Error' }), schemas: withoutIds(generated.components.schemas) },
+    components: {
+      ...components({ $ref: '#/components/schemas/Error' }),
+      schemas: withoutIds(schemaComponents({ ...PetModel, PetStatus: PetStatusSchema, maxPets: LIMIT_MAX })),
+    },
   }
 }
 

@@ -166,6 +166,7 @@ export function petsModule(options: PetsModuleOptions) {
               in: 'header',
               required: false,
               description: 'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key.',
+              example: 'order-1234-create',
               schema: { type: 'string', minLength: 1, maxLength: 255 },
             },
           ],
@@ -198,7 +199,7 @@ export function petsModule(options: PetsModuleOptions) {
           parameters: parametersFrom(PetModel.PetParams, 'path'),
           responses: {
             200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
-            ...errorResponses([400, 401, 404, 429, 500, 503]),
+            ...errorResponses([400, 401, 404, 429, 500, 503], ['Deprecation', 'Sunset', 'Link']),
           },
         },
       },

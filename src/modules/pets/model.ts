@@ -5,6 +5,7 @@
  */
 import { type Static, Type } from '@sinclair/typebox'
 import { PET_STATUSES } from '../../storage/types'
+import { encodeCursor } from './cursor'
 
 /** Integers beyond ±(2^53 − 1) cannot round-trip through JSON numbers, so they are refused, never rounded. */
 export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
@@ -13,6 +14,9 @@ export const NAME_MAX = 200
 export const LIMIT_MIN = 1
 export const LIMIT_MAX = 100
 export const LIMIT_DEFAULT = 20
+
+/** PetStatus as the document's component: a plain string enum (the validator uses the union below). */
+export const PetStatusSchema = { type: 'string', enum: [...PET_STATUSES], description: 'Availability of the animal.' }
 
 const PetStatus = Type.Union(
   PET_STATUSES.map((status) => Type.Literal(status)),
@@ -68,19 +72,21 @@ export const PetModel = {
         maximum: LIMIT_MAX,
         default: LIMIT_DEFAULT,
         description: 'Maximum number of animals returned.',
+        examples: [LIMIT_DEFAULT],
       }),
     ),
-    status: Type.Optional({ ...PetStatus, description: 'Filters by availability.' }),
+    status: Type.Optional({ ...PetStatus, description: 'Filters by availability.', examples: ['available'] }),
     cursor: Type.Optional(
       Type.String({
         minLength: 1,
         maxLength: 64,
         description: 'Opaque position of the next page; take it from the `Link: rel="next"` URL.',
+        examples: [encodeCursor(LIMIT_DEFAULT)],
       }),
     ),
   }),
   PetParams: Type.Object({
-    petId: Type.Integer({ format: 'int64', minimum: 1, description: 'Identifier of the animal.' }),
+    petId: Type.Integer({ format: 'int64', minimum: 1, description: 'Identifier of the animal.', examples: [1] }),
   }),
 } as const
 
