@@ -7,6 +7,7 @@ COPY package.json bun.lock ./
 RUN bun install --frozen-lockfile --production
 COPY tsconfig.json ./
 COPY src ./src
+COPY scripts ./scripts
 RUN bun run build && mkdir -p /out/data
 
 # glibc and libstdc++ are all the compiled Bun binary needs.

@@ -3,6 +3,7 @@
  * and a clock, and decides when to listen and when to start the background work.
  */
 import { Elysia } from 'elysia'
+import pkg from '../package.json'
 import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
 import { KeyRegistry } from './modules/keys/service'
@@ -21,7 +22,8 @@ import { type RequestInfo, requestContext } from './plugins/request-context'
 import { IDEMPOTENCY_TTL_MS } from './storage/sqlite'
 import type { Storage } from './storage/types'
 
-export const VERSION = '1.0.0'
+/** The server's version: package.json's, so a release's files say the version they are. */
+export const VERSION: string = pkg.version
 
 // Elysia's generic parameters carry nothing useful across this boundary.
 export type AnyElysia = Elysia<any, any, any, any, any, any, any>

@@ -21,7 +21,7 @@ function newestSource(dir: string): number {
   return newest
 }
 
-const sources = Math.max(newestSource(join(root, 'src')), statSync(join(root, 'package.json')).mtimeMs)
+const sources = Math.max(newestSource(join(root, 'src')), newestSource(join(root, 'scripts')), statSync(join(root, 'package.json')).mtimeMs)
 if (!existsSync(binary) || statSync(binary).mtimeMs < sources) {
   const build = Bun.spawnSync(['bun', 'run', 'build'], { cwd: root, stdout: 'inherit', stderr: 'inherit' })
   if (build.exitCode !== 0) throw new Error('bun run build failed; the binary tests cannot run')
