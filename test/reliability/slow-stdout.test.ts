@@ -6,7 +6,6 @@
 import { describe, expect, test } from 'bun:test'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { auth } from '../support/app'
 import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
 
 const LISTENING = /listening on http:\/\/127\.0\.0\.1:(\d+)/
