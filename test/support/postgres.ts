@@ -1,0 +1,105 @@
+/**
+ * A throwaway PostgreSQL cluster for tests: `initdb` into a temp folder (trust auth, no fsync of the
+ * initial files), a server on a free loopback port with its socket in that folder, stopped and removed
+ * after. Uses Debian's `postgresql` package; as root it runs the server as the `postgres` user, since
+ * PostgreSQL refuses to run as root.
+ */
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir, userInfo } from 'node:os'
+import { join } from 'node:path'
+import { freePort } from './ports'
+
+export interface PostgresCluster {
+  /** postgres://postgres@127.0.0.1:PORT/DATABASE, for the database this cluster was asked for. */
+  url: string
+  port: number
+  /** A fresh, empty database on this cluster, and its URL. */
+  createDatabase(name: string): Promise<string>
+  /** Stops the server (fast shutdown), keeping its files. */
+  stop(): Promise<void>
+  /** Starts it again on the same port. */
+  start(): Promise<void>
+  /** Stops it and removes its files. */
+  destroy(): Promise<void>
+}
+
+const running = new Set<PostgresCluster>()
+
+/** The folder of PostgreSQL's server programs, or null when the package is not installed. */
+export function postgresBinaries(): string | null {
+  const root = '/usr/lib/postgresql'
+  if (!existsSync(root)) return null
+  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'pg_ctl'))).sort((a, b) => Number(b) - Number(a))
+  return versions.length ? join(root, versions[0]!, 'bin') : null
+}
+
+function run(args: string[]): Promise<{ code: number; output: string }> {
+  const asPostgres = userInfo().uid === 0 ? ['runuser', '-u', 'postgres', '--'] : []
+  const proc = Bun.spawn([...asPostgres, ...args], { stdout: 'pipe', stderr: 'pipe', stdin: 'ignore' })
+  return Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]).then(
+    ([out, err, code]) => ({ code, output: out + err }),
+  )
+}
+
+export async function startPostgres(): Promise<PostgresCluster> {
+  const bin = postgresBinaries()
+  if (!bin) throw new Error('PostgreSQL is not installed (apt-get install -y postgresql)')
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-pg-'))
+  if (userInfo().uid === 0) {
+    const { uid, gid } = postgresIds()
+    chownSync(dir, uid, gid)
+  }
+  chmodSync(dir, 0o700)
+  const data = join(dir, 'data')
+  const init = await run([join(bin, 'initdb'), '-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'])
+  if (init.code !== 0) throw new Error(`initdb failed: ${init.output}`)
+  const port = await freePort()
+  const start = async () => {
+    const result = await run([
+      join(bin, 'pg_ctl'), '-D', data, '-w', '-l', join(dir, 'log'),
+      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=200`,
+      'start',
+    ])
+    if (result.code !== 0) throw new Error(`pg_ctl start failed: ${result.output}`)
+  }
+  const stop = async () => {
+    await run([join(bin, 'pg_ctl'), '-D', data, '-w', '-m', 'fast', 'stop'])
+  }
+  await start()
+  const base = `postgres://postgres@127.0.0.1:${port}`
+  const cluster: PostgresCluster = {
+    url: `${base}/postgres`,
+    port,
+    async createDatabase(name) {
+      const admin = new Bun.SQL(`${base}/postgres`, { max: 1 })
+      try {
+        await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '')}"`)
+      } finally {
+        await admin.close()
+      }
+      return `${base}/${name}`
+    },
+    stop,
+    start,
+    async destroy() {
+      running.delete(cluster)
+      await stop()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+  running.add(cluster)
+  return cluster
+}
+
+function postgresIds(): { uid: number; gid: number } {
+  const passwd = readFileSync('/etc/passwd', 'utf8')
+  const line = passwd.split('\n').find((l) => l.startsWith('postgres:'))
+  if (!line) throw new Error('no postgres user: is the postgresql package installed?')
+  const [, , uid, gid] = line.split(':')
+  return { uid: Number(uid), gid: Number(gid) }
+}
+
+/** Stops every cluster a test left running; the preload runs it after the suite. */
+export async function cleanupPostgres(): Promise<void> {
+  await Promise.all([...running].map((cluster) => cluster.destroy()))
+}

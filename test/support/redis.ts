@@ -1,0 +1,78 @@
+/**
+ * A throwaway Redis for tests: `redis-server` from Debian's package on a free loopback port, with no
+ * persistence unless asked, stopped after the suite. It can be stopped and started again on the same
+ * port, to test what the server does while Redis is away.
+ */
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { freePort } from './ports'
+
+export interface RedisServer {
+  url: string
+  port: number
+  stop(): Promise<void>
+  start(): Promise<void>
+  destroy(): Promise<void>
+}
+
+const running = new Set<RedisServer>()
+
+export function redisBinary(): string | null {
+  return Bun.which('redis-server', { PATH: `/usr/bin:/usr/sbin:/usr/local/bin:${process.env.PATH ?? ''}` })
+}
+
+export async function startRedis(options: { appendOnly?: boolean } = {}): Promise<RedisServer> {
+  const binary = redisBinary()
+  if (!binary) throw new Error('Redis is not installed (apt-get install -y redis-server)')
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-redis-'))
+  const port = await freePort()
+  let proc: ReturnType<typeof Bun.spawn> | null = null
+  const start = async () => {
+    proc = Bun.spawn(
+      [binary, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '',
+        '--appendonly', options.appendOnly ? 'yes' : 'no', '--loglevel', 'warning'],
+      { stdout: 'ignore', stderr: 'pipe', stdin: 'ignore' },
+    )
+    // Ready once it answers PING.
+    for (const deadline = Date.now() + 10_000; ; ) {
+      const client = new Bun.RedisClient(`redis://127.0.0.1:${port}`, { autoReconnect: false, connectionTimeout: 500 })
+      try {
+        await client.connect()
+        await client.send('PING', [])
+        client.close()
+        return
+      } catch {
+        client.close()
+        if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`redis-server did not start on port ${port}`)
+        await Bun.sleep(20)
+      }
+    }
+  }
+  const stop = async () => {
+    if (!proc) return
+    const stopping = proc
+    proc = null
+    stopping.kill('SIGTERM')
+    await stopping.exited
+  }
+  await start()
+  const server: RedisServer = {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop,
+    start,
+    async destroy() {
+      running.delete(server)
+      await stop()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+  running.add(server)
+  return server
+}
+
+/** Stops every Redis a test left running; the preload runs it after the suite. */
+export async function cleanupRedis(): Promise<void> {
+  await Promise.all([...running].map((server) => server.destroy()))
+}
