@@ -11,7 +11,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 const ROOT = join(import.meta.dir, '..')
-const ENTRIES = ['src/index.ts', 'src/modules/pets/commit-worker.ts']
+const ENTRIES = ['src/index.ts', 'src/storage/sqlite/commit-worker.ts']
 
 /** Release targets: the file's suffix, and Bun's name for the platform. */
 export const TARGETS = [

@@ -9,8 +9,8 @@ import { RateLimiter } from './limiter/limiter'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
+import { IDEMPOTENCY_TTL_MS, InThreadPetWriter } from './modules/pets/batch'
 import { MAX_PAGE_UNITS, MAX_PET_UNITS, PetService } from './modules/pets/service'
-import { InThreadPetWriter, type PetWriter } from './modules/pets/writer'
 import { storeModule } from './modules/store'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { Metrics } from './observability/metrics'
@@ -19,8 +19,7 @@ import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/errors'
 import { gate } from './plugins/gate'
 import { type RequestInfo, requestContext } from './plugins/request-context'
-import { IDEMPOTENCY_TTL_MS } from './storage/sqlite'
-import type { Storage } from './storage/types'
+import type { MaybePromise, PetWriter, Storage } from './storage/types'
 
 /** The server's version: package.json's, so a release's files say the version they are. */
 export const VERSION: string = pkg.version
@@ -37,8 +36,15 @@ export interface AppDeps {
   warn?: (message: string) => void
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
-  /** Called once when a read-only data file changes under the server (see Storage.changedOnDisk). */
+  /** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
+  dataFile?: DataFileWatch
+  /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
   onDataFileChanged?: () => void
+}
+
+export interface DataFileWatch {
+  replaced(): boolean
+  changedOnDisk(): boolean
 }
 
 export interface PetstoreApp {
@@ -48,10 +54,12 @@ export interface PetstoreApp {
   metrics: Metrics
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
+  /** Settles once keys and saved limits are loaded from storage: listen only after it. */
+  loaded: Promise<void>
   /** Starts the timers: key reloads, limiter-state saves, idempotency purges. */
   startBackground(): void
   /** Stops the timers and writes what is still only in memory. */
-  stopBackground(): void
+  stopBackground(): Promise<void>
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
 }
@@ -59,6 +67,8 @@ export interface PetstoreApp {
 const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
 const PURGE_MS = 60 * 60 * 1000
+/** How long /readyz waits for storage to answer. */
+const READY_TIMEOUT_MS = 1_000
 
 export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const { storage } = deps
@@ -83,6 +93,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
   const metrics = new Metrics()
   const keys = new KeyRegistry(storage)
+  const savedBuckets = storage.limiterState.load()
+  // Filled below once loaded, before the server listens (storage that answers at once: right now).
+  const saved = savedBuckets instanceof Promise ? new Map() : savedBuckets
   const limiter = new RateLimiter(
     {
       banAfter: config.banAfter,
@@ -90,8 +103,16 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       maxAddresses: config.maxTrackedAddresses,
       now,
     },
-    storage.limiterState.load(),
+    saved,
   )
+  let petsGeneration = 0
+  const loaded = Promise.all([
+    keys.reload(),
+    Promise.resolve(storage.pets.generation()).then((generation) => {
+      petsGeneration = generation
+    }),
+    savedBuckets instanceof Promise && savedBuckets.then((buckets) => buckets.forEach((bucket, subject) => saved.set(subject, bucket))),
+  ]).then(() => {})
   // Once the data file is gone from under the server or found damaged, nothing it serves or takes can
   // be trusted until a restart: readiness and creates say so, and the log says it once.
   let fault: string | null = null
@@ -101,7 +122,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     warn(`${reason}; /readyz and creates answer 503 until the server is restarted on a good data file`)
   }
   const storageFault = () => {
-    if (!fault && storage.replaced()) noteFault('the data file was deleted or replaced under the server')
+    if (!fault && deps.dataFile?.replaced()) noteFault('the data file was deleted or replaced under the server')
     return fault
   }
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
@@ -111,15 +132,17 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     locationPrefix: () => `${config.baseUrl}/pets/`,
     onInternalError,
     onWritesRefused: (reason) =>
-      warn(reason ? `the data file refuses writes (${reason}); creates answer 503 until it accepts them` : 'the data file accepts writes again'),
+      warn(reason ? `storage refuses writes (${reason}); creates answer 503 until it accepts them` : 'storage accepts writes again'),
+    soleWriter: storage.soleWriter,
   })
-  const ready = () => {
-    if (storageFault()) return false
+  const notReady = async (): Promise<string | null> => {
+    const fault = storageFault()
+    if (fault) return `Not ready: ${fault}.`
     try {
-      storage.ping()
-      return true
+      await withTimeout(storage.ping(), READY_TIMEOUT_MS)
+      return null
     } catch {
-      return false
+      return `Storage (${storage.location}) does not answer.`
     }
   }
 
@@ -174,6 +197,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(
       petsModule({
         service: pets,
+        synchronous: storage.synchronous,
         baseUrl: () => config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
         onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),
@@ -194,7 +218,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         basePath: config.basePath,
         servers: () => config.servers,
         version: VERSION,
-        ready,
+        notReady,
         metrics: config.metricsAddress ? null : answerMetrics,
       }),
     )
@@ -211,21 +235,50 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const onDataFileChanged =
     deps.onDataFileChanged ?? (() => warn('the read-only data file changed on disk; restart to read it again'))
   const timers: ReturnType<typeof setInterval>[] = []
-  const saveState = () => {
-    if (storage.readOnly) return
+  const saveState = async () => {
+    if (!storage.writable) return
     try {
       const buckets = limiter.unsavedDayBuckets()
-      storage.limiterState.save(buckets)
+      await storage.limiterState.save(buckets)
       limiter.markSaved(buckets)
-      keys.flushLastUsed()
+      await keys.flushLastUsed()
     } catch (error) {
       warn(`could not save rate-limit state: ${(error as Error).message}`)
     }
   }
-  const every = (ms: number, task: () => void) => {
-    const timer = setInterval(task, ms)
+  /** Runs a task every `ms`; a task still running when the next turn comes is not started twice. */
+  const every = (ms: number, task: () => MaybePromise<void>) => {
+    let running = false
+    const timer = setInterval(async () => {
+      if (running) return
+      running = true
+      try {
+        await task()
+      } finally {
+        running = false
+      }
+    }, ms)
     timer.unref()
     timers.push(timer)
+  }
+
+  let pollFailing = false
+  /** Changes other processes made: keys created or revoked, pets seeded or reset, limits reset. */
+  const pollChanges = async () => {
+    storageFault()
+    try {
+      await keys.reloadIfChanged()
+      const generation = await storage.pets.generation()
+      if (generation !== petsGeneration) pets.dropCaches()
+      petsGeneration = generation
+      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) limiter.forgetKey(`key:${id}`)
+      if (pollFailing) warn('storage answers the change poll again')
+      pollFailing = false
+    } catch (error) {
+      // Tried again at the next poll; said once, not four times a second.
+      if (!pollFailing) warn(`could not check storage for changes made by other processes: ${(error as Error).message}`)
+      pollFailing = true
+    }
   }
 
   return {
@@ -234,49 +287,43 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     limiter,
     metrics,
     answerMetrics,
+    loaded,
     startBackground() {
-      let watchingFile = true
-      let petsGeneration = storage.pets.generation()
-      let pollFailing = false
-      every(KEY_POLL_MS, () => {
-        storageFault()
-        try {
-          keys.reloadIfChanged()
-          // Changes the CLI asks for while the server runs (pets seed/reset, keys reset-limits).
-          const generation = storage.pets.generation()
-          if (generation !== petsGeneration) {
-            petsGeneration = generation
-            pets.dropCaches()
-          }
-          if (!storage.readOnly) for (const id of storage.keys.takeLimitResets()) limiter.forgetKey(`key:${id}`)
-          pollFailing = false
-        } catch (error) {
-          // Tried again at the next poll; said once, not four times a second.
-          if (!pollFailing) warn(`could not check the data file for changes made by petstore commands: ${(error as Error).message}`)
-          pollFailing = true
-        }
-        if (watchingFile && storage.changedOnDisk()) {
+      let watchingFile = deps.dataFile !== undefined
+      every(KEY_POLL_MS, async () => {
+        if (watchingFile && deps.dataFile!.changedOnDisk()) {
           watchingFile = false
           onDataFileChanged()
         }
+        await pollChanges()
       })
       every(STATE_SAVE_MS, saveState)
-      every(PURGE_MS, () => {
-        if (storage.readOnly) return
+      every(PURGE_MS, async () => {
+        if (!storage.writable) return
         try {
-          storage.purgeIdempotency(now() - IDEMPOTENCY_TTL_MS)
+          await storage.purgeIdempotency(now() - IDEMPOTENCY_TTL_MS)
         } catch (error) {
           warn(`could not purge idempotency records: ${(error as Error).message}`)
         }
       })
     },
-    stopBackground() {
+    async stopBackground() {
       for (const timer of timers.splice(0)) clearInterval(timer)
-      saveState()
+      await saveState()
       accessLog?.close()
     },
     finishWrites: () => pets.close(),
   }
+}
+
+/** Rejects when `value` has not settled within `ms`. */
+function withTimeout<T>(value: MaybePromise<T>, ms: number): Promise<T> {
+  if (!(value instanceof Promise)) return Promise.resolve(value)
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)
+  })
+  return Promise.race([value, timeout]).finally(() => clearTimeout(timer))
 }
 
 interface RouteEntry {

@@ -3,20 +3,24 @@
  * variables; every mistake ends with a one-line reason, the usage, and a non-zero exit.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
-import { createApp, VERSION } from './app'
+import { createApp, type DataFileWatch, VERSION } from './app'
 import { existsSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
-import { bindPort, type Config, ConfigError, dataFileNamed, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
-import { checkKeyName, createKey, KeyInputError, limitsFor, PLAN_LIMITS } from './modules/keys/service'
-import { WorkerPetWriter } from './modules/pets/writer'
-import { type DataFileLock, lockDataFile, lockFileOf } from './storage/data-file-lock'
+import { bindPort, type Config, ConfigError, dataFileNamed, resolveDatabase, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
+import { openPostgresStorage } from './storage/postgres'
+import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
-import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet } from './storage/types'
+import { WorkerPetWriter } from './storage/sqlite/writer'
+import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet, type PetWriter, type Storage } from './storage/types'
 import { notFound } from './errors'
 import { errorResponse } from './plugins/errors'
 
 const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
-  --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)`
+  --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)
+  --database-url URL         PostgreSQL instead of the data file, for several instances: postgres://USER:PASSWORD@HOST/DB
+                             (PETSTORE_DATABASE_URL, which keeps the password out of the process list)
+  --redis-url URL            Redis for rate limits shared by every instance: redis://HOST:6379 (PETSTORE_REDIS_URL)`
 
 const USAGE = {
   main: `Usage: petstore COMMAND [options]
@@ -47,6 +51,9 @@ ${COMMON}
   --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
   --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
                              which keeps it out of the process list)
+  --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
+  --limiter-fallback closed|local  when Redis does not answer: 503 (closed, the default) or limits
+                             per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
   --no-access-log            do not write the per-request JSON lines to stdout`,
@@ -101,6 +108,8 @@ type Options = NonNullable<ParseArgsConfig['options']>
 const COMMON_OPTIONS: Options = {
   env: { type: 'string' },
   data: { type: 'string' },
+  'database-url': { type: 'string' },
+  'redis-url': { type: 'string' },
   help: { type: 'boolean' },
 }
 
@@ -155,6 +164,10 @@ function configInput(values: Record<string, unknown>): ConfigInput {
     banAfter: values['ban-after'] as string | undefined,
     banSeconds: values['ban-seconds'] as string | undefined,
     accessLog: values['no-access-log'] ? false : undefined,
+    databaseUrl: values['database-url'] as string | undefined,
+    databasePool: values['database-pool'] as string | undefined,
+    redisUrl: values['redis-url'] as string | undefined,
+    limiterFallback: values['limiter-fallback'] as string | undefined,
   }
 }
 
@@ -223,6 +236,8 @@ async function serve(args: string[]): Promise<number> {
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },
+      'database-pool': { type: 'string' },
+      'limiter-fallback': { type: 'string' },
     },
     USAGE.serve,
   )
@@ -236,34 +251,17 @@ async function serve(args: string[]): Promise<number> {
   }
   process.on('SIGTERM', () => stop('SIGTERM received'))
   process.on('SIGINT', () => stop('SIGINT received'))
-  const created = createdBy(config.dataFile)
-  const storage = openSqliteStorage(config.dataFile, { verify: true })
-  let lock: DataFileLock | null
-  try {
-    lock = lockDataFile(resolve(config.dataFile))
-  } catch (error) {
-    storage.close()
-    created.undo()
-    throw error
-  }
-  const hasKeys = storage.keys.list().length > 0
-  if (storage.readOnly) {
-    if (!hasKeys)
-      throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
-    console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
-  }
-  // Resolved here, beside the entry point: in the compiled binary every module's import.meta.url is the
-  // binary itself, and the worker's entry is stored at its path relative to src/.
-  const petWriter =
-    storage.file !== null && !storage.readOnly
-      ? new WorkerPetWriter(new URL('./modules/pets/commit-worker.ts', import.meta.url), storage.file)
-      : undefined
+  const backend = config.database ? await openSharedBackend(config) : openEmbeddedBackend(config, (reason, code) => stop(reason, code))
+  const { storage } = backend
+  if (config.database && !config.redisUrl)
+    console.error('petstore: rate limits are per instance: with several instances, give them --redis-url to share them')
   const petstore = createApp(config, {
     storage,
-    petWriter,
-    // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
-    onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
+    petWriter: backend.petWriter,
+    dataFile: backend.dataFile,
+    onDataFileChanged: backend.onDataFileChanged,
   })
+  await petstore.loaded
   const { app } = petstore
   let metricsServer: ReturnType<typeof Bun.serve> | undefined
   let binding = `${hostInUrl(config.host)}:${config.port}`
@@ -285,21 +283,21 @@ async function serve(args: string[]): Promise<number> {
   } catch (error) {
     await app.server?.stop(true)
     await petstore.finishWrites()
-    storage.close()
-    lock?.release()
-    created.undo()
+    await backend.close()
+    backend.undo()
     throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
   }
-  // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet.
-  if (!hasKeys) {
-    const { secret, record } = createKey(storage.keys, { plan: 'free', name: 'bootstrap' }, Date.now())
-    petstore.keys.reload()
-    announceBootstrapKey(config, record.id, secret)
+  // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet; and
+  // only when there is no key at all, so instances that start together on one database make one.
+  if (storage.writable && petstore.keys.size === 0) {
+    const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
+    if (await storage.keys.insertIfNone(record)) announceBootstrapKey(config, record.id, secret)
+    await petstore.keys.reload()
   }
   bindPort(config, app.server!.port!)
   petstore.startBackground()
   console.error(
-    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${resolve(config.dataFile)}` +
+    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${storage.location}` +
       (metricsServer ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${metricsServer.port}/metrics` : ''),
   )
 
@@ -314,13 +312,71 @@ async function serve(args: string[]): Promise<number> {
     await app.server!.stop(true)
     await metricsServer?.stop(true)
     await petstore.finishWrites()
-    petstore.stopBackground()
-    storage.close()
-    lock?.release()
+    await petstore.stopBackground()
+    await backend.close()
     console.error('petstore: stopped')
     process.exit(code)
   }
   return new Promise<number>(() => {})
+}
+
+/** The storage a server runs on, with what only that kind of storage needs. */
+interface Backend {
+  storage: Storage
+  petWriter?: PetWriter
+  dataFile?: DataFileWatch
+  onDataFileChanged?: () => void
+  close(): Promise<void>
+  /** Removes what a start that failed created. */
+  undo(): void
+}
+
+/**
+ * The data file: one server holds it (FILE.lock), commits on a worker thread, and watches the file.
+ * A start that fails removes what opening it created.
+ */
+function openEmbeddedBackend(config: Config, stop: (reason: string, code: number) => unknown): Backend {
+  const created = createdBy(config.dataFile)
+  const storage = openSqliteStorage(config.dataFile, { verify: true })
+  let lock: DataFileLock | null
+  try {
+    lock = lockDataFile(resolve(config.dataFile))
+  } catch (error) {
+    storage.close()
+    created.undo()
+    throw error
+  }
+  if (storage.readOnly) {
+    if (storage.keys.list().length === 0) {
+      storage.close()
+      lock?.release()
+      throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
+    }
+    console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
+  }
+  return {
+    storage,
+    // Resolved here, beside the entry point: in the compiled binary every module's import.meta.url is
+    // the binary itself, and the worker's entry is stored at its path relative to src/.
+    petWriter:
+      storage.file !== null && !storage.readOnly
+        ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
+        : undefined,
+    dataFile: storage,
+    // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
+    onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
+    async close() {
+      storage.close()
+      lock?.release()
+    },
+    undo: () => created.undo(),
+  }
+}
+
+/** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */
+async function openSharedBackend(config: Config): Promise<Backend> {
+  const storage = await openPostgresStorage(config.database!.url, { pool: config.database!.pool })
+  return { storage, close: () => storage.close(), undo() {} }
 }
 
 /**
@@ -398,14 +454,20 @@ function helpFor(args: string[]): number {
 }
 
 /**
- * Opens the data file for a command other than serve. A new store is made only when the file was named
- * (--data, PETSTORE_DATA): a key created into a new file on the default path, in the wrong folder,
- * would be a key no running server knows.
+ * Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data
+ * file. A new data file is made only when it was named (--data, PETSTORE_DATA): a key created into a
+ * new file on the default path, in the wrong folder, would be a key no running server knows.
  */
-function openForCommand(values: Record<string, unknown>, usage: string, mayCreate: boolean) {
+async function openForCommand(values: Record<string, unknown>, usage: string, mayCreate: boolean): Promise<{ storage: Storage; where: string }> {
   const input = configInput(values)
+  const database = asUsageError(() => resolveDatabase(input, process.env), usage)
+  if (database) {
+    if (dataFileNamed(input, process.env)) throw new UsageError('give either a data file or --database-url, not both', usage)
+    const storage = await openPostgresStorage(database.url, { pool: 1 })
+    return { storage, where: storage.location }
+  }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
-  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)) }), file }
+  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)) }), where: file }
 }
 
 async function keys(args: string[]): Promise<number> {
@@ -454,34 +516,34 @@ async function keys(args: string[]): Promise<number> {
     }
     return checked
   }, USAGE.keys)
-  const { storage, file } = openForCommand(values, USAGE.keys, sub === 'create')
+  const { storage, where } = await openForCommand(values, USAGE.keys, sub === 'create')
   try {
     if (sub === 'create') {
-      const { secret, record } = createKey(storage.keys, input, Date.now())
+      const { secret, record } = await createKey(storage.keys, input, Date.now())
       console.error(
-        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day) in ${file}. ` +
+        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day) in ${where}. ` +
           'Its secret, shown only now, is the next line:',
       )
       console.log(secret)
     } else if (sub === 'list') {
-      if (values.json !== true) console.error(`petstore: keys in ${file}`)
-      printKeys(storage.keys.list(), values.json === true)
+      if (values.json !== true) console.error(`petstore: keys in ${where}`)
+      printKeys(await storage.keys.list(), values.json === true)
     } else {
       const id = positionals[0]!
-      const done = sub === 'revoke' ? storage.keys.revoke(id, Date.now()) : storage.keys.resetLimits(id, Date.now())
+      const done = sub === 'revoke' ? await storage.keys.revoke(id, Date.now()) : await storage.keys.resetLimits(id, Date.now())
       if (!done) {
-        console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${file}`)
+        console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${where}`)
         return 1
       }
       console.error(
         sub === 'revoke'
-          ? `petstore: revoked ${id} in ${file}; a running server refuses it within a second`
-          : `petstore: reset the limits of ${id} in ${file}: full buckets, no ban; a running server applies it within a second`,
+          ? `petstore: revoked ${id} in ${where}; a running server refuses it within a second`
+          : `petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`,
       )
     }
     return 0
   } finally {
-    storage.close()
+    await storage.close()
   }
 }
 
@@ -499,22 +561,22 @@ async function pets(args: string[]): Promise<number> {
   if (sub === 'reset' && values.count !== undefined) throw new UsageError('--count does not apply to pets reset', USAGE.pets)
   if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE.pets)
   const count = sub === 'seed' ? asUsageError(() => parseInteger('--count', values.count as string, 1, 100_000), USAGE.pets) : 0
-  const { storage, file } = openForCommand(values, USAGE.pets, sub === 'seed')
+  const { storage, where } = await openForCommand(values, USAGE.pets, sub === 'seed')
   try {
     if (sub === 'seed') {
-      storage.pets.seed(samplePets(count), Date.now())
-      console.error(`petstore: added ${count} sample pets to ${file}`)
+      await storage.pets.seed(samplePets(count), Date.now())
+      console.error(`petstore: added ${count} sample pets to ${where}`)
       return 0
     }
     if (values.yes !== true) {
-      console.error(`petstore: pets reset deletes all ${storage.pets.count()} pets in ${file} (keys are kept); run it again with --yes`)
+      console.error(`petstore: pets reset deletes all ${await storage.pets.count()} pets in ${where} (keys are kept); run it again with --yes`)
       return 2
     }
-    const deleted = storage.pets.reset()
-    console.error(`petstore: deleted ${deleted} pets from ${file}; API keys are kept`)
+    const deleted = await storage.pets.reset()
+    console.error(`petstore: deleted ${deleted} pets from ${where}; API keys are kept`)
     return 0
   } finally {
-    storage.close()
+    await storage.close()
   }
 }
 
@@ -561,7 +623,10 @@ async function backup(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE.backup)
   if (values.help) return help(USAGE.backup)
   if (positionals.length !== 1) throw new UsageError('backup needs exactly one FILE', USAGE.backup)
-  const { storage } = openForCommand(values, USAGE.backup, false)
+  if (asUsageError(() => resolveDatabase(configInput(values), process.env), USAGE.backup))
+    throw new UsageError('backup copies the data file; with PostgreSQL, use pg_dump (see the README)', USAGE.backup)
+  const file = resolve(asUsageError(() => resolveDataFile(configInput(values), process.env), USAGE.backup))
+  const storage = openSqliteStorage(file, { mustExist: true })
   try {
     storage.backup(positionals[0]!)
   } finally {

@@ -42,6 +42,12 @@ export interface Config {
   metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
   trustProxy: TrustedProxies
+  /** PostgreSQL instead of the data file, for several instances; null for the data file. */
+  database: DatabaseConfig | null
+  /** Redis for the rate limiter, shared by every instance; null for the in-process limiter. */
+  redisUrl: string | null
+  /** When Redis does not answer: refuse with 503 (closed) or limit per instance meanwhile (local). */
+  limiterFallback: 'closed' | 'local'
   banAfter: number
   banSeconds: number
   accessLog: boolean
@@ -50,6 +56,12 @@ export interface Config {
   /** Most client addresses the limiter remembers at once. */
   maxTrackedAddresses: number
   shutdownGraceMs: number
+}
+
+export interface DatabaseConfig {
+  url: string
+  /** Connections per instance. */
+  pool: number
 }
 
 export class ConfigError extends Error {}
@@ -67,6 +79,10 @@ export interface ConfigInput {
   banAfter?: string
   banSeconds?: string
   accessLog?: boolean
+  databaseUrl?: string
+  databasePool?: string
+  redisUrl?: string
+  limiterFallback?: string
 }
 
 type Environment = Record<string, string | undefined>
@@ -144,6 +160,14 @@ function parseToken({ name, value }: { name: string; value: string | undefined }
   return value
 }
 
+function parseFallback(input: ConfigInput, environment: Environment, withRedis: boolean): Config['limiterFallback'] {
+  const { name, value } = fromFlagOrVariable('--limiter-fallback', input.limiterFallback, 'PETSTORE_LIMITER_FALLBACK', environment)
+  if (value === undefined) return 'closed'
+  if (!withRedis) throw new ConfigError(`${name} applies only with --redis-url`)
+  if (value !== 'closed' && value !== 'local') throw new ConfigError(`${name} must be closed or local, not "${value.slice(0, 40)}"`)
+  return value
+}
+
 function splitList(value: string | undefined): string[] {
   return value ? value.split(/[\s,]+/).filter(Boolean) : []
 }
@@ -155,6 +179,44 @@ function parseProxies(input: ConfigInput, environment: Environment): TrustedProx
   } catch (error) {
     throw new ConfigError(`${fromVariable ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
   }
+}
+
+/**
+ * The URL's scheme is checked and the value never repeated: a database or Redis URL may carry a
+ * password, and a complaint ends up in logs.
+ */
+function parseSecretUrl({ name, value }: { name: string; value: string | undefined }, schemes: string[]): string | null {
+  if (value === undefined || value === '') return null
+  let protocol = ''
+  try {
+    protocol = new URL(value).protocol
+  } catch {}
+  if (!schemes.includes(protocol))
+    throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
+  return value
+}
+
+/** The PostgreSQL database named by --database-url or PETSTORE_DATABASE_URL, or null for the data file. */
+export function resolveDatabase(input: ConfigInput, environment: Environment): DatabaseConfig | null {
+  const url = parseSecretUrl(fromFlagOrVariable('--database-url', input.databaseUrl, 'PETSTORE_DATABASE_URL', environment), [
+    'postgres:',
+    'postgresql:',
+  ])
+  const pool = fromFlagOrVariable('--database-pool', input.databasePool, 'PETSTORE_DATABASE_POOL', environment)
+  if (url === null) {
+    if (pool.value !== undefined) throw new ConfigError(`${pool.name} applies only with --database-url`)
+    return null
+  }
+  return { url, pool: pool.value === undefined ? 4 : parseInteger(pool.name, pool.value, 1, 100) }
+}
+
+/** The Redis named by --redis-url or PETSTORE_REDIS_URL, or null for the in-process limiter. */
+export function resolveRedisUrl(input: ConfigInput, environment: Environment): string | null {
+  return parseSecretUrl(fromFlagOrVariable('--redis-url', input.redisUrl, 'PETSTORE_REDIS_URL', environment), [
+    'redis:',
+    'rediss:',
+    'redis+unix:',
+  ])
 }
 
 export function resolveDataFile(input: ConfigInput, environment: Environment): string {
@@ -172,6 +234,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   const portText = fromFlagOrVariable('--port', input.port, 'PETSTORE_PORT', environment)
   const port = portText.value === undefined ? defaults.port : parseInteger(portText.name, portText.value, 0, 65535)
 
+  const redisUrl = resolveRedisUrl(input, environment)
   const servers = {
     production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
     staging: environment.PETSTORE_STAGING_BASE_URL ?? ENVIRONMENTS.staging.baseUrl,
@@ -195,6 +258,9 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
     trustProxy: parseProxies(input, environment),
+    database: resolveDatabase(input, environment),
+    redisUrl,
+    limiterFallback: parseFallback(input, environment, redisUrl !== null),
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),

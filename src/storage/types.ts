@@ -1,7 +1,12 @@
 /**
- * The storage seam. The server talks to these interfaces only, so another backend (PostgreSQL for
- * several instances) can replace SQLite without touching the modules.
+ * The storage seam. The server talks to these interfaces only: the embedded SQLite file (sqlite/) and
+ * PostgreSQL for several instances (postgres/) both implement them. Members answer `T | Promise<T>`:
+ * SQLite answers synchronously, which keeps the embedded request path free of awaits, and PostgreSQL
+ * with promises. Abilities only a file has (read-only serving, watching the file, backups) are on the
+ * SQLite adapter, not here.
  */
+
+export type MaybePromise<T> = T | Promise<T>
 
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const
 export type PetStatus = (typeof PET_STATUSES)[number]
@@ -43,8 +48,21 @@ export interface CreatePetCommand {
   idempotency?: { keyId: string; key: string; requestHash: string }
 }
 
-/** Builds a created pet's body and Location once its id is known, so a replay returns the same bytes. */
-export type RenderPet = (pet: Pet) => { body: string; location: string }
+/** What an Idempotency-Key already holds: the first answer given under it, and when. */
+export interface IdempotencyRecord extends StoredResponse {
+  createdAt: number
+}
+
+/**
+ * The pets domain's rules for a batch, applied by the adapter inside its transaction: the adapter
+ * offers the atomic claim of an Idempotency-Key, the domain decides what a claim already held means.
+ */
+export interface CreateRules {
+  /** Builds a created pet's body and Location once its id is known, so a replay returns the same bytes. */
+  render(pet: Pet): { body: string; location: string }
+  /** The answer for a key that already holds `previous`, or null to create (and replace `previous`). */
+  judge(previous: IdempotencyRecord, requestHash: string): CreatePetOutcome | null
+}
 
 export type CreatePetOutcome =
   | { kind: 'created'; pet: Pet; body: string; location: string }
@@ -52,35 +70,43 @@ export type CreatePetOutcome =
   | { kind: 'conflict' }
 
 export interface PetRepository {
-  /** Pets with id > afterId in id order, at most `limit` of them. */
-  list(afterId: number, limit: number, status: PetStatus | undefined): Pet[]
-  get(id: number): Pet | null
-  /** Runs every command in one durable transaction (group commit); outcomes in command order. */
-  createMany(commands: CreatePetCommand[], now: number, render: RenderPet): CreatePetOutcome[]
-  count(): number
+  /**
+   * Pets with id > afterId in id order, at most `limit` of them. Ids become visible in increasing
+   * order, so a page that ends before the newest pet never changes (until a seed or reset).
+   */
+  list(afterId: number, limit: number, status: PetStatus | undefined): MaybePromise<Pet[]>
+  get(id: number): MaybePromise<Pet | null>
+  /**
+   * Runs every command in one durable transaction (group commit); outcomes in command order. Rejects
+   * with StorageUnavailableError when the store cannot take writes now.
+   */
+  createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): MaybePromise<CreatePetOutcome[]>
+  count(): MaybePromise<number>
   /** Adds pets in one transaction, outside the API (sample data); a running server re-reads its pages. */
-  seed(pets: NewPet[], now: number): void
+  seed(pets: NewPet[], now: number): MaybePromise<void>
   /** Deletes every pet and idempotency record; a running server forgets what it cached. */
-  reset(): number
+  reset(): MaybePromise<number>
   /** Changes whenever pets were seeded or reset by another process: cached pages must be dropped. */
-  generation(): number
+  generation(): MaybePromise<number>
 }
 
 export interface KeyRepository {
-  insert(record: ApiKeyRecord): void
-  list(): ApiKeyRecord[]
+  insert(record: ApiKeyRecord): MaybePromise<void>
+  /** Inserts the record only when there is no key at all (the bootstrap key); false when there was one. */
+  insertIfNone(record: ApiKeyRecord): MaybePromise<boolean>
+  list(): MaybePromise<ApiKeyRecord[]>
   /** Marks a key revoked; false when no such key exists. */
-  revoke(id: string, now: number): boolean
+  revoke(id: string, now: number): MaybePromise<boolean>
   /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
-  changeMark(): string
-  recordLastUsed(lastUsed: Map<string, number>): void
+  changeMark(): MaybePromise<string>
+  recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
   /**
    * Refills a key's buckets and lifts its ban: its saved day bucket is deleted, and a running server
    * is asked (through takeLimitResets) to forget what it holds. False when there is no such key.
    */
-  resetLimits(id: string, now: number): boolean
-  /** The key ids whose limits were reset since the last call. */
-  takeLimitResets(): string[]
+  resetLimits(id: string, now: number): MaybePromise<boolean>
+  /** The key ids whose limits were reset since this handle's last call. */
+  takeLimitResets(): MaybePromise<string[]>
 }
 
 export interface SavedBucket {
@@ -89,39 +115,62 @@ export interface SavedBucket {
 }
 
 export interface LimiterStateRepository {
-  load(): Map<string, SavedBucket>
-  save(buckets: Map<string, SavedBucket>): void
+  load(): MaybePromise<Map<string, SavedBucket>>
+  save(buckets: Map<string, SavedBucket>): MaybePromise<void>
 }
 
 export interface Storage {
-  /** Opened from a file this process cannot write: reads work, every write fails as unavailable. */
-  readOnly: boolean
-  /** The data file, which a second connection may open; null for a private in-memory database. */
-  file: string | null
+  /** Where the data is, for log lines: a file path, or a database URL without its password. */
+  readonly location: string
+  /**
+   * True when every member answers synchronously (the embedded file): the request path then never
+   * awaits, which is what keeps it fast.
+   */
+  readonly synchronous: boolean
+  /** False when every write would fail (a read-only data file): writes are then not even tried. */
+  readonly writable: boolean
+  /**
+   * True when this process is the only one that creates pets (one server per data file): cached last
+   * pages of the listing stay exact, since every new pet passes through this process.
+   */
+  readonly soleWriter: boolean
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
-  /**
-   * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
-   * open serves may then be stale, and only a fresh open reads it right.
-   */
-  changedOnDisk(): boolean
-  /**
-   * True once the path no longer names the file this storage opened (deleted, or replaced by another
-   * file): whatever is written from then on goes to a file nobody will open again.
-   */
-  replaced(): boolean
-  /** Throws when the data file does not answer. */
-  ping(): void
-  purgeIdempotency(olderThan: number): void
-  backup(file: string): void
-  close(): void
+  /** Throws when the store does not answer. */
+  ping(): MaybePromise<void>
+  purgeIdempotency(olderThan: number): MaybePromise<void>
+  close(): MaybePromise<void>
 }
 
-/** Storage cannot write (disk full, read-only file): the API answers 503 and keeps serving reads. */
+/** Where batches of new pets are committed: one batch at a time. */
+export interface PetWriter {
+  /**
+   * Commits the batch in one durable transaction; outcomes in command order. Rejects with
+   * StorageUnavailableError when the store refuses writes.
+   */
+  write(batch: PetBatch): Promise<CreatePetOutcome[]>
+  /** Closes the writer's connection; call it with no batch in flight. */
+  close(): Promise<void>
+}
+
+export interface PetBatch {
+  commands: CreatePetCommand[]
+  now: number
+  /** `${baseUrl}/pets/`: a pet's Location is this followed by its id. */
+  locationPrefix: string
+}
+
+/**
+ * Storage cannot write, or does not answer (disk full, read-only file, database down): the API answers
+ * 503 and keeps serving what it can.
+ */
 export class StorageUnavailableError extends Error {
-  constructor(readonly code: string) {
-    super(`the data file cannot be written now (${code})`)
+  constructor(
+    readonly code: string,
+    message = `the data file cannot be written now (${code})`,
+  ) {
+    super(message)
   }
 }
 

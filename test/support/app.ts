@@ -4,13 +4,12 @@
  */
 import { createApp, type PetstoreApp } from '../../src/app'
 import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
-import { createKey } from '../../src/modules/keys/service'
-import { openSqliteStorage } from '../../src/storage/sqlite'
-import type { Storage } from '../../src/storage/types'
+import { makeKey } from '../../src/modules/keys/service'
+import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
 
 export interface TestApp {
   petstore: PetstoreApp
-  storage: Storage
+  storage: SqliteStorage
   base: string
   origin: string
   clock: { now: number; advance(ms: number): void }
@@ -53,13 +52,14 @@ export function startApp(input: ConfigInput = {}, options: { realClock?: boolean
     clock,
     logLines,
     key(plan = 'free', limits) {
-      const { secret } = createKey(storage.keys, { plan, rpm: limits?.rpm, rpd: limits?.rpd }, clock.now)
+      const { secret, record } = makeKey({ plan, rpm: limits?.rpm, rpd: limits?.rpd }, clock.now)
+      storage.keys.insert(record)
       petstore.keys.reload()
       return secret
     },
     stop() {
       open.delete(testApp)
-      petstore.stopBackground()
+      void petstore.stopBackground()
       void petstore.app.stop(true)
       storage.close()
     },

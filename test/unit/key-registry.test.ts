@@ -8,7 +8,7 @@ import { openSqliteStorage } from '../../src/storage/sqlite'
 
 const NOW = Date.UTC(2026, 0, 1)
 
-test('reloadIfChanged lists the keys again only after a key was created or revoked', () => {
+test('reloadIfChanged lists the keys again only after a key was created or revoked', async () => {
   const storage = openSqliteStorage(':memory:')
   let lists = 0
   const list = storage.keys.list.bind(storage.keys)
@@ -17,14 +17,18 @@ test('reloadIfChanged lists the keys again only after a key was created or revok
     return list()
   }
   const registry = new KeyRegistry(storage)
-  const { secret, record } = createKey(storage.keys, { plan: 'pro' }, NOW)
+  registry.reload()
+  const { secret, record } = await createKey(storage.keys, { plan: 'pro' }, NOW)
   expect(registry.find(secret)).toBeUndefined()
   registry.reloadIfChanged()
   expect(registry.find(secret)?.id).toBe(record.id)
   expect(lists).toBe(2)
 
   storage.keys.recordLastUsed(new Map([[record.id, NOW + 1]]))
-  storage.pets.createMany([{ pet: { name: 'Rex', categoryId: 1, status: 'available' } }], NOW, () => ({ body: '', location: '' }))
+  storage.pets.createMany([{ pet: { name: 'Rex', categoryId: 1, status: 'available' } }], NOW, {
+    render: () => ({ body: '', location: '' }),
+    judge: () => null,
+  })
   registry.reloadIfChanged()
   expect(lists).toBe(2)
 

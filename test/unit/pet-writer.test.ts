@@ -7,13 +7,14 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { PetService } from '../../src/modules/pets/service'
-import { InThreadPetWriter, type PetBatch, type PetWriter, WorkerPetWriter } from '../../src/modules/pets/writer'
-import { IDEMPOTENCY_TTL_MS, openSqliteStorage } from '../../src/storage/sqlite'
-import { type CreatePetOutcome, StorageUnavailableError } from '../../src/storage/types'
+import { IDEMPOTENCY_TTL_MS, InThreadPetWriter } from '../../src/modules/pets/batch'
+import { type Page, PetService } from '../../src/modules/pets/service'
+import { openSqliteStorage } from '../../src/storage/sqlite'
+import { WorkerPetWriter } from '../../src/storage/sqlite/writer'
+import { type CreatePetOutcome, type PetBatch, type PetWriter, StorageUnavailableError } from '../../src/storage/types'
 import { tempDir } from '../support/binary'
 
-const COMMIT_WORKER = new URL('../../src/modules/pets/commit-worker.ts', import.meta.url)
+const COMMIT_WORKER = new URL('../../src/storage/sqlite/commit-worker.ts', import.meta.url)
 const NOW = Date.UTC(2026, 0, 1)
 const LOCATION_PREFIX = 'http://localhost/v1/pets/'
 
@@ -68,6 +69,7 @@ function gatedService() {
     onInternalError: () => {},
     onWritesRefused: () => {},
     storageFault: () => null,
+    soleWriter: true,
     onDamaged: () => {},
   })
   return { storage, writer, service }
@@ -101,12 +103,12 @@ describe('PetService: one batch in flight', () => {
   test('the cached last page is forgotten before a create is answered', async () => {
     const { storage, writer, service } = gatedService()
     const query = { limit: 20, status: undefined, afterId: 0 }
-    expect(service.list(query).body).toBe('[]')
+    expect((service.list(query) as Page).body).toBe('[]')
     const created = service.create({ name: 'a', categoryId: 1, status: 'available' })
     await turn()
     writer.letOneThrough()
     await created
-    expect(service.list(query).body).toBe('[{"id":1,"name":"a","categoryId":1,"status":"available"}]')
+    expect((service.list(query) as Page).body).toBe('[{"id":1,"name":"a","categoryId":1,"status":"available"}]')
     storage.close()
   })
 

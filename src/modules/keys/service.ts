@@ -5,7 +5,7 @@
  * whole secret means the time taken never depends on how much of a guess was right.
  */
 import type { Limits } from '../../limiter/limiter'
-import type { ApiKeyRecord, KeyRepository, Plan, Storage } from '../../storage/types'
+import type { ApiKeyRecord, KeyRepository, MaybePromise, Plan, Storage } from '../../storage/types'
 
 export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
   free: { rpm: 60, rpd: 1_000 },
@@ -52,12 +52,8 @@ export function checkKeyName(name = ''): string {
   return name
 }
 
-/** Creates a key and returns its one-time secret with the stored record. */
-export function createKey(
-  keys: KeyRepository,
-  input: CreateKeyInput,
-  now: number,
-): { secret: string; record: ApiKeyRecord } {
+/** A new key's one-time secret and the record to store (only the secret's hash is kept). */
+export function makeKey(input: CreateKeyInput, now: number): { secret: string; record: ApiKeyRecord } {
   const limits = limitsFor(input)
   const name = checkKeyName(input.name)
   const secret = SECRET_PREFIX + randomToken(32)
@@ -72,8 +68,18 @@ export function createKey(
     lastUsedAt: null,
     revokedAt: null,
   }
-  keys.insert(record)
   return { secret, record }
+}
+
+/** Creates and stores a key; returns its one-time secret with the stored record. */
+export async function createKey(
+  keys: KeyRepository,
+  input: CreateKeyInput,
+  now: number,
+): Promise<{ secret: string; record: ApiKeyRecord }> {
+  const made = makeKey(input, now)
+  await keys.insert(made.record)
+  return made
 }
 
 export interface ActiveKey {
@@ -85,8 +91,9 @@ export interface ActiveKey {
 }
 
 /**
- * The keys the server accepts, by secret hash. Reloaded when another process (the CLI) commits, which
- * the server notices within its poll interval, so a created or revoked key takes effect in under a second.
+ * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
+ * Reloaded when another process (the CLI, another instance) creates or revokes a key, which the server
+ * notices within its poll interval, so the change takes effect everywhere in under a second.
  */
 export class KeyRegistry {
   private byHash = new Map<string, ActiveKey>()
@@ -98,19 +105,24 @@ export class KeyRegistry {
   private readonly lastUsed = new Map<string, number>()
   private loadedMark = ''
 
-  constructor(private readonly storage: Storage) {
-    this.reload()
-  }
+  /** Empty until the first reload (which createApp starts). */
+  constructor(private readonly storage: Storage) {}
 
   get size(): number {
     return this.byHash.size
   }
 
-  reload(): void {
+  reload(): MaybePromise<void> {
     // Taken before the list: a change between the two is then seen again by the next reloadIfChanged.
-    this.loadedMark = this.storage.keys.changeMark()
+    const mark = this.storage.keys.changeMark()
+    if (mark instanceof Promise) return mark.then(async (taken) => this.install(taken, await this.storage.keys.list()))
+    this.install(mark, this.storage.keys.list() as ApiKeyRecord[])
+  }
+
+  private install(mark: string, records: ApiKeyRecord[]): void {
+    this.loadedMark = mark
     const next = new Map<string, ActiveKey>()
-    for (const record of this.storage.keys.list()) {
+    for (const record of records) {
       if (record.revokedAt !== null) continue
       next.set(record.secretHash, {
         id: record.id,
@@ -127,8 +139,10 @@ export class KeyRegistry {
    * Reloads only when a key was created or revoked. The data file also changes under every batch of
    * new pets (committed on another connection), and a full reload costs about 1 ms per 1,000 keys.
    */
-  reloadIfChanged(): void {
-    if (this.storage.keys.changeMark() !== this.loadedMark) this.reload()
+  reloadIfChanged(): MaybePromise<void> {
+    const mark = this.storage.keys.changeMark()
+    if (mark instanceof Promise) return mark.then((now) => (now === this.loadedMark ? undefined : this.reload()))
+    if (mark !== this.loadedMark) return this.reload()
   }
 
   find(secret: string): ActiveKey | undefined {
@@ -144,10 +158,10 @@ export class KeyRegistry {
   }
 
   /** Writes the last-used times gathered since the previous call; kept for the next call if it fails. */
-  flushLastUsed(): void {
+  async flushLastUsed(): Promise<void> {
     if (this.lastUsed.size === 0) return
     const batch = new Map(this.lastUsed)
-    this.storage.keys.recordLastUsed(batch)
+    await this.storage.keys.recordLastUsed(batch)
     for (const [id, at] of batch) if (this.lastUsed.get(id) === at) this.lastUsed.delete(id)
   }
 }

@@ -21,7 +21,8 @@ export interface OpsModuleOptions {
   basePath: string
   servers: () => { production: string; staging: string }
   version: string
-  ready: () => boolean
+  /** Why the server cannot serve now (storage or the limiter does not answer), or null when it can. */
+  notReady: () => Promise<string | null>
   /** The /metrics answer, or null when the metrics are served on a listener of their own. */
   metrics: ((request: Request) => Response) | null
 }
@@ -126,9 +127,12 @@ export function opsModule(options: OpsModuleOptions) {
     .get('/healthz', recorded('healthz', () => json('{"status":"ok"}')), hidden)
     .get(
       '/readyz',
-      recorded('readyz', () =>
-        options.ready() ? json('{"status":"ready"}') : errorResponse(unavailable('The data file does not answer, or is gone or damaged; the server log says which.')),
-      ),
+      async ({ info }: { info: RequestInfo }) => {
+        const problem = await options.notReady()
+        const response = problem === null ? json('{"status":"ready"}') : errorResponse(unavailable(problem))
+        info.done(response.status, 'readyz')
+        return response
+      },
       hidden,
     )
     .use((ops) => (options.metrics ? ops.get('/metrics', recorded('metrics', options.metrics), hidden) : ops))

@@ -12,10 +12,15 @@ import type { RequestInfo } from '../../plugins/request-context'
 import type { NewPet, PetStatus } from '../../storage/types'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NAME_MAX, NewPetCheck, PetModel, PetsModel } from './model'
-import type { ListQuery, PetService } from './service'
+import type { ListQuery, Page, PetService } from './service'
 
 export interface PetsModuleOptions {
   service: PetService
+  /**
+   * True when storage answers synchronously (the embedded file): the GET handlers are then plain
+   * functions, which Elysia compiles without an await. Otherwise they await the service.
+   */
+  synchronous: boolean
   /** Read per request: the base URL is final only once the port is bound. */
   baseUrl: () => string
   maxBodyBytes: number
@@ -91,8 +96,21 @@ function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {
   return `<${baseUrl}/pets?limit=${query.limit}${status}&cursor=${encodeCursor(afterId)}>; rel="next"`
 }
 
+type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
+
 export function petsModule(options: PetsModuleOptions) {
-  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  const { service, synchronous, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  /** Sets the answer's fields; the handler returns the body itself (see below for why). */
+  const answerList = ({ set, info }: Answer, query: ListQuery, page: Page) => {
+    set.headers['content-type'] = JSON_TYPE
+    if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
+    info.done(200, 'listPets')
+  }
+  const answerPet = ({ set, info }: Answer, petId: string, json: string | null) => {
+    if (json === null) throw notFound(`No pet with id ${petId}.`)
+    set.headers['content-type'] = JSON_TYPE
+    info.done(200, 'getPet')
+  }
   /**
    * Deprecation fields for every answer of getPet, 401 and 429 included: a transform hook runs before
    * the gate's beforeHandle.
@@ -102,19 +120,44 @@ export function petsModule(options: PetsModuleOptions) {
     set.headers.sunset = SUNSET
     set.headers.link = `<${baseUrl()}/pets>; rel="successor-version"`
   }
+  // Elysia reads a handler's source to decide which context fields to build and whether to await it
+  // (see test/unit/pipeline.test.ts): so the context is destructured, no call is returned (the
+  // transpiler would fold `const body = f(); return body` into one), and one of each pair is chosen
+  // here, once, by the storage in use.
+  type ListContext = Answer & { request: Request }
+  type GetContext = Answer & { params: { petId: string } }
+  const listPets = synchronous
+    ? ({ request, set, info }: ListContext) => {
+        const query = parseListQuery(request.url)
+        const page = service.list(query) as Page
+        answerList({ set, info }, query, page)
+        return page.body
+      }
+    : async ({ request, set, info }: ListContext) => {
+        const query = parseListQuery(request.url)
+        const page = await service.list(query)
+        answerList({ set, info }, query, page)
+        return page.body
+      }
+  const getPet = synchronous
+    ? ({ params, set, info }: GetContext) => {
+        onDeprecatedCall(verifiedKey(info).id)
+        const json = service.getJson(parsePetId(params.petId)) as string | null
+        answerPet({ set, info }, params.petId, json)
+        return json
+      }
+    : async ({ params, set, info }: GetContext) => {
+        onDeprecatedCall(verifiedKey(info).id)
+        const json = await service.getJson(parsePetId(params.petId))
+        answerPet({ set, info }, params.petId, json)
+        return json
+      }
   return new Elysia({ name: 'pets' })
     .decorate('info', undefined as unknown as RequestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
     .get(
       '/pets',
-      ({ request, set, info }) => {
-        const query = parseListQuery(request.url)
-        const page = service.list(query)
-        set.headers['content-type'] = JSON_TYPE
-        if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
-        info.done(200, 'listPets')
-        return page.body
-      },
+      listPets,
       {
         detail: {
           operationId: 'listPets',
@@ -180,14 +223,7 @@ export function petsModule(options: PetsModuleOptions) {
     )
     .get(
       '/pets/:petId',
-      ({ params, info, set }) => {
-        onDeprecatedCall(verifiedKey(info).id)
-        const json = service.getJson(parsePetId(params.petId))
-        if (json === null) throw notFound(`No pet with id ${params.petId}.`)
-        set.headers['content-type'] = JSON_TYPE
-        info.done(200, 'getPet')
-        return json
-      },
+      getPet,
       {
         transform: deprecationHeaders,
         detail: {

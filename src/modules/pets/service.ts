@@ -1,21 +1,23 @@
 /**
- * Pet Store logic, free of HTTP. Reads are served from serialised pages kept until the next write
- * (pets never change once created, so a pet's own JSON is kept for good); concurrent creates are
- * committed together, one durable transaction per batch, so durability does not cost one fsync each.
- * One batch is in flight at a time; creates that arrive meanwhile form the next one.
+ * Pet Store logic, free of HTTP. Reads are served from serialised pages (pets never change once
+ * created, so a pet's own JSON is kept for good); concurrent creates are committed together, one
+ * durable transaction per batch, so durability does not cost one fsync each. One batch is in flight at
+ * a time; creates that arrive meanwhile form the next one. Reads answer synchronously when storage does
+ * (the embedded file), and with a promise when it does not (PostgreSQL).
  */
 import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '../../errors'
 import {
   type CreatePetCommand,
   type CreatePetOutcome,
+  type MaybePromise,
   type NewPet,
   type Pet,
   type PetRepository,
   type PetStatus,
+  type PetWriter,
   StorageDamagedError,
   StorageUnavailableError,
 } from '../../storage/types'
-import type { PetWriter } from './writer'
 
 export interface PetServiceOptions {
   now: () => number
@@ -31,6 +33,11 @@ export interface PetServiceOptions {
   storageFault: () => string | null
   /** Called when a read finds the data file damaged. */
   onDamaged: (code: string) => void
+  /**
+   * True when every new pet passes through this process. Only then may a last page be cached, as only
+   * then does this process know when it changes; a page that has a next page never changes either way.
+   */
+  soleWriter: boolean
 }
 
 export interface ListQuery {
@@ -106,17 +113,22 @@ export class PetService {
     return { pages: this.pageUnits, pets: this.petUnits }
   }
 
-  list(query: ListQuery): Page {
+  list(query: ListQuery): MaybePromise<Page> {
     const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
     const cached = this.pages.get(cacheKey)
     if (cached) return cached
     const rows = this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
+    return rows instanceof Promise ? rows.then((found) => this.page(cacheKey, query, found)) : this.page(cacheKey, query, rows)
+  }
+
+  private page(cacheKey: string, query: ListQuery, rows: Pet[]): Page {
     const more = rows.length > query.limit
     if (more) rows.pop()
     const page: Page = {
       body: `[${rows.map(petJson).join(',')}]`,
       nextAfterId: more ? rows[rows.length - 1]!.id : null,
     }
+    if (!more && !this.options.soleWriter) return page
     for (const [oldest, old] of this.pages) {
       if (this.pages.size < MAX_CACHED_PAGES && this.pageUnits + page.body.length <= MAX_PAGE_UNITS) break
       this.pages.delete(oldest)
@@ -130,11 +142,15 @@ export class PetService {
   }
 
   /** The pet's JSON, or null when there is no such pet. */
-  getJson(id: number): string | null {
+  getJson(id: number): MaybePromise<string | null> {
     const cached = this.pets.get(id)
     if (cached) return cached
     if (!Number.isSafeInteger(id)) return null
     const pet = this.read(() => this.repo.get(id))
+    return pet instanceof Promise ? pet.then((found) => this.petJson(id, found)) : this.petJson(id, pet)
+  }
+
+  private petJson(id: number, pet: Pet | null): string | null {
     if (!pet) return null
     const json = petJson(pet)
     for (const [oldest, old] of this.pets) {
@@ -185,15 +201,24 @@ export class PetService {
     this.committing = null
   }
 
-  /** A read whose failure on a damaged file is a 503 and a fault of storage, not a 500. */
-  private read<T>(read: () => T): T {
+  /**
+   * A read whose failure is a 503 when storage cannot answer or its file is damaged (a fault of
+   * storage, not a 500), whether the read answers at once or later.
+   */
+  private read<T>(read: () => MaybePromise<T>): MaybePromise<T> {
     try {
-      return read()
+      const result = read()
+      return result instanceof Promise ? result.catch((error) => this.readFailed(error)) : result
     } catch (error) {
-      if (!(error instanceof StorageDamagedError)) throw error
-      this.options.onDamaged(error.code)
-      throw unavailable('The data file is damaged; the server needs a restart on a good copy.')
+      return this.readFailed(error)
     }
+  }
+
+  private readFailed(error: unknown): never {
+    if (error instanceof StorageUnavailableError) throw unavailable('Storage does not answer now; try again shortly.')
+    if (!(error instanceof StorageDamagedError)) throw error
+    this.options.onDamaged(error.code)
+    throw unavailable('The data file is damaged; the server needs a restart on a good copy.')
   }
 
   private async commit(batch: Pending[]): Promise<void> {

@@ -1,51 +1,8 @@
 /**
- * Where batches of new pets are committed. A file database is committed by a worker thread with its
- * own connection, so the event loop keeps serving reads while a batch is fsynced; an in-memory
- * database cannot be shared with another thread, so it is committed in place.
+ * The main thread's side of the commit worker. A file database is committed by a worker thread with
+ * its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
-import {
-  type CreatePetCommand,
-  type CreatePetOutcome,
-  type Pet,
-  type PetRepository,
-  StorageUnavailableError,
-} from '../../storage/types'
-import { petJson } from './service'
-
-export interface PetBatch {
-  commands: CreatePetCommand[]
-  now: number
-  /** `${baseUrl}/pets/`: a pet's Location is this followed by its id. */
-  locationPrefix: string
-}
-
-export interface PetWriter {
-  /**
-   * Commits the batch in one durable transaction; outcomes in command order. One batch at a time.
-   * Rejects with StorageUnavailableError when the data file refuses writes.
-   */
-  write(batch: PetBatch): Promise<CreatePetOutcome[]>
-  /** Closes the writer's connection; call it with no batch in flight. */
-  close(): Promise<void>
-}
-
-/** The one place a batch becomes storage commands, on whichever thread commits it. */
-export function commitBatch(pets: PetRepository, batch: PetBatch): CreatePetOutcome[] {
-  return pets.createMany(batch.commands, batch.now, (pet: Pet) => ({
-    body: petJson(pet),
-    location: batch.locationPrefix + pet.id,
-  }))
-}
-
-export class InThreadPetWriter implements PetWriter {
-  constructor(private readonly pets: PetRepository) {}
-
-  async write(batch: PetBatch): Promise<CreatePetOutcome[]> {
-    return commitBatch(this.pets, batch)
-  }
-
-  async close(): Promise<void> {}
-}
+import { type CreatePetOutcome, type PetBatch, type PetWriter, StorageUnavailableError } from '../types'
 
 export type CommitRequest =
   | { kind: 'open'; file: string }

@@ -1,11 +1,13 @@
 /**
  * The commit worker: a thread with its own connection to the data file that commits batches of new
  * pets, so that the fsync of each batch does not stop the main thread's event loop. A separate entry
- * point of the build (package.json), started by WorkerPetWriter.
+ * point of the build (scripts/build.ts), started by WorkerPetWriter. The batch rules are the pets
+ * domain's (modules/pets/batch.ts), the same on every backend.
  */
-import { openPetCommitter } from '../../storage/sqlite'
-import { StorageUnavailableError } from '../../storage/types'
-import { type CommitReply, type CommitRequest, type CommitResult, commitBatch, type PetBatch } from './writer'
+import { batchRules } from '../../modules/pets/batch'
+import { type PetBatch, StorageUnavailableError } from '../types'
+import { openPetCommitter } from './index'
+import type { CommitReply, CommitRequest, CommitResult } from './writer'
 
 declare var self: Worker
 
@@ -26,7 +28,7 @@ self.onmessage = ({ data: request }: MessageEvent<CommitRequest>) => {
 function commit(batch: PetBatch): CommitResult {
   try {
     committer ??= openPetCommitter(file)
-    return { kind: 'committed', outcomes: commitBatch(committer.pets, batch) }
+    return { kind: 'committed', outcomes: committer.pets.createMany(batch.commands, batch.now, batchRules(batch)) }
   } catch (error) {
     if (error instanceof StorageUnavailableError) return { kind: 'unavailable', code: error.code }
     const { message, stack } = error instanceof Error ? error : new Error(String(error))

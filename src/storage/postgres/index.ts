@@ -1,0 +1,96 @@
+/**
+ * PostgreSQL storage through Bun.sql, for several instances sharing one database. Opening applies the
+ * embedded migrations in one transaction under an advisory lock, so instances that start together
+ * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
+ */
+import { SQL } from 'bun'
+import { type Storage, StorageOpenError } from '../types'
+import { guarded, isUnavailable } from './errors'
+import { PostgresKeys, PostgresLimiterState } from './keys'
+import { LOCKS, MIGRATIONS } from './migrations'
+import { PostgresPets } from './pets'
+
+export interface PostgresOptions {
+  /** Connections in this instance's pool (Bun.sql opens them all at the first query). */
+  pool: number
+}
+
+/** A database URL as it may be shown: without its password. */
+export function redactedUrl(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return 'the database URL'
+  }
+}
+
+export async function openPostgresStorage(url: string, options: PostgresOptions): Promise<PostgresStorage> {
+  const location = redactedUrl(url)
+  const sql = new SQL(url, {
+    max: options.pool,
+    // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
+    connection: { synchronous_commit: 'on', application_name: 'petstore' },
+    connectionTimeout: 5,
+  })
+  try {
+    await migrate(sql, location)
+  } catch (error) {
+    await sql.close()
+    if (error instanceof StorageOpenError) throw error
+    if (isUnavailable(error)) throw new StorageOpenError(`cannot reach PostgreSQL at ${location}: ${(error as Error).message}`)
+    throw new StorageOpenError(`cannot use PostgreSQL at ${location}: ${(error as Error).message}`)
+  }
+  return new PostgresStorage(sql, location)
+}
+
+async function migrate(sql: SQL, location: string): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
+    await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
+    const [row] = (await tx`SELECT coalesce(max(version), 0) AS version FROM petstore_schema`) as { version: number }[]
+    const version = Number(row!.version)
+    if (version > MIGRATIONS.length)
+      throw new StorageOpenError(`the database at ${location} was written by a newer petstore (schema ${version}); upgrade petstore`)
+    for (let next = version; next < MIGRATIONS.length; next++) {
+      await tx.unsafe(MIGRATIONS[next]!)
+      await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`
+    }
+  })
+}
+
+export class PostgresStorage implements Storage {
+  readonly synchronous = false
+  readonly writable = true
+  /** Other instances create pets too. */
+  readonly soleWriter = false
+  readonly pets: PostgresPets
+  readonly keys: PostgresKeys
+  readonly limiterState: PostgresLimiterState
+
+  constructor(
+    private readonly sql: SQL,
+    readonly location: string,
+  ) {
+    this.pets = new PostgresPets(sql)
+    this.keys = new PostgresKeys(sql)
+    this.limiterState = new PostgresLimiterState(sql)
+  }
+
+  ping(): Promise<void> {
+    return guarded(async () => {
+      await this.sql`SELECT 1`
+    })
+  }
+
+  purgeIdempotency(olderThan: number): Promise<void> {
+    return guarded(async () => {
+      await this.sql`DELETE FROM idempotency WHERE created_at < ${olderThan}`
+    })
+  }
+
+  close(): Promise<void> {
+    return this.sql.close()
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * The PostgreSQL schema, as numbered steps recorded in `petstore_schema`. Steps are only ever
+ * appended; each runs in the one start-up transaction, under an advisory lock, so instances that start
+ * together migrate once.
+ */
+
+/** Advisory lock keys, each a constant of this application ('PETS' and a role). */
+export const LOCKS = {
+  /** Held by the start-up transaction: migrations and the bootstrap key. */
+  schema: 0x5045_5453_0001n,
+  /** Held by every transaction that gives out pet ids, until it commits: ids become visible in order. */
+  petIds: 0x5045_5453_0002n,
+} as const
+
+export const MIGRATIONS: string[] = [
+  `CREATE TABLE pets (
+     id bigint PRIMARY KEY,
+     name text NOT NULL,
+     category_id bigint NOT NULL,
+     status text NOT NULL CHECK (status IN ('available', 'pending', 'sold')),
+     created_at bigint NOT NULL
+   );
+   CREATE SEQUENCE pets_id_seq AS bigint OWNED BY pets.id;
+   CREATE INDEX pets_by_status ON pets (status, id);
+   CREATE TABLE api_keys (
+     id text PRIMARY KEY,
+     name text NOT NULL,
+     plan text NOT NULL,
+     rpm bigint NOT NULL,
+     rpd bigint NOT NULL,
+     secret_hash text NOT NULL UNIQUE,
+     created_at bigint NOT NULL,
+     last_used_at bigint,
+     revoked_at bigint
+   );
+   CREATE TABLE idempotency (
+     key_id text NOT NULL,
+     idem_key text NOT NULL,
+     request_hash text NOT NULL,
+     status integer NOT NULL,
+     body text NOT NULL,
+     location text NOT NULL,
+     created_at bigint NOT NULL,
+     PRIMARY KEY (key_id, idem_key)
+   );
+   CREATE INDEX idempotency_by_age ON idempotency (created_at);
+   CREATE TABLE limiter_state (
+     subject text PRIMARY KEY,
+     tokens double precision NOT NULL,
+     updated_at bigint NOT NULL
+   );
+   CREATE TABLE meta (name text PRIMARY KEY, value bigint NOT NULL);
+   INSERT INTO meta (name, value) VALUES ('pets_generation', 0);
+   CREATE SEQUENCE limit_resets_seq AS bigint;
+   CREATE TABLE limit_resets (
+     key_id text PRIMARY KEY,
+     requested_at bigint NOT NULL,
+     seq bigint NOT NULL
+   );`,
+]

@@ -1,0 +1,199 @@
+/**
+ * Pets and idempotency records in PostgreSQL. PostgreSQL hands out sequence values at insert and
+ * commits in any order, so on its own an id could become visible after a larger one and a client paging
+ * past the larger one would never see it. Every transaction that takes pet ids therefore holds one
+ * transaction-level advisory lock from taking them until it commits: ids become visible in increasing
+ * order, across instances. Group commit pays for the lock: a batch of creates is one transaction, one
+ * multi-row insert and one flush.
+ */
+import type { SQL } from 'bun'
+import type {
+  CreatePetCommand,
+  CreatePetOutcome,
+  CreateRules,
+  IdempotencyRecord,
+  NewPet,
+  Pet,
+  PetRepository,
+  PetStatus,
+} from '../types'
+import { guarded } from './errors'
+import { LOCKS } from './migrations'
+import { exactInteger } from './numbers'
+
+interface PetRow {
+  id: string
+  name: string
+  category_id: string
+  status: PetStatus
+}
+
+function toPet(row: PetRow): Pet {
+  return { id: exactInteger(row.id), name: row.name, categoryId: exactInteger(row.category_id), status: row.status }
+}
+
+export class PostgresPets implements PetRepository {
+  constructor(private readonly sql: SQL) {}
+
+  list(afterId: number, limit: number, status: PetStatus | undefined): Promise<Pet[]> {
+    const { sql } = this
+    return guarded(async () => {
+      const rows: PetRow[] = status
+        ? await sql`SELECT id, name, category_id, status FROM pets WHERE status = ${status} AND id > ${afterId} ORDER BY id LIMIT ${limit}`
+        : await sql`SELECT id, name, category_id, status FROM pets WHERE id > ${afterId} ORDER BY id LIMIT ${limit}`
+      return rows.map(toPet)
+    })
+  }
+
+  get(id: number): Promise<Pet | null> {
+    return guarded(async () => {
+      const [row] = (await this.sql`SELECT id, name, category_id, status FROM pets WHERE id = ${id}`) as PetRow[]
+      return row ? toPet(row) : null
+    })
+  }
+
+  count(): Promise<number> {
+    return guarded(async () => exactInteger(((await this.sql`SELECT count(*) AS n FROM pets`) as { n: string }[])[0]!.n))
+  }
+
+  generation(): Promise<number> {
+    return guarded(async () => {
+      const [row] = (await this.sql`SELECT value FROM meta WHERE name = 'pets_generation'`) as { value: string }[]
+      return exactInteger(row!.value)
+    })
+  }
+
+  seed(pets: NewPet[], now: number): Promise<void> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+        const ids = await takeIds(tx, pets.length)
+        for (let start = 0; start < pets.length; start += INSERT_ROWS)
+          await insertPets(tx, pets.slice(start, start + INSERT_ROWS).map((pet, i) => ({ id: ids[start + i]!, ...pet })), now)
+        await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
+      }),
+    )
+  }
+
+  reset(): Promise<number> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+        const deleted = await tx`DELETE FROM pets`
+        await tx`DELETE FROM idempotency`
+        await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
+        return deleted.count
+      }),
+    )
+  }
+
+  /**
+   * The batch in one transaction. Under the pet-id lock, every creating transaction of every instance
+   * runs one at a time, so looking up an Idempotency-Key and then writing it is one atomic claim: the
+   * same key sent to two instances at once creates one pet. Commands are settled in order, so a key
+   * used twice in one batch behaves as if the two had come one after the other.
+   */
+  createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): Promise<CreatePetOutcome[]> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+        const held = await heldClaims(tx, commands)
+        const outcomes: (CreatePetOutcome | null)[] = []
+        /** For a key claimed earlier in this batch, the index of the command that claimed it. */
+        const claimedBy = new Map<string, number>()
+        for (const [index, { idempotency }] of commands.entries()) {
+          if (!idempotency) {
+            outcomes.push(null)
+            continue
+          }
+          const claim = claimName(idempotency.keyId, idempotency.key)
+          const earlier = claimedBy.get(claim)
+          const previous = earlier === undefined ? held.get(claim) : pendingRecord(commands[earlier]!, now)
+          const settled = previous ? rules.judge(previous, idempotency.requestHash) : null
+          if (!settled) claimedBy.set(claim, index)
+          outcomes.push(settled)
+        }
+        const creating = outcomes.flatMap((outcome, index) => (outcome ? [] : [index]))
+        const ids = await takeIds(tx, creating.length)
+        const created: Pet[] = []
+        const answers = new Map<number, { body: string; location: string }>()
+        creating.forEach((index, i) => {
+          const pet: Pet = { id: ids[i]!, ...commands[index]!.pet }
+          created.push(pet)
+          const answer = rules.render(pet)
+          answers.set(index, answer)
+          outcomes[index] = { kind: 'created', pet, ...answer }
+        })
+        for (let start = 0; start < created.length; start += INSERT_ROWS)
+          await insertPets(tx, created.slice(start, start + INSERT_ROWS), now)
+        const records = creating.flatMap((index) => {
+          const { idempotency } = commands[index]!
+          if (!idempotency) return []
+          const { body, location } = answers.get(index)!
+          return [{ key_id: idempotency.keyId, idem_key: idempotency.key, request_hash: idempotency.requestHash, status: 201, body, location, created_at: now }]
+        })
+        if (records.length > 0)
+          await tx`INSERT INTO idempotency ${tx(records)}
+                   ON CONFLICT (key_id, idem_key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status,
+                     body = EXCLUDED.body, location = EXCLUDED.location, created_at = EXCLUDED.created_at`
+        // A replay of a pet created earlier in this batch returns that pet's answer.
+        return outcomes.map((outcome, index) => {
+          if (outcome?.kind !== 'replayed' || outcome.response.body !== '') return outcome!
+          const claim = commands[index]!.idempotency!
+          const first = answers.get(claimedBy.get(claimName(claim.keyId, claim.key))!)!
+          return { kind: 'replayed', response: { ...outcome.response, ...first } }
+        })
+      }),
+    )
+  }
+}
+
+/** Rows per INSERT statement: PostgreSQL takes at most 65,535 parameters, five per pet. */
+const INSERT_ROWS = 10_000
+
+function claimName(keyId: string, key: string): string {
+  return `${keyId}\n${key}`
+}
+
+/** What a key claimed earlier in the same batch holds; its body is filled in once the pet has an id. */
+function pendingRecord(command: CreatePetCommand, now: number): IdempotencyRecord {
+  return { requestHash: command.idempotency!.requestHash, status: 201, body: '', location: '', createdAt: now }
+}
+
+/** The records the batch's Idempotency-Keys already hold, by claim name. */
+async function heldClaims(tx: SQL, commands: CreatePetCommand[]): Promise<Map<string, IdempotencyRecord>> {
+  const held = new Map<string, IdempotencyRecord>()
+  for (const { idempotency } of commands) {
+    if (!idempotency || held.has(claimName(idempotency.keyId, idempotency.key))) continue
+    const [row] = (await tx`SELECT request_hash, status, body, location, created_at FROM idempotency
+                            WHERE key_id = ${idempotency.keyId} AND idem_key = ${idempotency.key}`) as {
+      request_hash: string
+      status: number
+      body: string
+      location: string
+      created_at: string
+    }[]
+    if (row)
+      held.set(claimName(idempotency.keyId, idempotency.key), {
+        requestHash: row.request_hash,
+        status: row.status,
+        body: row.body,
+        location: row.location,
+        createdAt: exactInteger(row.created_at),
+      })
+  }
+  return held
+}
+
+/** `count` new ids in increasing order; call it holding the pet-id lock. */
+async function takeIds(tx: SQL, count: number): Promise<number[]> {
+  if (count === 0) return []
+  const rows = (await tx`SELECT nextval('pets_id_seq') AS id FROM generate_series(1, ${count})`) as { id: string }[]
+  return rows.map((row) => exactInteger(row.id)).sort((a, b) => a - b)
+}
+
+async function insertPets(tx: SQL, pets: Pet[], now: number): Promise<void> {
+  if (pets.length === 0) return
+  const rows = pets.map((pet) => ({ id: pet.id, name: pet.name, category_id: pet.categoryId, status: pet.status, created_at: now }))
+  await tx`INSERT INTO pets ${tx(rows)}`
+}

@@ -1,0 +1,26 @@
+/** SQLite's error codes, told apart: "cannot write now" (503), "the file is damaged", and bugs. */
+import { StorageDamagedError, StorageUnavailableError } from '../types'
+
+/** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
+const UNAVAILABLE_CODES = /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|PERM)/
+
+/** Codes SQLite gives when what it read is not a valid database: the file is damaged. */
+const DAMAGED_CODES = /^SQLITE_(CORRUPT|NOTADB)/
+
+/** Reads go through here: a damaged file is told apart from a bug. */
+export function reading<T>(read: () => T): T {
+  try {
+    return read()
+  } catch (error) {
+    const code = (error as { code?: string })?.code ?? ''
+    if (DAMAGED_CODES.test(code)) throw new StorageDamagedError(code)
+    throw error
+  }
+}
+
+/** Rethrows a failed write: as StorageUnavailableError when the file cannot be written now. */
+export function describeUnavailable(error: unknown): never {
+  const code = (error as { code?: string })?.code ?? ''
+  if (UNAVAILABLE_CODES.test(code)) throw new StorageUnavailableError(code)
+  throw error
+}

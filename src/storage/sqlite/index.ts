@@ -1,0 +1,166 @@
+/**
+ * SQLite storage through bun:sqlite: one file per environment, opened once, statements prepared once.
+ * Every member answers synchronously, so the embedded request path never awaits.
+ */
+import { Database } from 'bun:sqlite'
+import { chmodSync, existsSync, linkSync, mkdirSync, rmSync, statSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
+import { type Storage, StorageOpenError } from '../types'
+import { describeUnavailable } from './errors'
+import { SqliteKeys } from './keys'
+import { SqliteLimiterState } from './limiter-state'
+import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
+import { SqlitePets } from './pets'
+
+export type { OpenOptions } from './open'
+
+export function openSqliteStorage(file: string, options: OpenOptions = {}): SqliteStorage {
+  const inMemory = file === ':memory:'
+  if (!inMemory) {
+    // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
+    process.umask(0o077)
+    if (options.mustExist && !existsSync(file))
+      throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
+    try {
+      if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
+      mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+      checkHeader(file)
+    } catch (error) {
+      if (error instanceof StorageOpenError) throw error
+      throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
+    }
+  }
+  const readOnly = !inMemory && existsSync(file) && !isWritable(file)
+  let db: Database
+  let immutable = false
+  try {
+    if (readOnly) ({ db, immutable } = openReadOnly(file))
+    else db = new Database(file, { create: true, strict: true })
+  } catch (error) {
+    if (error instanceof StorageOpenError) throw error
+    throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
+  }
+  try {
+    prepare(db, file, { ...options, readOnly })
+  } catch (error) {
+    db.close()
+    if (error instanceof StorageOpenError) throw error
+    throw new StorageOpenError(`${file} cannot be used: ${(error as Error).message}`)
+  }
+  if (!inMemory && !readOnly)
+    for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
+  return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
+}
+
+/**
+ * A second connection to a data file that openSqliteStorage has already checked and migrated, for
+ * committing pets on another thread. Busy timeout and synchronous are per connection, so they are set
+ * again. Failing to open is reported like a failed commit: a refusal when the file cannot be written.
+ */
+export function openPetCommitter(file: string): { pets: SqlitePets; close(): void } {
+  let db: Database | undefined
+  try {
+    db = new Database(file, { readwrite: true, strict: true })
+    db.run('PRAGMA busy_timeout = 5000')
+    db.run('PRAGMA synchronous = FULL')
+    const pets = new SqlitePets(db)
+    return { pets, close: () => db!.close() }
+  } catch (error) {
+    db?.close()
+    describeUnavailable(error)
+  }
+}
+
+export class SqliteStorage implements Storage {
+  readonly pets: SqlitePets
+  readonly keys: SqliteKeys
+  readonly limiterState: SqliteLimiterState
+
+  /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
+  private readonly openedAs: string | null
+  /** Device and inode of the file opened; null for a private in-memory database. */
+  private readonly identity: string | null
+
+  readonly location: string
+  readonly writable: boolean
+  /** One server per data file (data-file-lock.ts): every new pet passes through it. */
+  readonly soleWriter = true
+  readonly synchronous = true
+
+  constructor(
+    private readonly db: Database,
+    /** Opened from a file this process cannot write: reads work, every write fails as unavailable. */
+    readonly readOnly: boolean,
+    /** The data file, which a second connection may open; null for a private in-memory database. */
+    readonly file: string | null,
+    immutable: boolean,
+  ) {
+    this.location = file ? resolve(file) : ':memory:'
+    this.writable = !readOnly
+    this.openedAs = immutable && file ? diskFingerprint(file) : null
+    this.identity = file ? identityOf(file) : null
+    this.pets = new SqlitePets(db)
+    this.keys = new SqliteKeys(db)
+    this.limiterState = new SqliteLimiterState(db)
+  }
+
+  /**
+   * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
+   * open serves may then be stale, and only a fresh open reads it right.
+   */
+  changedOnDisk(): boolean {
+    return this.openedAs !== null && diskFingerprint(this.file!) !== this.openedAs
+  }
+
+  /**
+   * True once the path no longer names the file this storage opened (deleted, or replaced by another
+   * file): whatever is written from then on goes to a file nobody will open again.
+   */
+  replaced(): boolean {
+    return this.identity !== null && identityOf(this.file!) !== this.identity
+  }
+
+  ping(): void {
+    this.db.query('SELECT 1').get()
+  }
+
+  purgeIdempotency(olderThan: number): void {
+    try {
+      this.db.query('DELETE FROM idempotency WHERE created_at < ?').run(olderThan)
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  /**
+   * Writes the copy under a temporary name in the target folder, checks it, and only then links it
+   * under the final name (a link, unlike a rename, never replaces a file that appeared meanwhile): a
+   * backup that is killed or fails leaves nothing that could be mistaken for a good one.
+   */
+  backup(file: string): void {
+    if (existsSync(file)) throw new StorageOpenError(`${file} already exists; choose a new file name`)
+    const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
+    try {
+      rmSync(partial, { force: true })
+      this.db.query('VACUUM INTO ?').run(partial)
+      chmodSync(partial, 0o600)
+      const copy = new Database(partial, { readonly: true, strict: true })
+      try {
+        const check = copy.query<{ quick_check: string }, []>('PRAGMA quick_check').get()?.quick_check
+        if (check !== 'ok') throw new Error(`the copy does not check out (${check})`)
+      } finally {
+        copy.close()
+      }
+      linkSync(partial, file)
+    } catch (error) {
+      const reason = (error as { code?: string }).code === 'EEXIST' ? 'it appeared while the copy was made' : (error as Error).message
+      throw new StorageOpenError(`cannot write the backup to ${file}: ${reason}`)
+    } finally {
+      rmSync(partial, { force: true })
+    }
+  }
+
+  close(): void {
+    this.db.close()
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * The data file's schema, as numbered steps: `PRAGMA user_version` says how many are applied, and the
+ * application id marks the file as ours. Steps are only ever appended.
+ */
+
+/** 'PETS' in ASCII: marks a file as ours, so a foreign SQLite database is refused, not migrated. */
+export const APPLICATION_ID = 0x50455453
+
+export const MIGRATIONS: string[] = [
+  `CREATE TABLE pets (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     name TEXT NOT NULL,
+     category_id INTEGER NOT NULL,
+     status TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold')),
+     created_at INTEGER NOT NULL
+   );
+   CREATE INDEX pets_by_status ON pets (status, id);
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     plan TEXT NOT NULL,
+     rpm INTEGER NOT NULL,
+     rpd INTEGER NOT NULL,
+     secret_hash TEXT NOT NULL UNIQUE,
+     created_at INTEGER NOT NULL,
+     last_used_at INTEGER,
+     revoked_at INTEGER
+   );
+   CREATE TABLE idempotency (
+     key_id TEXT NOT NULL,
+     idem_key TEXT NOT NULL,
+     request_hash TEXT NOT NULL,
+     status INTEGER NOT NULL,
+     body TEXT NOT NULL,
+     location TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     PRIMARY KEY (key_id, idem_key)
+   ) WITHOUT ROWID;
+   CREATE INDEX idempotency_by_age ON idempotency (created_at);
+   CREATE TABLE limiter_state (
+     subject TEXT PRIMARY KEY,
+     tokens REAL NOT NULL,
+     updated_at INTEGER NOT NULL
+   ) WITHOUT ROWID;`,
+  // Signals from the CLI to a running server: pets seeded or reset, key limits reset.
+  `CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+   INSERT INTO meta (name, value) VALUES ('pets_generation', 0);
+   CREATE TABLE limit_resets (key_id TEXT PRIMARY KEY, requested_at INTEGER NOT NULL) WITHOUT ROWID;`,
+]

@@ -1,0 +1,114 @@
+/**
+ * Opening a data file: is it ours, can it be written, is it whole; pragmas set once, with the reason
+ * for each; the schema brought up to date.
+ */
+import { constants as sqlite, Database } from 'bun:sqlite'
+import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { StorageOpenError } from '../types'
+import { APPLICATION_ID, MIGRATIONS } from './migrations'
+
+export interface OpenOptions {
+  /** Run the integrity check: the server does, short-lived CLI commands need not. */
+  verify?: boolean
+  /** Refuse a missing file instead of creating it (commands that only read or change existing data). */
+  mustExist?: boolean
+}
+
+const SQLITE_HEADER = 'SQLite format 3\0'
+
+export function checkHeader(file: string): void {
+  if (!existsSync(file) || statSync(file).size === 0) return
+  const fd = openSync(file, 'r')
+  try {
+    const header = Buffer.alloc(16)
+    readSync(fd, header, 0, 16, 0)
+    if (header.toString('latin1') !== SQLITE_HEADER)
+      throw new StorageOpenError(`${file} is not a petstore data file (it is not an SQLite database)`)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
+export function isWritable(file: string): boolean {
+  try {
+    accessSync(file, fs.W_OK)
+    accessSync(dirname(file), fs.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A read-only file (read-only mount, or permissions) still serves reads. SQLite reads a WAL database
+ * read-only only while its -wal and -shm files exist (or it can make them); otherwise the file is
+ * opened as immutable, which is exact while every change is in the main file. A leftover -wal that
+ * cannot be read holds committed changes an immutable open would silently miss, so that is refused;
+ * and as an immutable open never sees later changes, `changedOnDisk` watches the file for them.
+ */
+export function openReadOnly(file: string): { db: Database; immutable: boolean } {
+  const db = new Database(file, { readonly: true, strict: true })
+  try {
+    db.query('SELECT count(*) FROM sqlite_schema').get()
+    return { db, immutable: false }
+  } catch (error) {
+    db.close()
+    if (!/^SQLITE_(CANTOPEN|READONLY)/.test((error as { code?: string }).code ?? '')) throw error
+  }
+  const wal = `${file}-wal`
+  if (existsSync(wal) && statSync(wal).size > 0)
+    throw new StorageOpenError(
+      `${file} is read-only and ${wal} still holds changes that cannot be read without writing; make the directory writable once`,
+    )
+  // In a URI, `?` and `#` would end the path and `%` start an escape.
+  const uri = `file:${encodeURI(file).replace(/\?/g, '%3F').replace(/#/g, '%23')}?immutable=1`
+  return { db: new Database(uri, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_URI), immutable: true }
+}
+
+/** Which file the path names now: device and inode, or null when there is none. */
+export function identityOf(file: string): string | null {
+  const stat = statSync(file, { throwIfNoEntry: false })
+  return stat ? `${stat.dev}:${stat.ino}` : null
+}
+
+/** What changes when anything writes the file or starts a write-ahead log beside it. */
+export function diskFingerprint(file: string): string {
+  const main = statSync(file, { throwIfNoEntry: false })
+  const wal = statSync(`${file}-wal`, { throwIfNoEntry: false })
+  return `${main?.ino}:${main?.size}:${main?.mtimeMs}:${wal?.size}:${wal?.mtimeMs}`
+}
+
+export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
+  // Wait for the other process (server or CLI) instead of failing at once when both write.
+  db.run('PRAGMA busy_timeout = 5000')
+  if (options.verify) {
+    const result = db.query<{ quick_check: string }, []>('PRAGMA quick_check').get()
+    if (result?.quick_check !== 'ok')
+      throw new StorageOpenError(`${file} is damaged (${result?.quick_check}); restore it from a backup`)
+  }
+  const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
+  const appId = db.query<{ application_id: number }, []>('PRAGMA application_id').get()!.application_id
+  const tables = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n
+  if (appId !== APPLICATION_ID && (version !== 0 || tables !== 0))
+    throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
+  if (version > MIGRATIONS.length)
+    throw new StorageOpenError(`${file} was written by a newer petstore (schema ${version}); upgrade petstore`)
+  if (options.readOnly) {
+    if (version < MIGRATIONS.length)
+      throw new StorageOpenError(`${file} is read-only and needs its schema brought up to date; make it writable once`)
+    return
+  }
+  // WAL lets the CLI and backups read while the server writes; FULL makes every commit survive power loss
+  // before we answer 201.
+  db.run('PRAGMA journal_mode = WAL')
+  db.run('PRAGMA synchronous = FULL')
+  for (let next = version; next < MIGRATIONS.length; next++) {
+    db.transaction(() => {
+      db.run(MIGRATIONS[next]!)
+      db.run(`PRAGMA application_id = ${APPLICATION_ID}`)
+      db.run(`PRAGMA user_version = ${next + 1}`)
+    })()
+  }
+}

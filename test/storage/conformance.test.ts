@@ -1,0 +1,214 @@
+/**
+ * The storage seam's conformance suite: every backend (the SQLite file, PostgreSQL) passes the same
+ * cases, through two handles on one store where the case is about other processes or instances
+ * (idempotency races, ordered id visibility, keys, the one bootstrap key).
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
+import { makeKey } from '../../src/modules/keys/service'
+import { openPostgresStorage } from '../../src/storage/postgres'
+import { openSqliteStorage } from '../../src/storage/sqlite'
+import type { CreatePetCommand, CreatePetOutcome, NewPet, Storage } from '../../src/storage/types'
+import { tempDir } from '../support/binary'
+import { describeWithEngines } from '../support/engines'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
+
+const NOW = Date.UTC(2026, 0, 1)
+const PREFIX = 'http://localhost/v1/pets/'
+
+interface Backend {
+  /** A new, empty store, and a function that opens another handle on the same store. */
+  fresh(): Promise<{ a: Storage; b: () => Promise<Storage> }>
+}
+
+const opened: Storage[] = []
+async function track<T extends Storage>(storage: T | Promise<T>): Promise<T> {
+  const handle = await storage
+  opened.push(handle)
+  return handle
+}
+afterAll(async () => {
+  for (const storage of opened.splice(0)) await storage.close()
+})
+
+const sqlite: Backend = {
+  async fresh() {
+    const file = join(tempDir(), 'petstore.db')
+    return { a: await track(openSqliteStorage(file)), b: () => track(openSqliteStorage(file)) }
+  },
+}
+
+let cluster: PostgresCluster | undefined
+let databases = 0
+const postgres: Backend = {
+  async fresh() {
+    const url = await cluster!.createDatabase(`conformance_${++databases}`)
+    return { a: await track(openPostgresStorage(url, { pool: 4 })), b: () => track(openPostgresStorage(url, { pool: 4 })) }
+  },
+}
+
+const pet = (name: string, categoryId = 1): NewPet => ({ name, categoryId, status: 'available' })
+
+async function create(storage: Storage, commands: CreatePetCommand[], now = NOW): Promise<CreatePetOutcome[]> {
+  const batch = { commands, now, locationPrefix: PREFIX }
+  return storage.pets.createMany(commands, now, batchRules(batch))
+}
+
+const withKey = (name: string, key: string, requestHash = `hash-of-${name}`): CreatePetCommand => ({
+  pet: pet(name),
+  idempotency: { keyId: 'key_a', key, requestHash },
+})
+
+function conformance(name: string, backend: Backend) {
+  test(`${name}: pets are created in one batch, listed in id order by keyset, and read back exactly`, async () => {
+    const { a } = await backend.fresh()
+    const extremes = [Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 0]
+    const outcomes = await create(a, extremes.map((categoryId, i) => ({ pet: pet(`p${i}`, categoryId) })))
+    const ids = outcomes.map((outcome) => (outcome.kind === 'created' ? outcome.pet.id : -1))
+    expect(ids[0]).toBeGreaterThan(0)
+    expect(ids).toEqual([...ids].sort((x, y) => x - y))
+    expect(outcomes[0]).toMatchObject({ kind: 'created', location: `${PREFIX}${ids[0]}`, body: expect.stringContaining(`"id":${ids[0]}`) })
+    expect((await a.pets.list(0, 10, undefined)).map((p) => p.categoryId)).toEqual(extremes)
+    expect(await a.pets.list(ids[0]!, 1, undefined)).toEqual([{ id: ids[1]!, name: 'p1', categoryId: -Number.MAX_SAFE_INTEGER, status: 'available' }])
+    expect(await a.pets.list(0, 10, 'sold')).toEqual([])
+    expect(await a.pets.get(ids[2]!)).toEqual({ id: ids[2]!, name: 'p2', categoryId: 0, status: 'available' })
+    expect(await a.pets.get(ids[2]! + 1000)).toBeNull()
+    expect(await a.pets.count()).toBe(3)
+  })
+
+  test(`${name}: an Idempotency-Key replays its first answer, refuses a different request, and expires`, async () => {
+    const { a } = await backend.fresh()
+    const [first] = await create(a, [withKey('Rex', 'k1')])
+    expect(first!.kind).toBe('created')
+    const [again] = await create(a, [withKey('Rex', 'k1')], NOW + 1000)
+    expect(again).toEqual({ kind: 'replayed', response: expect.objectContaining({ body: (first as { body: string }).body, status: 201 }) })
+    expect((await create(a, [withKey('Max', 'k1', 'other')], NOW + 2000))[0]).toEqual({ kind: 'conflict' })
+    const [later] = await create(a, [withKey('Max', 'k1', 'other')], NOW + IDEMPOTENCY_TTL_MS + 1)
+    expect(later!.kind).toBe('created')
+    expect(await a.pets.count()).toBe(2)
+  })
+
+  test(`${name}: a key used twice in one batch acts as if the two came one after the other`, async () => {
+    const { a } = await backend.fresh()
+    const outcomes = await create(a, [withKey('Rex', 'k'), { pet: pet('plain') }, withKey('Rex', 'k'), withKey('Max', 'k', 'other')])
+    expect(outcomes.map((outcome) => outcome.kind)).toEqual(['created', 'created', 'replayed', 'conflict'])
+    const created = outcomes[0] as { body: string; location: string }
+    expect(outcomes[2]).toMatchObject({ response: { body: created.body, location: created.location } })
+    expect(await a.pets.count()).toBe(2)
+  })
+
+  test(`${name}: the same Idempotency-Key through two handles at once creates one pet`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    for (let round = 0; round < 10; round++) {
+      const key = `race-${round}`
+      const outcomes = (await Promise.all([a, other, a, other].map((storage) => create(storage, [withKey('Rex', key)])))).flat()
+      expect(outcomes.filter((outcome) => outcome.kind === 'created')).toHaveLength(1)
+      expect(outcomes.filter((outcome) => outcome.kind === 'replayed')).toHaveLength(3)
+    }
+    expect(await a.pets.count()).toBe(10)
+  })
+
+  test(`${name}: a reader paging while two handles insert never skips or repeats a pet`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const reader = await b()
+    let writing = true
+    const writer = async (storage: Storage, tag: string) => {
+      for (let i = 0; i < 60; i++) await create(storage, Array.from({ length: 1 + (i % 3) }, (_, j) => ({ pet: pet(`${tag}${i}.${j}`) })))
+    }
+    const seen: number[] = []
+    const read = async () => {
+      let cursor = 0
+      // Keeps paging while writers run, then once more to the end.
+      for (let idle = 0; writing || idle < 1; ) {
+        const page = await reader.pets.list(cursor, 7, undefined)
+        if (page.length === 0) {
+          if (!writing) idle++
+          await new Promise((resolve) => setImmediate(resolve))
+          continue
+        }
+        seen.push(...page.map((p) => p.id))
+        cursor = page[page.length - 1]!.id
+      }
+    }
+    const reading = read()
+    await Promise.all([writer(a, 'a'), writer(other, 'b'), writer(a, 'c')])
+    writing = false
+    await reading
+    const all = (await a.pets.list(0, 10_000, undefined)).map((p) => p.id)
+    expect(all.length).toBe(3 * (20 * 1 + 20 * 2 + 20 * 3))
+    expect(seen).toEqual(all)
+  })
+
+  test(`${name}: keys are stored, listed, revoked, and marked as changed for other handles`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const before = await other.keys.changeMark()
+    const { record } = makeKey({ plan: 'pro', name: 'app' }, NOW)
+    await a.keys.insert(record)
+    const afterCreate = await other.keys.changeMark()
+    expect(afterCreate).not.toBe(before)
+    expect(await other.keys.list()).toEqual([record])
+    expect(await a.keys.revoke(record.id, NOW + 5)).toBe(true)
+    expect(await a.keys.revoke('key_missing', NOW + 5)).toBe(false)
+    expect(await other.keys.changeMark()).not.toBe(afterCreate)
+    expect((await other.keys.list())[0]!.revokedAt).toBe(NOW + 5)
+    await a.keys.recordLastUsed(new Map([[record.id, NOW + 9]]))
+    await a.keys.recordLastUsed(new Map([[record.id, NOW + 7]]))
+    expect((await other.keys.list())[0]!.lastUsedAt).toBe(NOW + 9)
+  })
+
+  test(`${name}: handles that make the bootstrap key at the same moment make one`, async () => {
+    const { a, b } = await backend.fresh()
+    const handles = [a, await b(), await b(), await b()]
+    const made = await Promise.all(handles.map((storage) => storage.keys.insertIfNone(makeKey({ plan: 'free', name: 'bootstrap' }, NOW).record)))
+    expect(made.filter(Boolean)).toHaveLength(1)
+    expect(await a.keys.list()).toHaveLength(1)
+  })
+
+  test(`${name}: a limit reset is reported once, with the key's saved day bucket gone`, async () => {
+    const { a } = await backend.fresh()
+    const { record } = makeKey({ plan: 'free' }, NOW)
+    await a.keys.insert(record)
+    await a.limiterState.save(new Map([[`key:${record.id}`, { tokens: 12.5, updatedAt: NOW }], ['key:other', { tokens: 3, updatedAt: NOW }]]))
+    expect(await a.keys.takeLimitResets()).toEqual([])
+    expect(await a.keys.resetLimits(record.id, NOW)).toBe(true)
+    expect(await a.keys.resetLimits('key_missing', NOW)).toBe(false)
+    expect(await a.keys.takeLimitResets()).toEqual([record.id])
+    expect(await a.keys.takeLimitResets()).toEqual([])
+    expect([...(await a.limiterState.load())]).toEqual([['key:other', { tokens: 3, updatedAt: NOW }]])
+  })
+
+  test(`${name}: seeding and resetting change the generation other handles see`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const start = await other.pets.generation()
+    await a.pets.seed([pet('s1'), pet('s2')], NOW)
+    const seeded = await other.pets.generation()
+    expect(seeded).not.toBe(start)
+    expect(await other.pets.count()).toBe(2)
+    await create(a, [withKey('Rex', 'k')])
+    expect(await a.pets.reset()).toBe(3)
+    expect(await other.pets.generation()).not.toBe(seeded)
+    expect(await other.pets.count()).toBe(0)
+    // Idempotency records went with the pets: the key creates again.
+    expect((await create(a, [withKey('Rex', 'k')]))[0]!.kind).toBe('created')
+  })
+}
+
+describe('storage conformance', () => {
+  conformance('sqlite', sqlite)
+})
+
+describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
+  beforeAll(async () => {
+    cluster = await startPostgres()
+  })
+  afterAll(async () => {
+    for (const storage of opened.splice(0)) await storage.close()
+    await cluster?.destroy()
+  })
+  conformance('postgres', postgres)
+})
