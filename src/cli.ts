@@ -4,7 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, type DataFileWatch, VERSION } from './app'
-import { existsSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { bindPort, type Config, ConfigError, dataFileNamed, resolveDatabase, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
@@ -387,6 +387,8 @@ async function openSharedBackend(config: Config): Promise<Backend> {
 function announceBootstrapKey(config: Config, id: string, secret: string): void {
   const file = bootstrapKeyFile(config.dataFile)
   const temporary = `${file}.${process.pid}.tmp`
+  // With PostgreSQL there is no data file, so its folder may not exist yet.
+  mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
   writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
   renameSync(temporary, file)
   // The hint names the file the server uses, so a key made by following it lands there.

@@ -235,6 +235,9 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   const port = portText.value === undefined ? defaults.port : parseInteger(portText.name, portText.value, 0, 65535)
 
   const redisUrl = resolveRedisUrl(input, environment)
+  const database = resolveDatabase(input, environment)
+  if (database && dataFileNamed(input, environment))
+    throw new ConfigError('give either a data file (--data, PETSTORE_DATA) or a database URL, not both')
   const servers = {
     production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
     staging: environment.PETSTORE_STAGING_BASE_URL ?? ENVIRONMENTS.staging.baseUrl,
@@ -258,7 +261,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
     trustProxy: parseProxies(input, environment),
-    database: resolveDatabase(input, environment),
+    database,
     redisUrl,
     limiterFallback: parseFallback(input, environment, redisUrl !== null),
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),

@@ -75,6 +75,8 @@ export interface Server {
 
 export interface StartOptions {
   dataFile?: string
+  /** Serve from this PostgreSQL database instead of a data file (and a temp folder as the cwd). */
+  databaseUrl?: string
   args?: string[]
   env?: Record<string, string>
   cwd?: string
@@ -92,10 +94,11 @@ async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string 
 
 export async function startServer(options: StartOptions = {}): Promise<Server> {
   const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
-  const args = ['serve', '--port', '0', '--host', '127.0.0.1', '--data', dataFile, ...(options.args ?? [])]
+  const storage = options.databaseUrl ? ['--database-url', options.databaseUrl] : ['--data', dataFile]
+  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...storage, ...(options.args ?? [])]
   const stdout = options.stdoutFile ? openSync(options.stdoutFile, 'w') : 'pipe'
   const proc = Bun.spawn([BINARY, ...args], {
-    cwd: options.cwd,
+    cwd: options.cwd ?? (options.databaseUrl ? tempDir() : undefined),
     env: cleanEnv(options.env),
     stdin: 'ignore',
     stdout,
