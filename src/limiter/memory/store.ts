@@ -1,0 +1,170 @@
+/**
+ * The limiter's state in this process: per subject a minute and a day bucket, its recent rejections and
+ * its ban. The number of remembered addresses is capped, so memory stays bounded under a spray, and the
+ * day buckets of keys can be saved to the data file and loaded back, so a restart does not refill them.
+ * It answers synchronously and allocates nothing per request for a subject it already knows.
+ */
+import type { SavedBucket } from '../../storage/types'
+import { type BanRule, type LimiterStore, type Limits, MINUTE_MS, shapesOf, type TakeResult } from '../store'
+import { type Bucket, fullBucket, refill } from '../token-bucket'
+
+export interface MemoryStoreOptions {
+  /** Most client addresses remembered at once. */
+  maxAddresses: number
+  /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
+  saved?: Map<string, SavedBucket>
+}
+
+interface Subject {
+  limits: Limits
+  minute: Bucket
+  day: Bucket
+  /** Times of the most recent rejections, as a ring; allocated on the first rejection. */
+  rejections: Float64Array | null
+  nextRejection: number
+  bannedUntil: number
+  dayDirty: boolean
+}
+
+export class MemoryLimiterStore implements LimiterStore<true> {
+  readonly synchronous = true
+  private readonly keys = new Map<string, Subject>()
+  /**
+   * Addresses in two generations: an address seen again moves to the current one, and when the current
+   * one holds half the cap the previous one is dropped whole. That forgets the least recently seen at
+   * constant cost per request (deleting one by one from a Map's front slows down as deletions pile up).
+   */
+  private currentAddresses = new Map<string, Subject>()
+  private previousAddresses = new Map<string, Subject>()
+  private readonly saved: Map<string, SavedBucket>
+  // One result, refilled by every take: the policy reads it before the next take.
+  private readonly result: TakeResult = {
+    allowed: false,
+    minute: { tokens: 0, updatedAt: 0 },
+    day: { tokens: 0, updatedAt: 0 },
+    bannedUntil: 0,
+    bannedNow: false,
+    now: 0,
+  }
+
+  constructor(
+    private readonly rule: BanRule,
+    private readonly options: MemoryStoreOptions,
+  ) {
+    if (options.maxAddresses < 1) throw new RangeError('maxAddresses must be positive')
+    this.saved = options.saved ?? new Map()
+  }
+
+  get trackedAddresses(): number {
+    return this.currentAddresses.size + this.previousAddresses.size
+  }
+
+  take(id: string, limits: Limits, isKey: boolean, now: number = Date.now()): TakeResult {
+    const subject = this.subject(id, limits, isKey, now)
+    const shape = shapesOf(subject.limits)
+    refill(subject.minute, shape.minute, now)
+    refill(subject.day, shape.day, now)
+
+    const result = this.result
+    result.minute = subject.minute
+    result.day = subject.day
+    result.now = now
+    result.bannedNow = false
+    result.allowed = false
+    // While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
+    if (subject.bannedUntil <= now) {
+      if (subject.minute.tokens >= 1 && subject.day.tokens >= 1) {
+        subject.minute.tokens -= 1
+        subject.day.tokens -= 1
+        subject.dayDirty = isKey
+        result.allowed = true
+      } else result.bannedNow = this.recordRejection(subject, now)
+    }
+    result.bannedUntil = subject.bannedUntil
+    return result
+  }
+
+  /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
+  forget(id: string): void {
+    this.keys.delete(id)
+    this.saved.delete(id)
+  }
+
+  async ping(): Promise<boolean> {
+    return true
+  }
+
+  close(): void {}
+
+  /** Day buckets of keys changed since they were last saved, to be written to the data file. */
+  unsavedDayBuckets(): Map<string, SavedBucket> {
+    const dirty = new Map<string, SavedBucket>()
+    for (const [id, subject] of this.keys)
+      if (subject.dayDirty) dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt })
+    return dirty
+  }
+
+  /**
+   * Called once `saved` (from unsavedDayBuckets) is written: those buckets count as saved unless they
+   * changed meanwhile. A save that failed is never marked, so the next one writes them again.
+   */
+  markSaved(saved: Map<string, SavedBucket>): void {
+    for (const [id, bucket] of saved) {
+      const subject = this.keys.get(id)
+      if (subject && subject.day.updatedAt === bucket.updatedAt && subject.day.tokens === bucket.tokens) subject.dayDirty = false
+    }
+  }
+
+  private subject(id: string, limits: Limits, isKey: boolean, now: number): Subject {
+    let subject = isKey ? this.keys.get(id) : this.address(id)
+    if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
+    const shape = shapesOf(limits)
+    const saved = isKey ? this.saved.get(id) : undefined
+    subject = {
+      limits,
+      minute: fullBucket(shape.minute, now),
+      day: saved ? { tokens: Math.min(saved.tokens, limits.rpd), updatedAt: Math.min(saved.updatedAt, now) } : fullBucket(shape.day, now),
+      rejections: null,
+      nextRejection: 0,
+      bannedUntil: 0,
+      dayDirty: false,
+    }
+    if (saved) this.saved.delete(id)
+    if (isKey) this.keys.set(id, subject)
+    else this.rememberAddress(id, subject)
+    return subject
+  }
+
+  private address(id: string): Subject | undefined {
+    const current = this.currentAddresses.get(id)
+    if (current) return current
+    const previous = this.previousAddresses.get(id)
+    if (previous) {
+      this.previousAddresses.delete(id)
+      this.rememberAddress(id, previous)
+    }
+    return previous
+  }
+
+  private rememberAddress(id: string, subject: Subject): void {
+    if (this.currentAddresses.size >= Math.max(1, Math.floor(this.options.maxAddresses / 2))) {
+      this.previousAddresses = this.currentAddresses
+      this.currentAddresses = new Map()
+    }
+    this.currentAddresses.set(id, subject)
+  }
+
+  /** True when this rejection starts a ban: more than banAfter rejections within one minute. */
+  private recordRejection(subject: Subject, now: number): boolean {
+    const size = this.rule.banAfter + 1
+    subject.rejections ??= new Float64Array(size).fill(-Infinity)
+    subject.rejections[subject.nextRejection] = now
+    subject.nextRejection = (subject.nextRejection + 1) % size
+    // After the write, the next slot holds the oldest of the last banAfter+1 rejections.
+    const oldest = subject.rejections[subject.nextRejection]!
+    if (now - oldest >= MINUTE_MS) return false
+    subject.bannedUntil = now + this.rule.banSeconds * 1000
+    subject.rejections.fill(-Infinity)
+    return true
+  }
+}

@@ -1,0 +1,196 @@
+/**
+ * The limiter's state in Redis, shared by every instance: one atomic script per request (script.ts), so
+ * decisions are exact however many instances serve a subject, and keys that expire once their state
+ * no longer matters, so Redis's memory stays bounded under an address spray.
+ *
+ * Failing is part of the design. A call that gets no answer within the timeout throws
+ * LimiterUnavailableError, and must never take a token later: the offline queue is off (nothing is
+ * sent while disconnected), and each script carries the time, on Redis's clock, after which it must
+ * change nothing (a script sent just before Redis stalled would otherwise still run when Redis resumes).
+ * The client does not reconnect by itself (Bun's own retries give up for good after about 32 s, and a
+ * connect() during them waits for all of them): after a failure the store reconnects in the background,
+ * one attempt at a time, at most one per reconnectEveryMs, however long Redis was away.
+ */
+import { type BanRule, type LimiterStore, LimiterUnavailableError, type Limits, type TakeResult } from '../store'
+import { LIMITER_SCRIPT } from './script'
+
+export interface RedisStoreOptions {
+  /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
+  url: string
+  /** Prepended to every key the store writes. Default 'petstore:'. */
+  prefix?: string
+  /** How long a call may take before it fails with LimiterUnavailableError. Default 100 ms. */
+  timeoutMs?: number
+  /** Least time between two reconnect attempts. Default 500 ms. */
+  reconnectEveryMs?: number
+  /** How long a reconnect may take, and how long an open connection may stay silent to a PING before it is replaced. Default 1000 ms. */
+  connectTimeoutMs?: number
+}
+
+type ScriptReply = [number, number, string, string, string, string, string, string, string] | ['late', string]
+
+// A lower bound of the clock offset is renewed at least this often, in case either clock was set.
+const OFFSET_RENEWAL_MS = 10_000
+
+export class RedisLimiterStore implements LimiterStore<false> {
+  readonly synchronous = false
+  private readonly client: Bun.RedisClient
+  private readonly prefix: string
+  private readonly timeoutMs: number
+  private readonly reconnectEveryMs: number
+  private readonly connectTimeoutMs: number
+  private readonly sha = new Bun.CryptoHasher('sha1').update(LIMITER_SCRIPT).digest('hex')
+  /**
+   * A lower bound of Redis's clock minus performance.now(), from the latest replies, to turn the time a
+   * call gives up at into Redis's clock. Erring low only makes a script refuse a little early.
+   */
+  private offset: number | null = null
+  private offsetMeasuredAt = 0
+  private reconnecting: Promise<void> | null = null
+  private lastReconnect = -Infinity
+  private closed = false
+
+  constructor(
+    private readonly rule: BanRule,
+    options: RedisStoreOptions,
+  ) {
+    this.prefix = options.prefix ?? 'petstore:'
+    this.timeoutMs = options.timeoutMs ?? 100
+    this.reconnectEveryMs = options.reconnectEveryMs ?? 500
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 1000
+    this.client = new Bun.RedisClient(options.url, {
+      enableOfflineQueue: false,
+      autoReconnect: false,
+      connectionTimeout: this.connectTimeoutMs,
+    })
+    this.reconnect()
+  }
+
+  take(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<TakeResult> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    return this.bounded(this.runTake(subject, limits, now, giveUpAt), giveUpAt)
+  }
+
+  forget(subject: string): Promise<void> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    return this.bounded(this.client.send('DEL', this.keysOf(subject)), giveUpAt).then(() => undefined)
+  }
+
+  /** Whether Redis answers a PING within the timeout (readiness). */
+  async ping(): Promise<boolean> {
+    try {
+      await this.bounded(this.client.send('PING', []), performance.now() + this.timeoutMs)
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  close(): void {
+    this.closed = true
+    this.client.close()
+  }
+
+  private async runTake(subject: string, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
+    // Until Redis's clock has been read once, the deadline cannot be said on it: wait for the connect.
+    if (this.offset === null) await this.reconnecting
+    if (this.offset === null) throw new LimiterUnavailableError('Redis has not been reached yet')
+    if (performance.now() >= giveUpAt) throw new LimiterUnavailableError('Redis was reached too late')
+    const reply: ScriptReply = await this.evaluate(this.keysOf(subject), [
+      String(limits.rpm),
+      String(limits.rpd),
+      String(this.rule.banAfter),
+      String(this.rule.banSeconds),
+      String(giveUpAt + this.offset),
+      now === undefined ? '' : String(now),
+    ])
+    if (reply[0] === 'late') {
+      this.noteClock(Number(reply[1]))
+      throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
+    }
+    this.noteClock(Number(reply[8]))
+    return {
+      allowed: reply[0] === 1,
+      minute: { tokens: Number(reply[2]), updatedAt: Number(reply[3]) },
+      day: { tokens: Number(reply[4]), updatedAt: Number(reply[5]) },
+      bannedUntil: Number(reply[6]),
+      bannedNow: reply[1] === 1,
+      now: Number(reply[7]),
+    }
+  }
+
+  private async evaluate(keys: string[], args: string[]): Promise<ScriptReply> {
+    try {
+      return await this.client.send('EVALSHA', [this.sha, String(keys.length), ...keys, ...args])
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error
+      // Redis restarted or its script cache was flushed: EVAL runs the script and caches it again.
+      return await this.client.send('EVAL', [LIMITER_SCRIPT, String(keys.length), ...keys, ...args])
+    }
+  }
+
+  // Separate key spaces for hashes and lists, so no subject's name can make it another's key.
+  private keysOf(subject: string): string[] {
+    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`]
+  }
+
+  /**
+   * `work`, failing with LimiterUnavailableError once giveUpAt passes or when it fails; a failure starts
+   * a reconnect in the background.
+   */
+  private bounded<T>(work: Promise<T>, giveUpAt: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.reconnect()
+        reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
+      }, giveUpAt - performance.now())
+      work.then(
+        (value) => {
+          clearTimeout(timer)
+          resolve(value)
+        },
+        (error: unknown) => {
+          clearTimeout(timer)
+          this.reconnect()
+          reject(error instanceof LimiterUnavailableError ? error : new LimiterUnavailableError('Redis failed', { cause: error }))
+        },
+      )
+    })
+  }
+
+  /** Starts reconnecting in the background unless an attempt is under way or the last one was too recent. */
+  private reconnect(): void {
+    const at = performance.now()
+    if (this.closed || this.reconnecting || at - this.lastReconnect < this.reconnectEveryMs) return
+    this.lastReconnect = at
+    this.reconnecting = this.connect()
+      .catch(() => {}) // the next failing call tries again
+      .finally(() => {
+        this.reconnecting = null
+      })
+  }
+
+  private async connect(): Promise<void> {
+    // A connection that looks open but stays silent (a dead peer, a lost network) is replaced.
+    if (this.client.connected && !(await this.answers())) this.client.close()
+    if (!this.client.connected) await this.client.connect()
+    await this.client.send('SCRIPT', ['LOAD', LIMITER_SCRIPT])
+    const [seconds, micros] = (await this.client.send('TIME', [])) as [string, string]
+    this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
+  }
+
+  private async answers(): Promise<boolean> {
+    const silence = new Promise<false>((resolve) => setTimeout(resolve, this.connectTimeoutMs, false))
+    return Promise.race([this.client.send('PING', []).then(() => true, () => false), silence])
+  }
+
+  /** Takes Redis's clock as read by a reply received just now: a lower bound of the offset. */
+  private noteClock(clock: number): void {
+    const receivedAt = performance.now()
+    const offset = clock - receivedAt
+    if (this.offset === null || offset > this.offset || receivedAt - this.offsetMeasuredAt > OFFSET_RENEWAL_MS) {
+      this.offset = offset
+      this.offsetMeasuredAt = receivedAt
+    }
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * The seam between the rate-limit policy (limiter.ts) and where subjects' state lives: in this process
+ * (memory/store.ts) or in Redis, shared by every instance (redis/store.ts). A store keeps the buckets,
+ * the rejections and the ban, and takes tokens atomically; what a take means for the client (quota,
+ * window in force, Retry-After) is worked out once, by the policy, so every store answers alike.
+ */
+import type { Bucket, BucketShape } from './token-bucket'
+
+export interface Limits {
+  rpm: number
+  rpd: number
+}
+
+/** When a subject that keeps going after 429s is banned, and for how long. */
+export interface BanRule {
+  /** A ban starts at the rejection that makes more than banAfter within one minute. */
+  banAfter: number
+  banSeconds: number
+}
+
+/** A subject's state just after one request was decided. */
+export interface TakeResult {
+  /** Whether one token was taken from both buckets; a take never takes from one only. */
+  allowed: boolean
+  minute: Bucket
+  day: Bucket
+  /** Time (ms) at which the subject's ban ends; not after `now` when it is not banned. */
+  bannedUntil: number
+  /** Whether this request's rejection started the ban. */
+  bannedNow: boolean
+  /** The time (ms) the store decided at: the caller's when it passed one, else the store's clock. */
+  now: number
+}
+
+/** A store's answer: at once from a synchronous store, else a promise; both when which is not known. */
+export type Answer<Sync extends boolean, T> = Sync extends true ? T : Promise<T>
+
+export interface LimiterStore<Sync extends boolean = boolean> {
+  /** True when take answers at once, never with a promise. */
+  readonly synchronous: Sync
+  /**
+   * Refills the subject's buckets to `now`, takes a token from both or from neither, and when refused
+   * records the rejection and starts a ban if it is due. A subject seen with other limits than last
+   * time starts afresh. A synchronous store may return the same object every time: it is read before
+   * the next take.
+   */
+  take(subject: string, limits: Limits, isKey: boolean, now?: number): Answer<Sync, TakeResult>
+  /** Drops the subject's buckets, rejections and ban. */
+  forget(subject: string): void | Promise<void>
+  /** Whether the store can answer now (readiness). */
+  ping(): Promise<boolean>
+  close(): void | Promise<void>
+}
+
+/** The store could not answer in time (down, unreachable or too slow); nothing was taken late. */
+export class LimiterUnavailableError extends Error {
+  override name = 'LimiterUnavailableError'
+}
+
+export const MINUTE_MS = 60_000
+export const DAY_MS = 86_400_000
+
+export interface LimitShapes {
+  minute: BucketShape
+  day: BucketShape
+}
+
+// By the limits object itself (keys and plans keep theirs), so the hot path makes no shapes per request.
+const shapes = new WeakMap<Limits, LimitShapes>()
+
+export function shapesOf(limits: Limits): LimitShapes {
+  let shape = shapes.get(limits)
+  if (!shape) {
+    shape = {
+      minute: { capacity: limits.rpm, windowMs: MINUTE_MS },
+      day: { capacity: limits.rpd, windowMs: DAY_MS },
+    }
+    shapes.set(limits, shape)
+  }
+  return shape
+}

@@ -1,0 +1,181 @@
+/**
+ * One suite, run through RateLimiter against each store (in process and Redis), with an injected clock:
+ * both stores must keep the same rules, the ones the unit tests pin down for the in-process store.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import type { Decision, Limits } from '../../src/limiter/limiter'
+import { describeWithEngines } from '../support/engines'
+import { type RedisServer, startRedis } from '../support/redis'
+import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter } from './stores'
+
+const FREE: Limits = { rpm: 60, rpd: 1000 }
+
+type Make = (settings: LimiterSettings) => AnyLimiter
+
+function conformance(makeLimiter: () => Make) {
+  const made: AnyLimiter[] = []
+  afterAll(() => made.forEach((limiter) => limiter.close()))
+
+  function make(settings: LimiterSettings = {}) {
+    const time = futureClock()
+    const limiter = makeLimiter()({ ...settings, now: () => time.clock.now })
+    made.push(limiter)
+    const check = (subject = 'key:a', limits = FREE, isKey = true): Promise<Decision> =>
+      Promise.resolve(limiter.check(subject, limits, isKey))
+    const run = async (n: number, subject = 'key:a', limits = FREE, isKey = true) => {
+      const decisions: Decision[] = []
+      for (let i = 0; i < n; i++) decisions.push(await check(subject, limits, isKey))
+      return decisions
+    }
+    return { limiter, check, run, ...time }
+  }
+
+  test('allows the minute capacity, then refuses with Retry-After in whole seconds', async () => {
+    const { check, run, start } = make()
+    const allowed = await run(60)
+    expect(allowed.every((d) => d.allowed)).toBe(true)
+    expect(allowed.map((d) => d.quota.remaining)).toEqual(Array.from({ length: 60 }, (_, i) => 59 - i))
+    expect(allowed[0]!.quota).toEqual({ window: 'minute', limit: 60, remaining: 59, resetAt: start / 1000 + 1, resetIn: 1 })
+    expect(await check()).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 1, bannedNow: false })
+  })
+
+  test('the day bucket is in force when it holds fewer whole tokens', async () => {
+    const { check, run, start } = make()
+    const limits = { rpm: 100, rpd: 5 }
+    const first = await check('key:b', limits)
+    expect(first.quota).toEqual({ window: 'day', limit: 5, remaining: 4, resetAt: start / 1000 + 17_280, resetIn: 17_280 })
+    expect((await run(4, 'key:b', limits)).every((d) => d.allowed)).toBe(true)
+    const refused = await check('key:b', limits)
+    expect(refused).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 17_280 })
+    expect(refused.quota.window).toBe('day')
+  })
+
+  test('a request needs a token in both buckets, and a refusal takes none', async () => {
+    const { check, run, advance } = make()
+    const limits = { rpm: 2, rpd: 3 }
+    expect((await run(2, 'key:a', limits)).every((d) => d.allowed)).toBe(true)
+    expect((await run(5, 'key:a', limits)).some((d) => d.allowed)).toBe(false)
+    advance(60_000)
+    expect((await check('key:a', limits)).allowed).toBe(true)
+    const refused = await check('key:a', limits)
+    expect(refused).toMatchObject({ allowed: false, retryAfter: 28_800 - 60 })
+  })
+
+  test('buckets refill over time: one token per second at 60 a minute, full after a minute', async () => {
+    const { check, run, advance } = make()
+    await run(60)
+    advance(999)
+    expect(await check()).toMatchObject({ allowed: false, retryAfter: 1 })
+    advance(1)
+    expect((await check()).allowed).toBe(true)
+    expect((await check()).allowed).toBe(false)
+    advance(60_000)
+    expect((await check()).quota.remaining).toBe(59)
+  })
+
+  test('subjects are independent, and new limits for a subject apply at once', async () => {
+    const { check, run } = make()
+    await run(61)
+    expect((await check('key:b')).allowed).toBe(true)
+    expect((await check('ip:1.2.3.4', FREE, false)).allowed).toBe(true)
+    const pro = await check('key:a', { rpm: 300, rpd: 10_000 })
+    expect(pro).toMatchObject({ allowed: true, quota: { limit: 300, remaining: 299 } })
+  })
+
+  test('forgetKey drops a key\'s buckets and ban', async () => {
+    const { limiter, check, run } = make({ banAfter: 1, banSeconds: 600 })
+    await run(62)
+    expect(await check()).toMatchObject({ reason: 'key_banned' })
+    await limiter.forgetKey('key:a')
+    expect(await check()).toMatchObject({ allowed: true, quota: { remaining: 59 } })
+  })
+
+  describe('bans', () => {
+    const limits = { rpm: 1, rpd: 1000 }
+
+    async function exhausted(banAfter = 3, banSeconds = 10) {
+      const made = make({ banAfter, banSeconds })
+      expect((await made.check('key:a', limits)).allowed).toBe(true)
+      return made
+    }
+
+    test('banAfter rejections within a minute do not ban', async () => {
+      const { check, run, advance } = await exhausted()
+      expect((await run(3, 'key:a', limits)).every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
+      advance(60_000)
+      expect((await check('key:a', limits)).allowed).toBe(true)
+    })
+
+    test('banAfter + 1 rejections within a minute ban, and Retry-After covers the ban', async () => {
+      const { check, run, advance } = await exhausted()
+      await run(3, 'key:a', limits)
+      advance(59_999)
+      expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 10 })
+      expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
+      advance(9_001)
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', retryAfter: 1 })
+      advance(999)
+      expect((await check('key:a', limits)).allowed).toBe(true)
+    })
+
+    test('rejections spread over more than a minute do not ban', async () => {
+      const { check, run, advance } = await exhausted()
+      await run(3, 'key:a', limits)
+      advance(60_000)
+      expect((await check('key:a', limits)).allowed).toBe(true)
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+    })
+
+    test('a ban shorter than the wait for a token says the longer wait', async () => {
+      const { check, advance } = await exhausted(1, 5)
+      await check('key:a', limits)
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'rate_limited', bannedNow: true, retryAfter: 60 })
+      advance(1_000)
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', retryAfter: 59 })
+      advance(59_000)
+      expect((await check('key:a', limits)).allowed).toBe(true)
+    })
+
+    test('requests while banned do not extend it, and after it the count starts afresh', async () => {
+      const { check, run, advance } = await exhausted(1, 60)
+      await run(2, 'key:a', limits)
+      expect((await run(50, 'key:a', limits)).every((d) => !d.allowed && d.reason === 'key_banned')).toBe(true)
+      advance(60_000)
+      expect((await check('key:a', limits)).allowed).toBe(true)
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+    })
+
+    test('addresses are banned the same way as keys', async () => {
+      const { check, run } = make({ banAfter: 2, banSeconds: 10 })
+      await run(63, 'ip:9.9.9.9', FREE, false)
+      expect(await check('ip:9.9.9.9', FREE, false)).toMatchObject({ allowed: false, reason: 'key_banned' })
+    })
+  })
+}
+
+describe('limiter conformance: in process', () => {
+  test('answers synchronously', () => {
+    const limiter = memoryLimiter()
+    expect(limiter.synchronous).toBe(true)
+    expect(limiter.check('key:a', FREE, true)).not.toBeInstanceOf(Promise)
+  })
+  conformance(() => memoryLimiter)
+})
+
+describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
+  let redis: RedisServer
+  beforeAll(async () => {
+    redis = await startRedis()
+  })
+  afterAll(() => redis.destroy())
+
+  test('answers with promises', async () => {
+    const limiter = redisLimiter(redis.url)
+    expect(limiter.synchronous).toBe(false)
+    const answer = limiter.check('key:a', FREE, true)
+    expect(answer).toBeInstanceOf(Promise)
+    expect((await answer).allowed).toBe(true)
+    limiter.close()
+  })
+  conformance(() => (settings) => redisLimiter(redis.url, settings))
+})
