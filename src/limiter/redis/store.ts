@@ -191,9 +191,14 @@ export class RedisLimiterStore implements LimiterStore<false> {
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
   }
 
-  private async answers(): Promise<boolean> {
-    const silence = new Promise<false>((resolve) => setTimeout(resolve, this.connectTimeoutMs, false))
-    return Promise.race([this.client.send('PING', []).then(() => true, () => false), silence])
+  private answers(): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const silence = setTimeout(resolve, this.connectTimeoutMs, false)
+      this.client.send('PING', []).then(
+        () => resolve(true),
+        () => resolve(false),
+      ).finally(() => clearTimeout(silence))
+    })
   }
 
   /** Takes Redis's clock as read by a reply received just now: a lower bound of the offset. */
