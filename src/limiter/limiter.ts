@@ -92,6 +92,7 @@ export class RateLimiter<Sync extends boolean = true> {
     return this.isDegraded
   }
 
+  /** Addresses the in-process store remembers; 0 with another store, which bounds itself. */
   get trackedAddresses(): number {
     return this.memory?.trackedAddresses ?? 0
   }

@@ -45,7 +45,7 @@ export interface LimiterStore<Sync extends boolean = boolean> {
    * the next take.
    */
   take(subject: string, limits: Limits, isKey: boolean, now?: number): Answer<Sync, TakeResult>
-  /** Drops the subject's buckets, rejections and ban. */
+  /** Drops a key subject's buckets, rejections and ban (addresses age out by themselves). */
   forget(subject: string): void | Promise<void>
   /** Whether the store can answer now (readiness). */
   ping(): Promise<boolean>

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import type { Decision, Limits } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
-import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter } from './stores'
+import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter, uniquePrefix } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
 
@@ -178,4 +178,21 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
     limiter.close()
   })
   conformance(() => (settings) => redisLimiter(redis.url, settings))
+
+  test('two instances sharing Redis decide one subject exactly, however their requests interleave', async () => {
+    const { clock } = futureClock()
+    const settings = { banAfter: 50, now: () => clock.now }
+    const prefix = uniquePrefix()
+    const instances = [redisLimiter(redis.url, settings, { prefix }), redisLimiter(redis.url, settings, { prefix })]
+    const limits = { rpm: 100, rpd: 1000 }
+    const decisions = await Promise.all(
+      Array.from({ length: 300 }, (_, i) => instances[i % 2]!.check('key:shared', limits, true)),
+    )
+    const count = (f: (d: Decision) => boolean) => decisions.filter(f).length
+    expect(count((d) => d.allowed)).toBe(100)
+    expect(count((d) => !d.allowed && d.reason === 'rate_limited')).toBe(51)
+    expect(count((d) => !d.allowed && d.bannedNow)).toBe(1)
+    expect(count((d) => !d.allowed && d.reason === 'key_banned')).toBe(149)
+    instances.forEach((limiter) => limiter.close())
+  })
 })

@@ -73,13 +73,14 @@ export class RedisLimiterStore implements LimiterStore<false> {
 
   forget(subject: string): Promise<void> {
     const giveUpAt = performance.now() + this.timeoutMs
-    return this.bounded(this.client.send('DEL', this.keysOf(subject)), giveUpAt).then(() => undefined)
+    return this.bounded(this.command('DEL', this.keysOf(subject), giveUpAt), giveUpAt).then(() => undefined)
   }
 
   /** Whether Redis answers a PING within the timeout (readiness). */
   async ping(): Promise<boolean> {
     try {
-      await this.bounded(this.client.send('PING', []), performance.now() + this.timeoutMs)
+      const giveUpAt = performance.now() + this.timeoutMs
+      await this.bounded(this.command('PING', [], giveUpAt), giveUpAt)
       return true
     } catch {
       return false
@@ -92,16 +93,14 @@ export class RedisLimiterStore implements LimiterStore<false> {
   }
 
   private async runTake(subject: string, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
-    // Until Redis's clock has been read once, the deadline cannot be said on it: wait for the connect.
-    if (this.offset === null) await this.reconnecting
-    if (this.offset === null) throw new LimiterUnavailableError('Redis has not been reached yet')
-    if (performance.now() >= giveUpAt) throw new LimiterUnavailableError('Redis was reached too late')
+    await this.connected(giveUpAt)
+    // Redis's clock has been read once connected: the deadline can be said on it.
     const reply: ScriptReply = await this.evaluate(this.keysOf(subject), [
       String(limits.rpm),
       String(limits.rpd),
       String(this.rule.banAfter),
       String(this.rule.banSeconds),
-      String(giveUpAt + this.offset),
+      String(giveUpAt + this.offset!),
       now === undefined ? '' : String(now),
     ])
     if (reply[0] === 'late') {
@@ -117,6 +116,19 @@ export class RedisLimiterStore implements LimiterStore<false> {
       bannedNow: reply[1] === 1,
       now: Number(reply[7]),
     }
+  }
+
+  private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {
+    await this.connected(giveUpAt)
+    return this.client.send(name, args)
+  }
+
+  /** Waits for a connect under way (the first one, or a reconnect); commands would fail meanwhile. */
+  private async connected(giveUpAt: number): Promise<void> {
+    if (!this.client.connected || this.offset === null) await this.reconnecting
+    if (!this.client.connected || this.offset === null) throw new LimiterUnavailableError('Redis is not connected')
+    // The caller gave up while the connect went on: sending now would be sending late.
+    if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
   }
 
   private async evaluate(keys: string[], args: string[]): Promise<ScriptReply> {
@@ -179,9 +191,14 @@ export class RedisLimiterStore implements LimiterStore<false> {
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
   }
 
-  private async answers(): Promise<boolean> {
-    const silence = new Promise<false>((resolve) => setTimeout(resolve, this.connectTimeoutMs, false))
-    return Promise.race([this.client.send('PING', []).then(() => true, () => false), silence])
+  private answers(): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const silence = setTimeout(resolve, this.connectTimeoutMs, false)
+      this.client.send('PING', []).then(
+        () => resolve(true),
+        () => resolve(false),
+      ).finally(() => clearTimeout(silence))
+    })
   }
 
   /** Takes Redis's clock as read by a reply received just now: a lower bound of the offset. */

@@ -1,0 +1,186 @@
+/**
+ * The Redis store when Redis misbehaves, against a real redis-server: a flushed script cache, keys that
+ * must expire, Redis stopped and started again on the same port (with each fallback), and Redis too
+ * slow to answer in time, where the take it gave up on must not happen once Redis resumes.
+ */
+import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
+import { type Decision, type Limits } from '../../src/limiter/limiter'
+import { LIMITER_SCRIPT } from '../../src/limiter/redis/script'
+import { LimiterUnavailableError } from '../../src/limiter/store'
+import { describeWithEngines } from '../support/engines'
+import { type RedisServer, startRedis } from '../support/redis'
+import { type AnyLimiter, type LimiterSettings, redisLimiter, uniquePrefix } from './stores'
+
+const FREE: Limits = { rpm: 60, rpd: 1000 }
+
+/** Polls until `condition` holds, failing after `ms`. */
+async function eventually(condition: () => Promise<boolean>, ms = 5_000): Promise<void> {
+  for (const deadline = Date.now() + ms; !(await condition()); ) {
+    if (Date.now() > deadline) throw new Error(`not true within ${ms} ms`)
+    await Bun.sleep(10)
+  }
+}
+
+/** The check's promise settled: its decision, or the error it rejected with. */
+async function settle(answer: Decision | Promise<Decision>): Promise<Decision | Error> {
+  try {
+    return await answer
+  } catch (error) {
+    return error as Error
+  }
+}
+
+describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails', () => {
+  let redis: RedisServer
+  let admin: Bun.RedisClient
+  const limiters: AnyLimiter[] = []
+
+  function limiter(settings: LimiterSettings = {}, prefix = uniquePrefix()) {
+    const made = redisLimiter(redis.url, settings, { prefix })
+    limiters.push(made)
+    return made
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis()
+    admin = new Bun.RedisClient(redis.url)
+  })
+  afterEach(async () => {
+    limiters.splice(0).forEach((made) => made.close())
+    // A test that stopped Redis leaves it running for the next.
+    if (!(await Promise.resolve(admin.send('PING', [])).then(() => true, () => false))) {
+      await redis.start()
+      await admin.connect()
+    }
+  })
+  afterAll(async () => {
+    admin.close()
+    await redis.destroy()
+  })
+
+  test('a flushed script cache (NOSCRIPT) is answered by sending the script again', async () => {
+    const made = limiter()
+    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(59)
+    await admin.send('SCRIPT', ['FLUSH'])
+    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(58)
+    const sha = new Bun.CryptoHasher('sha1').update(LIMITER_SCRIPT).digest('hex')
+    expect(await admin.send('SCRIPT', ['EXISTS', sha])).toEqual([1])
+  })
+
+  test('every key expires once its buckets are full again and its ban and rejections are over', async () => {
+    const prefix = uniquePrefix()
+    const made = limiter({ banAfter: 1, banSeconds: 600 }, prefix)
+    const pttl = (key: string): Promise<number> => admin.send('PTTL', [`${prefix}${key}`])
+
+    // One day token of 1000 comes back in 86.4 s; the key lasts that and a second more.
+    await made.check('key:a', FREE, true)
+    expect(await pttl('s:key:a')).toBeGreaterThan(86_400)
+    expect(await pttl('s:key:a')).toBeLessThanOrEqual(87_401)
+
+    // A rejection is remembered for a minute.
+    const minuteOnly = { rpm: 1, rpd: 86_400_000 }
+    await made.check('key:r', minuteOnly, true)
+    expect(await made.check('key:r', minuteOnly, true)).toMatchObject({ allowed: false, bannedNow: false })
+    for (const key of ['s:key:r', 'r:key:r']) {
+      expect(await pttl(key)).toBeGreaterThan(60_000)
+      expect(await pttl(key)).toBeLessThanOrEqual(61_001)
+    }
+
+    // A ban outlasts both.
+    expect(await made.check('key:r', minuteOnly, true)).toMatchObject({ allowed: false, bannedNow: true })
+    expect(await pttl('s:key:r')).toBeGreaterThan(600_000)
+    expect(await pttl('s:key:r')).toBeLessThanOrEqual(601_001)
+    expect(await pttl('r:key:r')).toBe(-2) // the ban starts the count of rejections afresh
+
+    // Buckets that refill within a millisecond are gone a second later.
+    await made.check('key:quick', { rpm: 60_000, rpd: 86_400_000 }, true)
+    expect(await admin.send('EXISTS', [`${prefix}s:key:quick`])).toBe(1)
+    await eventually(async () => (await admin.send('EXISTS', [`${prefix}s:key:quick`])) === 0)
+
+    // However many addresses spray, none is kept for ever.
+    await Promise.all(Array.from({ length: 500 }, (_, i) => made.check(`ip:10.0.${i >> 8}.${i & 255}`, FREE, false)))
+    const [, keys] = (await admin.send('SCAN', ['0', 'MATCH', `${prefix}*`, 'COUNT', '10000'])) as [string, string[]]
+    expect(keys.length).toBeGreaterThanOrEqual(500)
+    const ttls = await Promise.all(keys.map((key) => admin.send('PTTL', [key]) as Promise<number>))
+    expect(ttls.every((ttl) => ttl > 0)).toBe(true)
+  })
+
+  test('closed: with Redis stopped, check rejects with LimiterUnavailableError at once, and recovers by itself', async () => {
+    const prefix = uniquePrefix()
+    const made = redisLimiter(redis.url, {}, { prefix, reconnectEveryMs: 50 })
+    limiters.push(made)
+    expect((await made.check('key:a', FREE, true)).allowed).toBe(true)
+    await redis.stop()
+
+    for (let i = 0; i < 5; i++) {
+      const started = performance.now()
+      expect(await settle(made.check('key:a', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+      expect(performance.now() - started).toBeLessThan(300)
+    }
+    expect(await made.ping()).toBe(false)
+    // An outage of a few hundred milliseconds: reconnects (one per 50 ms here) fail meanwhile, and none
+    // of them may leave the store failed for good.
+    for (const until = performance.now() + 400; performance.now() < until; await Bun.sleep(20))
+      expect(await settle(made.check('key:a', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+
+    await redis.start()
+    await admin.connect()
+    await eventually(async () => !((await settle(made.check('key:b', FREE, true))) instanceof Error))
+    expect(await made.ping()).toBe(true)
+    // Decided in Redis: another instance sharing the prefix sees the same buckets.
+    const other = limiter({}, prefix)
+    const first = await made.check('key:c', FREE, true)
+    const second = await other.check('key:c', FREE, true)
+    expect([first.quota.remaining, second.quota.remaining]).toEqual([59, 58])
+  })
+
+  test('local: with Redis stopped, check decides in process and says degraded; Redis decides again once back', async () => {
+    const events: boolean[] = []
+    const prefix = uniquePrefix()
+    const made = limiter({ fallback: 'local', onDegraded: (degraded) => events.push(degraded) }, prefix)
+    for (let i = 0; i < 10; i++) await made.check('key:a', FREE, true)
+    expect(made.degraded).toBe(false)
+    await redis.stop()
+
+    const started = performance.now()
+    const local = await made.check('key:a', FREE, true)
+    expect(performance.now() - started).toBeLessThan(300)
+    // This process has not seen key:a before: a full bucket, not Redis's 50 left.
+    expect(local).toMatchObject({ allowed: true, quota: { remaining: 59 } })
+    expect(made.degraded).toBe(true)
+    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(58)
+    expect(events).toEqual([true])
+
+    await redis.start()
+    await admin.connect()
+    await eventually(async () => {
+      await made.check('key:b', FREE, true)
+      return !made.degraded
+    })
+    expect(events).toEqual([true, false])
+    // Redis started empty (no persistence): Redis's own count, shared with another instance.
+    const other = limiter({ fallback: 'local' }, prefix)
+    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(59)
+    expect((await other.check('key:a', FREE, true)).quota.remaining).toBe(58)
+  })
+
+  test('a take that timed out while Redis was paused does not happen once Redis resumes', async () => {
+    const prefix = uniquePrefix()
+    const made = limiter({}, prefix)
+    expect((await made.check('key:warm', FREE, true)).allowed).toBe(true)
+
+    // Every client's commands wait, the limiter's script included, until the pause ends.
+    await admin.send('CLIENT', ['PAUSE', '500', 'ALL'])
+    const started = performance.now()
+    expect(await settle(made.check('key:late', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+    const waited = performance.now() - started
+    expect(waited).toBeGreaterThanOrEqual(90)
+    expect(waited).toBeLessThan(300)
+
+    // Answered after the pause: by then the script has run, and must have changed nothing.
+    await admin.send('PING', [])
+    expect(await admin.send('EXISTS', [`${prefix}s:key:late`])).toBe(0)
+    await eventually(async () => (await settle(made.check('key:late', FREE, true))) instanceof Error === false)
+    expect(await admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
+  })
+})
