@@ -6,6 +6,7 @@ import { Elysia } from 'elysia'
 import pkg from '../package.json'
 import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
+import type { BanRule, LimiterStore } from './limiter/store'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
@@ -36,6 +37,8 @@ export interface AppDeps {
   warn?: (message: string) => void
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
+  /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
+  limiterStore?: (rule: BanRule) => LimiterStore<false>
   /** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
   dataFile?: DataFileWatch
   /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
@@ -50,7 +53,7 @@ export interface DataFileWatch {
 export interface PetstoreApp {
   app: AnyElysia
   keys: KeyRegistry
-  limiter: RateLimiter
+  limiter: RateLimiter<boolean>
   metrics: Metrics
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
@@ -96,12 +99,21 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const savedBuckets = storage.limiterState.load()
   // Filled below once loaded, before the server listens (storage that answers at once: right now).
   const saved = savedBuckets instanceof Promise ? new Map() : savedBuckets
-  const limiter = new RateLimiter(
+  const limiter: RateLimiter<boolean> = new RateLimiter<boolean>(
     {
       banAfter: config.banAfter,
       banSeconds: config.banSeconds,
       maxAddresses: config.maxTrackedAddresses,
-      now,
+      // A shared store keeps its own clock (Redis's), so instances' clocks do not matter.
+      now: deps.limiterStore ? undefined : now,
+      store: deps.limiterStore,
+      fallback: config.limiterFallback,
+      onDegraded: (degraded) =>
+        warn(
+          degraded
+            ? 'the shared rate limiter (Redis) does not answer: limiting in this process until it does (--limiter-fallback local)'
+            : 'the shared rate limiter (Redis) answers again',
+        ),
     },
     saved,
   )
@@ -140,10 +152,13 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     if (fault) return `Not ready: ${fault}.`
     try {
       await withTimeout(storage.ping(), READY_TIMEOUT_MS)
-      return null
     } catch {
       return `Storage (${storage.location}) does not answer.`
     }
+    // With the local fallback the server serves while Redis is away; without it, it cannot.
+    if (deps.limiterStore && config.limiterFallback === 'closed' && !(await limiter.ping()))
+      return 'The shared rate limiter (Redis) does not answer.'
+    return null
   }
 
   const answerMetrics = metricsEndpoint(
@@ -154,6 +169,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
           value: limiter.trackedAddresses,
         },
         petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
+        petstore_rate_limiter_degraded: {
+          help: 'Whether limits are decided in this process because the shared limiter (Redis) does not answer.',
+          value: limiter.degraded ? 1 : 0,
+        },
         petstore_page_cache_chars: {
           help: `Characters of JSON held by the list-page cache (at most ${MAX_PAGE_UNITS}).`,
           value: pets.cacheSizes.pages,
@@ -271,7 +290,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       const generation = await storage.pets.generation()
       if (generation !== petsGeneration) pets.dropCaches()
       petsGeneration = generation
-      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) limiter.forgetKey(`key:${id}`)
+      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) await limiter.forgetKey(`key:${id}`)
       if (pollFailing) warn('storage answers the change poll again')
       pollFailing = false
     } catch (error) {
@@ -310,6 +329,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     async stopBackground() {
       for (const timer of timers.splice(0)) clearInterval(timer)
       await saveState()
+      await limiter.close()
       accessLog?.close()
     },
     finishWrites: () => pets.close(),

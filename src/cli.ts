@@ -8,7 +8,8 @@ import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:f
 import { basename, dirname, relative, resolve } from 'node:path'
 import { bindPort, type Config, ConfigError, dataFileNamed, resolveDatabase, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
-import { openPostgresStorage } from './storage/postgres'
+import { RedisLimiterStore } from './limiter/redis/store'
+import { openPostgresStorage, redactedUrl } from './storage/postgres'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
@@ -257,11 +258,17 @@ async function serve(args: string[]): Promise<number> {
     console.error('petstore: rate limits are per instance: with several instances, give them --redis-url to share them')
   const petstore = createApp(config, {
     storage,
+    limiterStore: config.redisUrl ? (rule) => new RedisLimiterStore(rule, { url: config.redisUrl! }) : undefined,
     petWriter: backend.petWriter,
     dataFile: backend.dataFile,
     onDataFileChanged: backend.onDataFileChanged,
   })
   await petstore.loaded
+  if (config.redisUrl && !(await waitFor(() => petstore.limiter.ping(), 3_000)))
+    console.error(
+      `petstore: Redis at ${redactedUrl(config.redisUrl)} does not answer yet; ` +
+        (config.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
+    )
   const { app } = petstore
   let metricsServer: ReturnType<typeof Bun.serve> | undefined
   let binding = `${hostInUrl(config.host)}:${config.port}`
@@ -298,6 +305,7 @@ async function serve(args: string[]): Promise<number> {
   petstore.startBackground()
   console.error(
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${storage.location}` +
+      (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
       (metricsServer ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${metricsServer.port}/metrics` : ''),
   )
 
@@ -318,6 +326,16 @@ async function serve(args: string[]): Promise<number> {
     process.exit(code)
   }
   return new Promise<number>(() => {})
+}
+
+/** Asks `check` until it says yes or `ms` have passed; the answer at the end. */
+async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) return false
+    await Bun.sleep(50)
+  }
+  return true
 }
 
 /** The storage a server runs on, with what only that kind of storage needs. */

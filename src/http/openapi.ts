@@ -101,9 +101,9 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
 }
 
 export function components(errorSchema: object) {
-  const error = (description: string, codes: string[], extra: string[] = []) => ({
+  const error = (description: string, codes: string[], extra: string[] = [], headers: object = headerRefs([...COMMON_HEADERS, ...extra])) => ({
     description: `${description} Codes: ${codes.map((c) => `\`${c}\``).join(', ')}.`,
-    headers: headerRefs([...COMMON_HEADERS, ...extra]),
+    headers,
     content: {
       'application/json': {
         schema: errorSchema,
@@ -153,7 +153,17 @@ export function components(errorSchema: object) {
       ),
       InternalError: error('The server failed; details are in its log under the request id.', ['internal_error']),
       NotImplemented: error('The operation exists but this server does not implement it.', ['not_implemented']),
-      Unavailable: error('Storage cannot serve this: it refuses writes (disk full, read-only file; reads go on), or the data file is gone or damaged.', ['unavailable']),
+      // A 503 from a limiter that does not answer has no rate-limit fields to give.
+      Unavailable: error(
+        'Storage cannot serve this (it refuses writes: disk full, read-only file, database down; reads go on where they can; ' +
+          'or the data file is gone or damaged), or the shared rate limiter does not answer (then with `Retry-After: 1` and no rate-limit fields).',
+        ['unavailable'],
+        [],
+        {
+          ...headerRefs(['X-Request-Id']),
+          'Retry-After': { description: 'Seconds to wait before retrying, when known.', required: false, schema: { type: 'integer' } },
+        },
+      ),
     },
   }
 }

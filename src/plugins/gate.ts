@@ -8,6 +8,7 @@
 import { Elysia } from 'elysia'
 import { ApiError } from '../errors'
 import type { Decision, Limits, Quota, RateLimiter } from '../limiter/limiter'
+import { LimiterUnavailableError } from '../limiter/store'
 import { type ActiveKey, type KeyRegistry, PLAN_LIMITS } from '../modules/keys/service'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
@@ -16,7 +17,7 @@ import type { RequestInfo } from './request-context'
 
 export interface GateOptions {
   keys: KeyRegistry
-  limiter: RateLimiter
+  limiter: RateLimiter<boolean>
   metrics: Metrics
   corsEnabled: boolean
   now: () => number
@@ -36,6 +37,13 @@ const INVALID_KEY = new ApiError(401, 'unauthorized', 'The API key is invalid or
   'www-authenticate': `${REALM}, error="invalid_token"`,
 })
 const refusals = new Map<string, ApiError>()
+/**
+ * The shared limiter (Redis) does not answer: plans are entitlements and the address bucket is what
+ * stops key guessing, so the request is refused rather than let through unlimited.
+ */
+const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
+  'retry-after': '1',
+})
 
 /** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
 export function bearerToken(header: string | null): string | undefined {
@@ -93,35 +101,68 @@ export function verifiedKey(info: RequestInfo): ActiveKey {
 export function gate(options: GateOptions) {
   const { keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
 
+  /** What the request is limited as: its key when the token names one, else its address. */
+  const subjectOf = (request: Request, info: RequestInfo) => {
+    const token = bearerToken(request.headers.get('authorization'))
+    const key: ActiveKey | undefined = token ? keys.find(token) : undefined
+    return { token, key, limits: key ? key.limits : PLAN_LIMITS.free, subject: key ? key.subject : info.addressSubject }
+  }
+
+  /** Applies a decision: the rate-limit fields, the key for the handler, and the refusal if any. */
+  const judge = (
+    set: { headers: Record<string, unknown> },
+    info: RequestInfo,
+    { token, key, limits, subject }: ReturnType<typeof subjectOf>,
+    decision: Decision,
+  ): ApiError | undefined => {
+    rateLimitHeaders(set.headers, limits, decision.quota)
+    if (key) {
+      info.key = key
+      keys.markUsed(key, now())
+    }
+    if (!decision.allowed) {
+      metrics.rateLimited(decision.reason)
+      if (decision.bannedNow) {
+        metrics.banned()
+        onBan(key ? `key ${key.id}` : `address ${subject.slice(3)}`, decision.retryAfter)
+      }
+      return refusal(decision)
+    }
+    if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
+  }
+
+  // Elysia decides from a hook's source text which context fields to build and whether to await it
+  // (a `return f(…)` reads as maybe-async): so the context is destructured, and the answer is
+  // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
+  // abuse and a throw costs a trip through the error handler. The in-process limiter answers at once
+  // and gets a hook that never awaits; a shared one (Redis) gets one that does.
+  const hook = limiter.synchronous
+    ? ({ request, set, info, route }: HookContext) => {
+        info.operation = operationOf(request.method, route)
+        if (corsEnabled && isPreflight(request)) return
+        const subject = subjectOf(request, info)
+        const refused = judge(set, info, subject, limiter.check(subject.subject, subject.limits, subject.key !== undefined) as Decision)
+        const body = refused && answerWith(set, info, refused)
+        return body
+      }
+    : async ({ request, set, info, route }: HookContext) => {
+        info.operation = operationOf(request.method, route)
+        if (corsEnabled && isPreflight(request)) return
+        const subject = subjectOf(request, info)
+        let refused: ApiError | undefined
+        try {
+          refused = judge(set, info, subject, await limiter.check(subject.subject, subject.limits, subject.key !== undefined))
+        } catch (error) {
+          if (!(error instanceof LimiterUnavailableError)) throw error
+          refused = LIMITER_DOWN
+        }
+        const body = refused && answerWith(set, info, refused)
+        return body
+      }
+
   return new Elysia({ name: 'gate' })
     .decorate('info', undefined as unknown as RequestInfo)
-    // Elysia decides from a hook's source text which context fields to build and whether to await it
-    // (a `return f(…)` reads as maybe-async): so the context is destructured, and the answer is
-    // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
-    // abuse and a throw costs a trip through the error handler.
-    .onBeforeHandle({ as: 'scoped' }, ({ request, set, info, route }) => {
-      info.operation = operationOf(request.method, route)
-      if (corsEnabled && isPreflight(request)) return
-      const token = bearerToken(request.headers.get('authorization'))
-      const key: ActiveKey | undefined = token ? keys.find(token) : undefined
-      const limits = key ? key.limits : PLAN_LIMITS.free
-      const subject = key ? key.subject : info.addressSubject
-      const decision = limiter.check(subject, limits, key !== undefined)
-      rateLimitHeaders(set.headers, limits, decision.quota)
-      if (key) {
-        info.key = key
-        keys.markUsed(key, now())
-      }
-      let refused: ApiError | undefined
-      if (!decision.allowed) {
-        metrics.rateLimited(decision.reason)
-        if (decision.bannedNow) {
-          metrics.banned()
-          onBan(key ? `key ${key.id}` : `address ${subject.slice(3)}`, decision.retryAfter)
-        }
-        refused = refusal(decision)
-      } else if (!key) refused = token === undefined ? MISSING_KEY : INVALID_KEY
-      const body = refused && answerWith(set, info, refused)
-      return body
-    })
+    .onBeforeHandle({ as: 'scoped' }, hook)
 }
+
+type HookContext = { request: Request; set: { headers: Record<string, unknown> }; info: RequestInfo; route: string }

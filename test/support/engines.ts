@@ -5,15 +5,20 @@
  * machine can never pass by skipping.
  */
 import { describe } from 'bun:test'
+import { existsSync } from 'node:fs'
 import { postgresBinaries } from './postgres'
 import { redisBinary } from './redis'
 
-type Engine = 'postgresql' | 'redis-server'
+/** Debian packages, by the name apt-get installs them under. */
+type Engine = 'postgresql' | 'redis-server' | 'nginx-light'
 
 const available: Record<Engine, () => boolean> = {
   postgresql: () => postgresBinaries() !== null,
   'redis-server': () => redisBinary() !== null,
+  'nginx-light': () => existsSync(NGINX),
 }
+
+export const NGINX = '/usr/sbin/nginx'
 
 const skipped: string[] = []
 const missingPackages = new Set<Engine>()

@@ -8,6 +8,8 @@ import { join } from 'node:path'
 import { cleanupApps } from './app'
 import { cleanupBinaries } from './binary'
 import { checkEveryAnswer } from './contract'
+import { cleanupPostgres } from './postgres'
+import { cleanupRedis } from './redis'
 
 const root = join(import.meta.dir, '..', '..')
 const binary = join(root, 'dist', 'petstore')
@@ -34,8 +36,9 @@ setDefaultTimeout(60_000)
 checkEveryAnswer.install()
 
 // One global hook: servers and temp dirs of every test file are gone when the suite ends.
-afterAll(() => {
+afterAll(async () => {
   if (process.env.PETSTORE_CONTRACT_REPORT) console.log(`contract: ${checkEveryAnswer.checked} answers checked by the global hook`)
   cleanupApps()
   cleanupBinaries()
+  await Promise.all([cleanupPostgres(), cleanupRedis()])
 })

@@ -1,0 +1,335 @@
+/**
+ * Several instances of the binary on one PostgreSQL and one Redis, spoken to over HTTP with requests
+ * alternating between them: the issue's acceptance scenarios. Limits are exact across instances, bans
+ * and revocations hold everywhere, idempotency and paging stay exact while both insert, a killed
+ * instance loses no acknowledged pet, and the instances ride out Redis and PostgreSQL going away.
+ */
+import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
+import type { Subprocess } from 'bun'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { encodeCursor } from '../../src/modules/pets/cursor'
+import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { describeWithEngines, NGINX } from '../support/engines'
+import { freePort } from '../support/ports'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type RedisServer, startRedis } from '../support/redis'
+
+let cluster: PostgresCluster
+let redis: RedisServer
+let databaseUrl: string
+let databases = 0
+
+const auth = (key: string) => ({ authorization: `Bearer ${key}` })
+const json = { 'content-type': 'application/json' }
+
+function createKey(plan: string, ...extra: string[]): string {
+  const result = cli(['keys', 'create', '--plan', plan, '--database-url', databaseUrl, ...extra])
+  if (result.code !== 0) throw new Error(result.stderr)
+  return result.stdout.trim().split('\n').at(-1)!
+}
+
+async function instances(count: number, args: string[] = [], { accessLog = false } = {}): Promise<Server[]> {
+  return Promise.all(
+    Array.from({ length: count }, () =>
+      startServer({ databaseUrl, args: ['--redis-url', redis.url, ...(accessLog ? [] : ['--no-access-log']), ...args] }),
+    ),
+  )
+}
+
+/** A key made on the CLI is known to every instance within its poll interval. */
+async function knownEverywhere(servers: Server[], key: string): Promise<void> {
+  await eventually(async () => {
+    const answers = await Promise.all(servers.map((s) => fetch(`${s.base}/store/orders`, { headers: auth(key) })))
+    return answers.every((answer) => answer.status !== 401)
+  })
+}
+
+/** Every pet, following the cursor from page to page. */
+async function allPets(server: Server, key: string): Promise<{ id: number; name: string }[]> {
+  const pets: { id: number; name: string }[] = []
+  for (let page: typeof pets = [], first = true; first || page.length === 100; first = false) {
+    const cursor = pets.length ? `&cursor=${encodeCursor(pets.at(-1)!.id)}` : ''
+    const answer = await fetch(`${server.base}/pets?limit=100${cursor}`, { headers: auth(key) })
+    if (answer.status !== 200) throw new Error(`listing answered ${answer.status}: ${await answer.text()}`)
+    page = (await answer.json()) as typeof pets
+    pets.push(...page)
+  }
+  return pets
+}
+
+async function post(server: Server, key: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(key), ...json, ...headers }, body: JSON.stringify(body) })
+}
+
+describeWithEngines(['postgresql', 'redis-server'], 'several instances on PostgreSQL and Redis', () => {
+  beforeAll(async () => {
+    ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+  })
+  afterAll(async () => {
+    await Promise.all([cluster?.destroy(), redis?.destroy()])
+  })
+  beforeEach(async () => {
+    databaseUrl = await cluster.createDatabase(`instances_${++databases}`)
+    const client = new Bun.RedisClient(redis.url)
+    await client.send('FLUSHALL', [])
+    client.close()
+  })
+
+  test('64 concurrent clients on one Free key get exactly 60 answers in the first minute, and a ban holds on both', async () => {
+    const servers = await instances(2, ['--ban-after', '5'])
+    const key = createKey('free')
+    await knownEverywhere(servers, key)
+    // knownEverywhere spent one request per instance.
+    const answers = await Promise.all(
+      Array.from({ length: 128 }, (_, i) => fetch(`${servers[i % 2]!.base}/pets?limit=1`, { headers: auth(key) })),
+    )
+    const statuses = answers.map((answer) => answer.status)
+    expect(statuses.filter((status) => status === 200)).toHaveLength(58)
+    expect(statuses.filter((status) => status === 200 || status === 429)).toHaveLength(128)
+    const banned = await Promise.all(servers.map((s) => fetch(`${s.base}/pets`, { headers: auth(key) }).then((r) => r.json())))
+    expect(banned.map((body) => (body as { code: string }).code)).toEqual(['key_banned', 'key_banned'])
+  })
+
+  test('a key revoked through one database is refused by both instances within one second', async () => {
+    const servers = await instances(2)
+    const key = createKey('pro')
+    await knownEverywhere(servers, key)
+    const id = (JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as { id: string; plan: string }[]).find(
+      (k) => k.plan === 'pro',
+    )!.id
+    expect(cli(['keys', 'revoke', id, '--database-url', databaseUrl]).code).toBe(0)
+    const revokedAt = Date.now()
+    await eventually(async () => {
+      const answers = await Promise.all(servers.map((s) => fetch(`${s.base}/pets`, { headers: auth(key) })))
+      return answers.every((answer) => answer.status === 401)
+    }, 1_000)
+    expect(Date.now() - revokedAt).toBeLessThan(1_000)
+  })
+
+  test('keys reset-limits refills a key on every instance within a second, in Redis as well', async () => {
+    const servers = await instances(2)
+    const key = createKey('free')
+    await knownEverywhere(servers, key)
+    for (let i = 0; i < 60; i++) await fetch(`${servers[i % 2]!.base}/pets`, { headers: auth(key) })
+    expect((await fetch(`${servers[0]!.base}/pets`, { headers: auth(key) })).status).toBe(429)
+    const id = (JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as { id: string; name: string }[]).find(
+      (k) => k.name === '',
+    )!.id
+    expect(cli(['keys', 'reset-limits', id, '--database-url', databaseUrl]).code).toBe(0)
+    await eventually(async () => (await fetch(`${servers[1]!.base}/pets`, { headers: auth(key) })).status === 200, 1_000)
+    const after = await fetch(`${servers[0]!.base}/pets`, { headers: auth(key) })
+    expect(after.status).toBe(200)
+    expect(Number(after.headers.get('x-ratelimit-remaining'))).toBeGreaterThan(50)
+  })
+
+  test('one Idempotency-Key raced through both instances creates one pet; every other answer replays it', async () => {
+    const servers = await instances(2)
+    const key = createKey('business')
+    await knownEverywhere(servers, key)
+    for (let round = 0; round < 5; round++) {
+      const answers = await Promise.all(
+        Array.from({ length: 16 }, (_, i) => post(servers[i % 2]!, key, { name: `Rex${round}`, categoryId: 1 }, { 'idempotency-key': `race-${round}` })),
+      )
+      expect(answers.map((answer) => answer.status)).toEqual(Array(16).fill(201))
+      const bodies = new Set(await Promise.all(answers.map((answer) => answer.text())))
+      expect(bodies.size).toBe(1)
+      expect(answers.filter((answer) => answer.headers.get('idempotent-replayed') !== 'true')).toHaveLength(1)
+    }
+    const all = (await (await fetch(`${servers[0]!.base}/pets?limit=100`, { headers: auth(key) })).json()) as unknown[]
+    expect(all).toHaveLength(5)
+  })
+
+  test('paging while both instances insert never skips or repeats a pet', async () => {
+    const servers = await instances(2)
+    const key = createKey('enterprise', '--rpm', '1000000', '--rpd', '100000000')
+    await knownEverywhere(servers, key)
+    let writing = true
+    const writers = Array.from({ length: 8 }, async (_, w) => {
+      for (let i = 0; i < 40; i++) expect((await post(servers[(w + i) % 2]!, key, { name: `p${w}.${i}`, categoryId: 1 })).status).toBe(201)
+    })
+    const seen: number[] = []
+    const reader = (async () => {
+      // The cursor of each page goes to the other instance; an empty page after the writers stopped ends it.
+      for (let turn = 0, done = false; !done; turn++) {
+        const stopped = !writing
+        const cursor = seen.length ? `&cursor=${encodeCursor(seen.at(-1)!)}` : ''
+        const answer = await fetch(`${servers[turn % 2]!.base}/pets?limit=7${cursor}`, { headers: auth(key) })
+        const page = (await answer.json()) as { id: number }[]
+        seen.push(...page.map((pet) => pet.id))
+        done = stopped && page.length === 0
+      }
+    })()
+    await Promise.all(writers)
+    writing = false
+    await reader
+    const all = await allPets(servers[1]!, key)
+    expect(all).toHaveLength(320)
+    expect(seen).toEqual(all.map((pet) => pet.id))
+  })
+
+  test('kill -9 of one instance under 16 concurrent writers loses no acknowledged pet', async () => {
+    const [doomed, survivor] = await instances(2)
+    const key = createKey('enterprise', '--rpm', '1000000', '--rpd', '100000000')
+    await knownEverywhere([doomed!, survivor!], key)
+    const acknowledged: number[] = []
+    let killed = false
+    const writers = Array.from({ length: 16 }, async (_, w) => {
+      for (let i = 0; i < 60; i++) {
+        const target = (w + i) % 2 === 0 ? doomed! : survivor!
+        try {
+          const answer = await post(target, key, { name: `w${w}.${i}`, categoryId: 1 })
+          if (answer.status === 201) acknowledged.push(((await answer.json()) as { id: number }).id)
+        } catch {
+          // The killed instance's connections fail; what it never acknowledged may or may not exist.
+        }
+        if (!killed && acknowledged.length >= 200) {
+          killed = true
+          doomed!.proc.kill('SIGKILL')
+        }
+      }
+    })
+    await Promise.all(writers)
+    expect(killed).toBe(true)
+    const stored = new Set((await allPets(survivor!, key)).map((pet) => pet.id))
+    expect(acknowledged.length).toBeGreaterThan(200)
+    expect(acknowledged.filter((id) => !stored.has(id))).toEqual([])
+  })
+
+  test('Redis stopped: API requests get 503 with Retry-After: 1 and /readyz 503; Redis back: answers again without a restart', async () => {
+    const [server] = await instances(1)
+    const key = createKey('pro')
+    await knownEverywhere([server!], key)
+    await redis.stop()
+    try {
+      const refused = await fetch(`${server!.base}/pets`, { headers: auth(key) })
+      expect(refused.status).toBe(503)
+      expect(refused.headers.get('retry-after')).toBe('1')
+      expect(((await refused.json()) as { code: string }).code).toBe('unavailable')
+      expect((await fetch(`${server!.origin}/readyz`)).status).toBe(503)
+    } finally {
+      await redis.start()
+    }
+    await eventually(async () => (await fetch(`${server!.base}/pets`, { headers: auth(key) })).status === 200, 5_000)
+    expect((await fetch(`${server!.origin}/readyz`)).status).toBe(200)
+  })
+
+  test('with --limiter-fallback local, Redis stopped: each instance limits on its own, says so once, and returns to Redis', async () => {
+    const [server] = await instances(1, ['--limiter-fallback', 'local'])
+    const key = createKey('pro')
+    await knownEverywhere([server!], key)
+    await redis.stop()
+    try {
+      const degraded = await fetch(`${server!.base}/pets`, { headers: auth(key) })
+      expect(degraded.status).toBe(200)
+      expect(degraded.headers.get('x-ratelimit-limit')).toBe('300')
+      expect((await fetch(`${server!.origin}/readyz`)).status).toBe(200)
+      expect(await (await fetch(`${server!.origin}/metrics`)).text()).toContain('petstore_rate_limiter_degraded 1')
+    } finally {
+      await redis.start()
+    }
+    await eventually(async () => {
+      await fetch(`${server!.base}/pets`, { headers: auth(key) })
+      return (await (await fetch(`${server!.origin}/metrics`)).text()).includes('petstore_rate_limiter_degraded 0')
+    }, 5_000)
+    expect(server!.stderr().match(/does not answer: limiting in this process/g)).toHaveLength(1)
+    expect(server!.stderr()).toContain('the shared rate limiter (Redis) answers again')
+  })
+
+  test('PostgreSQL restarted: creates get 503 and /readyz 503 while it is down, then everything works without a restart', async () => {
+    const [server] = await instances(1)
+    const key = createKey('pro')
+    await knownEverywhere([server!], key)
+    expect((await post(server!, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+    await cluster.stop()
+    try {
+      const refused = await post(server!, key, { name: 'during', categoryId: 1 })
+      expect(refused.status).toBe(503)
+      expect(((await refused.json()) as { code: string }).code).toBe('unavailable')
+      expect((await fetch(`${server!.origin}/readyz`)).status).toBe(503)
+    } finally {
+      await cluster.start()
+    }
+    await eventually(async () => (await post(server!, key, { name: 'after', categoryId: 1 })).status === 201, 10_000)
+    expect((await fetch(`${server!.origin}/readyz`)).status).toBe(200)
+    const names = (await allPets(server!, key)).map((p) => p.name)
+    expect(names[0]).toBe('before')
+    expect(names).not.toContain('during')
+  })
+
+  test('four instances starting at once on an empty database migrate once and make one bootstrap key', async () => {
+    const servers = await instances(4)
+    const announced = servers.filter((server) => server.bootstrapKey !== undefined)
+    expect(announced).toHaveLength(1)
+    const keys = JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as unknown[]
+    expect(keys).toHaveLength(1)
+    const admin = new Bun.SQL(databaseUrl, { max: 1 })
+    try {
+      expect((await admin`SELECT version FROM petstore_schema`).map((row: { version: number }) => row.version)).toEqual([1])
+    } finally {
+      await admin.close()
+    }
+    // The one key works on every instance.
+    for (const server of servers) expect((await fetch(`${server.base}/pets`, { headers: auth(announced[0]!.bootstrapKey!) })).status).toBe(200)
+  })
+
+  test('the database URL and the Redis URL never appear in a complaint, and backup points to pg_dump', async () => {
+    const bad = cli(['keys', 'list', '--database-url', 'mysql://user:s3cret@host/db'])
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).not.toContain('s3cret')
+    const backup = cli(['backup', `${tempDir()}/copy.db`, '--database-url', databaseUrl])
+    expect(backup.code).toBe(2)
+    expect(backup.stderr).toContain('pg_dump')
+  })
+})
+
+describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instances behind nginx (deploy/several-instances)', () => {
+  let proxy: Subprocess | undefined
+  beforeAll(async () => {
+    ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+    databaseUrl = await cluster.createDatabase('behind_nginx')
+  })
+  afterAll(async () => {
+    proxy?.kill('SIGTERM')
+    await proxy?.exited
+    await Promise.all([cluster?.destroy(), redis?.destroy()])
+  })
+
+  test('the README\'s nginx upstream spreads requests over both instances, which share one address bucket', async () => {
+    const servers = await instances(2, ['--trust-proxy', 'loopback'], { accessLog: true })
+    const dir = tempDir()
+    const port = await freePort()
+    // The file as shipped, with the instances' and nginx's addresses made local.
+    const site = readFileSync(join(import.meta.dir, '..', '..', 'deploy', 'several-instances', 'nginx.conf'), 'utf8')
+      .replace('listen 80;', `listen 127.0.0.1:${port};`)
+      .replace('server petstore-1:8080;', `server 127.0.0.1:${servers[0]!.port};`)
+      .replace('server petstore-2:8080;', `server 127.0.0.1:${servers[1]!.port};`)
+    writeFileSync(join(dir, 'site.conf'), site)
+    writeFileSync(
+      join(dir, 'nginx.conf'),
+      `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
+       http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
+              fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/site.conf; }`,
+    )
+    proxy = Bun.spawn([NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')], { cwd: dir, stdout: 'ignore', stderr: 'pipe' })
+    const origin = `http://127.0.0.1:${port}`
+    await eventually(async () => {
+      try {
+        return (await fetch(`${origin}/healthz`)).status === 200
+      } catch {
+        return false
+      }
+    }, 20_000)
+    // One keyless client: the Free plan's address bucket, 60 a minute, shared by both instances.
+    const statuses: number[] = []
+    for (let i = 0; i < 70; i++) statuses.push((await fetch(`${origin}/v1/pets`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status)
+    expect(statuses.filter((status) => status === 401)).toHaveLength(60)
+    expect(statuses.slice(60)).toEqual(Array(10).fill(429))
+    // Both instances answered, and each saw the client that nginx named, not nginx.
+    await eventually(() => servers.every((server) => server.stdout().includes('"client":"203.0.113.9"')))
+    for (const server of servers) {
+      const clients = server.stdout().split('\n').filter((line) => line.includes('"path":"/v1/pets"')).map((line) => JSON.parse(line).client)
+      expect(new Set(clients)).toEqual(new Set(['203.0.113.9']))
+    }
+  })
+})
