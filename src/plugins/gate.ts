@@ -101,18 +101,13 @@ export function verifiedKey(info: RequestInfo): ActiveKey {
 export function gate(options: GateOptions) {
   const { keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
 
-  /** What the request is limited as: its key when the token names one, else its address. */
-  const subjectOf = (request: Request, info: RequestInfo) => {
-    const token = bearerToken(request.headers.get('authorization'))
-    const key: ActiveKey | undefined = token ? keys.find(token) : undefined
-    return { token, key, limits: key ? key.limits : PLAN_LIMITS.free, subject: key ? key.subject : info.addressSubject }
-  }
-
   /** Applies a decision: the rate-limit fields, the key for the handler, and the refusal if any. */
   const judge = (
     set: { headers: Record<string, unknown> },
     info: RequestInfo,
-    { token, key, limits, subject }: ReturnType<typeof subjectOf>,
+    token: string | undefined,
+    key: ActiveKey | undefined,
+    limits: Limits,
     decision: Decision,
   ): ApiError | undefined => {
     rateLimitHeaders(set.headers, limits, decision.quota)
@@ -124,7 +119,7 @@ export function gate(options: GateOptions) {
       metrics.rateLimited(decision.reason)
       if (decision.bannedNow) {
         metrics.banned()
-        onBan(key ? `key ${key.id}` : `address ${subject.slice(3)}`, decision.retryAfter)
+        onBan(key ? `key ${key.id}` : `address ${info.addressSubject.slice(3)}`, decision.retryAfter)
       }
       return refusal(decision)
     }
@@ -136,22 +131,30 @@ export function gate(options: GateOptions) {
   // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
   // abuse and a throw costs a trip through the error handler. The in-process limiter answers at once
   // and gets a hook that never awaits; a shared one (Redis) gets one that does.
+  // The request is limited as its key when the token names one, else as its address (the Free plan's
+  // numbers), before the key is judged.
   const hook = limiter.synchronous
     ? ({ request, set, info, route }: HookContext) => {
         info.operation = operationOf(request.method, route)
         if (corsEnabled && isPreflight(request)) return
-        const subject = subjectOf(request, info)
-        const refused = judge(set, info, subject, limiter.check(subject.subject, subject.limits, subject.key !== undefined) as Decision)
+        const token = bearerToken(request.headers.get('authorization'))
+        const key = token ? keys.find(token) : undefined
+        const limits = key ? key.limits : PLAN_LIMITS.free
+        const decision = limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined) as Decision
+        const refused = judge(set, info, token, key, limits, decision)
         const body = refused && answerWith(set, info, refused)
         return body
       }
     : async ({ request, set, info, route }: HookContext) => {
         info.operation = operationOf(request.method, route)
         if (corsEnabled && isPreflight(request)) return
-        const subject = subjectOf(request, info)
+        const token = bearerToken(request.headers.get('authorization'))
+        const key = token ? keys.find(token) : undefined
+        const limits = key ? key.limits : PLAN_LIMITS.free
         let refused: ApiError | undefined
         try {
-          refused = judge(set, info, subject, await limiter.check(subject.subject, subject.limits, subject.key !== undefined))
+          const decision = await limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined)
+          refused = judge(set, info, token, key, limits, decision)
         } catch (error) {
           if (!(error instanceof LimiterUnavailableError)) throw error
           refused = LIMITER_DOWN

@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { toolAvailable } from './lib/load'
 import type { BenchResult, ScenarioResult, TargetSummary } from './lib/report'
+import { describeWithEngines } from '../support/engines'
 
 const dir = mkdtempSync(join(tmpdir(), 'petstore-bench-test-'))
 const running = new Set<Subprocess>()
@@ -118,5 +119,18 @@ describe('bun run bench', () => {
     // autocannon reports exact statuses for the baseline too.
     expect(result.scenarios[0]!.baseline.runs[0]!.statuses).toEqual({ '429': expect.any(Number) })
     expect(result.memory.peakRssMbAfterSpray).toBeNull()
+  }, 120_000)
+})
+
+describeWithEngines(['postgresql', 'redis-server'], 'bun run bench --backend postgres', () => {
+  test('runs two instances on PostgreSQL and Redis it starts itself, and every 201 is a row', async () => {
+    const { result, stdout } = await runBench('postgres', ['--backend', 'postgres', '--instances', '2', '--scenarios', 'list-20,create,rate-limited'])
+    expectCommon(result, tool)
+    expect(result.config).toMatchObject({ backend: 'postgres', instances: 2 })
+    expect(result.config.serverArgs).toContain('DATABASE_URL')
+    for (const scenario of result.scenarios) expectScenario(scenario, 1)
+    expect(result.durability.created201).toBeGreaterThan(0)
+    expect(result.durability.rowsAdded).toBeGreaterThanOrEqual(result.durability.created201)
+    expect(stdout).toContain('Storage: PostgreSQL + Redis, 2 instance(s).')
   }, 120_000)
 })

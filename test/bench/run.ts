@@ -29,7 +29,7 @@ import {
   track,
 } from './lib/procs'
 import { comparison, markdown, RESULT_VERSION, type BenchResult, type RunFigures, type ScenarioResult, type TargetSummary } from './lib/report'
-import { countPets, seed } from './lib/seed'
+import { countPets, countPostgresPets, seed, seedPostgres } from './lib/seed'
 import { concrete, SCENARIOS, type BenchContext, type RequestShape, type Scenario } from './lib/scenarios'
 
 const ROOT = resolve(import.meta.dir, '..', '..')
@@ -56,7 +56,11 @@ const USAGE = `Usage: bun run bench [options]
   --out FILE           JSON result (default test/bench/results/latest.json; a .md copy of the table is written beside it)
   --compare FILE       also print a comparison with an earlier JSON result
   --build              rebuild dist/petstore first (default: build only when missing)
-  --keep               keep the temporary directory (data file, access log, scripts)`
+  --keep               keep the temporary directory (data file, access log, scripts)
+  --backend sqlite|postgres  the embedded data file (default), or PostgreSQL + Redis started for the run
+                       (Debian's postgresql and redis-server); default out file results/latest-postgres.json
+  --instances N        with --backend postgres: instances sharing them (default 1); the load is split
+                       evenly between them, and the figures are their sums`
 
 interface Options {
   quick: boolean
@@ -73,6 +77,8 @@ interface Options {
   compare?: string
   build: boolean
   keep: boolean
+  backend: 'sqlite' | 'postgres'
+  instances: number
 }
 
 function parseOptions(argv: string[]): Options | null {
@@ -95,6 +101,8 @@ function parseOptions(argv: string[]): Options | null {
       compare: { type: 'string' },
       build: { type: 'boolean' },
       keep: { type: 'boolean' },
+      backend: { type: 'string' },
+      instances: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   })
@@ -125,6 +133,10 @@ function parseOptions(argv: string[]): Options | null {
     scenarios = SCENARIOS.filter((s) => names.includes(s.name))
   }
   const connections = Math.round(number('connections', values.connections, quick ? 16 : 64, 1, 10_000))
+  const backend = values.backend ?? 'sqlite'
+  if (backend !== 'sqlite' && backend !== 'postgres') throw new Error('--backend must be sqlite or postgres')
+  const instances = Math.round(number('instances', values.instances, 1, 1, 8))
+  if (backend === 'sqlite' && instances !== 1) throw new Error('--instances needs --backend postgres (one server per data file)')
   return {
     quick,
     runs: Math.round(number('runs', values.runs, quick ? 1 : 3, 1, 100)),
@@ -136,7 +148,9 @@ function parseOptions(argv: string[]): Options | null {
     scenarios,
     pets: Math.round(number('pets', values.pets, quick ? 1_000 : 10_000, 100, 10_000_000)),
     starts: Math.round(number('starts', values.starts, quick ? 3 : 10, 1, 100)),
-    out: resolve(values.out ?? DEFAULT_OUT),
+    out: resolve(values.out ?? (backend === 'postgres' ? DEFAULT_OUT.replace(/\.json$/, `-postgres${instances > 1 ? `-${instances}` : ''}.json`) : DEFAULT_OUT)),
+    backend,
+    instances,
     compare: values.compare,
     build: values.build === true,
     keep: values.keep === true,
@@ -189,12 +203,14 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
-const SERVE = (dataFile: string) => [BINARY, 'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataFile]
+/** Where the server keeps its data: `--data FILE`, or `--database-url URL --redis-url URL`. */
+let storageArgs: string[] = []
+const SERVE = () => [BINARY, 'serve', '--host', '127.0.0.1', '--port', '0', ...storageArgs]
 
 /** Exec to the first 200 on /healthz, in ms; the server is stopped afterwards. */
-async function timeStart(dataFile: string): Promise<number> {
+async function timeStart(): Promise<number> {
   const started = performance.now()
-  const proc = track(Bun.spawn(SERVE(dataFile), { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }))
+  const proc = track(Bun.spawn(SERVE(), { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }))
   try {
     const stderr = new StreamTail(proc.stderr)
     const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
@@ -219,12 +235,12 @@ interface Petstore {
   args: string[]
 }
 
-async function startPetstore(dataFile: string, logFd: number): Promise<Petstore> {
+async function startPetstore(logFd: number): Promise<Petstore> {
   // --trust-proxy: the 401 and spray scenarios send X-Forwarded-For. A huge --ban-after with a zero
   // --ban-seconds keeps the exhausted key on rate_limited instead of key_banned. Neither touches the
   // path of requests with a valid key.
   const extra = ['--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0']
-  const args = [...SERVE(dataFile), ...extra]
+  const args = [...SERVE(), ...extra]
   const proc = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(proc.stderr)
   const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
@@ -357,20 +373,36 @@ async function bench(options: Options): Promise<BenchResult> {
   const notes: string[] = []
 
   const dataFile = join(dir, 'petstore.db')
-  log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
-  const { key, exhaustedKey } = seed([BINARY], dataFile, options.pets)
+  let key: string
+  let exhaustedKey: string
+  let countRows: () => Promise<number>
+  if (options.backend === 'postgres') {
+    const shared = await startShared()
+    storageArgs = ['--database-url', shared.databaseUrl, '--redis-url', shared.redisUrl]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into PostgreSQL; rate limits in Redis`)
+    ;({ key, exhaustedKey } = await seedPostgres([BINARY], shared.databaseUrl, options.pets))
+    countRows = () => countPostgresPets(shared.databaseUrl)
+    notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with ${options.instances} instance(s).`)
+  } else {
+    storageArgs = ['--data', dataFile]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
+    ;({ key, exhaustedKey } = seed([BINARY], dataFile, options.pets))
+    countRows = async () => countPets(dataFile)
+  }
 
   log(`timing ${options.starts} starts (exec → first /healthz 200)`)
   const samplesMs: number[] = []
-  for (let i = 0; i < options.starts; i++) samplesMs.push(round(await timeStart(dataFile), 1))
+  for (let i = 0; i < options.starts; i++) samplesMs.push(round(await timeStart(), 1))
 
   const logPath = join(dir, 'access.log')
   const logFd = openSync(logPath, 'a')
   onCleanup(() => closeSync(logFd))
   const accessLog = new AccessLogWindow(logPath, logFd)
-  const petstore = await startPetstore(dataFile, logFd)
+  // Several instances share the access log (appends of whole lines) and split the load evenly.
+  const petstores = await Promise.all(Array.from({ length: options.instances }, () => startPetstore(logFd)))
+  const petstore = petstores[0]!
   const origin = `http://127.0.0.1:${petstore.port}`
-  log(`petstore (pid ${petstore.proc.pid}) on ${origin}, access log → ${logPath}`)
+  log(`petstore (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`)
   await Bun.sleep(200)
   const idle = memoryOf(petstore.proc.pid)
 
@@ -412,11 +444,11 @@ async function bench(options: Options): Promise<BenchResult> {
   const baseline = await startBaseline(capturesFile)
   log(`baseline (pid ${baseline.proc.pid}) on http://127.0.0.1:${baseline.port}`)
 
-  const load = (port: number, durationS: number, scenario: Scenario) =>
+  const load = (port: number, durationS: number, scenario: Scenario, connections = options.connections) =>
     runLoad({
       tool: options.tool,
       port,
-      connections: options.connections,
+      connections,
       threads: options.threads,
       durationS,
       spec: specs.get(scenario.name)!,
@@ -424,12 +456,16 @@ async function bench(options: Options): Promise<BenchResult> {
       offset: Math.floor(Math.random() * 1_000_000),
     })
 
+  const serverCpu = () => petstores.reduce((sum, p) => sum + cpuSecondsOf(p.proc.pid), 0)
   const measureServer = async (durationS: number, scenario: Scenario) => {
     accessLog.reset()
-    const cpuBefore = cpuSecondsOf(petstore.proc.pid)
+    const cpuBefore = serverCpu()
     const busyBefore = systemBusySeconds()
-    const result = await load(petstore.port, durationS, scenario)
-    const cpu = cpuSecondsOf(petstore.proc.pid) - cpuBefore
+    const result =
+      petstores.length === 1
+        ? await load(petstore.port, durationS, scenario)
+        : combined(await Promise.all(petstores.map((p) => load(p.port, durationS, scenario, Math.max(1, Math.round(options.connections / petstores.length))))))
+    const cpu = serverCpu() - cpuBefore
     const busy = systemBusySeconds() - busyBefore
     const statuses = await accessLog.collect()
     created201 += statuses['201'] ?? 0
@@ -497,9 +533,9 @@ async function bench(options: Options): Promise<BenchResult> {
   if (petstore.proc.exitCode !== null) notes.push(`petstore exited early (code ${petstore.proc.exitCode}).`)
 
   // Durability: kill without warning; every 201 must already be a row.
-  await stop(petstore.proc, 'SIGKILL')
+  for (const p of petstores) await stop(p.proc, 'SIGKILL')
   await stop(baseline.proc, 'SIGTERM')
-  const rowsAdded = countPets(dataFile) - options.pets
+  const rowsAdded = (await countRows()) - options.pets
   const warnings = petstore.stderr.text
     .split('\n')
     .filter((line) => /internal error|could not/i.test(line))
@@ -543,7 +579,11 @@ async function bench(options: Options): Promise<BenchResult> {
       warmupS: options.warmupS,
       pets: options.pets,
       startSamples: options.starts,
-      serverArgs: petstore.args.map((arg) => (arg === dataFile ? 'DATA_FILE' : arg)),
+      serverArgs: petstore.args.map((arg, i, args) =>
+        arg === dataFile ? 'DATA_FILE' : args[i - 1] === '--database-url' ? 'DATABASE_URL' : args[i - 1] === '--redis-url' ? 'REDIS_URL' : arg,
+      ),
+      backend: options.backend,
+      instances: options.instances,
       accessLog: 'stdout to a file',
     },
     binary,
@@ -564,6 +604,34 @@ async function bench(options: Options): Promise<BenchResult> {
     scenarios: results,
     notes,
   }
+}
+
+/** One load split over several instances: requests, rates and CPU add up; latencies are the worst. */
+function combined(results: LoadResult[]): LoadResult {
+  const sum = (pick: (r: LoadResult) => number) => results.reduce((total, r) => total + pick(r), 0)
+  const statuses: Record<string, number> = {}
+  for (const r of results) for (const [status, n] of Object.entries(r.statuses ?? {})) statuses[status] = (statuses[status] ?? 0) + n
+  return {
+    requests: sum((r) => r.requests),
+    durationS: Math.max(...results.map((r) => r.durationS)),
+    rps: sum((r) => r.rps),
+    p50Ms: Math.max(...results.map((r) => r.p50Ms)),
+    p99Ms: Math.max(...results.map((r) => r.p99Ms)),
+    maxMs: Math.max(...results.map((r) => r.maxMs)),
+    socketErrors: sum((r) => r.socketErrors),
+    ...(results.some((r) => r.statuses) ? { statuses } : {}),
+    ...(results.some((r) => r.errorStatuses !== undefined) ? { errorStatuses: sum((r) => r.errorStatuses ?? 0) } : {}),
+    generatorCpuS: sum((r) => r.generatorCpuS),
+  }
+}
+
+/** PostgreSQL and Redis for the run, from the test suite's harness; stopped by the cleanups. */
+async function startShared(): Promise<{ databaseUrl: string; redisUrl: string }> {
+  const [{ startPostgres }, { startRedis }] = await Promise.all([import('../support/postgres'), import('../support/redis')])
+  const [cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+  onCleanup(() => void cluster.destroy())
+  onCleanup(() => void redis.destroy())
+  return { databaseUrl: await cluster.createDatabase('bench'), redisUrl: redis.url }
 }
 
 async function compareFiles(before: string, after: string): Promise<void> {

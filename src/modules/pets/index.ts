@@ -101,12 +101,12 @@ type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
 export function petsModule(options: PetsModuleOptions) {
   const { service, synchronous, baseUrl, maxBodyBytes, onDeprecatedCall } = options
   /** Sets the answer's fields; the handler returns the body itself (see below for why). */
-  const answerList = ({ set, info }: Answer, query: ListQuery, page: Page) => {
+  const answerList = (set: Answer['set'], info: RequestInfo, query: ListQuery, page: Page) => {
     set.headers['content-type'] = JSON_TYPE
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
     info.done(200, 'listPets')
   }
-  const answerPet = ({ set, info }: Answer, petId: string, json: string | null) => {
+  const answerPet = (set: Answer['set'], info: RequestInfo, petId: string, json: string | null) => {
     if (json === null) throw notFound(`No pet with id ${petId}.`)
     set.headers['content-type'] = JSON_TYPE
     info.done(200, 'getPet')
@@ -130,26 +130,26 @@ export function petsModule(options: PetsModuleOptions) {
     ? ({ request, set, info }: ListContext) => {
         const query = parseListQuery(request.url)
         const page = service.list(query) as Page
-        answerList({ set, info }, query, page)
+        answerList(set, info, query, page)
         return page.body
       }
     : async ({ request, set, info }: ListContext) => {
         const query = parseListQuery(request.url)
         const page = await service.list(query)
-        answerList({ set, info }, query, page)
+        answerList(set, info, query, page)
         return page.body
       }
   const getPet = synchronous
     ? ({ params, set, info }: GetContext) => {
         onDeprecatedCall(verifiedKey(info).id)
         const json = service.getJson(parsePetId(params.petId)) as string | null
-        answerPet({ set, info }, params.petId, json)
+        answerPet(set, info, params.petId, json)
         return json
       }
     : async ({ params, set, info }: GetContext) => {
         onDeprecatedCall(verifiedKey(info).id)
         const json = await service.getJson(parsePetId(params.petId))
-        answerPet({ set, info }, params.petId, json)
+        answerPet(set, info, params.petId, json)
         return json
       }
   return new Elysia({ name: 'pets' })

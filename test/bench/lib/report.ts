@@ -73,6 +73,9 @@ export interface BenchResult {
     pets: number
     startSamples: number
     serverArgs: string[]
+    /** The storage measured: the data file, or PostgreSQL + Redis with this many instances. */
+    backend?: 'sqlite' | 'postgres'
+    instances?: number
     accessLog: string
   }
   binary: { path: string; sizeBytes: number; sizeMb: number; built: boolean; staleVsSources: boolean; commit: string; dirtySources: boolean }
@@ -103,6 +106,7 @@ export function markdown(result: BenchResult): string {
   const c = result.config
   const lines: string[] = []
   lines.push(
+    `Storage: ${c.backend === 'postgres' ? `PostgreSQL + Redis, ${c.instances} instance(s)` : 'the SQLite data file'}. ` +
     `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
       `baseline and petstore alternating, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
       `Machine: ${result.machine.cpus} × ${result.machine.cpuModel}, load average ${result.machine.loadAvgStart.map((v) => v.toFixed(2)).join(' ')} at start, ` +

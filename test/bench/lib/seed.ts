@@ -5,8 +5,8 @@
 import { Database } from 'bun:sqlite'
 import { cleanEnv } from './procs'
 
-function createKey(cli: string[], dataFile: string, args: string[]): string {
-  const result = Bun.spawnSync([...cli, 'keys', 'create', '--data', dataFile, ...args], { env: cleanEnv(), stdout: 'pipe', stderr: 'pipe' })
+function createKey(cli: string[], dataFile: string, args: string[], storage = ['--data', dataFile]): string {
+  const result = Bun.spawnSync([...cli, 'keys', 'create', ...storage, ...args], { env: cleanEnv(), stdout: 'pipe', stderr: 'pipe' })
   if (result.exitCode !== 0) throw new Error(`petstore keys create failed: ${result.stderr.toString()}`)
   return result.stdout.toString().trim().split('\n').at(-1)!
 }
@@ -43,5 +43,37 @@ export function countPets(dataFile: string): number {
     return db.query<{ n: number }, []>('SELECT count(*) AS n FROM pets').get()!.n
   } finally {
     db.close()
+  }
+}
+
+/** The same for PostgreSQL: keys through the CLI (which migrates), pets in one multi-row insert per 5,000. */
+export async function seedPostgres(cli: string[], databaseUrl: string, pets: number): Promise<{ key: string; exhaustedKey: string }> {
+  const storage = ['--database-url', databaseUrl]
+  const key = createKey(cli, '', ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000', '--name', 'bench'], storage)
+  const exhaustedKey = createKey(cli, '', ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1', '--name', 'bench-exhausted'], storage)
+  const sql = new Bun.SQL(databaseUrl, { max: 1 })
+  try {
+    const now = Date.now()
+    for (let start = 0; start < pets; start += 5_000) {
+      const rows = Array.from({ length: Math.min(5_000, pets - start) }, (_, j) => {
+        const i = start + j
+        return { id: i + 1, name: `${NAMES[i % NAMES.length]} ${i + 1}`, category_id: (i % 40) + 1, status: STATUSES[i % STATUSES.length]!, created_at: now }
+      })
+      await sql`INSERT INTO pets ${sql(rows)}`
+    }
+    await sql`SELECT setval('pets_id_seq', ${pets})`
+  } finally {
+    await sql.close()
+  }
+  return { key, exhaustedKey }
+}
+
+export async function countPostgresPets(databaseUrl: string): Promise<number> {
+  const sql = new Bun.SQL(databaseUrl, { max: 1 })
+  try {
+    const [row] = await sql`SELECT count(*) AS n FROM pets`
+    return Number(row.n)
+  } finally {
+    await sql.close()
   }
 }
