@@ -104,8 +104,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       banAfter: config.banAfter,
       banSeconds: config.banSeconds,
       maxAddresses: config.maxTrackedAddresses,
-      // A shared store keeps its own clock (Redis's), so instances' clocks do not matter.
-      now: deps.limiterStore ? undefined : now,
+      // A shared store keeps its own clock (Redis's), so instances' clocks do not matter; a clock
+      // injected into the app (tests) is used by the limiter too.
+      now: deps.limiterStore && !deps.now ? undefined : now,
       store: deps.limiterStore,
       fallback: config.limiterFallback,
       onDegraded: (degraded) =>

@@ -3,8 +3,8 @@ import { auth, postPet, startApp } from './support/app'
 import { startServer } from './support/binary'
 
 test('in-process app creates and reads a pet over HTTP', async () => {
-  const app = startApp()
-  const key = app.key()
+  const app = await startApp()
+  const key = await app.key()
   const created = await postPet(app.base, key, { name: 'Rex', categoryId: 1 })
   expect(created.status).toBe(201)
   const pet = (await created.json()) as { id: number }

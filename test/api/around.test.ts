@@ -12,17 +12,17 @@ import { eventually } from '../support/binary'
 const jsonOf = (res: Response): Promise<any> => res.json()
 
 const apps: TestApp[] = []
-afterEach(() => {
-  for (const app of apps.splice(0)) app.stop()
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.stop()))
 })
-function fresh(input: ConfigInput = {}): TestApp {
-  const app = startApp(input)
+async function fresh(input: ConfigInput = {}): Promise<TestApp> {
+  const app = await startApp(input)
   apps.push(app)
   return app
 }
 
-function keyIdOf(app: TestApp, secret: string): string {
-  return app.storage.keys.list().find((k) => k.secretHash === hashSecret(secret))!.id
+async function keyIdOf(app: TestApp, secret: string): Promise<string> {
+  return (await app.storage.keys.list()).find((k) => k.secretHash === hashSecret(secret))!.id
 }
 
 /** Sends raw bytes over TCP (for header values fetch would refuse) and returns the response head. */
@@ -48,16 +48,16 @@ function rawRequest(origin: string, head: Buffer): Promise<{ status: number; hea
 
 describe('health, readiness and metrics', () => {
   test('/healthz and /readyz answer 200 without a key', async () => {
-    const app = fresh()
+    const app = await fresh()
     const health = await fetch(`${app.origin}/healthz`)
     expect(health.status).toBe(200)
     const ready = await fetch(`${app.origin}/readyz`)
     expect(ready.status).toBe(200)
   })
 
-  test('/readyz answers 503 when the data file does not answer', async () => {
-    const app = fresh()
-    app.storage.close()
+  test('/readyz answers 503 when storage does not answer', async () => {
+    const app = await fresh()
+    await app.closeStorage()
     const res = await fetch(`${app.origin}/readyz`)
     expect(res.status).toBe(503)
     expect((await jsonOf(res)).code).toBe('unavailable')
@@ -66,8 +66,8 @@ describe('health, readiness and metrics', () => {
   })
 
   test('/metrics is Prometheus text with requests by operation and status and a latency histogram', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await (await fetch(`${app.base}/pets`, { headers: auth(key) })).arrayBuffer()
     await (await fetch(`${app.base}/pets`, { headers: auth(key) })).arrayBuffer()
     await (await postPet(app.base, key, { name: 'x', categoryId: 1 })).arrayBuffer()
@@ -78,7 +78,8 @@ describe('health, readiness and metrics', () => {
     const res = await fetch(`${app.origin}/metrics`)
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toStartWith('text/plain')
-    const text = await res.text()
+    await res.arrayBuffer()
+    const text = await app.metrics()
     expect(text).toContain('# TYPE petstore_requests_total counter')
     expect(text).toContain('petstore_requests_total{operation="listPets",status="200"} 2')
     expect(text).toContain('petstore_requests_total{operation="listPets",status="400"} 1')
@@ -97,20 +98,20 @@ describe('health, readiness and metrics', () => {
   })
 
   test('/metrics counts refused requests under the operation they were for', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 1, rpd: 100 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 1, rpd: 100 })
     await (await fetch(`${app.base}/pets`)).arrayBuffer() // 401
     await (await fetch(`${app.base}/pets`, { headers: auth(key) })).arrayBuffer() // 200
     await (await fetch(`${app.base}/pets`, { headers: auth(key) })).arrayBuffer() // 429
-    const text = await (await fetch(`${app.origin}/metrics`)).text()
+    const text = await app.metrics()
     expect(text).toContain('petstore_requests_total{operation="listPets",status="401"} 1')
     expect(text).toContain('petstore_requests_total{operation="listPets",status="429"} 1')
     expect(text).toContain('petstore_rate_limit_rejections_total{reason="rate_limited"} 1')
   })
 
   test('/metrics never contains a key secret', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     const secretPart = key.slice(4)
     await (await fetch(`${app.base}/pets`, { headers: auth(key) })).arrayBuffer()
     await (await fetch(`${app.base}/pets/1`, { headers: auth(key) })).arrayBuffer()
@@ -120,13 +121,13 @@ describe('health, readiness and metrics', () => {
     expect(text).not.toContain('wrongsecretvalue')
     expect(text).not.toContain(hashSecret(key))
     // The key id is what identifies the caller.
-    expect(text).toContain(keyIdOf(app, key))
+    expect(text).toContain(await keyIdOf(app, key))
   })
 })
 
 describe('X-Request-Id', () => {
   test('a sane incoming id is echoed', async () => {
-    const app = fresh()
+    const app = await fresh()
     for (const id of ['abc-123', 'f47ac10b-58cc-4372-a567-0e02b2c3d479', 'trace.1:span@x+y=z_']) {
       const res = await fetch(`${app.base}/pets`, { headers: { 'x-request-id': id } })
       expect(res.headers.get('x-request-id')).toBe(id)
@@ -134,7 +135,7 @@ describe('X-Request-Id', () => {
   })
 
   test('an insane incoming id is replaced by a new one', async () => {
-    const app = fresh()
+    const app = await fresh()
     for (const id of ['x'.repeat(500), 'has space', 'semi;colon', '<script>', '"quoted"']) {
       const res = await fetch(`${app.base}/pets`, { headers: { 'x-request-id': id } })
       const got = res.headers.get('x-request-id')
@@ -145,7 +146,7 @@ describe('X-Request-Id', () => {
   })
 
   test('a non-ASCII incoming id is replaced', async () => {
-    const app = fresh()
+    const app = await fresh()
     const { origin } = app
     const host = new URL(origin).host
     const head = Buffer.concat([
@@ -162,8 +163,8 @@ describe('X-Request-Id', () => {
   })
 
   test('every response carries one, and generated ids differ', async () => {
-    const app = fresh({ banAfter: '1', banSeconds: '60' })
-    const key = app.key('enterprise', { rpm: 1, rpd: 100 })
+    const app = await fresh({ banAfter: '1', banSeconds: '60' })
+    const key = await app.key('enterprise', { rpm: 1, rpd: 100 })
     const responses = [
       await fetch(`${app.base}/pets`, { headers: auth(key) }), // 200
       await fetch(`${app.base}/pets`, { headers: auth(key) }), // 429
@@ -190,8 +191,8 @@ describe('access log', () => {
   }
 
   test('one JSON line per request with time, requestId, method, path, status, durationMs and keyId', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await (await fetch(`${app.base}/pets?limit=5`, { headers: auth(key, { 'x-request-id': 'log-1' }) })).arrayBuffer()
     const entry = await lineFor(app, 'log-1')
     expect(entry).toEqual({
@@ -201,15 +202,15 @@ describe('access log', () => {
       path: '/v1/pets',
       status: 200,
       durationMs: expect.any(Number),
-      keyId: keyIdOf(app, key),
+      keyId: await keyIdOf(app, key),
     })
     expect(Number.isNaN(Date.parse(entry.time))).toBe(false)
     expect(entry.durationMs).toBeGreaterThanOrEqual(0)
   })
 
   test('every line is a single JSON object, one per request', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     for (let i = 0; i < 5; i++)
       await (await fetch(`${app.base}/pets`, { headers: auth(key, { 'x-request-id': `many-${i}` }) })).arrayBuffer()
     const apiLines = () => app.logLines.map((line) => JSON.parse(line)).filter((entry) => entry.path.startsWith('/v1/'))
@@ -220,8 +221,8 @@ describe('access log', () => {
   })
 
   test('requests without a valid key log the client address, never the attempted secret', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await (await fetch(`${app.base}/pets`, { headers: auth('psk_leakedsecret', { 'x-request-id': 'anon-1' }) })).arrayBuffer()
     await (await postPet(app.base, key, { name: 'x', categoryId: 1 }, { 'x-request-id': 'post-1' })).arrayBuffer()
     const anon = await lineFor(app, 'anon-1')
@@ -229,7 +230,7 @@ describe('access log', () => {
     expect(anon.client).toBe('127.0.0.1')
     expect(anon.keyId).toBeUndefined()
     const post = await lineFor(app, 'post-1')
-    expect(post).toMatchObject({ method: 'POST', path: '/v1/pets', status: 201, keyId: keyIdOf(app, key) })
+    expect(post).toMatchObject({ method: 'POST', path: '/v1/pets', status: 201, keyId: await keyIdOf(app, key) })
     const all = app.logLines.join('\n')
     expect(all).not.toContain('leakedsecret')
     expect(all).not.toContain(key.slice(4))
@@ -237,8 +238,8 @@ describe('access log', () => {
   })
 
   test('the logged path has no query string and error statuses are logged as sent', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await (await fetch(`${app.base}/pets?limit=0`, { headers: auth(key, { 'x-request-id': 'bad-1' }) })).arrayBuffer()
     await (await fetch(`${app.origin}/nope`, { headers: { 'x-request-id': 'nf-1' } })).arrayBuffer()
     expect(await lineFor(app, 'bad-1')).toMatchObject({ path: '/v1/pets', status: 400 })
@@ -246,7 +247,7 @@ describe('access log', () => {
   })
 
   test('with trustProxy the logged client is the forwarded address', async () => {
-    const app = fresh({ trustProxy: ['loopback'] })
+    const app = await fresh({ trustProxy: ['loopback'] })
     await (await fetch(`${app.base}/pets`, { headers: { 'x-forwarded-for': '203.0.113.9', 'x-request-id': 'xff-1' } })).arrayBuffer()
     expect((await lineFor(app, 'xff-1')).client).toBe('203.0.113.9')
   })
@@ -256,7 +257,7 @@ describe('CORS', () => {
   const ORIGIN = 'https://app.example'
 
   test('a preflight from the allowed origin is a 204 with the allow headers and needs no key', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
+    const app = await fresh({ corsOrigin: [ORIGIN] })
     const res = await fetch(`${app.base}/pets`, {
       method: 'OPTIONS',
       headers: {
@@ -275,7 +276,7 @@ describe('CORS', () => {
   })
 
   test('a preflight for the pet path with an id also works', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
+    const app = await fresh({ corsOrigin: [ORIGIN] })
     const res = await fetch(`${app.base}/pets/1`, {
       method: 'OPTIONS',
       headers: { origin: ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
@@ -285,8 +286,8 @@ describe('CORS', () => {
   })
 
   test('actual responses to the allowed origin expose Link, Location, Retry-After, X-Request-Id and X-RateLimit-*', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
-    const key = app.key('free')
+    const app = await fresh({ corsOrigin: [ORIGIN] })
+    const key = await app.key('free')
     const responses = [
       await fetch(`${app.base}/pets`, { headers: auth(key, { origin: ORIGIN }) }),
       await postPet(app.base, key, { name: 'x', categoryId: 1 }, { origin: ORIGIN }),
@@ -312,8 +313,8 @@ describe('CORS', () => {
   })
 
   test('other origins get no Access-Control-Allow-Origin', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
-    const key = app.key('free')
+    const app = await fresh({ corsOrigin: [ORIGIN] })
+    const key = await app.key('free')
     const get = await fetch(`${app.base}/pets`, { headers: auth(key, { origin: 'https://evil.example' }) })
     expect(get.status).toBe(200)
     expect(get.headers.get('access-control-allow-origin')).toBeNull()
@@ -326,8 +327,8 @@ describe('CORS', () => {
   })
 
   test('with CORS on, every response says Vary: Origin, whatever its origin and path', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
-    const key = app.key('free')
+    const app = await fresh({ corsOrigin: [ORIGIN] })
+    const key = await app.key('free')
     const responses = [
       await fetch(`${app.base}/pets`, { headers: auth(key) }),
       await fetch(`${app.base}/pets`, { headers: auth(key, { origin: 'https://evil.example' }) }),
@@ -341,8 +342,8 @@ describe('CORS', () => {
   })
 
   test('an OPTIONS request that is not a preflight goes through the gate like any other method', async () => {
-    const app = fresh({ corsOrigin: [ORIGIN] })
-    const key = app.key('free')
+    const app = await fresh({ corsOrigin: [ORIGIN] })
+    const key = await app.key('free')
     const keyless = await fetch(`${app.base}/pets`, { method: 'OPTIONS', headers: { origin: ORIGIN } })
     expect(keyless.status).toBe(401)
     const keyed = await fetch(`${app.base}/pets`, { method: 'OPTIONS', headers: auth(key) })
@@ -352,8 +353,8 @@ describe('CORS', () => {
   })
 
   test('without corsOrigin there are no CORS headers at all', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     const get = await fetch(`${app.base}/pets`, { headers: auth(key, { origin: ORIGIN }) })
     expect(get.headers.get('access-control-allow-origin')).toBeNull()
     expect(get.headers.get('access-control-expose-headers')).toBeNull()

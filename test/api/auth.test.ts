@@ -15,10 +15,10 @@ const INVALID = 'Bearer realm="petstore", error="invalid_token"'
 let app: TestApp
 let key: string
 
-beforeAll(() => {
+beforeAll(async () => {
   // Generous per-address limits are not configurable, so keep the number of keyless requests < 60.
-  app = startApp()
-  key = app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
+  app = await startApp()
+  key = await app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
 })
 afterAll(() => app.stop())
 
@@ -33,10 +33,10 @@ async function expect401(res: Response, challenge: string | RegExp) {
   else expect(header).toMatch(challenge)
 }
 
-function revoke(t: TestApp, secret: string) {
-  const record = t.storage.keys.list().find((k) => k.secretHash === hashSecret(secret))!
-  expect(t.storage.keys.revoke(record.id, t.clock.now)).toBe(true)
-  t.petstore.keys.reload()
+async function revoke(t: TestApp, secret: string) {
+  const record = (await t.storage.keys.list()).find((k) => k.secretHash === hashSecret(secret))!
+  expect(await t.storage.keys.revoke(record.id, t.clock.now)).toBe(true)
+  await t.reloadKeys()
 }
 
 describe('missing credentials', () => {
@@ -99,15 +99,15 @@ describe('wrong or revoked keys', () => {
   })
 
   test('a key revoked in storage stops working once the registry reloads', async () => {
-    const t = startApp()
+    const t = await startApp()
     try {
-      const secret = t.key()
+      const secret = await t.key()
       expect((await fetch(`${t.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status).toBe(200)
-      revoke(t, secret)
+      await revoke(t, secret)
       const res = await fetch(`${t.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })
       await expect401(res, INVALID)
       // Other keys keep working.
-      const other = t.key()
+      const other = await t.key()
       expect((await fetch(`${t.base}/pets`, { headers: { authorization: `Bearer ${other}` } })).status).toBe(200)
     } finally {
       t.stop()
@@ -115,13 +115,13 @@ describe('wrong or revoked keys', () => {
   })
 
   test('a revoked key cannot create pets', async () => {
-    const t = startApp()
+    const t = await startApp()
     try {
-      const secret = t.key()
-      revoke(t, secret)
+      const secret = await t.key()
+      await revoke(t, secret)
       const res = await postPet(t.base, secret, { name: 'x', categoryId: 1 })
       await expect401(res, INVALID)
-      expect(t.storage.pets.count()).toBe(0)
+      expect(await t.storage.pets.count()).toBe(0)
     } finally {
       t.stop()
     }
@@ -143,7 +143,7 @@ describe('valid keys', () => {
 
   test('every plan\'s key works', async () => {
     for (const plan of ['free', 'pro', 'business']) {
-      const secret = app.key(plan)
+      const secret = await app.key(plan)
       expect((await listWith({ authorization: `Bearer ${secret}` })).status).toBe(200)
     }
   })

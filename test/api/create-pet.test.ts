@@ -14,10 +14,10 @@ const BASE_URL = 'https://pets.example.test/v1'
 let app: TestApp
 let key: string
 
-beforeAll(() => {
+beforeAll(async () => {
   // An explicit base URL: Location must use it, not the socket address.
-  app = startApp({ baseUrl: BASE_URL })
-  key = app.key('enterprise', UNLIMITED)
+  app = await startApp({ baseUrl: BASE_URL })
+  key = await app.key('enterprise', UNLIMITED)
 })
 afterAll(() => app.stop())
 
@@ -323,8 +323,8 @@ describe('POST /pets body format', () => {
 })
 
 test('a body naming a property twice is a 400 naming it, whichever value comes last', async () => {
-  const app = startApp()
-  const key = app.key('pro')
+  const app = await startApp()
+  const key = await app.key('pro')
   for (const body of ['{"name":"","name":"Rex","categoryId":1}', '{"name":"Rex","categoryId":1,"categoryId":2}']) {
     const response = await postPet(app.base, key, body)
     expect(response.status).toBe(400)

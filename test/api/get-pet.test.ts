@@ -15,17 +15,17 @@ let app: TestApp
 let key: string
 let linkBase: string
 
-beforeAll(() => {
-  app = startApp()
-  key = app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
+beforeAll(async () => {
+  app = await startApp()
+  key = await app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
   linkBase = `http://localhost:${new URL(app.origin).port}/v1`
 })
 afterAll(() => app.stop())
 
 const get = (id: string, headers: Record<string, string> = auth(key)) => fetch(`${app.base}/pets/${id}`, { headers })
 
-function keyIdOf(t: TestApp, secret: string): string {
-  const record = t.storage.keys.list().find((k) => k.secretHash === hashSecret(secret))
+async function keyIdOf(t: TestApp, secret: string): Promise<string> {
+  const record = (await t.storage.keys.list()).find((k) => k.secretHash === hashSecret(secret))
   if (!record) throw new Error('key not found')
   return record.id
 }
@@ -115,9 +115,9 @@ describe('GET /pets/{petId} deprecation fields', () => {
   })
 
   test('on a 429', async () => {
-    const limited = startApp()
+    const limited = await startApp()
     try {
-      const k = limited.key('enterprise', { rpm: 1, rpd: 100 })
+      const k = await limited.key('enterprise', { rpm: 1, rpd: 100 })
       expect((await fetch(`${limited.base}/pets/1`, { headers: auth(k) })).status).toBe(404)
       const res = await fetch(`${limited.base}/pets/1`, { headers: auth(k) })
       expect(res.status).toBe(429)
@@ -141,10 +141,10 @@ describe('GET /pets/{petId} deprecation fields', () => {
 
 describe('GET /pets/{petId} usage counting', () => {
   test('calls are counted per key id in /metrics as petstore_deprecated_calls_total', async () => {
-    const counted = startApp()
+    const counted = await startApp()
     try {
-      const a = counted.key('enterprise', { rpm: 1000, rpd: 1000 })
-      const b = counted.key('enterprise', { rpm: 1000, rpd: 1000 })
+      const a = await counted.key('enterprise', { rpm: 1000, rpd: 1000 })
+      const b = await counted.key('enterprise', { rpm: 1000, rpd: 1000 })
       const pet = await jsonOf(await postPet(counted.base, a, { name: 'x', categoryId: 1 }))
       for (const id of [String(pet.id), '999', String(pet.id)])
         await fetch(`${counted.base}/pets/${id}`, { headers: auth(a) })
@@ -152,15 +152,15 @@ describe('GET /pets/{petId} usage counting', () => {
       // Listing is not deprecated and is not counted.
       await fetch(`${counted.base}/pets`, { headers: auth(b) })
 
-      const metrics = await (await fetch(`${counted.origin}/metrics`)).text()
+      const metrics = await counted.metrics()
       const count = (keyId: string) => {
         const line = metrics
           .split('\n')
           .find((l) => l.startsWith('petstore_deprecated_calls_total{') && l.includes(`"${keyId}"`))
         return line === undefined ? 0 : Number(line.split(' ').at(-1))
       }
-      expect(count(keyIdOf(counted, a))).toBe(3)
-      expect(count(keyIdOf(counted, b))).toBe(1)
+      expect(count(await keyIdOf(counted, a))).toBe(3)
+      expect(count(await keyIdOf(counted, b))).toBe(1)
       expect(metrics).toContain('# TYPE petstore_deprecated_calls_total counter')
     } finally {
       counted.stop()

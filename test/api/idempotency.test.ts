@@ -12,9 +12,9 @@ const UNLIMITED = { rpm: 1_000_000, rpd: 100_000_000 }
 let app: TestApp
 let key: string
 
-beforeEach(() => {
-  app = startApp()
-  key = app.key('enterprise', UNLIMITED)
+beforeEach(async () => {
+  app = await startApp()
+  key = await app.key('enterprise', UNLIMITED)
 })
 afterEach(() => app.stop())
 
@@ -63,7 +63,7 @@ describe('Idempotency-Key', () => {
   })
 
   test('keys are scoped per API key: another API key with the same Idempotency-Key creates a new pet', async () => {
-    const other = app.key('enterprise', UNLIMITED)
+    const other = await app.key('enterprise', UNLIMITED)
     const body = { name: 'Rex', categoryId: 3 }
     const a = await postPet(app.base, key, body, { 'idempotency-key': 'shared' })
     const b = await postPet(app.base, other, body, { 'idempotency-key': 'shared' })

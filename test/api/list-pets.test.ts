@@ -53,8 +53,8 @@ async function walk(firstQuery: string) {
 }
 
 beforeAll(async () => {
-  app = startApp()
-  key = app.key('enterprise', UNLIMITED)
+  app = await startApp()
+  key = await app.key('enterprise', UNLIMITED)
   linkBase = `http://localhost:${new URL(app.origin).port}/v1`
   // 25 pets, statuses in a fixed rotation, created one after another so ids follow this order.
   for (let i = 0; i < 25; i++) {
@@ -171,9 +171,9 @@ describe('GET /pets body', () => {
   })
 
   test('an empty store lists as [] with no next link', async () => {
-    const empty = startApp()
+    const empty = await startApp()
     try {
-      const res = await fetch(`${empty.base}/pets`, { headers: auth(empty.key()) })
+      const res = await fetch(`${empty.base}/pets`, { headers: auth(await empty.key()) })
       expect(res.status).toBe(200)
       expect(await res.text()).toBe('[]')
       expect(res.headers.get('link')).toBeNull()
@@ -183,9 +183,9 @@ describe('GET /pets body', () => {
   })
 
   test('a filter that matches nothing is [] with no next link', async () => {
-    const other = startApp()
+    const other = await startApp()
     try {
-      const k = other.key()
+      const k = await other.key()
       expect((await postPet(other.base, k, { name: 'a', categoryId: 1 })).status).toBe(201)
       const res = await fetch(`${other.base}/pets?status=sold`, { headers: auth(k) })
       expect(await res.text()).toBe('[]')
@@ -239,9 +239,9 @@ describe('GET /pets keyset pagination', () => {
   })
 
   test('pets created after a page was served appear on later pages', async () => {
-    const other = startApp()
+    const other = await startApp()
     try {
-      const k = other.key('enterprise', UNLIMITED)
+      const k = await other.key('enterprise', UNLIMITED)
       const ids: number[] = []
       for (let i = 0; i < 3; i++) ids.push((await jsonOf(await postPet(other.base, k, { name: `p${i}`, categoryId: 1 }))).id)
       const first = await fetch(`${other.base}/pets?limit=2`, { headers: auth(k) })
@@ -255,9 +255,9 @@ describe('GET /pets keyset pagination', () => {
   })
 
   test('pages served before a create are served fresh after it: last pages grow, full pages stay', async () => {
-    const other = startApp()
+    const other = await startApp()
     try {
-      const k = other.key('enterprise', UNLIMITED)
+      const k = await other.key('enterprise', UNLIMITED)
       const create = async (status: string) =>
         (await jsonOf(await postPet(other.base, k, { name: status, categoryId: 1, status }))).id as number
       const ids: number[] = [await create('sold'), await create('available'), await create('sold')]

@@ -23,7 +23,7 @@ let raw: string
 let reader: Contract
 
 beforeAll(async () => {
-  app = startApp()
+  app = await startApp()
   const res = await fetch(`${app.origin}/openapi.json`)
   expect(res.status).toBe(200)
   expect(res.headers.get('content-type')).toStartWith('application/json')
@@ -82,7 +82,7 @@ describe('OpenAPI document', () => {
   })
 
   test('a staging server lists its own URL for staging and the production default', async () => {
-    const staging = startApp({ env: 'staging', baseUrl: 'https://staging.pets.example/v1' })
+    const staging = await startApp({ env: 'staging', baseUrl: 'https://staging.pets.example/v1' })
     try {
       const d = await jsonOf(await fetch(`${staging.origin}/openapi.json`))
       const byDescription = Object.fromEntries(d.servers.map((s: Json) => [s.description, s.url]))
@@ -227,7 +227,7 @@ describe('OpenAPI document', () => {
   })
 
   test('real responses validate against the documented schemas, headers included', async () => {
-    const key = app.key('enterprise', { rpm: 10_000, rpd: 100_000 })
+    const key = await app.key('enterprise', { rpm: 10_000, rpd: 100_000 })
     const contract = new Contract(doc)
     const call = async (method: string, path: string, init: RequestInit = {}) => {
       const response = await fetch(`${app.base}${path}`, { method, ...init })
@@ -258,7 +258,7 @@ describe('OpenAPI document', () => {
 
   test('the contract check catches an answer that strays from the document', async () => {
     const contract = new Contract(doc)
-    const key = app.key('free')
+    const key = await app.key('free')
     const good = await fetch(`${app.base}/pets`, { headers: auth(key) })
     const body = await good.text()
     const headers = (change: (h: Headers) => void) => {
@@ -276,8 +276,8 @@ describe('OpenAPI document', () => {
     expect(() => contract.check('DELETE', '/v1/pets', good, body)).toThrow(/not a documented operation/)
   })
 
-  test('contains no secret and no key id', () => {
-    const key = app.key('free')
+  test('contains no secret and no key id', async () => {
+    const key = await app.key('free')
     expect(raw).not.toContain(key.slice(4))
     expect(raw).not.toMatch(/psk_[A-Za-z0-9_-]{10}/)
   })

@@ -12,11 +12,11 @@ const jsonOf = (res: Response): Promise<any> => res.json()
 const FREE_POLICY = '"minute";q=60;w=60, "day";q=1000;w=86400'
 
 const apps: TestApp[] = []
-afterEach(() => {
-  for (const app of apps.splice(0)) app.stop()
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.stop()))
 })
-function fresh(input: ConfigInput = {}): TestApp {
-  const app = startApp(input)
+async function fresh(input: ConfigInput = {}): Promise<TestApp> {
+  const app = await startApp(input)
   apps.push(app)
   return app
 }
@@ -66,9 +66,9 @@ function expectRateLimitFields(res: Response) {
 
 describe('rate-limit fields on every response under the base', () => {
   test('200, 201, 400, 401, 404, 405, 429 and 501 all carry X-RateLimit-*, RateLimit and RateLimit-Policy', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 1000, rpd: 10000 })
-    const tiny = app.key('enterprise', { rpm: 1, rpd: 10 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 1000, rpd: 10000 })
+    const tiny = await app.key('enterprise', { rpm: 1, rpd: 10 })
     const responses: [number, Response][] = [
       [200, await list(app, auth(key))],
       [201, await postPet(app.base, key, { name: 'x', categoryId: 1 })],
@@ -89,7 +89,7 @@ describe('rate-limit fields on every response under the base', () => {
   })
 
   test('paths outside the base carry no rate-limit fields and are not limited', async () => {
-    const app = fresh()
+    const app = await fresh()
     await burst(61, () => list(app))
     expect((await list(app)).status).toBe(429)
     for (const path of ['/healthz', '/readyz', '/metrics', '/openapi.json']) {
@@ -102,8 +102,8 @@ describe('rate-limit fields on every response under the base', () => {
 
 describe('Free plan: 60 per minute, 1000 per day', () => {
   test('remaining counts down 59..0 with exact limit, reset and draft fields; the 61st is a 429', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     const start = unixNow(app)
     for (let i = 1; i <= 60; i++) {
       const res = await list(app, auth(key))
@@ -121,8 +121,8 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   })
 
   test('the minute bucket refills continuously as the clock advances', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await burst(60, () => list(app, auth(key)))
     await expect429(await list(app, auth(key)), 'rate_limited')
 
@@ -146,8 +146,8 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   })
 
   test('a rejected request takes no token', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await burst(60, () => list(app, auth(key)))
     const rejected = await burst(20, () => list(app, auth(key)))
     expect(rejected.every((r) => r.status === 429)).toBe(true)
@@ -156,34 +156,34 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   })
 
   test('POST counts against the same buckets as GET', async () => {
-    const app = fresh()
-    const key = app.key('free')
+    const app = await fresh()
+    const key = await app.key('free')
     await burst(30, () => list(app, auth(key)))
     await burst(30, () => postPet(app.base, key, { name: 'x', categoryId: 1 }))
     const res = await postPet(app.base, key, { name: 'x', categoryId: 1 })
     await expect429(res, 'rate_limited')
-    expect(app.storage.pets.count()).toBe(30)
+    expect(await app.storage.pets.count()).toBe(30)
   })
 
   test('Pro keys get 300 per minute', async () => {
-    const app = fresh()
-    const res = await list(app, auth(app.key('pro')))
+    const app = await fresh()
+    const res = await list(app, auth(await app.key('pro')))
     expect(rl(res).limit).toBe('300')
     expect(rl(res).remaining).toBe('299')
     expect(res.headers.get('ratelimit-policy')).toBe('"minute";q=300;w=60, "day";q=10000;w=86400')
   })
 
   test('Business keys get 1000 per minute', async () => {
-    const app = fresh()
-    const res = await list(app, auth(app.key('business')))
+    const app = await fresh()
+    const res = await list(app, auth(await app.key('business')))
     expect(res.headers.get('ratelimit-policy')).toBe('"minute";q=1000;w=60, "day";q=100000;w=86400')
   })
 })
 
 describe('the day bucket', () => {
   test('is the one in force when it has fewer tokens, and limits on its own', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 100, rpd: 5 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 100, rpd: 5 })
     const start = unixNow(app)
     for (let i = 1; i <= 5; i++) {
       const res = await list(app, auth(key))
@@ -211,16 +211,16 @@ describe('the day bucket', () => {
   })
 
   test('the minute bucket is in force while it has fewer tokens', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 2, rpd: 1000 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 2, rpd: 1000 })
     const res = await list(app, auth(key))
     expect(rl(res).limit).toBe('2')
     expect(rl(res).remaining).toBe('1')
   })
 
   test('rejections take no token from the day bucket either', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 3, rpd: 5 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 3, rpd: 5 })
     await burst(3, () => list(app, auth(key)))
     const rejected = await burst(5, () => list(app, auth(key)))
     expect(rejected.every((r) => r.status === 429)).toBe(true)
@@ -236,8 +236,8 @@ describe('the day bucket', () => {
 
 describe('bans', () => {
   test('more than banAfter 429s within a minute bans the key until the ban ends', async () => {
-    const app = fresh({ banAfter: '3', banSeconds: '60' })
-    const key = app.key('free')
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
+    const key = await app.key('free')
     await burst(60, () => list(app, auth(key)))
     // Rejections 1..3: plain 429s.
     for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
@@ -255,15 +255,15 @@ describe('bans', () => {
     const ok = await list(app, auth(key))
     expect(ok.status).toBe(200)
 
-    const metrics = await (await fetch(`${app.origin}/metrics`)).text()
+    const metrics = await app.metrics()
     expect(metrics).toMatch(/^petstore_bans_total 1$/m)
     expect(metrics).toMatch(/^petstore_rate_limit_rejections_total\{reason="key_banned"\} 3$/m)
     expect(metrics).toMatch(/^petstore_rate_limit_rejections_total\{reason="rate_limited"\} 4$/m)
   })
 
   test('exactly banAfter 429s within a minute does not ban', async () => {
-    const app = fresh({ banAfter: '3', banSeconds: '60' })
-    const key = app.key('free')
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
+    const key = await app.key('free')
     await burst(60, () => list(app, auth(key)))
     for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
     app.clock.advance(1000)
@@ -271,8 +271,8 @@ describe('bans', () => {
   })
 
   test('429s spread over more than a minute do not ban', async () => {
-    const app = fresh({ banAfter: '3', banSeconds: '60' })
-    const key = app.key('free')
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
+    const key = await app.key('free')
     await burst(60, () => list(app, auth(key)))
     for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
     app.clock.advance(61_000)
@@ -283,8 +283,8 @@ describe('bans', () => {
   })
 
   test('the default is a ban after more than 50 429s within a minute', async () => {
-    const app = fresh()
-    const key = app.key('enterprise', { rpm: 1, rpd: 1000 })
+    const app = await fresh()
+    const key = await app.key('enterprise', { rpm: 1, rpd: 1000 })
     await list(app, auth(key))
     const rejected = await burst(51, () => list(app, auth(key)))
     expect(rejected.every((r) => r.status === 429)).toBe(true)
@@ -296,16 +296,16 @@ describe('bans', () => {
   })
 
   test('an address without a valid key is banned the same way', async () => {
-    const app = fresh({ banAfter: '3', banSeconds: '60' })
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
     await burst(60, () => list(app))
     await burst(4, () => list(app))
     await expect429(await list(app), 'key_banned')
   })
 
   test('a banned key does not ban other keys', async () => {
-    const app = fresh({ banAfter: '3', banSeconds: '60' })
-    const a = app.key('free')
-    const b = app.key('free')
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
+    const a = await app.key('free')
+    const b = await app.key('free')
     await burst(65, () => list(app, auth(a)))
     await expect429(await list(app, auth(a)), 'key_banned')
     expect((await list(app, auth(b))).status).toBe(200)
@@ -314,9 +314,9 @@ describe('bans', () => {
 
 describe('isolation and per-address limiting', () => {
   test('two keys have separate buckets', async () => {
-    const app = fresh()
-    const a = app.key('free')
-    const b = app.key('free')
+    const app = await fresh()
+    const a = await app.key('free')
+    const b = await app.key('free')
     await burst(60, () => list(app, auth(a)))
     await expect429(await list(app, auth(a)), 'rate_limited')
     const res = await list(app, auth(b))
@@ -325,7 +325,7 @@ describe('isolation and per-address limiting', () => {
   })
 
   test('requests without a valid key are limited per address with Free numbers: the 61st is a 429, not a 401', async () => {
-    const app = fresh()
+    const app = await fresh()
     for (let i = 1; i <= 60; i++) {
       // Missing and wrong keys share the address's bucket.
       const res = await list(app, i % 2 ? {} : auth(`psk_guess${i}`))
@@ -337,13 +337,13 @@ describe('isolation and per-address limiting', () => {
     await expect429(await list(app), 'rate_limited')
     await expect429(await list(app, auth('psk_another_guess')), 'rate_limited')
     // A valid key from the same address is limited by its own buckets.
-    const res = await list(app, auth(app.key('free')))
+    const res = await list(app, auth(await app.key('free')))
     expect(res.status).toBe(200)
     expect(rl(res).remaining).toBe('59')
   })
 
   test('with trustProxy the rightmost X-Forwarded-For entry is the client address', async () => {
-    const app = fresh({ trustProxy: ['loopback'] })
+    const app = await fresh({ trustProxy: ['loopback'] })
     await burst(60, () => list(app, { 'x-forwarded-for': '10.0.0.1, 203.0.113.5' }))
     // Same rightmost address, different leftmost (client-supplied) part: same bucket.
     await expect429(await list(app, { 'x-forwarded-for': '198.51.100.7, 203.0.113.5' }), 'rate_limited')
@@ -357,7 +357,7 @@ describe('isolation and per-address limiting', () => {
   })
 
   test('without trustProxy X-Forwarded-For is ignored', async () => {
-    const app = fresh()
+    const app = await fresh()
     await burst(60, () => list(app, { 'x-forwarded-for': '203.0.113.5' }))
     await expect429(await list(app, { 'x-forwarded-for': '203.0.113.6' }), 'rate_limited')
     await expect429(await list(app), 'rate_limited')
@@ -382,25 +382,25 @@ describe('under concurrency', () => {
   }
 
   test('64 concurrent clients on one key get exactly the minute bucket of 200s, then exactly the refill', async () => {
-    const app = fresh({ banAfter: '100000' })
-    const key = app.key('enterprise', { rpm: 250, rpd: 100_000 })
+    const app = await fresh({ banAfter: '100000' })
+    const key = await app.key('enterprise', { rpm: 250, rpd: 100_000 })
     expect(await concurrently(600, 64, () => list(app, auth(key)))).toEqual({ 200: 250, 429: 350 })
     app.clock.advance(30_000)
     expect(await concurrently(300, 64, () => list(app, auth(key)))).toEqual({ 200: 125, 429: 175 })
   })
 
   test('two keys hammered at the same time each get exactly their own numbers', async () => {
-    const app = fresh({ banAfter: '100000' })
-    const a = app.key('enterprise', { rpm: 100, rpd: 100_000 })
-    const b = app.key('free')
+    const app = await fresh({ banAfter: '100000' })
+    const a = await app.key('enterprise', { rpm: 100, rpd: 100_000 })
+    const b = await app.key('free')
     expect(
       await concurrently(400, 64, (i) => (i % 2 ? postPet(app.base, a, { name: 'a', categoryId: 1 }) : list(app, auth(b)))),
     ).toEqual({ 200: 60, 201: 100, 429: 240 })
   })
 
   test('the day bucket holds under concurrency across minutes', async () => {
-    const app = fresh({ banAfter: '100000' })
-    const key = app.key('enterprise', { rpm: 100, rpd: 250 })
+    const app = await fresh({ banAfter: '100000' })
+    const key = await app.key('enterprise', { rpm: 100, rpd: 250 })
     const per = [] as Record<number, number>[]
     for (let minute = 0; minute < 4; minute++) {
       per.push(await concurrently(150, 32, () => list(app, auth(key))))

@@ -11,9 +11,9 @@ const jsonOf = (res: Response): Promise<any> => res.json()
 let app: TestApp
 let key: string
 
-beforeAll(() => {
-  app = startApp()
-  key = app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
+beforeAll(async () => {
+  app = await startApp()
+  key = await app.key('enterprise', { rpm: 100_000, rpd: 1_000_000 })
 })
 afterAll(() => app.stop())
 

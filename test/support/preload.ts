@@ -38,7 +38,7 @@ checkEveryAnswer.install()
 // One global hook: servers and temp dirs of every test file are gone when the suite ends.
 afterAll(async () => {
   if (process.env.PETSTORE_CONTRACT_REPORT) console.log(`contract: ${checkEveryAnswer.checked} answers checked by the global hook`)
-  cleanupApps()
+  await cleanupApps()
   cleanupBinaries()
   await Promise.all([cleanupPostgres(), cleanupRedis()])
 })
