@@ -257,6 +257,21 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(names).not.toContain('during')
   })
 
+  test('a Redis-limited key keeps its day bucket across an instance restart; without Redis, serve says limits are per instance', async () => {
+    const [first] = await instances(1)
+    const key = createKey('enterprise', '--rpm', '1000', '--rpd', '5')
+    await knownEverywhere([first!], key)
+    for (let i = 0; i < 2; i++) expect((await fetch(`${first!.base}/pets`, { headers: auth(key) })).status).toBe(200)
+    expect(await first!.stop()).toBe(0)
+    const [second] = await instances(1)
+    const after = await fetch(`${second!.base}/pets`, { headers: auth(key) })
+    // knownEverywhere and two requests used 3 of 5; this is the 4th.
+    expect(after.headers.get('x-ratelimit-remaining')).toBe('1')
+    expect(second!.stderr()).not.toContain('per instance')
+    const alone = await startServer({ databaseUrl, args: ['--no-access-log'] })
+    expect(alone.stderr()).toContain('petstore: rate limits are per instance: with several instances, give them --redis-url to share them\n')
+  })
+
   test('four instances starting at once on an empty database migrate once and make one bootstrap key', async () => {
     const servers = await instances(4)
     const announced = servers.filter((server) => server.bootstrapKey !== undefined)

@@ -9,7 +9,7 @@ import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
 import { makeKey } from '../../src/modules/keys/service'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
-import type { CreatePetCommand, CreatePetOutcome, NewPet, Storage } from '../../src/storage/types'
+import { type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError } from '../../src/storage/types'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
@@ -211,4 +211,19 @@ describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
     await cluster?.destroy()
   })
   conformance('postgres', postgres)
+
+  test('postgres: a database written by a newer petstore is refused with one line, and left as it is', async () => {
+    const url = await cluster!.createDatabase('newer_schema')
+    await (await track(openPostgresStorage(url, { pool: 1 }))).close()
+    const admin = new Bun.SQL(url, { max: 1 })
+    try {
+      await admin`INSERT INTO petstore_schema (version) VALUES (99)`
+      const refused = openPostgresStorage(url, { pool: 1 })
+      await expect(refused).rejects.toBeInstanceOf(StorageOpenError)
+      await expect(refused).rejects.toThrow(/^the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/newer_schema was written by a newer petstore \(schema 99\); upgrade petstore$/)
+      expect((await admin`SELECT max(version) AS v FROM petstore_schema`)[0].v).toBe(99)
+    } finally {
+      await admin.close()
+    }
+  })
 })
