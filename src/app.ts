@@ -283,6 +283,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
 
   let pollFailing = false
+  const unappliedResets = new Set<string>()
   /** Changes other processes made: keys created or revoked, pets seeded or reset, limits reset. */
   const pollChanges = async () => {
     storageFault()
@@ -291,7 +292,12 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       const generation = await storage.pets.generation()
       if (generation !== petsGeneration) pets.dropCaches()
       petsGeneration = generation
-      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) await limiter.forgetKey(`key:${id}`)
+      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) unappliedResets.add(id)
+      // A reset is kept until the limiter has applied it (Redis may be away right now).
+      for (const id of unappliedResets) {
+        await limiter.forgetKey(`key:${id}`)
+        unappliedResets.delete(id)
+      }
       if (pollFailing) warn('storage answers the change poll again')
       pollFailing = false
     } catch (error) {

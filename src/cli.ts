@@ -294,12 +294,19 @@ async function serve(args: string[]): Promise<number> {
     backend.undo()
     throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
   }
-  // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet; and
-  // only when there is no key at all, so instances that start together on one database make one.
-  if (storage.writable && petstore.keys.size === 0) {
-    const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
-    if (await storage.keys.insertIfNone(record)) announceBootstrapKey(config, record.id, secret)
-    await petstore.keys.reload()
+  try {
+    // Made once the port is ours, so a start that fails never leaves a secret nobody can use yet; and
+    // only when there is no key at all, so instances that start together on one database make one.
+    if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
+  } catch (error) {
+    // Nothing is served half started: the listener goes, and the start fails with one line.
+    await app.server!.stop(true)
+    await metricsServer?.stop(true)
+    await petstore.finishWrites()
+    await petstore.stopBackground()
+    await backend.close()
+    backend.undo()
+    throw error
   }
   bindPort(config, app.server!.port!)
   petstore.startBackground()
@@ -402,16 +409,34 @@ async function openSharedBackend(config: Config): Promise<Backend> {
  * never to the log (under systemd and Docker, stderr is the log); stderr says where it is. On an
  * interactive terminal, where nothing is logged, the secret is shown as well.
  */
-function announceBootstrapKey(config: Config, id: string, secret: string): void {
+async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
+  const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
   const file = bootstrapKeyFile(config.dataFile)
   const temporary = `${file}.${process.pid}.tmp`
-  // With PostgreSQL there is no data file, so its folder may not exist yet.
-  mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
-  writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
-  renameSync(temporary, file)
-  // The hint names the file the server uses, so a key made by following it lands there.
-  const where =
-    ENVIRONMENTS[config.env].dataFile !== config.dataFile
+  // The secret is on disk before the key exists, so a key is never made whose secret was lost. With
+  // PostgreSQL there is no data file, so the folder may not exist yet.
+  try {
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+    writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
+  } catch (error) {
+    throw new StorageOpenError(`cannot write the bootstrap key's secret to ${temporary}: ${(error as Error).message}`)
+  }
+  let made: boolean
+  try {
+    made = await storage.keys.insertIfNone(record)
+    if (made) renameSync(temporary, file)
+  } finally {
+    rmSync(temporary, { force: true })
+  }
+  await reload()
+  if (made) announceBootstrapKey(config, record.id, secret, file)
+}
+
+function announceBootstrapKey(config: Config, id: string, secret: string, file: string): void {
+  // The hint names the store the server uses, so a key made by following it lands there.
+  const where = config.database
+    ? ' (with the same PETSTORE_DATABASE_URL)'
+    : ENVIRONMENTS[config.env].dataFile !== config.dataFile
       ? ` --data ${resolve(config.dataFile)}`
       : config.env === 'staging'
         ? ' --env staging'

@@ -288,6 +288,15 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     for (const server of servers) expect((await fetch(`${server.base}/pets`, { headers: auth(announced[0]!.bootstrapKey!) })).status).toBe(200)
   })
 
+  test('a start that cannot write the bootstrap secret fails with one line, makes no key and leaves no process', async () => {
+    const cwd = tempDir()
+    writeFileSync(join(cwd, 'data'), 'not a folder')
+    const result = cli(['serve', '--port', '0', '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log'], { cwd })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toMatch(/petstore: cannot write the bootstrap key's secret to .*data\/petstore-bootstrap-key\.txt\.\d+\.tmp: .*\n$/)
+    expect(JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout)).toEqual([])
+  })
+
   test('the database URL and the Redis URL never appear in a complaint, and backup points to pg_dump', async () => {
     const bad = cli(['keys', 'list', '--database-url', 'mysql://user:s3cret@host/db'])
     expect(bad.code).toBe(2)

@@ -9,7 +9,8 @@ import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
 import { makeKey } from '../../src/modules/keys/service'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
-import { type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError } from '../../src/storage/types'
+import { type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
+import { LOCKS } from '../../src/storage/postgres/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
@@ -142,6 +143,15 @@ function conformance(name: string, backend: Backend) {
     expect(seen).toEqual(all)
   })
 
+  test(`${name}: a batch of 9,000 creates with Idempotency-Keys is one transaction`, async () => {
+    const { a } = await backend.fresh()
+    const outcomes = await create(a, Array.from({ length: 9_000 }, (_, i) => withKey(`p${i}`, `bulk-${i}`)))
+    expect(outcomes.every((outcome) => outcome.kind === 'created')).toBe(true)
+    const again = await create(a, [withKey('p8999', 'bulk-8999'), withKey('x', 'bulk-0', 'other')])
+    expect(again.map((outcome) => outcome.kind)).toEqual(['replayed', 'conflict'])
+    expect(await a.pets.count()).toBe(9_000)
+  })
+
   test(`${name}: keys are stored, listed, revoked, and marked as changed for other handles`, async () => {
     const { a, b } = await backend.fresh()
     const other = await b()
@@ -211,6 +221,23 @@ describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
     await cluster?.destroy()
   })
   conformance('postgres', postgres)
+
+  test('postgres: a create waiting for the pet-id lock gives up as unavailable instead of waiting without end', async () => {
+    const url = await cluster!.createDatabase('held_lock')
+    const storage = await track(openPostgresStorage(url, { pool: 1 }))
+    const holder = new Bun.SQL(url, { max: 1 })
+    try {
+      await holder.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+        const started = Date.now()
+        await expect(create(storage, [{ pet: pet('waits') }])).rejects.toBeInstanceOf(StorageUnavailableError)
+        expect(Date.now() - started).toBeLessThan(8_000)
+      })
+      expect((await create(storage, [{ pet: pet('after') }]))[0]!.kind).toBe('created')
+    } finally {
+      await holder.close()
+    }
+  }, 30_000)
 
   test('postgres: a database written by a newer petstore is refused with one line, and left as it is', async () => {
     const url = await cluster!.createDatabase('newer_schema')

@@ -182,10 +182,33 @@ export class RedisLimiterStore implements LimiterStore<false> {
       })
   }
 
+  /**
+   * One attempt, bounded by connectTimeoutMs as a whole: a peer that accepts the connection and then
+   * stays silent must not hold up the next attempt until TCP gives up.
+   */
   private async connect(): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.client.close()
+        reject(new LimiterUnavailableError(`Redis did not finish connecting within ${this.connectTimeoutMs} ms`))
+      }, this.connectTimeoutMs)
+    })
+    try {
+      await Promise.race([this.attemptConnect(), timeout])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  private async attemptConnect(): Promise<void> {
     // A connection that looks open but stays silent (a dead peer, a lost network) is replaced.
     if (this.client.connected && !(await this.answers())) this.client.close()
-    if (!this.client.connected) await this.client.connect()
+    if (!this.client.connected) {
+      await this.client.connect()
+      // Perhaps another server, with another clock: its offset is measured afresh.
+      this.offset = null
+    }
     await this.client.send('SCRIPT', ['LOAD', LIMITER_SCRIPT])
     const [seconds, micros] = (await this.client.send('TIME', [])) as [string, string]
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)

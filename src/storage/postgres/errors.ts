@@ -6,10 +6,11 @@ import { StorageUnavailableError } from '../types'
 
 /**
  * SQLSTATE classes and codes that mean "not now" rather than "bug": connection problems (08),
- * insufficient resources such as a full disk (53), operator intervention such as a restart (57),
- * system errors (58), a read-only transaction (25006) and serialization or deadlock aborts (40).
+ * insufficient resources such as a full disk (53), operator intervention such as a restart or a
+ * statement timeout (57), system errors (58), a read-only transaction (25006), a lock timeout (55P03)
+ * and serialization or deadlock aborts (40).
  */
-const UNAVAILABLE_STATES = /^(08|53|57|58|40)|^25006$/
+const UNAVAILABLE_STATES = /^(08|53|57|58|40)|^(25006|55P03)$/
 
 /** Bun's own codes for a connection that failed, closed or timed out. */
 const UNAVAILABLE_CODES = /^ERR_POSTGRES_(CONNECTION|IDLE_TIMEOUT|LIFETIME_TIMEOUT|CONNECTION_TIMEOUT|TLS)|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN)$/

@@ -30,8 +30,17 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
   const location = redactedUrl(url)
   const sql = new SQL(url, {
     max: options.pool,
-    // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
-    connection: { synchronous_commit: 'on', application_name: 'petstore' },
+    connection: {
+      // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
+      synchronous_commit: 'on',
+      // Nothing waits without end: a lock held by a stalled instance or a long `pets seed`, a query
+      // that does not finish, or a transaction left open by a process that froze all end in an error
+      // (a 503), so creates, the change poll and shutdown never hang on the database.
+      lock_timeout: '5s',
+      statement_timeout: '10s',
+      idle_in_transaction_session_timeout: '10s',
+      application_name: 'petstore',
+    },
     connectionTimeout: 5,
   })
   try {

@@ -10,6 +10,8 @@ export const LOCKS = {
   schema: 0x5045_5453_0001n,
   /** Held by every transaction that gives out pet ids, until it commits: ids become visible in order. */
   petIds: 0x5045_5453_0002n,
+  /** The same for the sequence numbers of limit resets, which instances read past. */
+  limitResets: 0x5045_5453_0003n,
 } as const
 
 export const MIGRATIONS: string[] = [

@@ -132,8 +132,8 @@ export class PostgresPets implements PetRepository {
           const { body, location } = answers.get(index)!
           return [{ key_id: idempotency.keyId, idem_key: idempotency.key, request_hash: idempotency.requestHash, status: 201, body, location, created_at: now }]
         })
-        if (records.length > 0)
-          await tx`INSERT INTO idempotency ${tx(records)}
+        for (let start = 0; start < records.length; start += CLAIM_ROWS)
+          await tx`INSERT INTO idempotency ${tx(records.slice(start, start + CLAIM_ROWS))}
                    ON CONFLICT (key_id, idem_key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status,
                      body = EXCLUDED.body, location = EXCLUDED.location, created_at = EXCLUDED.created_at`
         // A replay of a pet created earlier in this batch returns that pet's answer.
@@ -148,8 +148,9 @@ export class PostgresPets implements PetRepository {
   }
 }
 
-/** Rows per INSERT statement: PostgreSQL takes at most 65,535 parameters, five per pet. */
+/** Rows per INSERT statement: PostgreSQL takes at most 65,535 parameters, five per pet, seven per claim. */
 const INSERT_ROWS = 10_000
+const CLAIM_ROWS = 8_000
 
 function claimName(keyId: string, key: string): string {
   return `${keyId}\n${key}`
@@ -160,28 +161,31 @@ function pendingRecord(command: CreatePetCommand, now: number): IdempotencyRecor
   return { requestHash: command.idempotency!.requestHash, status: 201, body: '', location: '', createdAt: now }
 }
 
-/** The records the batch's Idempotency-Keys already hold, by claim name. */
+/** The records the batch's Idempotency-Keys already hold, by claim name: one query, under the lock. */
 async function heldClaims(tx: SQL, commands: CreatePetCommand[]): Promise<Map<string, IdempotencyRecord>> {
   const held = new Map<string, IdempotencyRecord>()
-  for (const { idempotency } of commands) {
-    if (!idempotency || held.has(claimName(idempotency.keyId, idempotency.key))) continue
-    const [row] = (await tx`SELECT request_hash, status, body, location, created_at FROM idempotency
-                            WHERE key_id = ${idempotency.keyId} AND idem_key = ${idempotency.key}`) as {
-      request_hash: string
-      status: number
-      body: string
-      location: string
-      created_at: string
-    }[]
-    if (row)
-      held.set(claimName(idempotency.keyId, idempotency.key), {
-        requestHash: row.request_hash,
-        status: row.status,
-        body: row.body,
-        location: row.location,
-        createdAt: exactInteger(row.created_at),
-      })
-  }
+  const claims = commands.flatMap(({ idempotency }) => (idempotency ? [idempotency] : []))
+  if (claims.length === 0) return held
+  const rows = (await tx`SELECT i.key_id, i.idem_key, i.request_hash, i.status, i.body, i.location, i.created_at
+                         FROM idempotency i
+                         JOIN unnest(${claims.map((c) => c.keyId)}::text[], ${claims.map((c) => c.key)}::text[]) AS w(key_id, idem_key)
+                           USING (key_id, idem_key)`) as {
+    key_id: string
+    idem_key: string
+    request_hash: string
+    status: number
+    body: string
+    location: string
+    created_at: string
+  }[]
+  for (const row of rows)
+    held.set(claimName(row.key_id, row.idem_key), {
+      requestHash: row.request_hash,
+      status: row.status,
+      body: row.body,
+      location: row.location,
+      createdAt: exactInteger(row.created_at),
+    })
   return held
 }
 
