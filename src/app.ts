@@ -19,7 +19,7 @@ import { metricsEndpoint } from './observability/metrics-endpoint'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/errors'
 import { gate } from './plugins/gate'
-import { type RequestInfo, requestContext } from './plugins/request-context'
+import { type RequestInfo, requestContext, routedPath } from './plugins/request-context'
 import type { MaybePromise, PetWriter, Storage } from './storage/types'
 
 /** The server's version: package.json's, so a release's files say the version they are. */
@@ -86,8 +86,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
 
   let warnedUnforwarded = false
-  const onUnforwarded = (proxy: string) => {
-    if (warnedUnforwarded) return
+  const onUnforwarded = (proxy: string, request: Request) => {
+    // Only the API is limited by address: a local probe of /metrics or /healthz through no proxy is fine.
+    if (warnedUnforwarded || !isApiPath(routedPath(request.url), config.basePath)) return
     warnedUnforwarded = true
     warn(
       `a request from the trusted proxy ${proxy} carried no X-Forwarded-For, so its clients share one address ` +
@@ -341,6 +342,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     },
     finishWrites: () => pets.close(),
   }
+}
+
+function isApiPath(path: string | unknown, basePath: string): boolean {
+  return typeof path === 'string' && (path === basePath || path.startsWith(`${basePath}/`))
 }
 
 /** Rejects when `value` has not settled within `ms`. */

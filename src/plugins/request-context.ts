@@ -72,7 +72,7 @@ export interface RequestContextOptions {
 export interface Proxies {
   trusted: TrustedProxies
   /** Called when a trusted proxy sent no X-Forwarded-For: its clients then share its address. */
-  onUnforwarded: (proxy: string) => void
+  onUnforwarded: (proxy: string, request: Request) => void
 }
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@+=-]{1,128}$/
@@ -149,7 +149,7 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
   if (!proxies.trusted.has(peer)) return peer
   const forwarded = request.headers.get('x-forwarded-for')
   if (forwarded) return forwardedClient(peer, forwarded, proxies.trusted)
-  proxies.onUnforwarded(peer)
+  proxies.onUnforwarded(peer, request)
   return peer
 }
 

@@ -105,11 +105,16 @@ describe('--trust-proxy ADDR|CIDR', () => {
     expect(await server.stop()).toBe(0)
   })
 
-  test('behind a trusted proxy the client is the rightmost untrusted hop; a missing header is warned about once', async () => {
+  test('behind a trusted proxy the client is the rightmost untrusted hop; a missing header on an API request is warned about once', async () => {
     const server = await startServer({ args: ['--trust-proxy', 'loopback', '--trust-proxy', '203.0.113.0/24'] })
     await remainingAfter(server.base, '6.6.6.6, 198.51.100.1, 203.0.113.5')
+    // Outside the API nothing is limited by address: a local probe without the header is not warned about.
+    for (const path of ['/healthz', '/metrics']) expect((await fetch(`${server.origin}${path}`)).status).toBe(200)
+    await (await fetch(`${server.base}/pets`, { headers: { 'x-forwarded-for': '198.51.100.7' } })).arrayBuffer()
+    await eventually(() => server.stdout().includes('198.51.100.7'))
+    expect(server.stderr()).not.toContain('carried no X-Forwarded-For')
     for (let i = 0; i < 2; i++) expect((await fetch(`${server.base}/pets`)).status).toBe(401)
-    await expectLoggedClients(server, ['198.51.100.1', '127.0.0.1', '127.0.0.1'])
+    await expectLoggedClients(server, ['198.51.100.1', '198.51.100.7', '127.0.0.1', '127.0.0.1'])
     expect(server.stderr().match(/carried no X-Forwarded-For/g)).toHaveLength(1)
     expect(await server.stop()).toBe(0)
   })
