@@ -21,6 +21,50 @@ async function eventually(condition: () => Promise<boolean>, ms = 5_000): Promis
   }
 }
 
+/**
+ * A TCP relay to Redis that can go silent: while `silent`, it forwards nothing either way and new
+ * connections are accepted and left unanswered, as when a network drops packets without a reset.
+ */
+async function silenceable(redisPort: number) {
+  const relay = {
+    silent: false,
+    port: 0,
+    close: () => {},
+  }
+  const server = Bun.listen<{ upstream?: Awaited<ReturnType<typeof Bun.connect>>; pending: Uint8Array[] }>({
+    hostname: '127.0.0.1',
+    port: 0,
+    socket: {
+      async open(client) {
+        client.data = { pending: [] }
+        if (relay.silent) return
+        client.data.upstream = await Bun.connect({
+          hostname: '127.0.0.1',
+          port: redisPort,
+          socket: {
+            data: (_, chunk) => void (relay.silent || client.write(chunk)),
+            close: () => {
+              client.end()
+            },
+          },
+        })
+        for (const chunk of client.data.pending.splice(0)) client.data.upstream.write(chunk)
+      },
+      data(client, chunk) {
+        if (relay.silent) return
+        if (client.data.upstream) client.data.upstream.write(chunk)
+        else client.data.pending.push(chunk)
+      },
+      close(client) {
+        client.data.upstream?.end()
+      },
+    },
+  })
+  relay.port = server.port
+  relay.close = () => server.stop(true)
+  return relay
+}
+
 /** The check's promise settled: its decision, or the error it rejected with. */
 async function settle(answer: Decision | Promise<Decision>): Promise<Decision | Error> {
   try {
@@ -182,5 +226,35 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(await admin.send('EXISTS', [`${prefix}s:key:late`])).toBe(0)
     await eventually(async () => (await settle(made.check('key:late', FREE, true))) instanceof Error === false)
     expect(await admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
+  })
+
+  test('Redis cut off without a word (a lost network): calls fail at once after the first, and recover when it is back', async () => {
+    const cut = await silenceable(redis.port)
+    try {
+      const made = redisLimiter(`redis://127.0.0.1:${cut.port}`, {}, { connectTimeoutMs: 300, reconnectEveryMs: 100 })
+      limiters.push(made)
+      expect((await settle(made.check('ip:cut', FREE, false))) instanceof Error).toBe(false)
+      cut.silent = true
+      // The first call waits out its timeout; the store then finds the connection dead and drops it.
+      expect(await settle(made.check('ip:cut', FREE, false))).toBeInstanceOf(LimiterUnavailableError)
+      await eventually(async () => {
+        const started = performance.now()
+        const answer = await settle(made.check('ip:cut', FREE, false))
+        return answer instanceof LimiterUnavailableError && performance.now() - started < 30
+      }, 3_000)
+      // From then on none waits for the reconnects going on in the background.
+      const times: number[] = []
+      for (let i = 0; i < 30; i++) {
+        const started = performance.now()
+        expect(await settle(made.check('ip:cut', FREE, false))).toBeInstanceOf(LimiterUnavailableError)
+        times.push(performance.now() - started)
+        await Bun.sleep(10)
+      }
+      expect(Math.max(...times)).toBeLessThan(30)
+      cut.silent = false
+      await eventually(async () => !((await settle(made.check('ip:cut', FREE, false))) instanceof Error), 5_000)
+    } finally {
+      cut.close()
+    }
   })
 })

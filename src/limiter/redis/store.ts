@@ -47,6 +47,8 @@ export class RedisLimiterStore implements LimiterStore<false> {
   private offset: number | null = null
   private offsetMeasuredAt = 0
   private reconnecting: Promise<void> | null = null
+  /** Set once a connection was ready: from then on a lost one is failed at once, not waited for. */
+  private hasConnected = false
   private lastReconnect = -Infinity
   private closed = false
 
@@ -125,7 +127,16 @@ export class RedisLimiterStore implements LimiterStore<false> {
 
   /** Waits for a connect under way (the first one, or a reconnect); commands would fail meanwhile. */
   private async connected(giveUpAt: number): Promise<void> {
-    if (!this.client.connected || this.offset === null) await this.reconnecting
+    if (!this.client.connected || this.offset === null) {
+      // Before the first connection, calls wait for it (a server that has just started). Once Redis has
+      // been lost, they fail at once while it is reconnected in the background, instead of each one
+      // spending the whole timeout while Redis is away (a 503, or the local fallback, without delay).
+      if (this.hasConnected) {
+        this.reconnect()
+        throw new LimiterUnavailableError('Redis is not connected')
+      }
+      await this.reconnecting
+    }
     if (!this.client.connected || this.offset === null) throw new LimiterUnavailableError('Redis is not connected')
     // The caller gave up while the connect went on: sending now would be sending late.
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
@@ -212,6 +223,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
     await this.client.send('SCRIPT', ['LOAD', LIMITER_SCRIPT])
     const [seconds, micros] = (await this.client.send('TIME', [])) as [string, string]
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
+    this.hasConnected = true
   }
 
   private answers(): Promise<boolean> {
