@@ -5,7 +5,7 @@
  */
 import { afterAll } from 'bun:test'
 import type { Subprocess } from 'bun'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { BINARY, bootstrapSecret, type CliResult, cleanEnv, type Server } from '../support/binary'
 
 const running = new Set<Subprocess>()
@@ -50,13 +50,7 @@ export async function listAll(base: string, key: string, rewrite: (url: string) 
 }
 
 /** A port nothing listens on: bound, read and released. */
-export async function unusedPort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as { port: number }).port
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
+export { freePort as unusedPort } from '../support/ports'
 
 /** Runs a CLI command without blocking this process's event loop. */
 export async function cliAsync(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
