@@ -101,6 +101,8 @@ export class PostgresPets implements PetRepository {
         const outcomes: (CreatePetOutcome | null)[] = []
         /** For a key claimed earlier in this batch, the index of the command that claimed it. */
         const claimedBy = new Map<string, number>()
+        /** Commands that replay a pet created earlier in this batch, and the index of its create. */
+        const replaysOfBatch = new Map<number, number>()
         for (const [index, { idempotency }] of commands.entries()) {
           if (!idempotency) {
             outcomes.push(null)
@@ -111,6 +113,7 @@ export class PostgresPets implements PetRepository {
           const previous = earlier === undefined ? held.get(claim) : pendingRecord(commands[earlier]!, now)
           const settled = previous ? rules.judge(previous, idempotency.requestHash) : null
           if (!settled) claimedBy.set(claim, index)
+          else if (earlier !== undefined && settled.kind === 'replayed') replaysOfBatch.set(index, earlier)
           outcomes.push(settled)
         }
         const creating = outcomes.flatMap((outcome, index) => (outcome ? [] : [index]))
@@ -136,13 +139,12 @@ export class PostgresPets implements PetRepository {
           await tx`INSERT INTO idempotency ${tx(records.slice(start, start + CLAIM_ROWS))}
                    ON CONFLICT (key_id, idem_key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status,
                      body = EXCLUDED.body, location = EXCLUDED.location, created_at = EXCLUDED.created_at`
-        // A replay of a pet created earlier in this batch returns that pet's answer.
-        return outcomes.map((outcome, index) => {
-          if (outcome?.kind !== 'replayed' || outcome.response.body !== '') return outcome!
-          const claim = commands[index]!.idempotency!
-          const first = answers.get(claimedBy.get(claimName(claim.keyId, claim.key))!)!
-          return { kind: 'replayed', response: { ...outcome.response, ...first } }
-        })
+        // A replay of a pet created earlier in this batch returns that pet's answer, known only now.
+        for (const [index, creator] of replaysOfBatch) {
+          const { response } = outcomes[index] as Extract<CreatePetOutcome, { kind: 'replayed' }>
+          outcomes[index] = { kind: 'replayed', response: { ...response, ...answers.get(creator)! } }
+        }
+        return outcomes as CreatePetOutcome[]
       }),
     )
   }
@@ -156,7 +158,7 @@ function claimName(keyId: string, key: string): string {
   return `${keyId}\n${key}`
 }
 
-/** What a key claimed earlier in the same batch holds; its body is filled in once the pet has an id. */
+/** What a key claimed earlier in the same batch holds; its answer is filled in once the pet has an id. */
 function pendingRecord(command: CreatePetCommand, now: number): IdempotencyRecord {
   return { requestHash: command.idempotency!.requestHash, status: 201, body: '', location: '', createdAt: now }
 }
