@@ -4,6 +4,7 @@
  */
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
+import type { ApiError } from './errors'
 import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
 import type { BanRule, LimiterStore } from './limiter/store'
@@ -110,11 +111,13 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       now: deps.limiterStore && !deps.now ? undefined : now,
       store: deps.limiterStore,
       fallback: config.limiterFallback,
-      onDegraded: (degraded) =>
+      onUnavailable: (unavailable) =>
         warn(
-          degraded
-            ? 'the shared rate limiter (Redis) does not answer: limiting in this process until it does (--limiter-fallback local)'
-            : 'the shared rate limiter (Redis) answers again',
+          !unavailable
+            ? 'the shared rate limiter (Redis) answers again'
+            : config.limiterFallback === 'local'
+              ? 'the shared rate limiter (Redis) does not answer: limiting in this process until it does (--limiter-fallback local)'
+              : 'the shared rate limiter (Redis) does not answer: API requests get 503 until it does',
         ),
     },
     saved,
@@ -344,7 +347,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
 }
 
-function isApiPath(path: string | unknown, basePath: string): boolean {
+function isApiPath(path: string | ApiError, basePath: string): boolean {
   return typeof path === 'string' && (path === basePath || path.startsWith(`${basePath}/`))
 }
 

@@ -37,8 +37,11 @@ export interface LimiterOptions<Sync extends boolean = boolean> {
    * LimiterUnavailableError; 'local' decides in this process's memory until the store answers again.
    */
   fallback?: 'closed' | 'local'
-  /** Called with true when the local fallback starts deciding, and with false when the store is back. */
-  onDegraded?: (degraded: boolean) => void
+  /**
+   * Called with true when the store stops answering, and with false when it answers again, whichever
+   * the fallback: once each way, so an operator hears of an outage once.
+   */
+  onUnavailable?: (unavailable: boolean) => void
 }
 
 /** What the response headers report: the bucket in force after this request. */
@@ -67,7 +70,7 @@ export class RateLimiter<Sync extends boolean = true> {
   /** The store when it is this process's memory: saved day buckets and address counts exist only there. */
   private readonly memory: MemoryLimiterStore | null
   private readonly local: MemoryLimiterStore | null
-  private isDegraded = false
+  private storeUnavailable = false
 
   /** `saved`: day buckets of keys from the data file; only the in-process store keeps them. */
   constructor(
@@ -89,7 +92,7 @@ export class RateLimiter<Sync extends boolean = true> {
 
   /** Whether decisions come from the local fallback because the store is unavailable. */
   get degraded(): boolean {
-    return this.isDegraded
+    return this.storeUnavailable && this.local !== null
   }
 
   /** Addresses the in-process store remembers; 0 with another store, which bounds itself. */
@@ -109,7 +112,7 @@ export class RateLimiter<Sync extends boolean = true> {
     if (!(taken instanceof Promise)) return this.decide(taken, limits) as Answer<Sync, Decision>
     return taken.then(
       (result) => {
-        if (this.isDegraded) this.setDegraded(false)
+        if (this.storeUnavailable) this.noteUnavailable(false)
         return this.decide(result, limits)
       },
       (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
@@ -145,14 +148,15 @@ export class RateLimiter<Sync extends boolean = true> {
   }
 
   private decideLocally(error: unknown, subjectId: string, limits: Limits, isKey: boolean, now: number | undefined): Decision {
-    if (!this.local || !(error instanceof LimiterUnavailableError)) throw error
-    if (!this.isDegraded) this.setDegraded(true)
+    if (!(error instanceof LimiterUnavailableError)) throw error
+    if (!this.storeUnavailable) this.noteUnavailable(true)
+    if (!this.local) throw error
     return this.decide(this.local.take(subjectId, limits, isKey, now), limits)
   }
 
-  private setDegraded(degraded: boolean): void {
-    this.isDegraded = degraded
-    this.options.onDegraded?.(degraded)
+  private noteUnavailable(unavailable: boolean): void {
+    this.storeUnavailable = unavailable
+    this.options.onUnavailable?.(unavailable)
   }
 
   private decide(taken: TakeResult, limits: Limits): Decision {

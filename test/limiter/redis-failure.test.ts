@@ -181,7 +181,7 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
   test('local: with Redis stopped, check decides in process and says degraded; Redis decides again once back', async () => {
     const events: boolean[] = []
     const prefix = uniquePrefix()
-    const made = limiter({ fallback: 'local', onDegraded: (degraded) => events.push(degraded) }, prefix)
+    const made = limiter({ fallback: 'local', onUnavailable: (unavailable) => events.push(unavailable) }, prefix)
     for (let i = 0; i < 10; i++) await made.check('key:a', FREE, true)
     expect(made.degraded).toBe(false)
     await redis.stop()

@@ -210,6 +210,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await redis.stop()
     try {
       const refused = await fetch(`${server!.base}/pets`, { headers: auth(key) })
+      await eventually(() => server!.stderr().includes('petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does\n'))
       expect(refused.status).toBe(503)
       expect(refused.headers.get('retry-after')).toBe('1')
       expect(((await refused.json()) as { code: string }).code).toBe('unavailable')
@@ -219,6 +220,8 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     }
     await eventually(async () => (await fetch(`${server!.base}/pets`, { headers: auth(key) })).status === 200, 5_000)
     expect((await fetch(`${server!.origin}/readyz`)).status).toBe(200)
+    await eventually(() => server!.stderr().includes('petstore: the shared rate limiter (Redis) answers again\n'))
+    expect(server!.stderr().match(/the shared rate limiter \(Redis\)/g)).toHaveLength(2)
   })
 
   test('with --limiter-fallback local, Redis stopped: each instance limits on its own, says so once, and returns to Redis', async () => {
