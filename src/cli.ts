@@ -6,10 +6,10 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { createApp, type DataFileWatch, VERSION } from './app'
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
-import { bindPort, type Config, ConfigError, dataFileNamed, resolveDatabase, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
+import { bindPort, type Config, ConfigError, dataFileNamed, redactedUrl, resolveDatabase, resolveRedisUrl, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
 import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
 import { RedisLimiterStore } from './limiter/redis/store'
-import { openPostgresStorage, redactedUrl } from './storage/postgres'
+import { openPostgresStorage } from './storage/postgres'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
@@ -506,8 +506,9 @@ function helpFor(args: string[]): number {
 async function openForCommand(values: Record<string, unknown>, usage: string, mayCreate: boolean): Promise<{ storage: Storage; where: string }> {
   const input = configInput(values)
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
+  // Checked like every value, though these commands leave Redis alone (a running server applies resets).
+  asUsageError(() => resolveRedisUrl(input, process.env), usage)
   if (database) {
-    if (dataFileNamed(input, process.env)) throw new UsageError('give either a data file or --database-url, not both', usage)
     const storage = await openPostgresStorage(database.url, { pool: 1 })
     return { storage, where: storage.location }
   }

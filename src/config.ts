@@ -196,7 +196,21 @@ function parseSecretUrl({ name, value }: { name: string; value: string | undefin
   return value
 }
 
-/** The PostgreSQL database named by --database-url or PETSTORE_DATABASE_URL, or null for the data file. */
+/** A URL as it may be shown: without its password. */
+export function redactedUrl(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return 'the URL given'
+  }
+}
+
+/**
+ * The PostgreSQL database named by --database-url or PETSTORE_DATABASE_URL, or null for the data file;
+ * naming a data file as well is refused, as only one of them would be used.
+ */
 export function resolveDatabase(input: ConfigInput, environment: Environment): DatabaseConfig | null {
   const url = parseSecretUrl(fromFlagOrVariable('--database-url', input.databaseUrl, 'PETSTORE_DATABASE_URL', environment), [
     'postgres:',
@@ -207,6 +221,8 @@ export function resolveDatabase(input: ConfigInput, environment: Environment): D
     if (pool.value !== undefined) throw new ConfigError(`${pool.name} applies only with --database-url`)
     return null
   }
+  if (dataFileNamed(input, environment))
+    throw new ConfigError('give either a data file (--data, PETSTORE_DATA) or a database URL, not both')
   return { url, pool: pool.value === undefined ? 4 : parseInteger(pool.name, pool.value, 1, 100) }
 }
 
@@ -236,8 +252,6 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
 
   const redisUrl = resolveRedisUrl(input, environment)
   const database = resolveDatabase(input, environment)
-  if (database && dataFileNamed(input, environment))
-    throw new ConfigError('give either a data file (--data, PETSTORE_DATA) or a database URL, not both')
   const servers = {
     production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
     staging: environment.PETSTORE_STAGING_BASE_URL ?? ENVIRONMENTS.staging.baseUrl,

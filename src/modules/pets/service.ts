@@ -118,10 +118,10 @@ export class PetService {
     const cached = this.pages.get(cacheKey)
     if (cached) return cached
     const rows = this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
-    return rows instanceof Promise ? rows.then((found) => this.page(cacheKey, query, found)) : this.page(cacheKey, query, rows)
+    return rows instanceof Promise ? rows.then((found) => this.cachePage(cacheKey, query, found)) : this.cachePage(cacheKey, query, rows)
   }
 
-  private page(cacheKey: string, query: ListQuery, rows: Pet[]): Page {
+  private cachePage(cacheKey: string, query: ListQuery, rows: Pet[]): Page {
     const more = rows.length > query.limit
     if (more) rows.pop()
     const page: Page = {
@@ -147,10 +147,10 @@ export class PetService {
     if (cached) return cached
     if (!Number.isSafeInteger(id)) return null
     const pet = this.read(() => this.repo.get(id))
-    return pet instanceof Promise ? pet.then((found) => this.petJson(id, found)) : this.petJson(id, pet)
+    return pet instanceof Promise ? pet.then((found) => this.cachePet(id, found)) : this.cachePet(id, pet)
   }
 
-  private petJson(id: number, pet: Pet | null): string | null {
+  private cachePet(id: number, pet: Pet | null): string | null {
     if (!pet) return null
     const json = petJson(pet)
     for (const [oldest, old] of this.pets) {

@@ -4,6 +4,7 @@
  * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
  */
 import { SQL } from 'bun'
+import { redactedUrl } from '../../config'
 import { type Storage, StorageOpenError } from '../types'
 import { guarded, isUnavailable } from './errors'
 import { PostgresKeys, PostgresLimiterState } from './keys'
@@ -13,17 +14,6 @@ import { PostgresPets } from './pets'
 export interface PostgresOptions {
   /** Connections in this instance's pool (Bun.sql opens them all at the first query). */
   pool: number
-}
-
-/** A database URL as it may be shown: without its password. */
-export function redactedUrl(url: string): string {
-  try {
-    const parsed = new URL(url)
-    if (parsed.password) parsed.password = '***'
-    return parsed.toString()
-  } catch {
-    return 'the database URL'
-  }
 }
 
 export async function openPostgresStorage(url: string, options: PostgresOptions): Promise<PostgresStorage> {
