@@ -1,5 +1,5 @@
 /**
- * The `petstore` command line: serve, keys, backup, healthcheck. Flags win over their environment
+ * The `petstore` command line: serve, keys, pets, backup, restore, healthcheck. Flags win over their environment
  * variables; every mistake ends with a one-line reason, the usage, and a non-zero exit.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
@@ -12,6 +12,7 @@ import { RedisLimiterStore } from './limiter/redis/store'
 import { openPostgresStorage } from './storage/postgres'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
+import { restoreDataFile } from './storage/sqlite/restore'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet, type PetWriter, type Storage } from './storage/types'
 import { notFound } from './errors'
@@ -32,6 +33,7 @@ Commands:
   keys create|list|revoke|reset-limits   manage API keys
   pets seed|reset            add sample pets, or delete every pet (keys are kept)
   backup FILE                write a consistent copy of the data file
+  restore FILE               put a backup in place of the data file (the server stopped)
   healthcheck                exit 0 when the local server answers /healthz (for container health checks)
 
 Options:
@@ -86,6 +88,13 @@ ${COMMON}`,
   backup: `Usage: petstore backup FILE
 
 Writes a consistent copy of the data file to FILE (which must not exist), safe while the server runs.
+
+${COMMON}`,
+  restore: `Usage: petstore restore FILE
+
+Puts the backup FILE in place of the data file, with the server stopped (it refuses while one runs).
+The backup is copied and checked first; the data file and its -wal and -shm are kept beside it as
+FILE.before-restore-DATE (nothing is deleted). An interrupted restore is finished by running it again.
 
 ${COMMON}`,
   healthcheck: `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]
@@ -216,6 +225,8 @@ async function run(argv: string[]): Promise<number> {
       return pets(rest)
     case 'backup':
       return backup(rest)
+    case 'restore':
+      return restore(rest)
     case 'healthcheck':
       return healthcheck(rest)
     default:
@@ -494,7 +505,7 @@ function helpFor(args: string[]): number {
   if (args.length === 0) return help(USAGE.main)
   const topic = args[0]!
   if (args.length > 1 || !(topic in USAGE) || topic === 'main')
-    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, pets, backup, healthcheck`, USAGE.main)
+    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, pets, backup, restore, healthcheck`, USAGE.main)
   return help(USAGE[topic as keyof typeof USAGE])
 }
 
@@ -680,6 +691,26 @@ async function backup(args: string[]): Promise<number> {
   }
   console.error(`petstore: backup written to ${positionals[0]}`)
   return 0
+}
+
+async function restore(args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, {}, USAGE.restore)
+  if (values.help) return help(USAGE.restore)
+  if (positionals.length !== 1 || positionals[0] === '') throw new UsageError('restore needs exactly one backup FILE', USAGE.restore)
+  if (asUsageError(() => resolveDatabase(configInput(values), process.env), USAGE.restore))
+    throw new UsageError('restore replaces the data file; with PostgreSQL, use pg_restore (see the README)', USAGE.restore)
+  const file = resolve(asUsageError(() => resolveDataFile(configInput(values), process.env), USAGE.restore))
+  const backup = resolve(positionals[0]!)
+  const done = restoreDataFile(file, backup, Date.now())
+  const kept = done.keptParts.length ? `the previous data file is kept as ${done.keptParts.join(', ')}` : 'there was no data file before'
+  if (!done.resumed) {
+    console.error(`petstore: restored ${backup} into ${file}; ${kept}`)
+    return 0
+  }
+  console.error(`petstore: finished an interrupted restore of ${done.backup} into ${file}; ${kept}`)
+  if (done.backup === backup) return 0
+  console.error(`petstore: ${backup} was not restored; run petstore restore again to restore it instead`)
+  return 1
 }
 
 async function healthcheck(args: string[]): Promise<number> {

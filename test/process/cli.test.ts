@@ -20,7 +20,7 @@ describe('usage and version', () => {
     const result = cli(['--help'], { cwd: tempDir() })
     expect(result.code).toBe(0)
     expect(result.stdout).toContain('Usage: petstore COMMAND')
-    for (const command of ['serve', 'keys', 'backup', 'healthcheck', '--version']) expect(result.stdout).toContain(command)
+    for (const command of ['serve', 'keys', 'backup', 'restore', 'healthcheck', '--version']) expect(result.stdout).toContain(command)
     expect(result.stderr).toBe('')
   })
 
@@ -29,6 +29,7 @@ describe('usage and version', () => {
     [['keys', '--help'], ['Usage: petstore keys create', 'keys list', 'keys revoke', '--plan', '--rpm', '--rpd']],
     [['keys', 'create', '--help'], ['Usage: petstore keys create', '--plan']],
     [['backup', '--help'], ['Usage: petstore backup FILE']],
+    [['restore', '--help'], ['Usage: petstore restore FILE', 'before-restore', '--data']],
     [['healthcheck', '--help'], ['Usage: petstore healthcheck', '--port']],
   ])('%p prints that command’s usage on stdout and exits 0', (args, expected) => {
     const cwd = tempDir()
@@ -229,7 +230,7 @@ describe('help for a newcomer', () => {
     expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
     const unknown = cli(['help', 'frob'], { cwd: tempDir() })
     expect(unknown.code).toBe(2)
-    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, healthcheck')
+    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, restore, healthcheck')
     const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
     expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
     expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)

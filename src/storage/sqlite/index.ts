@@ -11,6 +11,7 @@ import { SqliteKeys } from './keys'
 import { SqliteLimiterState } from './limiter-state'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
+import { refuseInterruptedRestore } from './restore'
 
 export type { OpenOptions } from './open'
 
@@ -19,6 +20,7 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Sqli
   if (!inMemory) {
     // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
     process.umask(0o077)
+    refuseInterruptedRestore(file)
     if (options.mustExist && !existsSync(file))
       throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
     try {

@@ -80,14 +80,20 @@ export function diskFingerprint(file: string): string {
   return `${main?.ino}:${main?.size}:${main?.mtimeMs}:${wal?.size}:${wal?.mtimeMs}`
 }
 
-export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
-  // Wait for the other process (server or CLI) instead of failing at once when both write.
-  db.run('PRAGMA busy_timeout = 5000')
-  if (options.verify) {
-    const result = db.query<{ quick_check: string }, []>('PRAGMA quick_check').get()
-    if (result?.quick_check !== 'ok')
-      throw new StorageOpenError(`${file} is damaged (${result?.quick_check}); restore it from a backup`)
-  }
+/** `PRAGMA quick_check`: refuses a damaged file, saying what to do about it. */
+export function checkWhole(db: Database, file: string, remedy: string): void {
+  const result = db.query<{ quick_check: string }, []>('PRAGMA quick_check').get()?.quick_check
+  if (result === 'ok') return
+  // SQLite lists the faults on several lines; the first few, on one, say enough.
+  const faults = `${result}`.split('\n').filter((line) => !line.startsWith('***'))
+  throw new StorageOpenError(`${file} is damaged (${faults.slice(0, 2).join('; ')}${faults.length > 2 ? '; …' : ''}); ${remedy}`)
+}
+
+/**
+ * The file's schema version, when it is ours (or empty) and no newer than this petstore serves; older
+ * ones are brought up to date when opened for writing.
+ */
+export function checkSchema(db: Database, file: string): number {
   const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
   const appId = db.query<{ application_id: number }, []>('PRAGMA application_id').get()!.application_id
   const tables = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n
@@ -95,6 +101,14 @@ export function prepare(db: Database, file: string, options: OpenOptions & { rea
     throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
   if (version > MIGRATIONS.length)
     throw new StorageOpenError(`${file} was written by a newer petstore (schema ${version}); upgrade petstore`)
+  return version
+}
+
+export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
+  // Wait for the other process (server or CLI) instead of failing at once when both write.
+  db.run('PRAGMA busy_timeout = 5000')
+  if (options.verify) checkWhole(db, file, 'restore it from a backup')
+  const version = checkSchema(db, file)
   if (options.readOnly) {
     if (version < MIGRATIONS.length)
       throw new StorageOpenError(`${file} is read-only and needs its schema brought up to date; make it writable once`)
