@@ -332,4 +332,11 @@ describe('/docs', () => {
     // The page points the UI at the local document.
     expect(html).toContain('/openapi.json')
   })
+
+  test('may not be framed by another site (clickjacking): X-Frame-Options DENY and CSP frame-ancestors none', async () => {
+    const res = await fetch(`${app.origin}/docs`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-frame-options')).toBe('DENY')
+    expect(res.headers.get('content-security-policy')).toBe("frame-ancestors 'none'")
+  })
 })

@@ -87,6 +87,16 @@ function withoutIds(value: unknown): unknown {
   return Object.fromEntries(Object.entries(value).filter(([key]) => key !== '$id').map(([key, v]) => [key, withoutIds(v)]))
 }
 
+/**
+ * The docs page takes a key through Authorize and sends requests with it, so no other site may frame
+ * it and trick a click (clickjacking): the header for today's browsers and the one for older ones.
+ */
+const DOCS_HEADERS = {
+  'content-type': 'text/html; charset=utf-8',
+  'content-security-policy': "frame-ancestors 'none'",
+  'x-frame-options': 'DENY',
+}
+
 export function opsModule(options: OpsModuleOptions) {
   let document: string | undefined
   const json = (body: string, status = 200) =>
@@ -139,7 +149,7 @@ export function opsModule(options: OpsModuleOptions) {
     .get('/openapi.json', recorded('openapi.json', () => json((document ??= JSON.stringify(buildDocument(options))))), hidden)
     .get(
       '/docs',
-      recorded('docs', () => new Response(docsPage, { headers: { 'content-type': 'text/html; charset=utf-8' } })),
+      recorded('docs', () => new Response(docsPage, { headers: DOCS_HEADERS })),
       hidden,
     )
     .get(
