@@ -676,31 +676,38 @@ function printKeys(records: ApiKeyRecord[], json: boolean): void {
   for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd())
 }
 
+/** The one FILE that backup and restore take; an empty name would otherwise fail later as a path. */
+function oneFile(positionals: string[], command: string, usage: string): string {
+  if (positionals.length !== 1) throw new UsageError(`${command} needs exactly one FILE`, usage)
+  if (positionals[0] === '') throw new UsageError(`${command} needs a file name, and the FILE given is empty`, usage)
+  return positionals[0]!
+}
+
 async function backup(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE.backup)
   if (values.help) return help(USAGE.backup)
-  if (positionals.length !== 1) throw new UsageError('backup needs exactly one FILE', USAGE.backup)
+  const target = oneFile(positionals, 'backup', USAGE.backup)
   if (asUsageError(() => resolveDatabase(configInput(values), process.env), USAGE.backup))
     throw new UsageError('backup copies the data file; with PostgreSQL, use pg_dump (see the README)', USAGE.backup)
   const file = resolve(asUsageError(() => resolveDataFile(configInput(values), process.env), USAGE.backup))
   const storage = openSqliteStorage(file, { mustExist: true })
   try {
-    storage.backup(positionals[0]!)
+    storage.backup(target)
   } finally {
     storage.close()
   }
-  console.error(`petstore: backup written to ${positionals[0]}`)
+  console.error(`petstore: backup written to ${target}`)
   return 0
 }
 
 async function restore(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE.restore)
   if (values.help) return help(USAGE.restore)
-  if (positionals.length !== 1 || positionals[0] === '') throw new UsageError('restore needs exactly one backup FILE', USAGE.restore)
+  const given = oneFile(positionals, 'restore', USAGE.restore)
   if (asUsageError(() => resolveDatabase(configInput(values), process.env), USAGE.restore))
     throw new UsageError('restore replaces the data file; with PostgreSQL, use pg_restore (see the README)', USAGE.restore)
   const file = resolve(asUsageError(() => resolveDataFile(configInput(values), process.env), USAGE.restore))
-  const backup = resolve(positionals[0]!)
+  const backup = resolve(given)
   const done = restoreDataFile(file, backup, Date.now())
   const kept = done.keptParts.length ? `the previous data file is kept as ${done.keptParts.join(', ')}` : 'there was no data file before'
   if (!done.resumed) {

@@ -4,7 +4,7 @@
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet } from './helpers'
@@ -88,6 +88,33 @@ describe('backup', () => {
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
     if (result.code === 0) expect(statSync(target).mode & 0o777).toBe(0o600)
     else expect(result.stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(/^petstore: .*no-such-folder/)])
+  })
+
+  test('to an empty name, it says the name is empty (exit 2 with the usage), and writes nothing', () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const before = readdirSync(dir).sort()
+    const result = cli(['backup', '', '--data', dataFile], { cwd: dir })
+    expect(result.code).toBe(2)
+    expect(result.stderr.split('\n')[0]).toBe('petstore: backup needs a file name, and the FILE given is empty')
+    expect(result.stderr).toContain('Usage: petstore backup FILE')
+    expect(readdirSync(dir).sort()).toEqual(before)
+  })
+
+  test('onto a symbolic link to a missing file, it says so, and creates neither the link’s target nor a copy', () => {
+    const dir = tempDir()
+    const dataFile = join(dir, 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const target = join(dir, 'copy.db')
+    symlinkSync(join(dir, 'gone.db'), target)
+    const result = cli(['backup', target, '--data', dataFile])
+    expect(result.code).toBe(1)
+    expect(result.stderr.trimEnd().split('\n')).toEqual([
+      `petstore: ${target} is a symbolic link to ${join(dir, 'gone.db')}, which does not exist; a backup is only written as a new file, never through a link: choose a new file name`,
+    ])
+    expect(existsSync(join(dir, 'gone.db'))).toBe(false)
+    expect(readdirSync(dir).filter((name) => name.includes('partial'))).toEqual([])
   })
 
   test('of a data file that does not exist, it fails and creates neither file', () => {

@@ -3,7 +3,7 @@
  * Every member answers synchronously, so the embedded request path never awaits.
  */
 import { Database } from 'bun:sqlite'
-import { chmodSync, existsSync, linkSync, mkdirSync, rmSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, linkSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { type Storage, StorageOpenError } from '../types'
 import { describeUnavailable } from './errors'
@@ -140,7 +140,12 @@ export class SqliteStorage implements Storage {
    * backup that is killed or fails leaves nothing that could be mistaken for a good one.
    */
   backup(file: string): void {
-    if (existsSync(file)) throw new StorageOpenError(`${file} already exists; choose a new file name`)
+    const existing = lstatSync(file, { throwIfNoEntry: false })
+    if (existing?.isSymbolicLink() && !existsSync(file))
+      throw new StorageOpenError(
+        `${file} is a symbolic link to ${readlinkSync(file)}, which does not exist; a backup is only written as a new file, never through a link: choose a new file name`,
+      )
+    if (existing) throw new StorageOpenError(`${file} already exists; choose a new file name`)
     const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
     try {
       rmSync(partial, { force: true })
