@@ -261,13 +261,18 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const timers: ReturnType<typeof setInterval>[] = []
   const saveState = async () => {
     if (!storage.writable) return
+    // Two saves, each reported as itself: one failing does not keep the other from being tried.
     try {
       const buckets = limiter.unsavedDayBuckets()
       await storage.limiterState.save(buckets)
       limiter.markSaved(buckets)
-      await keys.flushLastUsed()
     } catch (error) {
       warn(`could not save rate-limit state: ${(error as Error).message}`)
+    }
+    try {
+      await keys.flushLastUsed()
+    } catch (error) {
+      warn(`could not save the keys' last-used times: ${(error as Error).message}`)
     }
   }
   /** Runs a task every `ms`; a task still running when the next turn comes is not started twice. */

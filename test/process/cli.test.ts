@@ -3,6 +3,7 @@
  * commands (create prints the secret alone; list never shows a secret; revoke).
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { Database } from 'bun:sqlite'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, tempDir } from '../support/binary'
@@ -219,6 +220,24 @@ describe('keys', () => {
     expect(used.lastUsed).not.toBeNull()
     expect(Date.parse(used.lastUsed)).toBeGreaterThanOrEqual(before - 1000)
     expect(rows.find((r: { name: string }) => r.name === 'idle').lastUsed).toBeNull()
+  })
+
+  test('a failed save of last-used times is reported as that, and the rate-limit state is saved all the same', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const secret = cli(['keys', 'create', '--plan', 'pro', '--name', 'used', '--data', dataFile]).stdout.trim()
+    // A trigger refuses exactly the last-used update, as a fault confined to that write would.
+    const db = new Database(dataFile)
+    db.run("CREATE TRIGGER refuse_last_used BEFORE UPDATE OF last_used_at ON api_keys BEGIN SELECT RAISE(ABORT, 'last-used refused'); END")
+    db.close()
+    const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', dataFile, '--no-access-log'])
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
+    // Stopping saves both, once more.
+    expect(await server.stop()).toBe(0)
+    expect(server.stderr()).toContain("petstore: could not save the keys' last-used times: last-used refused")
+    expect(server.stderr()).not.toContain('rate-limit state')
+    const saved = new Database(dataFile, { readonly: true })
+    expect(saved.query<{ n: number }, []>('SELECT count(*) AS n FROM limiter_state').get()!.n).toBeGreaterThan(0)
+    saved.close()
   })
 })
 
