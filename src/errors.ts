@@ -9,6 +9,7 @@ export type ErrorCode =
   | 'not_found'
   | 'method_not_allowed'
   | 'idempotency_conflict'
+  | 'request_timeout'
   | 'payload_too_large'
   | 'unsupported_media_type'
   | 'rate_limited'
@@ -48,8 +49,11 @@ export const idempotencyConflict = () =>
     'idempotency_conflict',
     'Idempotency-Key was already used with a different request body.',
   )
-export const payloadTooLarge = (limit: number) =>
-  new ApiError(413, 'payload_too_large', `Request body is larger than ${limit} bytes.`)
+export const payloadTooLarge = (limit: number, headers: Record<string, string> = {}) =>
+  new ApiError(413, 'payload_too_large', `Request body is larger than ${limit} bytes.`, headers)
+/** RFC 9110 §15.5.9: the body did not arrive in time; the connection closes with the answer. */
+export const requestTimeout = (seconds: number) =>
+  new ApiError(408, 'request_timeout', `The request body did not arrive within ${seconds} s.`, { connection: 'close' })
 export const unsupportedMediaType = () =>
   new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
 export const notImplemented = (what: string) =>

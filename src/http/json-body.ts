@@ -1,9 +1,10 @@
 /**
  * Reads a JSON request body strictly: the right media type, a size cap enforced while reading, valid
  * UTF-8, valid JSON without repeated member names, no number that JSON.parse would silently round and no
- * string that storage would alter.
+ * string that storage would alter. A body must arrive within a deadline, and the bytes of the bodies
+ * being received at once are bounded, so half-sent bodies cannot hold connections and memory.
  */
-import { ApiError, badRequest, ClientClosedError, payloadTooLarge, unsupportedMediaType } from '../errors'
+import { ApiError, badRequest, ClientClosedError, payloadTooLarge, requestTimeout, unsupportedMediaType } from '../errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
@@ -46,17 +47,56 @@ function strictValues(this: unknown, key: string, value: unknown, context?: { so
   return decimalEqualsInteger(source, value) ? value : new InexactNumber(source)
 }
 
+/** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */
+export const BODY_DEADLINE_MS = 5_000
+/**
+ * The bytes of request bodies being received at once, in the whole process (a body counts its
+ * declared length, or the cap when it has none): 256 bodies of 64 KiB. Beyond it, a create is refused
+ * at once with 503 and its connection closed, instead of letting half-sent bodies grow memory.
+ */
+export const BODIES_IN_FLIGHT_BYTES = 16 * 1024 * 1024
+let bytesInFlight = 0
+
+const BUSY = new ApiError(503, 'unavailable', 'Too many request bodies are arriving at once; retry in a second.', {
+  'retry-after': '1',
+  connection: 'close',
+})
+
+/** The request's body was never read although it has one: the connection cannot carry another request. */
+export function bodyUnread(request: Request): boolean {
+  if (request.bodyUsed) return false
+  const length = request.headers.get('content-length')
+  return (length !== null && length !== '0') || request.headers.has('transfer-encoding')
+}
+
 async function readCapped(request: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = request.headers.get('content-length')
   if (declared !== null && Number(declared) > maxBytes) throw payloadTooLarge(maxBytes)
-  // With a declared length within the cap, Bun holds at most that much: read it in one go.
-  if (declared !== null) return request.bytes()
+  const reserved = declared === null ? maxBytes : Number(declared)
+  if (bytesInFlight + reserved > BODIES_IN_FLIGHT_BYTES) throw BUSY
+  bytesInFlight += reserved
+  let timer: ReturnType<typeof setTimeout> | undefined
+  try {
+    // With a declared length within the cap, Bun holds at most that much: read it in one go.
+    const read = declared === null ? readChunks(request, maxBytes) : request.bytes()
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(requestTimeout(BODY_DEADLINE_MS / 1000)), BODY_DEADLINE_MS)
+    })
+    return await Promise.race([read, late])
+  } finally {
+    clearTimeout(timer)
+    bytesInFlight -= reserved
+  }
+}
+
+async function readChunks(request: Request, maxBytes: number): Promise<Uint8Array> {
   if (!request.body) return new Uint8Array(0)
   const chunks: Uint8Array[] = []
   let total = 0
   for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
     total += chunk.byteLength
-    if (total > maxBytes) throw payloadTooLarge(maxBytes)
+    // The rest of the body is left unread, so the connection closes with the answer.
+    if (total > maxBytes) throw payloadTooLarge(maxBytes, { connection: 'close' })
     chunks.push(chunk)
   }
   if (chunks.length === 1) return chunks[0]!

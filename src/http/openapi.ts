@@ -4,6 +4,7 @@
  * so routes describe their parameters and bodies here rather than through Elysia's coercing validator.
  */
 import type { TObject } from '@sinclair/typebox'
+import { BODY_DEADLINE_MS } from './json-body'
 
 const RATE_LIMIT_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit', 'RateLimit-Policy']
 const COMMON_HEADERS = [...RATE_LIMIT_HEADERS, 'X-Request-Id']
@@ -48,6 +49,7 @@ const ERROR_NAMES: Record<number, string> = {
   400: 'BadRequest',
   401: 'Unauthorized',
   404: 'NotFound',
+  408: 'RequestTimeout',
   409: 'IdempotencyConflict',
   413: 'PayloadTooLarge',
   415: 'UnsupportedMediaType',
@@ -90,6 +92,7 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
   invalid_request: [400, 'limit: must be an integer from 1 to 100'],
   unauthorized: [401, 'An API key is required: send Authorization: Bearer <key>.'],
   not_found: [404, 'No pet with id 42.'],
+  request_timeout: [408, `The request body did not arrive within ${BODY_DEADLINE_MS / 1000} s.`],
   idempotency_conflict: [409, 'Idempotency-Key was already used with a different request body.'],
   payload_too_large: [413, 'Request body is larger than 65536 bytes.'],
   unsupported_media_type: [415, 'Content-Type must be application/json.'],
@@ -143,6 +146,7 @@ export function components(errorSchema: object) {
       BadRequest: error('The request is malformed; the message names the field and why.', ['invalid_request']),
       Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),
       NotFound: error('The requested resource could not be found.', ['not_found']),
+      RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, ['request_timeout']),
       IdempotencyConflict: error('The Idempotency-Key was used with a different body.', ['idempotency_conflict']),
       PayloadTooLarge: error('The body is larger than 64 KiB.', ['payload_too_large']),
       UnsupportedMediaType: error('The body is not application/json.', ['unsupported_media_type']),
@@ -156,7 +160,8 @@ export function components(errorSchema: object) {
       // A 503 from a limiter that does not answer has no rate-limit fields to give.
       Unavailable: error(
         'Storage cannot serve this (it refuses writes: disk full, read-only file, database down; reads go on where they can; ' +
-          'or the data file is gone or damaged), or the shared rate limiter does not answer (then with `Retry-After: 1` and no rate-limit fields).',
+          'or the data file is gone or damaged), or the shared rate limiter does not answer (then with `Retry-After: 1` and no rate-limit fields), ' +
+          'or too many request bodies are arriving at once (then with `Retry-After: 1`, and the connection is closed).',
         ['unavailable'],
         [],
         {

@@ -23,7 +23,11 @@ export function errorResponse(error: ApiError): Response {
   })
 }
 
-/** Puts an error's status, headers and body on the answer and records it; returns the body to send. */
+/**
+ * Puts an error's status, headers and body on the answer and records it; returns the body to send. A
+ * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
+ * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
+ */
 export function answerWith(
   set: { status?: number | string; headers: Record<string, unknown> },
   info: RequestInfo | undefined,
@@ -33,6 +37,7 @@ export function answerWith(
   info?.done(error.status, info.operation)
   set.headers['content-type'] = JSON_TYPE
   Object.assign(set.headers, error.headers)
+  if (info?.bodyUnread) set.headers.connection = 'close'
   return error.body
 }
 

@@ -13,6 +13,7 @@ import { isIPv6 } from 'node:net'
 import { type ApiError, badRequest } from '../errors'
 import { addressSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
 import { answerWith } from './errors'
+import { bodyUnread } from '../http/json-body'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
@@ -53,6 +54,11 @@ export class RequestInfo {
   /** The client's address, normalised (see client-address.ts). */
   get address(): string {
     return (this.clientAddress ??= clientAddress(this.server(), this.request, this.proxies))
+  }
+
+  /** True when the request has a body nobody read (see json-body.ts): its connection must close. */
+  get bodyUnread(): boolean {
+    return bodyUnread(this.request)
   }
 
   /** The rate limiter's subject for a request without a valid key. */

@@ -216,7 +216,7 @@ export function petsModule(options: PetsModuleOptions) {
           requestBody: { required: true, content: { 'application/json': { schema: schemaRef('NewPet') } } },
           responses: {
             201: jsonResponse('The created pet.', schemaRef('Pet'), ['Location', 'Idempotent-Replayed']),
-            ...errorResponses([400, 401, 409, 413, 415, 429, 500, 503]),
+            ...errorResponses([400, 401, 408, 409, 413, 415, 429, 500, 503]),
           },
         },
       },
