@@ -10,6 +10,7 @@ import { bindPort, type Config, ConfigError, dataFileNamed, redactedUrl, resolve
 import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
 import { RedisLimiterStore } from './limiter/redis/store'
 import { openPostgresStorage } from './storage/postgres'
+import { COMMAND } from './storage/postgres/pool'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
 import { openSqliteStorage } from './storage/sqlite'
 import { restoreDataFile } from './storage/sqlite/restore'
@@ -332,19 +333,29 @@ async function serve(args: string[]): Promise<number> {
     if (stopping) return
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
-    const graceful = app.server!.stop(false)
-    const timeout = new Promise((resolve) => setTimeout(resolve, config.shutdownGraceMs).unref())
-    await Promise.race([graceful, timeout])
+    const drainEnds = Date.now() + config.shutdownGraceMs
+    await Promise.race([app.server!.stop(false), Bun.sleep(config.shutdownGraceMs)])
     await app.server!.stop(true)
     await metricsServer?.stop(true)
-    await petstore.finishWrites()
-    await petstore.stopBackground()
-    await backend.close()
+    // Storage that does not answer (a frozen database) must not keep the process past its drain.
+    const finished = async () => {
+      await petstore.finishWrites()
+      await petstore.stopBackground()
+      await backend.close()
+      return true
+    }
+    if (!(await Promise.race([finished(), Bun.sleep(Math.max(drainEnds - Date.now(), STOP_SAVE_MS)).then(() => false)]))) {
+      console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
+      process.exit(1)
+    }
     console.error('petstore: stopped')
     process.exit(code)
   }
   return new Promise<number>(() => {})
 }
+
+/** What stopping gives storage to take the last writes and the rate-limit state, even after a full drain. */
+const STOP_SAVE_MS = 1_000
 
 /** Asks `check` until it says yes or `ms` have passed; the answer at the end. */
 async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boolean> {
@@ -520,7 +531,7 @@ async function openForCommand(values: Record<string, unknown>, usage: string, ma
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
   asUsageError(() => resolveRedisUrl(input, process.env), usage)
   if (database) {
-    const storage = await openPostgresStorage(database.url, { pool: 1 })
+    const storage = await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND })
     return { storage, where: storage.location }
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))

@@ -5,15 +5,28 @@
 import { StorageUnavailableError } from '../types'
 
 /**
- * SQLSTATE classes and codes that mean "not now" rather than "bug": connection problems (08),
- * insufficient resources such as a full disk (53), operator intervention such as a restart or a
- * statement timeout (57), system errors (58), a read-only transaction (25006), a lock timeout (55P03)
- * and serialization or deadlock aborts (40).
+ * The rule: a failure is "not now" when it speaks of the database (its connection, its resources, its
+ * operator, its timers, other sessions' locks) and not of the statement we sent, which would then succeed
+ * unchanged once the database is back. By SQLSTATE class (the first two characters):
+ *   08 connection exception, 28 invalid authorization (a password changed under a running server),
+ *   3D invalid catalog name (the database is gone), 40 transaction rollback (serialization failure,
+ *   deadlock), 53 insufficient resources (disk full, out of memory, too many connections), 57 operator
+ *   intervention (statement timeout, cancel, terminated, shutting down, starting up), 58 system error (I/O).
+ * Two classes mix the database's state with a statement's mistakes; from them, the codes of the first
+ * kind: 25006 read-only transaction (a standby, or the database set read-only), 25P03 idle-in-transaction
+ * and 25P04 transaction timeout (the server ended a session it thought abandoned), 55006 object in use
+ * and 55P03 lock not available (a lock held by someone else past lock_timeout).
+ * Every other SQLSTATE (22 data, 23 constraint, 42 syntax or access, XX internal, ...) is a bug: 500.
  */
-const UNAVAILABLE_STATES = /^(08|53|57|58|40)|^(25006|55P03)$/
+const UNAVAILABLE_STATES = /^(08|28|3D|40|53|57|58)...$|^(25006|25P03|25P04|55006|55P03)$/
 
-/** Bun's own codes for a connection that failed, closed or timed out. */
-const UNAVAILABLE_CODES = /^ERR_POSTGRES_(CONNECTION|IDLE_TIMEOUT|LIFETIME_TIMEOUT|CONNECTION_TIMEOUT|TLS)|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN)$/
+/**
+ * Bun's own codes for a connection that could not be made, was lost, or timed out (ERR_POSTGRES_
+ * CONNECTION_CLOSED, _CONNECTION_TIMEOUT, _IDLE_TIMEOUT, _LIFETIME_TIMEOUT, TLS failures), and the
+ * system's for a socket that failed. Its other codes (a query it cannot build, an unsafe transaction)
+ * are bugs.
+ */
+const UNAVAILABLE_CODES = /^ERR_POSTGRES_(CONNECTION_\w+|\w+_TIMEOUT|TLS_\w+)$|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN|EHOSTUNREACH|ENETUNREACH)$/
 
 export function isUnavailable(error: unknown): boolean {
   const { errno, code } = (error ?? {}) as { errno?: unknown; code?: unknown }

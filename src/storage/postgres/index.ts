@@ -3,36 +3,43 @@
  * embedded migrations in one transaction under an advisory lock, so instances that start together
  * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
  */
-import { SQL } from 'bun'
 import { redactedUrl } from '../../config'
 import { type Storage, StorageOpenError } from '../types'
 import { guarded, isUnavailable } from './errors'
 import { PostgresKeys, PostgresLimiterState } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
 import { PostgresPets } from './pets'
+import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 
 export interface PostgresOptions {
   /** Connections in this instance's pool (Bun.sql opens them all at the first query). */
   pool: number
+  /** How long a query and a transaction may take on our side (a server's by default). */
+  deadlines?: Deadlines
 }
+
+/** Instances that start together wait for the one that migrates; a migration may take a while. */
+const MIGRATION_MS = 60_000
 
 export async function openPostgresStorage(url: string, options: PostgresOptions): Promise<PostgresStorage> {
   const location = redactedUrl(url)
-  const sql = new SQL(url, {
+  const deadlines = options.deadlines ?? SERVING
+  const sql = openDatabase(url, {
     max: options.pool,
     connection: {
       // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
       synchronous_commit: 'on',
-      // Nothing waits without end: a lock held by a stalled instance or a long `pets seed`, a query
-      // that does not finish, or a transaction left open by a process that froze all end in an error
-      // (a 503), so creates, the change poll and shutdown never hang on the database.
-      lock_timeout: '5s',
+      // The server's own limits, for a server that answers (pool.ts bounds the wait for one that does
+      // not): a lock held by a stalled instance or a long `pets seed` is given up on before our
+      // transaction deadline, so the connection stays usable; a query that does not finish, or a
+      // transaction left open by an instance that froze, ends in an error (a 503).
+      lock_timeout: `${deadlines.transactionMs / 2}ms`,
       statement_timeout: '10s',
       idle_in_transaction_session_timeout: '10s',
       application_name: 'petstore',
     },
     connectionTimeout: 5,
-  })
+  }, deadlines)
   try {
     await migrate(sql, location)
   } catch (error) {
@@ -44,7 +51,7 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
   return new PostgresStorage(sql, location)
 }
 
-async function migrate(sql: SQL, location: string): Promise<void> {
+async function migrate(sql: Database, location: string): Promise<void> {
   await sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
     await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
@@ -56,7 +63,7 @@ async function migrate(sql: SQL, location: string): Promise<void> {
       await tx.unsafe(MIGRATIONS[next]!)
       await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`
     }
-  })
+  }, MIGRATION_MS)
 }
 
 export class PostgresStorage implements Storage {
@@ -69,7 +76,7 @@ export class PostgresStorage implements Storage {
   readonly limiterState: PostgresLimiterState
 
   constructor(
-    private readonly sql: SQL,
+    private readonly sql: Database,
     readonly location: string,
   ) {
     this.pets = new PostgresPets(sql)

@@ -2,7 +2,7 @@
  * API keys, key-limit resets and saved day buckets in PostgreSQL. Several instances read the same
  * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once.
  */
-import type { SQL } from 'bun'
+import type { Database } from './pool'
 import type { ApiKeyRecord, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
@@ -26,7 +26,7 @@ export class PostgresKeys implements KeyRepository {
   /** The newest reset this handle has reported; resets older than its opening are not reported. */
   private resetsSeen: number | null = null
 
-  constructor(private readonly sql: SQL) {}
+  constructor(private readonly sql: Database) {}
 
   insert(r: ApiKeyRecord): Promise<void> {
     return guarded(async () => {
@@ -113,7 +113,7 @@ export class PostgresKeys implements KeyRepository {
 }
 
 export class PostgresLimiterState implements LimiterStateRepository {
-  constructor(private readonly sql: SQL) {}
+  constructor(private readonly sql: Database) {}
 
   load(): Promise<Map<string, SavedBucket>> {
     return guarded(async () => {

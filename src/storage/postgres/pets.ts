@@ -7,6 +7,7 @@
  * multi-row insert and one flush.
  */
 import type { SQL } from 'bun'
+import type { Database } from './pool'
 import type {
   CreatePetCommand,
   CreatePetOutcome,
@@ -33,7 +34,7 @@ function toPet(row: PetRow): Pet {
 }
 
 export class PostgresPets implements PetRepository {
-  constructor(private readonly sql: SQL) {}
+  constructor(private readonly sql: Database) {}
 
   list(afterId: number, limit: number, status: PetStatus | undefined): Promise<Pet[]> {
     const { sql } = this
