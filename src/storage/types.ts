@@ -78,7 +78,8 @@ export interface PetRepository {
   get(id: number): MaybePromise<Pet | null>
   /**
    * Runs every command in one durable transaction (group commit); outcomes in command order. Rejects
-   * with StorageUnavailableError when the store cannot take writes now.
+   * with StorageUnavailableError when the store cannot take writes now, and with BatchRolledBackError
+   * when the transaction failed for another reason (nothing of it was written).
    */
   createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): MaybePromise<CreatePetOutcome[]>
   count(): MaybePromise<number>
@@ -147,7 +148,8 @@ export interface Storage {
 export interface PetWriter {
   /**
    * Commits the batch in one durable transaction; outcomes in command order. Rejects with
-   * StorageUnavailableError when the store refuses writes.
+   * StorageUnavailableError when the store refuses writes, with BatchRolledBackError when the
+   * transaction failed and wrote nothing, and otherwise (the batch's fate unknown) with any error.
    */
   write(batch: PetBatch): Promise<CreatePetOutcome[]>
   /** Closes the writer's connection; call it with no batch in flight. */
@@ -172,6 +174,22 @@ export class StorageUnavailableError extends Error {
   ) {
     super(message)
   }
+}
+
+/**
+ * A batch's transaction failed for a reason other than availability (a row the store refused, a bug)
+ * and was rolled back: nothing of it was written, so its commands may be tried again apart.
+ */
+export class BatchRolledBackError extends Error {
+  constructor(readonly reason: unknown) {
+    super((reason as Error)?.message ?? String(reason))
+  }
+}
+
+/** How a failed batch transaction is reported: unavailable as it is, anything else as rolled back. */
+export function batchFailed(error: unknown): never {
+  if (error instanceof StorageUnavailableError || error instanceof BatchRolledBackError) throw error
+  throw new BatchRolledBackError(error)
 }
 
 /** Reading the data file failed because it is damaged: reads of it cannot be trusted any more. */

@@ -7,15 +7,16 @@
  * multi-row insert and one flush.
  */
 import type { SQL } from 'bun'
-import type {
-  CreatePetCommand,
-  CreatePetOutcome,
-  CreateRules,
-  IdempotencyRecord,
-  NewPet,
-  Pet,
-  PetRepository,
-  PetStatus,
+import {
+  batchFailed,
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type CreateRules,
+  type IdempotencyRecord,
+  type NewPet,
+  type Pet,
+  type PetRepository,
+  type PetStatus,
 } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
@@ -146,7 +147,7 @@ export class PostgresPets implements PetRepository {
         }
         return outcomes as CreatePetOutcome[]
       }),
-    )
+    ).catch(batchFailed)
   }
 }
 
