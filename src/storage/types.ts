@@ -98,8 +98,12 @@ export interface KeyRepository {
   list(): MaybePromise<ApiKeyRecord[]>
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): MaybePromise<boolean>
-  /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
-  changeMark(): MaybePromise<string>
+  /**
+   * The keys created or revoked after change number `after` (each create and revoke takes the next
+   * number, visible in order), in the order of their changes; `changesSince(-1)` is every key. Costs
+   * what changed, not the number of keys, so a server can ask four times a second.
+   */
+  changesSince(after: number): MaybePromise<KeyChanges>
   recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
   /**
    * Refills a key's buckets and lifts its ban: its saved day bucket is deleted, and a running server
@@ -108,6 +112,12 @@ export interface KeyRepository {
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The key ids whose limits were reset since this handle's last call. */
   takeLimitResets(): MaybePromise<string[]>
+}
+
+export interface KeyChanges {
+  records: ApiKeyRecord[]
+  /** The newest change number read: ask for the changes after it next. `after` when nothing changed. */
+  last: number
 }
 
 export interface SavedBucket {

@@ -12,6 +12,8 @@ export const LOCKS = {
   petIds: 0x5045_5453_0002n,
   /** The same for the sequence numbers of limit resets, which instances read past. */
   limitResets: 0x5045_5453_0003n,
+  /** The same for the change numbers of keys created or revoked, which instances read past. */
+  keyChanges: 0x5045_5453_0004n,
 } as const
 
 export const MIGRATIONS: string[] = [
@@ -59,4 +61,8 @@ export const MIGRATIONS: string[] = [
      requested_at bigint NOT NULL,
      seq bigint NOT NULL
    );`,
+  // Each create or revoke of a key takes the next change number, so an instance reads only what changed.
+  `ALTER TABLE api_keys ADD COLUMN change bigint NOT NULL DEFAULT 0;
+   CREATE SEQUENCE api_keys_change_seq AS bigint;
+   CREATE INDEX api_keys_by_change ON api_keys (change);`,
 ]
