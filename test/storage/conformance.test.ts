@@ -12,6 +12,7 @@ import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { type ApiKeyRecord, type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
 import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
+import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
@@ -268,6 +269,15 @@ function conformance(name: string, backend: Backend) {
 
 describe('storage conformance', () => {
   conformance('sqlite', sqlite)
+
+  test('sqlite: the changed keys are found by a search of the index on change numbers, not a scan of every key', async () => {
+    const file = join(tempDir(), 'petstore.db')
+    await track(openSqliteStorage(file))
+    const db = new Database(file, { readonly: true })
+    const plan = db.query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${KEY_CHANGES_SQL}`).all(0).map((step) => step.detail)
+    db.close()
+    expect(plan).toEqual(['SEARCH api_keys USING INDEX api_keys_by_change (change>?)'])
+  })
 })
 
 describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {

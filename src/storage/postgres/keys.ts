@@ -22,6 +22,9 @@ interface KeyRow {
   change: string
 }
 
+/** Rows per read of changed keys (see changesSince). */
+const CHANGES_PAGE = 10_000
+
 const optional = (value: string | null) => (value === null ? null : exactInteger(value))
 
 function toRecord(row: KeyRow): ApiKeyRecord {
@@ -80,10 +83,21 @@ export class PostgresKeys implements KeyRepository {
     )
   }
 
+  /**
+   * Read in pages: PostgreSQL plans an unbounded `change > $1` as a scan of every key until it has
+   * statistics of the table (after a bulk import, say), and a page this size keeps it on the index.
+   * Numbers are unique and become visible in order, so pages read one after the other still read
+   * every change once.
+   */
   changesSince(after: number): Promise<KeyChanges> {
     return guarded(async () => {
-      const rows = (await this.sql`SELECT * FROM api_keys WHERE change > ${after} ORDER BY change`) as KeyRow[]
-      return { records: rows.map(toRecord), last: rows.length > 0 ? exactInteger(rows[rows.length - 1]!.change) : after }
+      const records: ApiKeyRecord[] = []
+      for (let last = after; ; ) {
+        const rows = (await this.sql`SELECT * FROM api_keys WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as KeyRow[]
+        for (const row of rows) records.push(toRecord(row))
+        if (rows.length > 0) last = exactInteger(rows[rows.length - 1]!.change)
+        if (rows.length < CHANGES_PAGE) return { records, last }
+      }
     })
   }
 

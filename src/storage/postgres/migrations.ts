@@ -62,7 +62,8 @@ export const MIGRATIONS: string[] = [
      seq bigint NOT NULL
    );`,
   // Each create or revoke of a key takes the next change number, so an instance reads only what changed.
-  `ALTER TABLE api_keys ADD COLUMN change bigint NOT NULL DEFAULT 0;
-   CREATE SEQUENCE api_keys_change_seq AS bigint;
-   CREATE INDEX api_keys_by_change ON api_keys (change);`,
+  // The default numbers the keys already there, each its own (instances page through them by number).
+  `CREATE SEQUENCE api_keys_change_seq AS bigint;
+   ALTER TABLE api_keys ADD COLUMN change bigint NOT NULL DEFAULT nextval('api_keys_change_seq');
+   CREATE UNIQUE INDEX api_keys_by_change ON api_keys (change);`,
 ]
