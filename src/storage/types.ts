@@ -114,8 +114,11 @@ export interface KeyRepository {
   takeLimitResets(): MaybePromise<string[]>
 }
 
+/** What a server needs of a key to accept it: a change reads no more (a start reads every key). */
+export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
+
 export interface KeyChanges {
-  records: ApiKeyRecord[]
+  records: KeyChange[]
   /** The newest change number read: ask for the changes after it next. `after` when nothing changed. */
   last: number
 }

@@ -4,7 +4,7 @@
  * and each create or revoke of a key takes a change number, so instances read only what changed.
  */
 import type { SQL } from 'bun'
-import type { ApiKeyRecord, KeyChanges, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
@@ -19,24 +19,22 @@ interface KeyRow {
   created_at: string
   last_used_at: string | null
   revoked_at: string | null
-  change: string
 }
+
+type ChangeRow = Pick<KeyRow, 'id' | 'plan' | 'rpm' | 'rpd' | 'secret_hash' | 'revoked_at'>
 
 /** Rows per read of changed keys (see changesSince). */
 const CHANGES_PAGE = 10_000
 
 const optional = (value: string | null) => (value === null ? null : exactInteger(value))
 
-function toRecord(row: KeyRow): ApiKeyRecord {
+function toChange(row: ChangeRow): KeyChange {
   return {
     id: row.id,
-    name: row.name,
     plan: row.plan,
     rpm: exactInteger(row.rpm),
     rpd: exactInteger(row.rpd),
     secretHash: row.secret_hash,
-    createdAt: exactInteger(row.created_at),
-    lastUsedAt: optional(row.last_used_at),
     revokedAt: optional(row.revoked_at),
   }
 }
@@ -69,7 +67,15 @@ export class PostgresKeys implements KeyRepository {
   }
 
   list(): Promise<ApiKeyRecord[]> {
-    return guarded(async () => ((await this.sql`SELECT * FROM api_keys ORDER BY created_at, id`) as KeyRow[]).map(toRecord))
+    return guarded(async () => {
+      const rows = (await this.sql`SELECT * FROM api_keys ORDER BY created_at, id`) as KeyRow[]
+      return rows.map((row) => ({
+        ...toChange(row),
+        name: row.name,
+        createdAt: exactInteger(row.created_at),
+        lastUsedAt: optional(row.last_used_at),
+      }))
+    })
   }
 
   /** True when the key exists; a key already revoked keeps its time and takes no change number. */
@@ -91,10 +97,11 @@ export class PostgresKeys implements KeyRepository {
    */
   changesSince(after: number): Promise<KeyChanges> {
     return guarded(async () => {
-      const records: ApiKeyRecord[] = []
+      const records: KeyChange[] = []
       for (let last = after; ; ) {
-        const rows = (await this.sql`SELECT * FROM api_keys WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as KeyRow[]
-        for (const row of rows) records.push(toRecord(row))
+        const rows = (await this.sql`SELECT id, plan, rpm, rpd, secret_hash, revoked_at, change FROM api_keys
+                                     WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as (ChangeRow & { change: string })[]
+        for (const row of rows) records.push(toChange(row))
         if (rows.length > 0) last = exactInteger(rows[rows.length - 1]!.change)
         if (rows.length < CHANGES_PAGE) return { records, last }
       }

@@ -4,7 +4,7 @@
  * SQLite commits one writer at a time, so the numbers become visible in order.
  */
 import type { Database, Statement } from 'bun:sqlite'
-import type { ApiKeyRecord, KeyChanges, KeyRepository } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository } from '../types'
 import { describeUnavailable } from './errors'
 
 interface KeyRow {
@@ -17,17 +17,19 @@ interface KeyRow {
   createdAt: number
   lastUsedAt: number | null
   revokedAt: number | null
-  change: number
 }
 
 const KEY_COLUMNS =
   'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
 
 /** The keys changed after a change number, in change order: a search of the index on `change`. */
-export const KEY_CHANGES_SQL = `SELECT ${KEY_COLUMNS}, change FROM api_keys WHERE change > ? ORDER BY change`
+export const KEY_CHANGES_SQL = `SELECT id, plan, rpm, rpd, secret_hash AS secretHash, revoked_at AS revokedAt, change
+                                FROM api_keys WHERE change > ? ORDER BY change`
 
-function toRecord({ change: _, ...record }: KeyRow): ApiKeyRecord {
-  return record
+type ChangeRow = KeyChange & { change: number }
+
+function withoutChange({ change: _, ...key }: ChangeRow): KeyChange {
+  return key
 }
 
 export class SqliteKeys implements KeyRepository {
@@ -35,14 +37,14 @@ export class SqliteKeys implements KeyRepository {
   private readonly listKeys: Statement<KeyRow, []>
   private readonly revokeKey: Statement<unknown, [number, number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
-  private readonly changedKeys: Statement<KeyRow, [number]>
+  private readonly changedKeys: Statement<ChangeRow, [number]>
   private readonly takeChange: Statement<{ value: number }, []>
 
   constructor(private readonly db: Database) {
     this.insertKey = db.query(
       'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
     )
-    this.listKeys = db.query(`SELECT ${KEY_COLUMNS}, change FROM api_keys ORDER BY created_at, id`)
+    this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
     this.revokeKey = db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?')
     this.touchKey = db.query(
       'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
@@ -74,7 +76,7 @@ export class SqliteKeys implements KeyRepository {
   }
 
   list(): ApiKeyRecord[] {
-    return this.listKeys.all().map(toRecord)
+    return this.listKeys.all()
   }
 
   /** True when the key exists; a key already revoked keeps its time and takes no change number. */
@@ -92,7 +94,7 @@ export class SqliteKeys implements KeyRepository {
 
   changesSince(after: number): KeyChanges {
     const rows = this.changedKeys.all(after)
-    return { records: rows.map(toRecord), last: rows.at(-1)?.change ?? after }
+    return { records: rows.map(withoutChange), last: rows.at(-1)?.change ?? after }
   }
 
   resetLimits(id: string, now: number): boolean {
