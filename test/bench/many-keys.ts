@@ -1,8 +1,8 @@
 /**
  * What 200,000 keys cost the server, on the data file and on a throwaway PostgreSQL: the start (exec
- * to the first 200 on /healthz, median of three) and the latency of requests sent one after another,
- * while nothing changes and while a key is created and revoked with the CLI. A measurement, not a
- * test: it prints figures and never fails on one.
+ * to the first 200 on /healthz, median of three), the latency of requests sent one after another
+ * while nothing changes and while keys are created and revoked with the CLI, and the server's CPU time
+ * while idle (its change poll). A measurement, not a test: it prints figures and never fails on one.
  *
  *   bun test/bench/many-keys.ts [--binary dist/petstore] [--keys 200000]
  */
@@ -13,7 +13,7 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { freePort } from '../support/ports'
 import { startPostgres } from '../support/postgres'
-import { cleanEnv, median, round } from './lib/procs'
+import { cleanEnv, cpuSecondsOf, median, round } from './lib/procs'
 
 const { values } = parseArgs({ options: { binary: { type: 'string', default: 'dist/petstore' }, keys: { type: 'string', default: '200000' } } })
 const BINARY = values.binary!
@@ -76,6 +76,10 @@ async function measure(label: string, storage: string[], key: string): Promise<v
   const { proc } = await start(storage, port)
   try {
     console.log(`${label}: steady        ${await probe(port, key, Bun.sleep(3_000))}`)
+    // The server's own work with no requests at all: the change poll, four times a second.
+    const cpuBefore = cpuSecondsOf(proc.pid)
+    await Bun.sleep(5_000)
+    console.log(`${label}: idle CPU      ${round(((cpuSecondsOf(proc.pid) - cpuBefore) / 5) * 1000)} ms per second`)
     const changes = (async () => {
       for (let i = 0; i < 3; i++) {
         // The id is read from the create's message: `keys list` of every key would load the machine.
