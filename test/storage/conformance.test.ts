@@ -9,8 +9,8 @@ import { join } from 'node:path'
 import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
 import { makeKey } from '../../src/modules/keys/service'
 import { openPostgresStorage } from '../../src/storage/postgres'
-import { openSqliteStorage } from '../../src/storage/sqlite'
-import { type ApiKeyRecord, type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
+import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
+import { type ApiKeyRecord, BatchRolledBackError, type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
 import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
@@ -24,6 +24,8 @@ const PREFIX = 'http://localhost/v1/pets/'
 interface Backend {
   /** A new, empty store, and a function that opens another handle on the same store. */
   fresh(): Promise<{ a: Storage; b: () => Promise<Storage> }>
+  /** Makes the store refuse to insert a pet named `name` (a trigger), as a store may refuse one row. */
+  refuseName(storage: Storage, name: string): Promise<void>
   /** A store at the schema before this one, holding `key` as that schema stored it, and a function that opens it. */
   previousSchema(key: ApiKeyRecord): Promise<() => Promise<Storage>>
 }
@@ -48,6 +50,11 @@ const sqlite: Backend = {
     const file = join(tempDir(), 'petstore.db')
     return { a: await track(openSqliteStorage(file)), b: () => track(openSqliteStorage(file)) }
   },
+  async refuseName(storage, name) {
+    const db = new Database((storage as SqliteStorage).file!)
+    db.run(`CREATE TRIGGER refuse_name BEFORE INSERT ON pets WHEN NEW.name = '${name}' BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+    db.close()
+  },
   async previousSchema(key) {
     const file = join(tempDir(), 'petstore.db')
     const db = new Database(file)
@@ -64,10 +71,23 @@ const sqlite: Backend = {
 
 let cluster: PostgresCluster | undefined
 let databases = 0
+/** The database each first handle was opened on. */
+const urls = new Map<Storage, string>()
 const postgres: Backend = {
   async fresh() {
     const url = await cluster!.createDatabase(`conformance_${++databases}`)
-    return { a: await track(openPostgresStorage(url, { pool: 4 })), b: () => track(openPostgresStorage(url, { pool: 4 })) }
+    const a = await track(openPostgresStorage(url, { pool: 4 }))
+    urls.set(a, url)
+    return { a, b: () => track(openPostgresStorage(url, { pool: 4 })) }
+  },
+  async refuseName(storage, name) {
+    const admin = new Bun.SQL(urls.get(storage)!, { max: 1 })
+    try {
+      await admin.unsafe(`CREATE FUNCTION refuse_name() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+                          CREATE TRIGGER refuse_name BEFORE INSERT ON pets FOR EACH ROW WHEN (NEW.name = '${name}') EXECUTE FUNCTION refuse_name()`)
+    } finally {
+      await admin.close()
+    }
   },
   async previousSchema(key) {
     const url = await cluster!.createDatabase(`conformance_${++databases}`)
@@ -178,6 +198,17 @@ function conformance(name: string, backend: Backend) {
     const all = (await a.pets.list(0, 10_000, undefined)).map((p) => p.id)
     expect(all.length).toBe(3 * (20 * 1 + 20 * 2 + 20 * 3))
     expect(seen).toEqual(all)
+  })
+
+  test(`${name}: a batch whose transaction fails on one row is rolled back whole, and says so`, async () => {
+    const { a } = await backend.fresh()
+    await backend.refuseName(a, 'refused')
+    const failed = create(a, [withKey('Rex', 'k1'), { pet: pet('refused') }, withKey('Max', 'k2')])
+    await expect(failed).rejects.toBeInstanceOf(BatchRolledBackError)
+    await expect(failed).rejects.toThrow(/refused/)
+    expect(await a.pets.count()).toBe(0)
+    // Nothing of it was kept: the keys create afresh.
+    expect((await create(a, [withKey('Rex', 'k1'), withKey('Max', 'k2')])).map((outcome) => outcome.kind)).toEqual(['created', 'created'])
   })
 
   test(`${name}: a batch of 9,000 creates with Idempotency-Keys is one transaction`, async () => {
