@@ -297,7 +297,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const pollChanges = async () => {
     storageFault()
     try {
-      await keys.reloadIfChanged()
+      await keys.reload()
       const generation = await storage.pets.generation()
       if (generation !== petsGeneration) pets.dropCaches()
       petsGeneration = generation

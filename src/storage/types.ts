@@ -78,7 +78,8 @@ export interface PetRepository {
   get(id: number): MaybePromise<Pet | null>
   /**
    * Runs every command in one durable transaction (group commit); outcomes in command order. Rejects
-   * with StorageUnavailableError when the store cannot take writes now.
+   * with StorageUnavailableError when the store cannot take writes now, and with BatchRolledBackError
+   * when the transaction failed for another reason (nothing of it was written).
    */
   createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): MaybePromise<CreatePetOutcome[]>
   count(): MaybePromise<number>
@@ -97,8 +98,12 @@ export interface KeyRepository {
   list(): MaybePromise<ApiKeyRecord[]>
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): MaybePromise<boolean>
-  /** Differs whenever a key has been created or revoked since: far cheaper than listing every key. */
-  changeMark(): MaybePromise<string>
+  /**
+   * The keys created or revoked after change number `after` (each create and revoke takes the next
+   * number, visible in order), in the order of their changes; `changesSince(-1)` is every key. Costs
+   * what changed, not the number of keys, so a server can ask four times a second.
+   */
+  changesSince(after: number): MaybePromise<KeyChanges>
   recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
   /**
    * Refills a key's buckets and lifts its ban: its saved day bucket is deleted, and a running server
@@ -107,6 +112,15 @@ export interface KeyRepository {
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The key ids whose limits were reset since this handle's last call. */
   takeLimitResets(): MaybePromise<string[]>
+}
+
+/** What a server needs of a key to accept it: a change reads no more (a start reads every key). */
+export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
+
+export interface KeyChanges {
+  records: KeyChange[]
+  /** The newest change number read: ask for the changes after it next. `after` when nothing changed. */
+  last: number
 }
 
 export interface SavedBucket {
@@ -147,7 +161,8 @@ export interface Storage {
 export interface PetWriter {
   /**
    * Commits the batch in one durable transaction; outcomes in command order. Rejects with
-   * StorageUnavailableError when the store refuses writes.
+   * StorageUnavailableError when the store refuses writes, with BatchRolledBackError when the
+   * transaction failed and wrote nothing, and otherwise (the batch's fate unknown) with any error.
    */
   write(batch: PetBatch): Promise<CreatePetOutcome[]>
   /** Closes the writer's connection; call it with no batch in flight. */
@@ -172,6 +187,22 @@ export class StorageUnavailableError extends Error {
   ) {
     super(message)
   }
+}
+
+/**
+ * A batch's transaction failed for a reason other than availability (a row the store refused, a bug)
+ * and was rolled back: nothing of it was written, so its commands may be tried again apart.
+ */
+export class BatchRolledBackError extends Error {
+  constructor(readonly reason: unknown) {
+    super((reason as Error)?.message ?? String(reason))
+  }
+}
+
+/** How a failed batch transaction is reported: unavailable as it is, anything else as rolled back. */
+export function batchFailed(error: unknown): never {
+  if (error instanceof StorageUnavailableError || error instanceof BatchRolledBackError) throw error
+  throw new BatchRolledBackError(error)
 }
 
 /** Reading the data file failed because it is damaged: reads of it cannot be trusted any more. */

@@ -3,14 +3,17 @@
  * cases, through two handles on one store where the case is about other processes or instances
  * (idempotency races, ordered id visibility, keys, the one bootstrap key).
  */
+import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
 import { makeKey } from '../../src/modules/keys/service'
 import { openPostgresStorage } from '../../src/storage/postgres'
-import { openSqliteStorage } from '../../src/storage/sqlite'
-import { type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
-import { LOCKS } from '../../src/storage/postgres/migrations'
+import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
+import { type ApiKeyRecord, BatchRolledBackError, type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
+import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
+import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
+import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
@@ -21,7 +24,16 @@ const PREFIX = 'http://localhost/v1/pets/'
 interface Backend {
   /** A new, empty store, and a function that opens another handle on the same store. */
   fresh(): Promise<{ a: Storage; b: () => Promise<Storage> }>
+  /** Makes the store refuse to insert a pet named `name` (a trigger), as a store may refuse one row. */
+  refuseName(storage: Storage, name: string): Promise<void>
+  /** A store at the schema before this one, holding `key` as that schema stored it, and a function that opens it. */
+  previousSchema(key: ApiKeyRecord): Promise<() => Promise<Storage>>
 }
+
+/** What a change reports of a key. */
+const changeOf = ({ id, plan, rpm, rpd, secretHash, revokedAt }: ApiKeyRecord) => ({ id, plan, rpm, rpd, secretHash, revokedAt })
+const keyRow = (r: ApiKeyRecord) => [r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt]
+const INSERT_KEY_ROW = 'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)'
 
 const opened: Storage[] = []
 async function track<T extends Storage>(storage: T | Promise<T>): Promise<T> {
@@ -38,14 +50,59 @@ const sqlite: Backend = {
     const file = join(tempDir(), 'petstore.db')
     return { a: await track(openSqliteStorage(file)), b: () => track(openSqliteStorage(file)) }
   },
+  async refuseName(storage, name) {
+    const db = new Database((storage as SqliteStorage).file!)
+    db.run(`CREATE TRIGGER refuse_name BEFORE INSERT ON pets WHEN NEW.name = '${name}' BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+    db.close()
+  },
+  async previousSchema(key) {
+    const file = join(tempDir(), 'petstore.db')
+    const db = new Database(file)
+    for (const [step, migration] of SQLITE_MIGRATIONS.slice(0, -1).entries()) {
+      db.run(migration)
+      db.run(`PRAGMA application_id = ${APPLICATION_ID}`)
+      db.run(`PRAGMA user_version = ${step + 1}`)
+    }
+    db.query(`${INSERT_KEY_ROW} VALUES (?, ?, ?, ?, ?, ?, ?)`).run(...keyRow(key))
+    db.close()
+    return () => track(openSqliteStorage(file))
+  },
 }
 
 let cluster: PostgresCluster | undefined
 let databases = 0
+/** The database each first handle was opened on. */
+const urls = new Map<Storage, string>()
 const postgres: Backend = {
   async fresh() {
     const url = await cluster!.createDatabase(`conformance_${++databases}`)
-    return { a: await track(openPostgresStorage(url, { pool: 4 })), b: () => track(openPostgresStorage(url, { pool: 4 })) }
+    const a = await track(openPostgresStorage(url, { pool: 4 }))
+    urls.set(a, url)
+    return { a, b: () => track(openPostgresStorage(url, { pool: 4 })) }
+  },
+  async refuseName(storage, name) {
+    const admin = new Bun.SQL(urls.get(storage)!, { max: 1 })
+    try {
+      await admin.unsafe(`CREATE FUNCTION refuse_name() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+                          CREATE TRIGGER refuse_name BEFORE INSERT ON pets FOR EACH ROW WHEN (NEW.name = '${name}') EXECUTE FUNCTION refuse_name()`)
+    } finally {
+      await admin.close()
+    }
+  },
+  async previousSchema(key) {
+    const url = await cluster!.createDatabase(`conformance_${++databases}`)
+    const admin = new Bun.SQL(url, { max: 1 })
+    try {
+      await admin.unsafe('CREATE TABLE petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())')
+      for (const [step, migration] of POSTGRES_MIGRATIONS.slice(0, -1).entries()) {
+        await admin.unsafe(migration)
+        await admin`INSERT INTO petstore_schema (version) VALUES (${step + 1})`
+      }
+      await admin.unsafe(`${INSERT_KEY_ROW} VALUES ($1, $2, $3, $4, $5, $6, $7)`, keyRow(key))
+    } finally {
+      await admin.close()
+    }
+    return () => track(openPostgresStorage(url, { pool: 2 }))
   },
 }
 
@@ -143,6 +200,17 @@ function conformance(name: string, backend: Backend) {
     expect(seen).toEqual(all)
   })
 
+  test(`${name}: a batch whose transaction fails on one row is rolled back whole, and says so`, async () => {
+    const { a } = await backend.fresh()
+    await backend.refuseName(a, 'refused')
+    const failed = create(a, [withKey('Rex', 'k1'), { pet: pet('refused') }, withKey('Max', 'k2')])
+    await expect(failed).rejects.toBeInstanceOf(BatchRolledBackError)
+    await expect(failed).rejects.toThrow(/refused/)
+    expect(await a.pets.count()).toBe(0)
+    // Nothing of it was kept: the keys create afresh.
+    expect((await create(a, [withKey('Rex', 'k1'), withKey('Max', 'k2')])).map((outcome) => outcome.kind)).toEqual(['created', 'created'])
+  })
+
   test(`${name}: a batch of 9,000 creates with Idempotency-Keys is one transaction`, async () => {
     const { a } = await backend.fresh()
     const outcomes = await create(a, Array.from({ length: 9_000 }, (_, i) => withKey(`p${i}`, `bulk-${i}`)))
@@ -152,22 +220,46 @@ function conformance(name: string, backend: Backend) {
     expect(await a.pets.count()).toBe(9_000)
   })
 
-  test(`${name}: keys are stored, listed, revoked, and marked as changed for other handles`, async () => {
+  test(`${name}: keys are stored, listed, revoked, and read by other handles as changes, only once each`, async () => {
     const { a, b } = await backend.fresh()
     const other = await b()
-    const before = await other.keys.changeMark()
+    const empty = await other.keys.changesSince(-1)
+    expect(empty.records).toEqual([])
     const { record } = makeKey({ plan: 'pro', name: 'app' }, NOW)
+    const { record: second } = makeKey({ plan: 'free', name: 'second' }, NOW + 1)
     await a.keys.insert(record)
-    const afterCreate = await other.keys.changeMark()
-    expect(afterCreate).not.toBe(before)
-    expect(await other.keys.list()).toEqual([record])
+    await a.keys.insert(second)
+    const created = await other.keys.changesSince(empty.last)
+    expect(created.records).toEqual([changeOf(record), changeOf(second)])
+    expect(created.last).toBeGreaterThan(empty.last)
+    expect(await other.keys.changesSince(created.last)).toEqual({ records: [], last: created.last })
+    expect(await other.keys.list()).toEqual([record, second])
+
     expect(await a.keys.revoke(record.id, NOW + 5)).toBe(true)
     expect(await a.keys.revoke('key_missing', NOW + 5)).toBe(false)
-    expect(await other.keys.changeMark()).not.toBe(afterCreate)
-    expect((await other.keys.list())[0]!.revokedAt).toBe(NOW + 5)
+    const revoked = await other.keys.changesSince(created.last)
+    expect(revoked.records).toEqual([changeOf({ ...record, revokedAt: NOW + 5 })])
+    // A second revoke keeps the first time and is no change; neither are last-used times.
+    expect(await a.keys.revoke(record.id, NOW + 6)).toBe(true)
     await a.keys.recordLastUsed(new Map([[record.id, NOW + 9]]))
     await a.keys.recordLastUsed(new Map([[record.id, NOW + 7]]))
-    expect((await other.keys.list())[0]!.lastUsedAt).toBe(NOW + 9)
+    expect(await other.keys.changesSince(revoked.last)).toEqual({ records: [], last: revoked.last })
+    expect((await other.keys.list())[0]).toMatchObject({ revokedAt: NOW + 5, lastUsedAt: NOW + 9 })
+    // From the start, every key in the order of its last change.
+    expect((await other.keys.changesSince(-1)).records.map((key) => key.id)).toEqual([second.id, record.id])
+  })
+
+  test(`${name}: a store from before change numbers is upgraded in place: its keys are read once, then only changes`, async () => {
+    const { record: old } = makeKey({ plan: 'pro', name: 'old' }, NOW)
+    const storage = await (await backend.previousSchema(old))()
+    const all = await storage.keys.changesSince(-1)
+    expect(all.records).toEqual([changeOf(old)])
+    const { record: fresh } = makeKey({ plan: 'free', name: 'new' }, NOW + 1)
+    await storage.keys.insert(fresh)
+    const next = await storage.keys.changesSince(all.last)
+    expect(next.records).toEqual([changeOf(fresh)])
+    expect(await storage.keys.revoke(old.id, NOW + 2)).toBe(true)
+    expect((await storage.keys.changesSince(next.last)).records).toEqual([changeOf({ ...old, revokedAt: NOW + 2 })])
   })
 
   test(`${name}: handles that make the bootstrap key at the same moment make one`, async () => {
@@ -210,6 +302,15 @@ function conformance(name: string, backend: Backend) {
 
 describe('storage conformance', () => {
   conformance('sqlite', sqlite)
+
+  test('sqlite: the changed keys are found by a search of the index on change numbers, not a scan of every key', async () => {
+    const file = join(tempDir(), 'petstore.db')
+    await track(openSqliteStorage(file))
+    const db = new Database(file, { readonly: true })
+    const plan = db.query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${KEY_CHANGES_SQL}`).all(0).map((step) => step.detail)
+    db.close()
+    expect(plan).toEqual(['SEARCH api_keys USING INDEX api_keys_by_change (change>?)'])
+  })
 })
 
 describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {

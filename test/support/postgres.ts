@@ -13,8 +13,11 @@ export interface PostgresCluster {
   /** postgres://postgres@127.0.0.1:PORT/DATABASE, for the database this cluster was asked for. */
   url: string
   port: number
-  /** A fresh, empty database on this cluster, and its URL. */
-  createDatabase(name: string): Promise<string>
+  /**
+   * A fresh, empty database on this cluster, and its URL; in another encoding than UTF8 when asked
+   * (as `createdb -E ENCODING -T template0 --locale=C`).
+   */
+  createDatabase(name: string, encoding?: string): Promise<string>
   /** Stops the server (fast shutdown), keeping its files. */
   stop(): Promise<void>
   /** Starts it again on the same port. */
@@ -70,10 +73,11 @@ export async function startPostgres(): Promise<PostgresCluster> {
   const cluster: PostgresCluster = {
     url: `${base}/postgres`,
     port,
-    async createDatabase(name) {
+    async createDatabase(name, encoding) {
       const admin = new Bun.SQL(`${base}/postgres`, { max: 1 })
+      const other = encoding ? ` ENCODING '${encoding.replace(/\W/g, '')}' TEMPLATE template0 LOCALE 'C'` : ''
       try {
-        await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '')}"`)
+        await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '')}"${other}`)
       } finally {
         await admin.close()
       }

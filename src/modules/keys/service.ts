@@ -5,7 +5,7 @@
  * whole secret means the time taken never depends on how much of a guess was right.
  */
 import type { Limits } from '../../limiter/limiter'
-import type { ApiKeyRecord, KeyRepository, MaybePromise, Plan, Storage } from '../../storage/types'
+import type { ApiKeyRecord, KeyChanges, KeyRepository, MaybePromise, Plan, Storage } from '../../storage/types'
 
 export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
   free: { rpm: 60, rpd: 1_000 },
@@ -92,8 +92,9 @@ export interface ActiveKey {
 
 /**
  * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
- * Reloaded when another process (the CLI, another instance) creates or revokes a key, which the server
- * notices within its poll interval, so the change takes effect everywhere in under a second.
+ * Keys another process (the CLI, another instance) creates or revokes are read from storage's change
+ * numbers at each poll, and only those: the change takes effect everywhere in under a second, at a
+ * cost that does not grow with the number of keys.
  */
 export class KeyRegistry {
   private byHash = new Map<string, ActiveKey>()
@@ -103,7 +104,8 @@ export class KeyRegistry {
    */
   private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
-  private loadedMark = ''
+  /** The newest change number applied; -1 before the first load. */
+  private applied = -1
 
   /** Empty until the first reload (which createApp starts). */
   constructor(private readonly storage: Storage) {}
@@ -112,37 +114,35 @@ export class KeyRegistry {
     return this.byHash.size
   }
 
+  /** Applies the keys created or revoked since the last load; the first load reads every key. */
   reload(): MaybePromise<void> {
-    // Taken before the list: a change between the two is then seen again by the next reloadIfChanged.
-    const mark = this.storage.keys.changeMark()
-    if (mark instanceof Promise) return mark.then(async (taken) => this.install(taken, await this.storage.keys.list()))
-    this.install(mark, this.storage.keys.list() as ApiKeyRecord[])
+    const from = this.applied
+    const changes = this.storage.keys.changesSince(from)
+    return changes instanceof Promise ? changes.then((read) => this.apply(from, read)) : this.apply(from, changes)
   }
 
-  private install(mark: string, records: ApiKeyRecord[]): void {
-    this.loadedMark = mark
-    const next = new Map<string, ActiveKey>()
+  /**
+   * A read that another load overtook (two loads in flight) is dropped and read again from where that
+   * one ended, so an older read never undoes a newer one (a revoked key coming back).
+   */
+  private apply(from: number, { records, last }: KeyChanges): MaybePromise<void> {
+    if (from !== this.applied) return this.reload()
+    const revoked = new Set<string>()
     for (const record of records) {
-      if (record.revokedAt !== null) continue
-      next.set(record.secretHash, {
+      if (record.revokedAt !== null) {
+        this.byHash.delete(record.secretHash)
+        revoked.add(record.id)
+        continue
+      }
+      this.byHash.set(record.secretHash, {
         id: record.id,
         plan: record.plan,
         limits: { rpm: record.rpm, rpd: record.rpd },
         subject: `key:${record.id}`,
       })
     }
-    this.byHash = next
-    this.verified = new Map()
-  }
-
-  /**
-   * Reloads only when a key was created or revoked. The data file also changes under every batch of
-   * new pets (committed on another connection), and a full reload costs about 1 ms per 1,000 keys.
-   */
-  reloadIfChanged(): MaybePromise<void> {
-    const mark = this.storage.keys.changeMark()
-    if (mark instanceof Promise) return mark.then((now) => (now === this.loadedMark ? undefined : this.reload()))
-    if (mark !== this.loadedMark) return this.reload()
+    if (revoked.size > 0) for (const [secret, key] of this.verified) if (revoked.has(key.id)) this.verified.delete(secret)
+    this.applied = last
   }
 
   find(secret: string): ActiveKey | undefined {

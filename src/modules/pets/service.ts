@@ -7,6 +7,7 @@
  */
 import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '../../errors'
 import {
+  BatchRolledBackError,
   type CreatePetCommand,
   type CreatePetOutcome,
   type MaybePromise,
@@ -14,6 +15,7 @@ import {
   type Pet,
   type PetRepository,
   type PetStatus,
+  type PetBatch,
   type PetWriter,
   StorageDamagedError,
   StorageUnavailableError,
@@ -222,32 +224,57 @@ export class PetService {
   }
 
   private async commit(batch: Pending[]): Promise<void> {
-    let outcomes: CreatePetOutcome[]
     const refuse = (fault: string) => {
       for (const pending of batch) pending.reject(unavailable(`Creates are refused: ${fault}.`))
     }
     const before = this.options.storageFault()
     if (before) return refuse(before)
-    try {
-      outcomes = await this.writer.write({
-        commands: batch.map((pending) => pending.command),
-        now: this.options.now(),
-        locationPrefix: this.options.locationPrefix(),
-      })
-    } catch (error) {
-      // A batch that failed may still have been committed (a commit thread that stopped before it could
-      // answer), so the pages it could have changed are made again.
-      this.forgetLastPages()
-      if (error instanceof StorageUnavailableError) this.noteRefusal(error.code)
-      const answer = error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options)
-      for (const pending of batch) pending.reject(answer)
-      return
+    const results = await this.writeApart({
+      commands: batch.map((pending) => pending.command),
+      now: this.options.now(),
+      locationPrefix: this.options.locationPrefix(),
+    })
+    // A batch that failed may still have been committed (a commit thread that stopped before it could
+    // answer), so the pages it could have changed are made again, as after a create.
+    if (results.some((result) => !('outcome' in result) || result.outcome.kind === 'created')) this.forgetLastPages()
+    const written = results.some((result) => 'outcome' in result)
+    if (written) {
+      const after = this.options.storageFault()
+      if (after) return refuse(after)
     }
-    if (outcomes.some((outcome) => outcome.kind === 'created')) this.forgetLastPages()
-    const after = this.options.storageFault()
-    if (after) return refuse(after)
-    this.noteRefusal(null)
-    outcomes.forEach((outcome, i) => batch[i]!.resolve(outcome))
+    const refusal = results.find((result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError)
+    if (refusal) this.noteRefusal(refusal.error.code)
+    else if (written) this.noteRefusal(null)
+    /** One answer per error, so a batch that failed as a whole is logged once. */
+    const answers = new Map<unknown, ApiError>()
+    results.forEach((result, i) => {
+      if ('outcome' in result) return batch[i]!.resolve(result.outcome)
+      const { error } = result
+      if (!answers.has(error))
+        answers.set(error, error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options))
+      batch[i]!.reject(answers.get(error))
+    })
+  }
+
+  /**
+   * Writes the batch; when its transaction fails for a reason other than availability and wrote
+   * nothing (a row the store refuses), the halves are written apart, in order, down to the one command
+   * that fails, so one bad row never fails the others. Halves go one after the other, so ids and
+   * Idempotency-Keys settle as if the batch had been one; a half that cannot be written gets its error.
+   */
+  private async writeApart(batch: PetBatch): Promise<({ outcome: CreatePetOutcome } | { error: unknown })[]> {
+    try {
+      return (await this.writer.write(batch)).map((outcome) => ({ outcome }))
+    } catch (error) {
+      if (!(error instanceof BatchRolledBackError) || batch.commands.length === 1)
+        return batch.commands.map(() => ({ error: error instanceof BatchRolledBackError ? error.reason : error }))
+      const half = Math.ceil(batch.commands.length / 2)
+      const first = await this.writeApart({ ...batch, commands: batch.commands.slice(0, half) })
+      const rest = batch.commands.slice(half)
+      // Storage that stopped taking writes meanwhile refuses the rest too, without being asked again.
+      const refused = first.find((result) => 'error' in result && result.error instanceof StorageUnavailableError)
+      return [...first, ...(refused ? rest.map(() => refused) : await this.writeApart({ ...batch, commands: rest }))]
+    }
   }
 
   /**

@@ -41,6 +41,7 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
     connectionTimeout: 5,
   }, deadlines)
   try {
+    await checkEncoding(sql, location)
     await migrate(sql, location)
   } catch (error) {
     await sql.close()
@@ -49,6 +50,20 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
     throw new StorageOpenError(`cannot use PostgreSQL at ${location}: ${(error as Error).message}`)
   }
   return new PostgresStorage(sql, location)
+}
+
+/**
+ * Names may hold any Unicode character, and a database in another encoding refuses (or, as SQL_ASCII,
+ * stores unchecked and sorts as bytes) the ones it cannot hold; then one name would fail its whole
+ * batch. Only UTF8 can hold every name, so any other encoding is refused before anything is written.
+ */
+async function checkEncoding(sql: Database, location: string): Promise<void> {
+  const [row] = (await sql`SELECT current_setting('server_encoding') AS encoding`) as { encoding: string }[]
+  if (row!.encoding !== 'UTF8')
+    throw new StorageOpenError(
+      `the database at ${location} uses the ${row!.encoding} encoding, which cannot hold every pet name; ` +
+        `petstore needs a UTF8 database (createdb -E UTF8 -T template0 NAME)`,
+    )
 }
 
 async function migrate(sql: Database, location: string): Promise<void> {

@@ -1,9 +1,11 @@
 /**
  * API keys, key-limit resets and saved day buckets in PostgreSQL. Several instances read the same
- * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once.
+ * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once,
+ * and each create or revoke of a key takes a change number, so instances read only what changed.
  */
+import type { SQL } from 'bun'
 import type { Database } from './pool'
-import type { ApiKeyRecord, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
@@ -20,7 +22,40 @@ interface KeyRow {
   revoked_at: string | null
 }
 
+type ChangeRow = Pick<KeyRow, 'id' | 'plan' | 'rpm' | 'rpd' | 'secret_hash' | 'revoked_at'>
+
+/** Rows per read of changed keys (see changesSince). */
+const CHANGES_PAGE = 10_000
+
 const optional = (value: string | null) => (value === null ? null : exactInteger(value))
+
+function toChange(row: ChangeRow): KeyChange {
+  return {
+    id: row.id,
+    plan: row.plan,
+    rpm: exactInteger(row.rpm),
+    rpd: exactInteger(row.rpd),
+    secretHash: row.secret_hash,
+    revokedAt: optional(row.revoked_at),
+  }
+}
+
+/**
+ * The next change number, for a create or revoke of a key in transaction `tx`. The lock is held until
+ * it commits, as for pet ids: numbers become visible in order, so a poll that has read past one never
+ * misses it.
+ */
+async function takeChange(tx: SQL): Promise<string> {
+  await tx`SELECT pg_advisory_xact_lock(${LOCKS.keyChanges})`
+  const [row] = (await tx`SELECT nextval('api_keys_change_seq') AS change`) as { change: string }[]
+  return row!.change
+}
+
+async function insertKey(tx: SQL, r: ApiKeyRecord): Promise<void> {
+  const change = await takeChange(tx)
+  await tx`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change)
+           VALUES (${r.id}, ${r.name}, ${r.plan}, ${r.rpm}, ${r.rpd}, ${r.secretHash}, ${r.createdAt}, ${change})`
+}
 
 export class PostgresKeys implements KeyRepository {
   /** The newest reset this handle has reported; resets older than its opening are not reported. */
@@ -29,38 +64,48 @@ export class PostgresKeys implements KeyRepository {
   constructor(private readonly sql: Database) {}
 
   insert(r: ApiKeyRecord): Promise<void> {
-    return guarded(async () => {
-      await this.sql`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)
-                     VALUES (${r.id}, ${r.name}, ${r.plan}, ${r.rpm}, ${r.rpd}, ${r.secretHash}, ${r.createdAt})`
-    })
+    return guarded(() => this.sql.begin((tx) => insertKey(tx, r)))
   }
 
   list(): Promise<ApiKeyRecord[]> {
     return guarded(async () => {
       const rows = (await this.sql`SELECT * FROM api_keys ORDER BY created_at, id`) as KeyRow[]
       return rows.map((row) => ({
-        id: row.id,
+        ...toChange(row),
         name: row.name,
-        plan: row.plan,
-        rpm: exactInteger(row.rpm),
-        rpd: exactInteger(row.rpd),
-        secretHash: row.secret_hash,
         createdAt: exactInteger(row.created_at),
         lastUsedAt: optional(row.last_used_at),
-        revokedAt: optional(row.revoked_at),
       }))
     })
   }
 
+  /** True when the key exists; a key already revoked keeps its time and takes no change number. */
   revoke(id: string, now: number): Promise<boolean> {
-    return guarded(async () => (await this.sql`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ${now}) WHERE id = ${id}`).count > 0)
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
+        if (key?.revoked_at === null) await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
+        return key !== undefined
+      }),
+    )
   }
 
-  /** Keys are never deleted and a revocation is never undone, so the two counts only grow with each change. */
-  changeMark(): Promise<string> {
+  /**
+   * Read in pages: PostgreSQL plans an unbounded `change > $1` as a scan of every key until it has
+   * statistics of the table (after a bulk import, say), and a page this size keeps it on the index.
+   * Numbers are unique and become visible in order, so pages read one after the other still read
+   * every change once.
+   */
+  changesSince(after: number): Promise<KeyChanges> {
     return guarded(async () => {
-      const [row] = (await this.sql`SELECT count(*) AS keys, count(revoked_at) AS revoked FROM api_keys`) as { keys: string; revoked: string }[]
-      return `${row!.keys}:${row!.revoked}`
+      const records: KeyChange[] = []
+      for (let last = after; ; ) {
+        const rows = (await this.sql`SELECT id, plan, rpm, rpd, secret_hash, revoked_at, change FROM api_keys
+                                     WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as (ChangeRow & { change: string })[]
+        for (const row of rows) records.push(toChange(row))
+        if (rows.length > 0) last = exactInteger(rows[rows.length - 1]!.change)
+        if (rows.length < CHANGES_PAGE) return { records, last }
+      }
     })
   }
 
@@ -104,8 +149,7 @@ export class PostgresKeys implements KeyRepository {
       this.sql.begin(async (tx) => {
         await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
         if ((await tx`SELECT 1 FROM api_keys LIMIT 1`).length > 0) return false
-        await tx`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)
-                 VALUES (${r.id}, ${r.name}, ${r.plan}, ${r.rpm}, ${r.rpd}, ${r.secretHash}, ${r.createdAt})`
+        await insertKey(tx, r)
         return true
       }),
     )

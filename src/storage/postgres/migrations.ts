@@ -12,6 +12,8 @@ export const LOCKS = {
   petIds: 0x5045_5453_0002n,
   /** The same for the sequence numbers of limit resets, which instances read past. */
   limitResets: 0x5045_5453_0003n,
+  /** The same for the change numbers of keys created or revoked, which instances read past. */
+  keyChanges: 0x5045_5453_0004n,
 } as const
 
 export const MIGRATIONS: string[] = [
@@ -59,4 +61,9 @@ export const MIGRATIONS: string[] = [
      requested_at bigint NOT NULL,
      seq bigint NOT NULL
    );`,
+  // Each create or revoke of a key takes the next change number, so an instance reads only what changed.
+  // The default numbers the keys already there, each its own (instances page through them by number).
+  `CREATE SEQUENCE api_keys_change_seq AS bigint;
+   ALTER TABLE api_keys ADD COLUMN change bigint NOT NULL DEFAULT nextval('api_keys_change_seq');
+   CREATE UNIQUE INDEX api_keys_by_change ON api_keys (change);`,
 ]

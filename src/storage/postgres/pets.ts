@@ -8,15 +8,16 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import type {
-  CreatePetCommand,
-  CreatePetOutcome,
-  CreateRules,
-  IdempotencyRecord,
-  NewPet,
-  Pet,
-  PetRepository,
-  PetStatus,
+import {
+  batchFailed,
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type CreateRules,
+  type IdempotencyRecord,
+  type NewPet,
+  type Pet,
+  type PetRepository,
+  type PetStatus,
 } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
@@ -147,7 +148,7 @@ export class PostgresPets implements PetRepository {
         }
         return outcomes as CreatePetOutcome[]
       }),
-    )
+    ).catch(batchFailed)
   }
 }
 

@@ -5,7 +5,7 @@
  * domain's (modules/pets/batch.ts), the same on every backend.
  */
 import { batchRules } from '../../modules/pets/batch'
-import { type PetBatch, StorageUnavailableError } from '../types'
+import { BatchRolledBackError, type PetBatch, StorageUnavailableError } from '../types'
 import { openPetCommitter } from './index'
 import type { CommitReply, CommitRequest, CommitResult } from './writer'
 
@@ -31,7 +31,9 @@ function commit(batch: PetBatch): CommitResult {
     return { kind: 'committed', outcomes: committer.pets.createMany(batch.commands, batch.now, batchRules(batch)) }
   } catch (error) {
     if (error instanceof StorageUnavailableError) return { kind: 'unavailable', code: error.code }
-    const { message, stack } = error instanceof Error ? error : new Error(String(error))
-    return { kind: 'failed', message, stack: stack ?? message }
+    const rolledBack = error instanceof BatchRolledBackError
+    const reason = rolledBack ? error.reason : error
+    const { message, stack } = reason instanceof Error ? reason : new Error(String(reason))
+    return { kind: 'failed', message, stack: stack ?? message, rolledBack }
   }
 }

@@ -18,9 +18,13 @@ export function reading<T>(read: () => T): T {
   }
 }
 
+/** A failed write as StorageUnavailableError when the file cannot be written now; otherwise as it was. */
+export function classified(error: unknown): unknown {
+  const code = (error as { code?: string })?.code ?? ''
+  return UNAVAILABLE_CODES.test(code) ? new StorageUnavailableError(code) : error
+}
+
 /** Rethrows a failed write: as StorageUnavailableError when the file cannot be written now. */
 export function describeUnavailable(error: unknown): never {
-  const code = (error as { code?: string })?.code ?? ''
-  if (UNAVAILABLE_CODES.test(code)) throw new StorageUnavailableError(code)
-  throw error
+  throw classified(error)
 }

@@ -1,6 +1,10 @@
-/** API keys, and the requests from `keys reset-limits` to a running server, in the data file. */
+/**
+ * API keys, and the requests from `keys reset-limits` to a running server, in the data file. Every
+ * create and revoke of a key takes the next number of the `keys_change` counter in its transaction;
+ * SQLite commits one writer at a time, so the numbers become visible in order.
+ */
 import type { Database, Statement } from 'bun:sqlite'
-import type { ApiKeyRecord, KeyRepository } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository } from '../types'
 import { describeUnavailable } from './errors'
 
 interface KeyRow {
@@ -18,29 +22,42 @@ interface KeyRow {
 const KEY_COLUMNS =
   'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
 
+/** The keys changed after a change number, in change order: a search of the index on `change`. */
+export const KEY_CHANGES_SQL = `SELECT id, plan, rpm, rpd, secret_hash AS secretHash, revoked_at AS revokedAt, change
+                                FROM api_keys WHERE change > ? ORDER BY change`
+
+type ChangeRow = KeyChange & { change: number }
+
+function withoutChange({ change: _, ...key }: ChangeRow): KeyChange {
+  return key
+}
 
 export class SqliteKeys implements KeyRepository {
-  private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number]>
+  private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number, number]>
   private readonly listKeys: Statement<KeyRow, []>
-  private readonly revokeKey: Statement<unknown, [number, string]>
+  private readonly revokeKey: Statement<unknown, [number, number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
-  private readonly countKeys: Statement<{ keys: number; revoked: number }, []>
+  private readonly changedKeys: Statement<ChangeRow, [number]>
+  private readonly takeChange: Statement<{ value: number }, []>
 
   constructor(private readonly db: Database) {
     this.insertKey = db.query(
-      'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
     )
     this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
-    this.revokeKey = db.query('UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?')
+    this.revokeKey = db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?')
     this.touchKey = db.query(
       'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
     )
-    this.countKeys = db.query('SELECT count(*) AS keys, count(revoked_at) AS revoked FROM api_keys')
+    this.changedKeys = db.query(KEY_CHANGES_SQL)
+    this.takeChange = db.query("UPDATE meta SET value = value + 1 WHERE name = 'keys_change' RETURNING value")
   }
 
   insert(r: ApiKeyRecord): void {
     try {
-      this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt)
+      this.db.transaction(() => {
+        this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
+      }).immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -62,18 +79,22 @@ export class SqliteKeys implements KeyRepository {
     return this.listKeys.all()
   }
 
+  /** True when the key exists; a key already revoked keeps its time and takes no change number. */
   revoke(id: string, now: number): boolean {
     try {
-      return this.revokeKey.run(now, id).changes > 0
+      return this.db.transaction(() => {
+        const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
+        if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
+        return key !== null
+      }).immediate()
     } catch (error) {
       describeUnavailable(error)
     }
   }
 
-  /** Keys are never deleted and a revocation is never undone, so the two counts only grow with each change. */
-  changeMark(): string {
-    const { keys, revoked } = this.countKeys.get()!
-    return `${keys}:${revoked}`
+  changesSince(after: number): KeyChanges {
+    const rows = this.changedKeys.all(after)
+    return { records: rows.map(withoutChange), last: rows.at(-1)?.change ?? after }
   }
 
   resetLimits(id: string, now: number): boolean {

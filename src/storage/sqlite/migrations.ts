@@ -46,4 +46,8 @@ export const MIGRATIONS: string[] = [
   `CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
    INSERT INTO meta (name, value) VALUES ('pets_generation', 0);
    CREATE TABLE limit_resets (key_id TEXT PRIMARY KEY, requested_at INTEGER NOT NULL) WITHOUT ROWID;`,
+  // Each create or revoke of a key takes the next change number, so a server reads only what changed.
+  `ALTER TABLE api_keys ADD COLUMN change INTEGER NOT NULL DEFAULT 0;
+   CREATE INDEX api_keys_by_change ON api_keys (change);
+   INSERT INTO meta (name, value) VALUES ('keys_change', 0);`,
 ]

@@ -1,16 +1,17 @@
 /** Pets and idempotency records in the data file, through statements prepared once. */
 import type { Database, Statement } from 'bun:sqlite'
-import type {
-  CreatePetCommand,
-  CreatePetOutcome,
-  CreateRules,
-  IdempotencyRecord,
-  NewPet,
-  Pet,
-  PetRepository,
-  PetStatus,
+import {
+  batchFailed,
+  type CreatePetCommand,
+  type CreatePetOutcome,
+  type CreateRules,
+  type IdempotencyRecord,
+  type NewPet,
+  type Pet,
+  type PetRepository,
+  type PetStatus,
 } from '../types'
-import { describeUnavailable, reading } from './errors'
+import { classified, describeUnavailable, reading } from './errors'
 
 interface PetRow {
   id: number
@@ -107,7 +108,7 @@ export class SqlitePets implements PetRepository {
       // once, skipping the busy timeout.
       return this.createTransaction.immediate(commands, now, rules)
     } catch (error) {
-      describeUnavailable(error)
+      batchFailed(classified(error))
     }
   }
 

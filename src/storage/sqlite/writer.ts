@@ -2,7 +2,7 @@
  * The main thread's side of the commit worker. A file database is committed by a worker thread with
  * its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
-import { type CreatePetOutcome, type PetBatch, type PetWriter, StorageUnavailableError } from '../types'
+import { BatchRolledBackError, type CreatePetOutcome, type PetBatch, type PetWriter, StorageUnavailableError } from '../types'
 
 export type CommitRequest =
   | { kind: 'open'; file: string }
@@ -12,7 +12,8 @@ export type CommitRequest =
 export type CommitResult =
   | { kind: 'committed'; outcomes: CreatePetOutcome[] }
   | { kind: 'unavailable'; code: string }
-  | { kind: 'failed'; message: string; stack: string }
+  /** `rolledBack`: the transaction failed and wrote nothing; otherwise the batch's fate is unknown. */
+  | { kind: 'failed'; message: string; stack: string; rolledBack: boolean }
 
 /** `seq` is the batch's: an answer is only ever given to the batch it is about. */
 export type CommitReply = CommitResult & { seq: number }
@@ -82,7 +83,10 @@ export class WorkerPetWriter implements PetWriter {
     worker.unref()
     if (reply.kind === 'committed') waiting?.resolve(reply.outcomes)
     else if (reply.kind === 'unavailable') waiting?.reject(new StorageUnavailableError(reply.code))
-    else waiting?.reject(Object.assign(new Error(reply.message), { stack: reply.stack }))
+    else {
+      const error = Object.assign(new Error(reply.message), { stack: reply.stack })
+      waiting?.reject(reply.rolledBack ? new BatchRolledBackError(error) : error)
+    }
   }
 
   private fail(worker: Worker, error: unknown): void {
