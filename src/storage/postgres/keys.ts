@@ -3,7 +3,7 @@
  * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once.
  */
 import type { SQL } from 'bun'
-import type { ApiKeyRecord, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
+import type { ApiKeyRecord, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
@@ -88,13 +88,13 @@ export class PostgresKeys implements KeyRepository {
     )
   }
 
-  takeLimitResets(): Promise<string[]> {
+  takeLimitResets(): Promise<LimitReset[]> {
     return guarded(async () => {
       const seen = this.resetsSeen
       const rows = (await this.sql`SELECT key_id, seq FROM limit_resets WHERE seq > ${seen ?? 0} ORDER BY seq`) as { key_id: string; seq: string }[]
       if (rows.length > 0) this.resetsSeen = exactInteger(rows[rows.length - 1]!.seq)
       else this.resetsSeen ??= 0
-      return seen === null ? [] : rows.map((row) => row.key_id)
+      return seen === null ? [] : rows.map((row) => ({ keyId: row.key_id, seq: exactInteger(row.seq) }))
     })
   }
 
