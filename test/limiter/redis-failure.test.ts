@@ -165,6 +165,22 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect((await other.check('key:a', FREE, true)).quota.remaining).toBe(58)
   })
 
+  test('a store left idle through a Redis restart reconnects by itself: its first request afterwards is decided', async () => {
+    const made = limiter()
+    expect((await made.check('key:idle', FREE, true)).allowed).toBe(true)
+    await redis.stop()
+    await redis.start()
+    await admin.connect()
+    // No request meanwhile: the store alone must notice and reconnect, which Redis sees as a client of
+    // its own (other than this test's) whose last command is the store's health check.
+    const storeConnected = async () => {
+      const clients = ((await admin.send('CLIENT', ['LIST'])) as string).split('\n')
+      return clients.some((client) => / cmd=ping /.test(client))
+    }
+    await eventually(storeConnected, 5_000).catch(() => {})
+    expect(await settle(made.check('key:idle', FREE, true))).toMatchObject({ allowed: true, quota: { remaining: 59 } })
+  })
+
   test('a take that timed out while Redis was paused does not happen once Redis resumes', async () => {
     const prefix = uniquePrefix()
     const made = limiter({}, prefix)
