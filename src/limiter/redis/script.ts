@@ -8,14 +8,14 @@
  */
 import { DAY_MS, MINUTE_MS } from '../store'
 
-/** How long the rejection history a ban start deleted is kept, for the undo of a late answer. */
+/** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
 export const UNDO_KEEP_MS = 60_000
 
 /**
  * KEYS: the subject's hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
  * b: banned until, g: the call that started this subject afresh), the list of its last banAfter+1
- * rejection times (oldest first), the call's undo key (written only when the call starts a ban) and the
- * sorted set of address subjects.
+ * rejection times (oldest first), the list its last ban start set aside, and the sorted set of address
+ * subjects.
  * ARGV: rpm, rpd, banAfter, banSeconds, deadline, now, call, maxAddresses, prefix. The deadline is the
  * time on Redis's clock after which the caller has given up: a script that only gets to run later (Redis
  * was paused or busy) changes nothing and answers {'late', clock}. `now` is '' for Redis's clock, or the
@@ -43,7 +43,7 @@ else
   -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections, no ban.
   m, mt, d, dt, bannedUntil = rpm, now, rpd, now, 0
   generation = ARGV[7]
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
 end
 
 -- token-bucket.ts's refill.
@@ -70,7 +70,7 @@ if bannedUntil <= now then
     end
     if count == size and now - tonumber(redis.call('LINDEX', KEYS[2], 0)) < MINUTE then
       bannedUntil, bannedNow = now + tonumber(ARGV[4]) * 1000, 1
-      -- The history starts afresh; it is kept aside a while, in case this call's answer comes too late.
+      -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
       redis.call('RENAME', KEYS[2], KEYS[3])
       redis.call('PEXPIRE', KEYS[3], ${UNDO_KEEP_MS})
     end
@@ -103,7 +103,9 @@ if ARGV[8] ~= '' then
   local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
   if over > 0 then
     local evicted = redis.call('ZPOPMIN', KEYS[4], over)
-    for i = 1, #evicted, 2 do redis.call('DEL', ARGV[9] .. 's:' .. evicted[i], ARGV[9] .. 'r:' .. evicted[i]) end
+    for i = 1, #evicted, 2 do
+      redis.call('DEL', ARGV[9] .. 's:' .. evicted[i], ARGV[9] .. 'r:' .. evicted[i], ARGV[9] .. 'h:' .. evicted[i])
+    end
   end
   if redis.call('PEXPIRETIME', KEYS[4]) < expireAt then redis.call('PEXPIREAT', KEYS[4], expireAt) end
 end
@@ -113,10 +115,12 @@ return {allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), 
 
 /**
  * Undoes one take whose answer came after the caller gave up (its client got 503): the token goes back
- * to both buckets (never above capacity), its rejection leaves the history, and a ban it started is
- * lifted with the history it deleted put back. Nothing is undone when the subject was started afresh
- * since (forgotten, expired, evicted, or its limits changed): its generation is another.
- * KEYS: the subject's hash, its rejection list, the call's undo key.
+ * to both buckets (never above capacity) and its rejection leaves the history; when a ban started with
+ * that rejection counted (by this call, or by a later one while this answer was on its way), it would
+ * not have started without it: it is lifted, and the history it set aside is put back without it.
+ * Nothing is undone when the subject was started afresh since (forgotten, expired, evicted, or its
+ * limits changed): its generation is another.
+ * KEYS: the subject's hash, its rejection list, the list its last ban start set aside.
  * ARGV: generation, allowed, bannedNow, now (as the take pushed it), bannedUntil (as it set it), banAfter.
  * Answers 1 when it undid the take, else 0.
  */
@@ -124,44 +128,45 @@ export const UNDO_SCRIPT = `
 local MINUTE = ${MINUTE_MS}
 local function fmt(x) return string.format('%.17g', x) end
 local state = redis.call('HMGET', KEYS[1], 'g', 'rpm', 'rpd', 'm', 'd', 'b')
-local undone = 0
-if state[1] == ARGV[1] then
-  if ARGV[2] == '1' then
-    redis.call('HSET', KEYS[1], 'm', fmt(math.min(tonumber(state[2]), tonumber(state[4]) + 1)),
-      'd', fmt(math.min(tonumber(state[3]), tonumber(state[5]) + 1)))
-    undone = 1
-  elseif ARGV[3] == '0' then
-    undone = redis.call('LREM', KEYS[2], -1, ARGV[4])
-  elseif state[6] == ARGV[5] then
-    -- The history before the ban, less this call's rejection (its last), ahead of any recorded since.
-    local before = redis.call('LRANGE', KEYS[3], 0, -2)
-    for i = #before, 1, -1 do redis.call('LPUSH', KEYS[2], before[i]) end
-    redis.call('LTRIM', KEYS[2], -(tonumber(ARGV[6]) + 1), -1)
-    redis.call('HSET', KEYS[1], 'b', '0')
-    local last = redis.call('LINDEX', KEYS[2], -1)
-    if last then
-      local expireAt = math.ceil(tonumber(last) + MINUTE) + 1000
-      redis.call('PEXPIREAT', KEYS[2], expireAt)
-      redis.call('PEXPIREAT', KEYS[1], expireAt, 'GT')
-    end
-    undone = 1
-  end
+if state[1] ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'm', fmt(math.min(tonumber(state[2]), tonumber(state[4]) + 1)),
+    'd', fmt(math.min(tonumber(state[3]), tonumber(state[5]) + 1)))
+  return 1
 end
+-- In the history (a ban it started may have been lifted already, which put it back there).
+if redis.call('LREM', KEYS[2], -1, ARGV[4]) == 1 then return 1 end
+
+-- Not in the history: a ban started since it was recorded (it ends after it) set it aside.
+local startedBy = ARGV[3] == '1' and state[6] == ARGV[5]
+local countedToward = ARGV[3] == '0' and tonumber(state[6]) > tonumber(ARGV[4])
+if not (startedBy or countedToward) or redis.call('LREM', KEYS[3], -1, ARGV[4]) == 0 then return 0 end
+local before = redis.call('LRANGE', KEYS[3], 0, -1)
+for i = #before, 1, -1 do redis.call('LPUSH', KEYS[2], before[i]) end
+redis.call('LTRIM', KEYS[2], -(tonumber(ARGV[6]) + 1), -1)
 redis.call('DEL', KEYS[3])
-return undone
+redis.call('HSET', KEYS[1], 'b', '0')
+local last = redis.call('LINDEX', KEYS[2], -1)
+if last then
+  local expireAt = math.ceil(tonumber(last) + MINUTE) + 1000
+  redis.call('PEXPIREAT', KEYS[2], expireAt)
+  redis.call('PEXPIREAT', KEYS[1], expireAt, 'GT')
+end
+return 1
 `
 
 /**
- * A key's limit reset: drops the subject's hash and rejections, once per reset however many instances
- * apply it. KEYS: the subject's hash, its rejection list, the hash of resets applied (subject -> seq).
- * ARGV: subject, seq ('' to drop unconditionally). Answers 1 when it dropped the state, else 0.
+ * A key's limit reset: drops the subject's keys, once per reset however many instances apply it.
+ * KEYS: the subject's hash, its rejection list, the list its last ban set aside, the hash of resets
+ * applied (subject -> seq). ARGV: subject, seq ('' to drop unconditionally). Answers 1 when it dropped
+ * the state, else 0.
  */
 export const FORGET_SCRIPT = `
 if ARGV[2] ~= '' then
-  local applied = redis.call('HGET', KEYS[3], ARGV[1])
+  local applied = redis.call('HGET', KEYS[4], ARGV[1])
   if applied and tonumber(applied) >= tonumber(ARGV[2]) then return 0 end
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 `

@@ -57,7 +57,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
   private readonly maxAddresses: string
-  /** Names this store's calls apart from every other instance's (undo keys, generations). */
+  /** Names this store's calls apart from every other instance's, for the subjects' generations. */
   private readonly instance = randomBytes(9).toString('base64url')
   private calls = 0
   private readonly health: ReturnType<typeof setInterval>
@@ -129,7 +129,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
   private async runTake(subject: string, limits: Limits, isKey: boolean, now: number | undefined, giveUpAt: number): Promise<Taken> {
     await this.connected(giveUpAt)
     const call = `${this.instance}.${(++this.calls).toString(36)}`
-    const keys = [...this.keysOf(subject), `${this.prefix}u:${call}`, `${this.prefix}addresses`]
+    const keys = [...this.keysOf(subject), `${this.prefix}addresses`]
     // Redis's clock has been read once connected: the deadline can be said on it.
     const reply: ScriptReply = await this.evaluate(LIMITER_SCRIPT, keys, [
       String(limits.rpm),
@@ -210,9 +210,10 @@ export class RedisLimiterStore implements LimiterStore<false> {
     }
   }
 
-  // Separate key spaces for hashes and lists, so no subject's name can make it another's key.
+  // Separate key spaces for hashes and lists, so no subject's name can make it another's key: the
+  // subject's hash, its rejections, and the rejections its last ban start set aside.
   private keysOf(subject: string): string[] {
-    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`]
+    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`, `${this.prefix}h:${subject}`]
   }
 
   /**
