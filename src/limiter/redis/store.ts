@@ -14,8 +14,8 @@
  * connect() during them waits for all of them): the store checks Redis every reconnectEveryMs, idle or
  * not, and reconnects in the background, one attempt at a time, however long Redis was away.
  */
-import { type BanRule, type LimiterStore, LimiterUnavailableError, type Limits, type TakeResult } from '../store'
 import { randomBytes } from 'node:crypto'
+import { type BanRule, type LimiterStore, LimiterUnavailableError, type Limits, type TakeResult } from '../store'
 import { FORGET_SCRIPT, LIMITER_SCRIPT, UNDO_SCRIPT } from './script'
 
 export interface RedisStoreOptions {
@@ -228,7 +228,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
         gaveUp = true
         this.reconnect()
         reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
-      }, giveUpAt - performance.now())
+      }, Math.max(0, giveUpAt - performance.now()))
       work.then(
         (value) => {
           clearTimeout(timer)
