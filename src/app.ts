@@ -292,7 +292,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
 
   let pollFailing = false
-  const unappliedResets = new Set<string>()
+  const unappliedResets = new Map<string, number | null>()
   /** Changes other processes made: keys created or revoked, pets seeded or reset, limits reset. */
   const pollChanges = async () => {
     storageFault()
@@ -301,10 +301,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       const generation = await storage.pets.generation()
       if (generation !== petsGeneration) pets.dropCaches()
       petsGeneration = generation
-      if (storage.writable) for (const id of await storage.keys.takeLimitResets()) unappliedResets.add(id)
+      if (storage.writable) for (const { keyId, seq } of await storage.keys.takeLimitResets()) unappliedResets.set(keyId, seq)
       // A reset is kept until the limiter has applied it (Redis may be away right now).
-      for (const id of unappliedResets) {
-        await limiter.forgetKey(`key:${id}`)
+      for (const [id, seq] of unappliedResets) {
+        await limiter.forgetKey(`key:${id}`, seq ?? undefined)
         unappliedResets.delete(id)
       }
       if (pollFailing) warn('storage answers the change poll again')

@@ -270,7 +270,9 @@ async function serve(args: string[]): Promise<number> {
     console.error('petstore: rate limits are per instance: with several instances, give them --redis-url to share them')
   const petstore = createApp(config, {
     storage,
-    limiterStore: config.redisUrl ? (rule) => new RedisLimiterStore(rule, { url: config.redisUrl! }) : undefined,
+    limiterStore: config.redisUrl
+      ? (rule) => new RedisLimiterStore(rule, { url: config.redisUrl!, maxAddresses: config.maxTrackedAddresses })
+      : undefined,
     petWriter: backend.petWriter,
     dataFile: backend.dataFile,
     onDataFileChanged: backend.onDataFileChanged,

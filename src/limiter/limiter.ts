@@ -132,10 +132,13 @@ export class RateLimiter<Sync extends boolean = true> {
     this.memory?.markSaved(saved)
   }
 
-  /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
-  forgetKey(subjectId: string): void | Promise<void> {
+  /**
+   * Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start; `seq`
+   * numbers the reset, so a store shared by instances applies it once (see LimiterStore.forget).
+   */
+  forgetKey(subjectId: string, seq?: number): void | Promise<void> {
     this.local?.forget(subjectId)
-    return this.store.forget(subjectId)
+    return this.store.forget(subjectId, seq)
   }
 
   /** Whether the store answers (readiness); always true in process. */

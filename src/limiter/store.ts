@@ -45,8 +45,12 @@ export interface LimiterStore<Sync extends boolean = boolean> {
    * the next take.
    */
   take(subject: string, limits: Limits, isKey: boolean, now?: number): Answer<Sync, TakeResult>
-  /** Drops a key subject's buckets, rejections and ban (addresses age out by themselves). */
-  forget(subject: string): void | Promise<void>
+  /**
+   * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
+   * reset among all resets: a store shared by instances applies each once, however many instances
+   * ask, and never one older than the last it applied; a store of one process applies every call.
+   */
+  forget(subject: string, seq?: number): void | Promise<void>
   /** Whether the store can answer now (readiness). */
   ping(): Promise<boolean>
   close(): void | Promise<void>

@@ -110,8 +110,14 @@ export interface KeyRepository {
    * is asked (through takeLimitResets) to forget what it holds. False when there is no such key.
    */
   resetLimits(id: string, now: number): MaybePromise<boolean>
-  /** The key ids whose limits were reset since this handle's last call. */
-  takeLimitResets(): MaybePromise<string[]>
+  /** The limit resets asked for since this handle's last call. */
+  takeLimitResets(): MaybePromise<LimitReset[]>
+}
+
+export interface LimitReset {
+  keyId: string
+  /** The reset's number, increasing with each reset of any key, where storage is shared (PostgreSQL); else null. */
+  seq: number | null
 }
 
 /** What a server needs of a key to accept it: a change reads no more (a start reads every key). */

@@ -9,6 +9,7 @@ import { LIMITER_SCRIPT } from '../../src/limiter/redis/script'
 import { LimiterUnavailableError } from '../../src/limiter/store'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
+import { startRelay } from '../support/relay'
 import { type AnyLimiter, type LimiterSettings, redisLimiter, uniquePrefix } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
@@ -19,50 +20,6 @@ async function eventually(condition: () => Promise<boolean>, ms = 5_000): Promis
     if (Date.now() > deadline) throw new Error(`not true within ${ms} ms`)
     await Bun.sleep(10)
   }
-}
-
-/**
- * A TCP relay to Redis that can go silent: while `silent`, it forwards nothing either way and new
- * connections are accepted and left unanswered, as when a network drops packets without a reset.
- */
-async function silenceable(redisPort: number) {
-  const relay = {
-    silent: false,
-    port: 0,
-    close: () => {},
-  }
-  const server = Bun.listen<{ upstream?: Awaited<ReturnType<typeof Bun.connect>>; pending: Uint8Array[] }>({
-    hostname: '127.0.0.1',
-    port: 0,
-    socket: {
-      async open(client) {
-        client.data = { pending: [] }
-        if (relay.silent) return
-        client.data.upstream = await Bun.connect({
-          hostname: '127.0.0.1',
-          port: redisPort,
-          socket: {
-            data: (_, chunk) => void (relay.silent || client.write(chunk)),
-            close: () => {
-              client.end()
-            },
-          },
-        })
-        for (const chunk of client.data.pending.splice(0)) client.data.upstream.write(chunk)
-      },
-      data(client, chunk) {
-        if (relay.silent) return
-        if (client.data.upstream) client.data.upstream.write(chunk)
-        else client.data.pending.push(chunk)
-      },
-      close(client) {
-        client.data.upstream?.end()
-      },
-    },
-  })
-  relay.port = server.port
-  relay.close = () => server.stop(true)
-  return relay
 }
 
 /** The check's promise settled: its decision, or the error it rejected with. */
@@ -208,6 +165,22 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect((await other.check('key:a', FREE, true)).quota.remaining).toBe(58)
   })
 
+  test('a store left idle through a Redis restart reconnects by itself: its first request afterwards is decided', async () => {
+    const made = limiter()
+    expect((await made.check('key:idle', FREE, true)).allowed).toBe(true)
+    await redis.stop()
+    await redis.start()
+    await admin.connect()
+    // No request meanwhile: the store alone must notice and reconnect, which Redis sees as a client of
+    // its own (other than this test's) whose last command is the store's health check.
+    const storeConnected = async () => {
+      const clients = ((await admin.send('CLIENT', ['LIST'])) as string).split('\n')
+      return clients.some((client) => / cmd=ping /.test(client))
+    }
+    await eventually(storeConnected, 5_000).catch(() => {})
+    expect(await settle(made.check('key:idle', FREE, true))).toMatchObject({ allowed: true, quota: { remaining: 59 } })
+  })
+
   test('a take that timed out while Redis was paused does not happen once Redis resumes', async () => {
     const prefix = uniquePrefix()
     const made = limiter({}, prefix)
@@ -229,7 +202,7 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
   })
 
   test('Redis cut off without a word (a lost network): calls fail at once after the first, and recover when it is back', async () => {
-    const cut = await silenceable(redis.port)
+    const cut = startRelay(redis.port)
     try {
       const made = redisLimiter(`redis://127.0.0.1:${cut.port}`, {}, { connectTimeoutMs: 300, reconnectEveryMs: 100 })
       limiters.push(made)

@@ -130,6 +130,49 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(Number(after.headers.get('x-ratelimit-remaining'))).toBeGreaterThan(50)
   })
 
+  test('keys reset-limits on three instances grants one full bucket, not one per instance', async () => {
+    const servers = await instances(3)
+    // A day bucket of 30 in force: nothing refills visibly while the test runs.
+    const key = createKey('enterprise', '--rpm', '1000', '--rpd', '30')
+    await knownEverywhere(servers, key)
+    const ask = (i: number) => fetch(`${servers[i % 3]!.base}/pets?limit=1`, { headers: auth(key) })
+    for (let i = 0; i < 30; i++) expect((await ask(i)).status).toBe(200)
+    expect((await ask(0)).status).toBe(429)
+    const id = (JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as { id: string; plan: string }[]).find(
+      (k) => k.plan === 'enterprise',
+    )!.id
+    expect(cli(['keys', 'reset-limits', id, '--database-url', databaseUrl]).code).toBe(0)
+    // Hammered on every instance until each has seen the reset many times over (they look four times
+    // a second): one bucket of 30 in all.
+    let served = 0
+    let firstServed = Infinity
+    for (const started = performance.now(); performance.now() - Math.min(firstServed, started + 5_000) < 2_000; ) {
+      const statuses = await Promise.all([0, 1, 2, 0, 1, 2].map(async (i) => (await ask(i)).status))
+      const ok = statuses.filter((status) => status === 200).length
+      if (ok > 0) firstServed = Math.min(firstServed, performance.now())
+      served += ok
+    }
+    expect(served).toBe(30)
+  })
+
+  test('an instance left idle through a Redis restart serves its first request afterwards', async () => {
+    const [server] = await instances(1)
+    const key = createKey('pro')
+    await knownEverywhere([server!], key)
+    expect((await fetch(`${server!.base}/pets`, { headers: auth(key) })).status).toBe(200)
+    await redis.stop()
+    await redis.start()
+    // No request meanwhile: the instance reconnects alone, which Redis sees as a client whose last
+    // command is the instance's health check.
+    const admin = new Bun.RedisClient(redis.url)
+    try {
+      await eventually(async () => ((await admin.send('CLIENT', ['LIST'])) as string).includes(' cmd=ping '), 5_000).catch(() => {})
+    } finally {
+      admin.close()
+    }
+    expect((await fetch(`${server!.base}/pets`, { headers: auth(key) })).status).toBe(200)
+  })
+
   test('one Idempotency-Key raced through both instances creates one pet; every other answer replays it', async () => {
     const servers = await instances(2)
     const key = createKey('business')

@@ -22,7 +22,8 @@ export function redisBinary(): string | null {
   return Bun.which('redis-server', { PATH: `/usr/bin:/usr/sbin:/usr/local/bin:${process.env.PATH ?? ''}` })
 }
 
-export async function startRedis(options: { appendOnly?: boolean } = {}): Promise<RedisServer> {
+/** `args`: more of redis-server's options, e.g. ['--maxmemory', '4mb']. */
+export async function startRedis(options: { appendOnly?: boolean; args?: string[] } = {}): Promise<RedisServer> {
   const binary = redisBinary()
   if (!binary) throw new Error('Redis is not installed (apt-get install -y redis-server)')
   const dir = mkdtempSync(join(tmpdir(), 'petstore-redis-'))
@@ -31,7 +32,7 @@ export async function startRedis(options: { appendOnly?: boolean } = {}): Promis
   const start = async () => {
     proc = Bun.spawn(
       [binary, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '',
-        '--appendonly', options.appendOnly ? 'yes' : 'no', '--loglevel', 'warning'],
+        '--appendonly', options.appendOnly ? 'yes' : 'no', '--loglevel', 'warning', ...(options.args ?? [])],
       { stdout: 'ignore', stderr: 'pipe', stdin: 'ignore' },
     )
     // Ready once it answers PING.

@@ -1,19 +1,28 @@
 /**
- * The one Lua script the Redis store runs per request, so that refilling, taking, recording a rejection
- * and starting a ban are a single atomic step however many instances share the subject. It repeats
- * token-bucket.ts and memory/store.ts with the same floating-point operations in the same order, so it
- * reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the numbers a
- * script returns and HSET would store them with 14 digits.
- *
- * KEYS: the subject's hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
- * b: banned until), and the list of its last banAfter+1 rejection times, oldest first.
- * ARGV: rpm, rpd, banAfter, banSeconds, deadline, now. The deadline is the time on Redis's clock after
- * which the caller has given up: a script that only gets to run later (Redis was paused or busy) changes
- * nothing and answers {'late', clock}. `now` is '' for Redis's clock, or the caller's (Unix ms).
- * Answers {allowed, bannedNow, m, mt, d, dt, bannedUntil, now, clock}, flags as 0/1.
+ * The Lua scripts the Redis store runs, so that each step is atomic however many instances share a
+ * subject: TAKE_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), UNDO_SCRIPT
+ * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
+ * take repeats token-bucket.ts and memory/store.ts with the same floating-point operations in the same
+ * order, so it reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the
+ * numbers a script returns and HSET would store them with 14 digits.
  */
 import { DAY_MS, MINUTE_MS } from '../store'
 
+/** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
+export const UNDO_KEEP_MS = 60_000
+
+/**
+ * KEYS: the subject's hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
+ * b: banned until, g: the call that started this subject afresh), the list of its last banAfter+1
+ * rejection times (oldest first), the list its last ban start set aside, and the sorted set of address
+ * subjects.
+ * ARGV: rpm, rpd, banAfter, banSeconds, deadline, now, call, maxAddresses, prefix. The deadline is the
+ * time on Redis's clock after which the caller has given up: a script that only gets to run later (Redis
+ * was paused or busy) changes nothing and answers {'late', clock}. `now` is '' for Redis's clock, or the
+ * caller's (Unix ms). `call` names this call, unique across instances. maxAddresses is '' for a key
+ * subject; for an address, the most addresses Redis may hold at once (shared by every instance).
+ * Answers {allowed, bannedNow, m, mt, d, dt, bannedUntil, now, clock, g}, flags as 0/1.
+ */
 export const LIMITER_SCRIPT = `
 local MINUTE, DAY = ${MINUTE_MS}, ${DAY_MS}
 local function fmt(x) return string.format('%.17g', x) end
@@ -25,14 +34,16 @@ local now = clock
 if ARGV[6] ~= '' then now = tonumber(ARGV[6]) end
 local rpm, rpd = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b')
+local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g')
 local m, mt, d, dt, bannedUntil
+local generation = state[8] or ARGV[7]
 if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
   m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
 else
   -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections, no ban.
   m, mt, d, dt, bannedUntil = rpm, now, rpd, now, 0
-  redis.call('DEL', KEYS[2])
+  generation = ARGV[7]
+  redis.call('DEL', KEYS[2], KEYS[3])
 end
 
 -- token-bucket.ts's refill.
@@ -59,11 +70,13 @@ if bannedUntil <= now then
     end
     if count == size and now - tonumber(redis.call('LINDEX', KEYS[2], 0)) < MINUTE then
       bannedUntil, bannedNow = now + tonumber(ARGV[4]) * 1000, 1
-      redis.call('DEL', KEYS[2])
+      -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
+      redis.call('RENAME', KEYS[2], KEYS[3])
+      redis.call('PEXPIRE', KEYS[3], ${UNDO_KEEP_MS})
     end
   end
 end
-redis.call('HSET', KEYS[1], 'rpm', ARGV[1], 'rpd', ARGV[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil))
+redis.call('HSET', KEYS[1], 'rpm', ARGV[1], 'rpd', ARGV[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation)
 
 -- The keys outlive the subject's state by nothing that matters: they expire once both buckets are full
 -- again, the ban is over and the last rejection is a minute old, when a fresh subject would decide
@@ -80,5 +93,80 @@ expireAt = math.ceil(expireAt) + 1000
 redis.call('PEXPIREAT', KEYS[1], expireAt)
 if last then redis.call('PEXPIREAT', KEYS[2], expireAt) end
 
-return {allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock)}
+-- Addresses are bounded, as in process: the set holds each by the time its keys expire, and past the
+-- bound those whose state matters for the shortest time are forgotten first (banned ones last). Their
+-- keys are named from the prefix, as the store names them (one Redis server, no Cluster).
+if ARGV[8] ~= '' then
+  local subject = string.sub(KEYS[1], string.len(ARGV[9]) + 3)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(clock))
+  redis.call('ZADD', KEYS[4], expireAt, subject)
+  local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
+  if over > 0 then
+    local evicted = redis.call('ZPOPMIN', KEYS[4], over)
+    for i = 1, #evicted, 2 do
+      redis.call('DEL', ARGV[9] .. 's:' .. evicted[i], ARGV[9] .. 'r:' .. evicted[i], ARGV[9] .. 'h:' .. evicted[i])
+    end
+  end
+  if redis.call('PEXPIRETIME', KEYS[4]) < expireAt then redis.call('PEXPIREAT', KEYS[4], expireAt) end
+end
+
+return {allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation}
+`
+
+/**
+ * Undoes one take whose answer came after the caller gave up (its client got 503): the token goes back
+ * to both buckets (never above capacity) and its rejection leaves the history; when a ban started with
+ * that rejection counted (by this call, or by a later one while this answer was on its way), it would
+ * not have started without it: it is lifted, and the history it set aside is put back without it.
+ * Nothing is undone when the subject was started afresh since (forgotten, expired, evicted, or its
+ * limits changed): its generation is another.
+ * KEYS: the subject's hash, its rejection list, the list its last ban start set aside.
+ * ARGV: generation, allowed, bannedNow, now (as the take pushed it), bannedUntil (as it set it), banAfter.
+ * Answers 1 when it undid the take, else 0.
+ */
+export const UNDO_SCRIPT = `
+local MINUTE = ${MINUTE_MS}
+local function fmt(x) return string.format('%.17g', x) end
+local state = redis.call('HMGET', KEYS[1], 'g', 'rpm', 'rpd', 'm', 'd', 'b')
+if state[1] ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'm', fmt(math.min(tonumber(state[2]), tonumber(state[4]) + 1)),
+    'd', fmt(math.min(tonumber(state[3]), tonumber(state[5]) + 1)))
+  return 1
+end
+-- In the history (a ban it started may have been lifted already, which put it back there).
+if redis.call('LREM', KEYS[2], -1, ARGV[4]) == 1 then return 1 end
+
+-- Not in the history: a ban started since it was recorded (it ends after it) set it aside.
+local startedBy = ARGV[3] == '1' and state[6] == ARGV[5]
+local countedToward = ARGV[3] == '0' and tonumber(state[6]) > tonumber(ARGV[4])
+if not (startedBy or countedToward) or redis.call('LREM', KEYS[3], -1, ARGV[4]) == 0 then return 0 end
+local before = redis.call('LRANGE', KEYS[3], 0, -1)
+for i = #before, 1, -1 do redis.call('LPUSH', KEYS[2], before[i]) end
+redis.call('LTRIM', KEYS[2], -(tonumber(ARGV[6]) + 1), -1)
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[1], 'b', '0')
+local last = redis.call('LINDEX', KEYS[2], -1)
+if last then
+  local expireAt = math.ceil(tonumber(last) + MINUTE) + 1000
+  redis.call('PEXPIREAT', KEYS[2], expireAt)
+  redis.call('PEXPIREAT', KEYS[1], expireAt, 'GT')
+end
+return 1
+`
+
+/**
+ * A key's limit reset: drops the subject's keys, once per reset however many instances apply it.
+ * KEYS: the subject's hash, its rejection list, the list its last ban set aside, the hash of resets
+ * applied (subject -> seq). ARGV: subject, seq ('' to drop unconditionally). Answers 1 when it dropped
+ * the state, else 0.
+ */
+export const FORGET_SCRIPT = `
+if ARGV[2] ~= '' then
+  local applied = redis.call('HGET', KEYS[4], ARGV[1])
+  if applied and tonumber(applied) >= tonumber(ARGV[2]) then return 0 end
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
 `

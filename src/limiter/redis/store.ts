@@ -1,18 +1,22 @@
 /**
  * The limiter's state in Redis, shared by every instance: one atomic script per request (script.ts), so
- * decisions are exact however many instances serve a subject, and keys that expire once their state
- * no longer matters, so Redis's memory stays bounded under an address spray.
+ * decisions are exact however many instances serve a subject, keys that expire once their state no
+ * longer matters, and a bound on the addresses held, so Redis's memory stays bounded under an address
+ * spray.
  *
  * Failing is part of the design. A call that gets no answer within the timeout throws
  * LimiterUnavailableError, and must never take a token later: the offline queue is off (nothing is
  * sent while disconnected), and each script carries the time, on Redis's clock, after which it must
  * change nothing (a script sent just before Redis stalled would otherwise still run when Redis resumes).
+ * A script that ran in time can still answer after the timeout (our process or the network was slow):
+ * what such a take changed is undone, so a call answered 503 spends nothing and counts toward nothing.
  * The client does not reconnect by itself (Bun's own retries give up for good after about 32 s, and a
- * connect() during them waits for all of them): after a failure the store reconnects in the background,
- * one attempt at a time, at most one per reconnectEveryMs, however long Redis was away.
+ * connect() during them waits for all of them): the store checks Redis every reconnectEveryMs, idle or
+ * not, and reconnects in the background, one attempt at a time, however long Redis was away.
  */
+import { randomBytes } from 'node:crypto'
 import { type BanRule, type LimiterStore, LimiterUnavailableError, type Limits, type TakeResult } from '../store'
-import { LIMITER_SCRIPT } from './script'
+import { FORGET_SCRIPT, LIMITER_SCRIPT, UNDO_SCRIPT } from './script'
 
 export interface RedisStoreOptions {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
@@ -21,13 +25,26 @@ export interface RedisStoreOptions {
   prefix?: string
   /** How long a call may take before it fails with LimiterUnavailableError. Default 100 ms. */
   timeoutMs?: number
-  /** Least time between two reconnect attempts. Default 500 ms. */
+  /** Least time between two reconnect attempts, and between two checks that Redis answers. Default 500 ms. */
   reconnectEveryMs?: number
   /** How long a reconnect may take, and how long an open connection may stay silent to a PING before it is replaced. Default 1000 ms. */
   connectTimeoutMs?: number
+  /** Most client addresses Redis holds at once, for every instance together. Default 100,000. */
+  maxAddresses?: number
 }
 
-type ScriptReply = [number, number, string, string, string, string, string, string, string] | ['late', string]
+type ScriptReply = [number, number, string, string, string, string, string, string, string, string] | ['late', string]
+
+/** A take as Redis answered it, with what its undo needs should the answer come too late. */
+interface Taken {
+  result: TakeResult
+  keys: string[]
+  reply: Exclude<ScriptReply, ['late', string]>
+}
+
+const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
+const SCRIPTS = [LIMITER_SCRIPT, UNDO_SCRIPT, FORGET_SCRIPT]
+const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
 const OFFSET_RENEWAL_MS = 10_000
@@ -39,7 +56,11 @@ export class RedisLimiterStore implements LimiterStore<false> {
   private readonly timeoutMs: number
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
-  private readonly sha = new Bun.CryptoHasher('sha1').update(LIMITER_SCRIPT).digest('hex')
+  private readonly maxAddresses: string
+  /** Names this store's calls apart from every other instance's, for the subjects' generations. */
+  private readonly instance = randomBytes(9).toString('base64url')
+  private calls = 0
+  private readonly health: ReturnType<typeof setInterval>
   /**
    * A lower bound of Redis's clock minus performance.now(), from the latest replies, to turn the time a
    * call gives up at into Redis's clock. Erring low only makes a script refuse a little early.
@@ -60,22 +81,32 @@ export class RedisLimiterStore implements LimiterStore<false> {
     this.timeoutMs = options.timeoutMs ?? 100
     this.reconnectEveryMs = options.reconnectEveryMs ?? 500
     this.connectTimeoutMs = options.connectTimeoutMs ?? 1000
+    const maxAddresses = options.maxAddresses ?? 100_000
+    if (!Number.isInteger(maxAddresses) || maxAddresses < 1) throw new RangeError('maxAddresses must be a positive integer')
+    this.maxAddresses = String(maxAddresses)
     this.client = new Bun.RedisClient(options.url, {
       enableOfflineQueue: false,
       autoReconnect: false,
       connectionTimeout: this.connectTimeoutMs,
     })
     this.reconnect()
+    // An idle instance learns of a lost Redis, and reconnects, before its next request needs Redis.
+    this.health = setInterval(() => this.checkHealth(), this.reconnectEveryMs)
+    this.health.unref()
   }
 
-  take(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<TakeResult> {
+  take(subject: string, limits: Limits, isKey: boolean, now?: number): Promise<TakeResult> {
     const giveUpAt = performance.now() + this.timeoutMs
-    return this.bounded(this.runTake(subject, limits, now, giveUpAt), giveUpAt)
+    const taken = this.runTake(subject, limits, isKey, now, giveUpAt)
+    return this.bounded(taken, giveUpAt, (late) => this.undo(late)).then(({ result }) => result)
   }
 
-  forget(subject: string): Promise<void> {
+  /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
+  forget(subject: string, seq?: number): Promise<void> {
     const giveUpAt = performance.now() + this.timeoutMs
-    return this.bounded(this.command('DEL', this.keysOf(subject), giveUpAt), giveUpAt).then(() => undefined)
+    const keys = [...this.keysOf(subject), `${this.prefix}resets`]
+    const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [subject, seq === undefined ? '' : String(seq)]))
+    return this.bounded(work, giveUpAt).then(() => undefined)
   }
 
   /** Whether Redis answers a PING within the timeout (readiness). */
@@ -91,26 +122,32 @@ export class RedisLimiterStore implements LimiterStore<false> {
 
   close(): void {
     this.closed = true
+    clearInterval(this.health)
     this.client.close()
   }
 
-  private async runTake(subject: string, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
+  private async runTake(subject: string, limits: Limits, isKey: boolean, now: number | undefined, giveUpAt: number): Promise<Taken> {
     await this.connected(giveUpAt)
+    const call = `${this.instance}.${(++this.calls).toString(36)}`
+    const keys = [...this.keysOf(subject), `${this.prefix}addresses`]
     // Redis's clock has been read once connected: the deadline can be said on it.
-    const reply: ScriptReply = await this.evaluate(this.keysOf(subject), [
+    const reply: ScriptReply = await this.evaluate(LIMITER_SCRIPT, keys, [
       String(limits.rpm),
       String(limits.rpd),
       String(this.rule.banAfter),
       String(this.rule.banSeconds),
       String(giveUpAt + this.offset!),
       now === undefined ? '' : String(now),
+      call,
+      isKey ? '' : this.maxAddresses,
+      this.prefix,
     ])
     if (reply[0] === 'late') {
       this.noteClock(Number(reply[1]))
       throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
     }
     this.noteClock(Number(reply[8]))
-    return {
+    const result = {
       allowed: reply[0] === 1,
       minute: { tokens: Number(reply[2]), updatedAt: Number(reply[3]) },
       day: { tokens: Number(reply[4]), updatedAt: Number(reply[5]) },
@@ -118,6 +155,27 @@ export class RedisLimiterStore implements LimiterStore<false> {
       bannedNow: reply[1] === 1,
       now: Number(reply[7]),
     }
+    return { result, keys, reply }
+  }
+
+  /**
+   * Undoes a take whose answer came after the caller gave up, when it changed anything: it took a token,
+   * recorded a rejection or started a ban (a take refused by a ban in force changed nothing). One
+   * attempt: when Redis fails it too, the take stays done.
+   */
+  private undo({ result, keys, reply }: Taken): void {
+    if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply
+    this.evaluate(UNDO_SCRIPT, keys.slice(0, 3), [generation, String(allowed), String(bannedNow), now, bannedUntil, String(this.rule.banAfter)])
+      .catch(() => {})
+  }
+
+  /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
+  private checkHealth(): void {
+    if (this.reconnecting) return
+    if (!this.client.connected || this.offset === null) return this.reconnect()
+    const giveUpAt = performance.now() + this.connectTimeoutMs
+    this.bounded(this.client.send('PING', []), giveUpAt).catch(() => {})
   }
 
   private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {
@@ -142,35 +200,40 @@ export class RedisLimiterStore implements LimiterStore<false> {
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
   }
 
-  private async evaluate(keys: string[], args: string[]): Promise<ScriptReply> {
+  private async evaluate<T>(script: string, keys: string[], args: string[]): Promise<T> {
     try {
-      return await this.client.send('EVALSHA', [this.sha, String(keys.length), ...keys, ...args])
+      return await this.client.send('EVALSHA', [SHAS.get(script)!, String(keys.length), ...keys, ...args])
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error
       // Redis restarted or its script cache was flushed: EVAL runs the script and caches it again.
-      return await this.client.send('EVAL', [LIMITER_SCRIPT, String(keys.length), ...keys, ...args])
+      return await this.client.send('EVAL', [script, String(keys.length), ...keys, ...args])
     }
   }
 
-  // Separate key spaces for hashes and lists, so no subject's name can make it another's key.
+  // Separate key spaces for hashes and lists, so no subject's name can make it another's key: the
+  // subject's hash, its rejections, and the rejections its last ban start set aside.
   private keysOf(subject: string): string[] {
-    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`]
+    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`, `${this.prefix}h:${subject}`]
   }
 
   /**
    * `work`, failing with LimiterUnavailableError once giveUpAt passes or when it fails; a failure starts
-   * a reconnect in the background.
+   * a reconnect in the background. When `work` succeeds after giveUpAt, the caller has been told it
+   * failed, and `onLate` gets what it did.
    */
-  private bounded<T>(work: Promise<T>, giveUpAt: number): Promise<T> {
+  private bounded<T>(work: Promise<T>, giveUpAt: number, onLate?: (value: T) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
+      let gaveUp = false
       const timer = setTimeout(() => {
+        gaveUp = true
         this.reconnect()
         reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
-      }, giveUpAt - performance.now())
+      }, Math.max(0, giveUpAt - performance.now()))
       work.then(
         (value) => {
           clearTimeout(timer)
-          resolve(value)
+          if (gaveUp) onLate?.(value)
+          else resolve(value)
         },
         (error: unknown) => {
           clearTimeout(timer)
@@ -220,7 +283,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
       // Perhaps another server, with another clock: its offset is measured afresh.
       this.offset = null
     }
-    await this.client.send('SCRIPT', ['LOAD', LIMITER_SCRIPT])
+    for (const script of SCRIPTS) await this.client.send('SCRIPT', ['LOAD', script])
     const [seconds, micros] = (await this.client.send('TIME', [])) as [string, string]
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
     this.hasConnected = true

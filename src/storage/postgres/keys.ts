@@ -5,7 +5,7 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimiterStateRepository, SavedBucket } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../types'
 import { guarded } from './errors'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
@@ -133,13 +133,13 @@ export class PostgresKeys implements KeyRepository {
     )
   }
 
-  takeLimitResets(): Promise<string[]> {
+  takeLimitResets(): Promise<LimitReset[]> {
     return guarded(async () => {
       const seen = this.resetsSeen
       const rows = (await this.sql`SELECT key_id, seq FROM limit_resets WHERE seq > ${seen ?? 0} ORDER BY seq`) as { key_id: string; seq: string }[]
       if (rows.length > 0) this.resetsSeen = exactInteger(rows[rows.length - 1]!.seq)
       else this.resetsSeen ??= 0
-      return seen === null ? [] : rows.map((row) => row.key_id)
+      return seen === null ? [] : rows.map((row) => ({ keyId: row.key_id, seq: exactInteger(row.seq) }))
     })
   }
 

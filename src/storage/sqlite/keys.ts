@@ -4,7 +4,7 @@
  * SQLite commits one writer at a time, so the numbers become visible in order.
  */
 import type { Database, Statement } from 'bun:sqlite'
-import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository } from '../types'
+import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimitReset } from '../types'
 import { describeUnavailable } from './errors'
 
 interface KeyRow {
@@ -110,7 +110,7 @@ export class SqliteKeys implements KeyRepository {
     }
   }
 
-  takeLimitResets(): string[] {
+  takeLimitResets(): LimitReset[] {
     const pending = this.db.query<{ keyId: string }, []>('SELECT key_id AS keyId FROM limit_resets')
     if (!pending.get()) return []
     // Taken and cleared together, with any day bucket the server saved since the reset was asked for.
@@ -120,7 +120,7 @@ export class SqliteKeys implements KeyRepository {
         this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
         this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
       }
-      return ids
+      return ids.map((keyId) => ({ keyId, seq: null }))
     }).immediate()
   }
 

@@ -1,0 +1,159 @@
+/**
+ * A take that Redis ran in time but whose answer reached us after our timeout: the client got 503, so
+ * the take must spend nothing and count toward nothing. Against a real redis-server behind a relay that
+ * holds each answer back for a random while, about the timeout (a slow network, or a Redis too busy to
+ * write its answers), so that many answers arrive after the timer; Redis's state must then be exactly
+ * what the other answers account for: tokens spent, rejections recorded, bans started.
+ */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import type { Decision, Limits } from '../../src/limiter/limiter'
+import { LimiterUnavailableError } from '../../src/limiter/store'
+import { describeWithEngines } from '../support/engines'
+import { type RedisServer, startRedis } from '../support/redis'
+import { type Relay, startRelay } from '../support/relay'
+import { type AnyLimiter, futureClock, redisLimiter, uniquePrefix } from './stores'
+
+const CAPACITY = 3
+const LIMITS: Limits = { rpm: CAPACITY, rpd: CAPACITY }
+const BAN_AFTER = 2
+const BAN_SECONDS = 600
+const TIMEOUT_MS = 20
+const CALLS = CAPACITY + BAN_AFTER + 5
+
+async function eventually(condition: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  for (const deadline = Date.now() + ms; !(await condition()); ) {
+    if (Date.now() > deadline) throw new Error(`not true within ${ms} ms`)
+    await Bun.sleep(2)
+  }
+}
+
+/** What one subject's client was answered. */
+interface Tally {
+  allowed: number
+  rejected: number
+  bannedNow: number
+  unavailable: number
+}
+
+/** What Redis holds for one subject. */
+interface Held {
+  tokens: number
+  dayTokens: number
+  banned: boolean
+  rejections: number
+}
+
+describeWithEngines(['redis-server'], 'limiter: a take answered after the caller gave up', () => {
+  let redis: RedisServer
+  let admin: Bun.RedisClient
+  beforeAll(async () => {
+    redis = await startRedis()
+    admin = new Bun.RedisClient(redis.url)
+  })
+  afterAll(async () => {
+    admin.close()
+    await redis.destroy()
+  })
+
+  /**
+   * 60 subjects, three at a time, each one's requests one after the other, through a relay that holds
+   * each answer back for up to 1.5 times the timeout; `afterUnavailable` runs when a request got 503.
+   * Answers the tallies, once Redis holds what `settled` accepts (undos are sent as late answers arrive).
+   */
+  async function hammer(afterUnavailable: (relay: Relay, limiter: AnyLimiter) => Promise<void>, settled: (tally: Tally, held: Held) => string | null) {
+    // One instant for every take (an injected clock that does not move): nothing refills, nothing ages.
+    const { clock } = futureClock()
+    const prefix = uniquePrefix()
+    const relay = startRelay(redis.port)
+    const limiter = redisLimiter(
+      `redis://127.0.0.1:${relay.port}`,
+      { banAfter: BAN_AFTER, banSeconds: BAN_SECONDS, now: () => clock.now },
+      { prefix, timeoutMs: TIMEOUT_MS },
+    )
+    try {
+      await eventually(() => limiter.ping())
+      relay.answerDelayMs = () => Math.random() * 1.5 * TIMEOUT_MS
+      const subjects = Array.from({ length: 60 }, (_, i) => `key:late${i}`)
+      const tallies = new Map(subjects.map((subject) => [subject, { allowed: 0, rejected: 0, bannedNow: 0, unavailable: 0 } as Tally]))
+      const client = async (subject: string) => {
+        const tally = tallies.get(subject)!
+        for (let i = 0; i < CALLS; i++) {
+          try {
+            const decision: Decision = await limiter.check(subject, LIMITS, true)
+            if (decision.allowed) tally.allowed++
+            else if (decision.reason === 'rate_limited') {
+              tally.rejected++
+              if (decision.bannedNow) tally.bannedNow++
+            }
+          } catch (error) {
+            expect(error).toBeInstanceOf(LimiterUnavailableError)
+            tally.unavailable++
+            await afterUnavailable(relay, limiter)
+          }
+        }
+      }
+      const queue = [...subjects]
+      await Promise.all([1, 2, 3].map(async () => {
+        for (let subject = queue.shift(); subject !== undefined; subject = queue.shift()) await client(subject)
+      }))
+      relay.answerDelayMs = () => 0
+
+      const sum = (kind: keyof Tally) => [...tallies.values()].reduce((total, tally) => total + tally[kind], 0)
+      console.error(`late-answers: of ${subjects.length * CALLS} takes, ${sum('unavailable')} answered 503, ${sum('allowed')} allowed, ${sum('rejected')} refused, ${sum('bannedNow')} bans`)
+      // Enough of each kind that late answers hit takes that took, refused and started bans.
+      for (const kind of ['unavailable', 'allowed', 'rejected', 'bannedNow'] as const) expect(sum(kind)).toBeGreaterThan(subjects.length / 3)
+
+      const mismatches = async () => {
+        const wrong: string[] = []
+        for (const [subject, tally] of tallies) {
+          const [m, d, b] = (await admin.send('HMGET', [`${prefix}s:${subject}`, 'm', 'd', 'b'])) as (string | null)[]
+          const held: Held = {
+            tokens: Number(m ?? CAPACITY),
+            dayTokens: Number(d ?? CAPACITY),
+            banned: b !== null && Number(b) > clock.now,
+            rejections: (await admin.send('LLEN', [`${prefix}r:${subject}`])) as number,
+          }
+          const wrongHere = settled(tally, held)
+          if (wrongHere) wrong.push(`${subject}: answers ${JSON.stringify(tally)}, Redis holds ${JSON.stringify(held)}: ${wrongHere}`)
+        }
+        return wrong
+      }
+      let last: string[] = []
+      await eventually(async () => (last = await mismatches()).length === 0, 5_000).catch(() => {})
+      expect(last).toEqual([])
+    } finally {
+      limiter.close()
+      relay.close()
+    }
+  }
+
+  /** Tokens spent are the allowed answers, in both buckets. */
+  function tokensWrong(tally: Tally, held: Held): string | null {
+    const expected = CAPACITY - tally.allowed
+    return held.tokens === expected && held.dayTokens === expected ? null : `expected ${expected} tokens`
+  }
+
+  test('spends no token, records no rejection and starts no ban: Redis holds exactly what the other answers say', async () => {
+    // A client told 503 waits before trying again (Retry-After): here until the late answers have
+    // arrived and what they set off has been sent, so its next request comes after any undo.
+    const retryAfter = async (relay: Relay, limiter: AnyLimiter) => {
+      await eventually(async () => relay.held() === 0, 5_000)
+      await eventually(() => limiter.ping(), 5_000)
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    await hammer(retryAfter, (tally, held) => {
+      // A ban starts the count of rejections afresh; without one, each rejection answered is there.
+      const expected = { banned: tally.bannedNow > 0, rejections: tally.bannedNow > 0 ? 0 : tally.rejected }
+      if (tally.bannedNow > 1) return 'more than one ban started'
+      return tokensWrong(tally, held) ?? (Bun.deepEquals({ banned: held.banned, rejections: held.rejections }, expected) ? null : `expected ${JSON.stringify(expected)}`)
+    })
+  }, 60_000)
+
+  test('with clients that retry at once: tokens spent are the allowed answers, and no ban without banAfter+1 visible refusals', async () => {
+    await hammer(async () => {}, (tally, held) => {
+      if (held.banned && tally.rejected < BAN_AFTER + 1) return `banned after ${tally.rejected} refusals answered`
+      if (!held.banned && held.rejections > tally.rejected) return 'more rejections recorded than answered'
+      return tokensWrong(tally, held)
+    })
+  }, 60_000)
+})
