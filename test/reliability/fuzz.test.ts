@@ -140,7 +140,8 @@ describe('fuzzing over HTTP', () => {
   })
 
   test('GET /pets/{petId}: any path id is a pet, a 404 or a 400', async () => {
-    const id = fc.oneof(hostileString.filter((s) => s !== ""), fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String), fc.integer().map(String))
+    // "." and ".." are dot segments: the URL parser removes them, so they never reach /pets/{petId}.
+    const id = fc.oneof(hostileString.filter((s) => s !== '' && s !== '.' && s !== '..'), fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String), fc.integer().map(String))
     await fc.assert(
       fc.asyncProperty(id, async (petId) => {
         const response = await fetch(`${server.base}/pets/${pct(petId)}`, { headers: auth() })

@@ -9,6 +9,7 @@ import type { Subprocess } from 'bun'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
+import { MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines, NGINX } from '../support/engines'
 import { freePort } from '../support/ports'
@@ -333,7 +334,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(keys).toHaveLength(1)
     const admin = new Bun.SQL(databaseUrl, { max: 1 })
     try {
-      expect((await admin`SELECT version FROM petstore_schema`).map((row: { version: number }) => row.version)).toEqual([1])
+      expect((await admin`SELECT version FROM petstore_schema`).map((row: { version: number }) => row.version)).toEqual(MIGRATIONS.map((_, i) => i + 1))
     } finally {
       await admin.close()
     }
