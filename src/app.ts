@@ -4,30 +4,29 @@
  */
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
-import type { ApiError } from './errors'
+import type { ApiError } from './http/api-errors'
+import type { AnyElysia } from './http/openapi'
 import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
-import type { BanRule, LimiterStore } from './limiter/store'
+import type { BanRule, LimiterStore } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
-import { IDEMPOTENCY_TTL_MS, InThreadPetWriter } from './modules/pets/batch'
+import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
+import { InThreadPetWriter } from './modules/pets/batch'
 import { MAX_PAGE_UNITS, MAX_PET_UNITS, PetService } from './modules/pets/service'
-import { storeModule } from './modules/store'
+import { ordersModule } from './modules/orders'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { Metrics } from './observability/metrics'
 import { metricsEndpoint } from './observability/metrics-endpoint'
 import { cors, preflight } from './plugins/cors'
-import { errorHandler, unrouted } from './plugins/errors'
+import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
 import { type RequestInfo, requestContext, routedPath } from './plugins/request-context'
-import type { MaybePromise, PetWriter, Storage } from './storage/types'
+import type { MaybePromise, PetWriter, Storage } from './domain/repositories'
 
 /** The server's version: package.json's, so a release's files say the version they are. */
 export const VERSION: string = pkg.version
-
-// Elysia's generic parameters carry nothing useful across this boundary.
-export type AnyElysia = Elysia<any, any, any, any, any, any, any>
 
 export interface AppDeps {
   storage: Storage
@@ -227,7 +226,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),
       }),
     )
-    .use(storeModule())
+    .use(ordersModule())
     .use(preflight(config.corsOrigins, notServed))
     .all('', ({ info }) => notServed(info), { parse: 'none', detail: { hide: true } })
     .all('/*', ({ info }) => notServed(info), { parse: 'none', detail: { hide: true } })

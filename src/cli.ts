@@ -7,7 +7,10 @@ import { createApp, type DataFileWatch, VERSION } from './app'
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { bindPort, type Config, ConfigError, dataFileNamed, redactedUrl, resolveDatabase, resolveRedisUrl, envOf, fromFlagOrVariable, hostInUrl, type ConfigInput, parseInteger, resolveConfig, resolveDataFile, ENVIRONMENTS } from './config'
-import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS } from './modules/keys/service'
+import { type ApiKeyRecord, checkKeyName, KeyInputError, limitsFor, makeKey } from './domain/api-key'
+import type { NewPet } from './domain/pet'
+import { PLAN_LIMITS } from './domain/plans'
+import { createKey } from './modules/keys/service'
 import { RedisLimiterStore } from './limiter/redis/store'
 import { openPostgresStorage } from './storage/postgres'
 import { COMMAND } from './storage/postgres/pool'
@@ -15,9 +18,8 @@ import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/da
 import { openSqliteStorage } from './storage/sqlite'
 import { restoreDataFile } from './storage/sqlite/restore'
 import { WorkerPetWriter } from './storage/sqlite/writer'
-import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet, type PetWriter, type Storage } from './storage/types'
-import { notFound } from './errors'
-import { errorResponse } from './plugins/errors'
+import { StorageOpenError, StorageUnavailableError, type PetWriter, type Storage } from './domain/repositories'
+import { errorResponse, notFound } from './http/api-errors'
 
 const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
   --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)

@@ -4,7 +4,7 @@
  * string that storage would alter. A body must arrive within a deadline, and the bytes of the bodies
  * being received at once are bounded, so half-sent bodies cannot hold connections and memory.
  */
-import { ApiError, badRequest, ClientClosedError, payloadTooLarge, requestTimeout, unsupportedMediaType } from '../errors'
+import { ApiError, badRequest, ClientClosedError, payloadTooLarge, requestTimeout, unsupportedMediaType } from './api-errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 

@@ -4,7 +4,11 @@
  * so routes describe their parameters and bodies here rather than through Elysia's coercing validator.
  */
 import type { TObject } from '@sinclair/typebox'
+import type { Elysia } from 'elysia'
 import { BODY_DEADLINE_MS } from './json-body'
+
+// Elysia's generic parameters carry nothing useful across this boundary.
+export type AnyElysia = Elysia<any, any, any, any, any, any, any>
 
 const RATE_LIMIT_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit', 'RateLimit-Policy']
 const COMMON_HEADERS = [...RATE_LIMIT_HEADERS, 'X-Request-Id']

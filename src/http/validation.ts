@@ -4,7 +4,7 @@
 import type { Static, TObject, TSchema } from '@sinclair/typebox'
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler'
 import { ValueErrorType } from '@sinclair/typebox/errors'
-import { badRequest } from '../errors'
+import { badRequest } from './api-errors'
 
 export interface Validator<S extends TSchema> {
   /** Returns the value typed, or throws a 400 naming the first offending field. */

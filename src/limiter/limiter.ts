@@ -14,11 +14,11 @@ import {
   type LimitShapes,
   shapesOf,
   type TakeResult,
-} from './store'
+} from './backend'
 import { msUntilFull, msUntilToken } from './token-bucket'
-import type { SavedBucket } from '../storage/types'
+import type { SavedBucket } from '../domain/repositories'
 
-export type { Limits } from './store'
+export type { Limits } from './backend'
 
 export interface LimiterOptions<Sync extends boolean = boolean> {
   banAfter: number

@@ -5,9 +5,8 @@
  * time a check takes says nothing about how much of a guess was right.
  */
 import { timingSafeEqual } from 'node:crypto'
-import { errorResponse } from '../plugins/errors'
-import { ApiError } from '../errors'
-import { bearerToken } from '../plugins/gate'
+import { ApiError, errorResponse } from '../http/api-errors'
+import { bearerToken } from '../http/bearer-token'
 
 const TEXT = { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }
 const NEEDS_TOKEN = new ApiError(401, 'unauthorized', 'The metrics need a token: send Authorization: Bearer <token>.', {

@@ -6,14 +6,15 @@
  * the key is judged, and every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
-import { ApiError } from '../errors'
+import { ApiError } from '../http/api-errors'
 import type { Decision, Limits, Quota, RateLimiter } from '../limiter/limiter'
-import { LimiterUnavailableError } from '../limiter/store'
-import { type ActiveKey, type KeyRegistry, PLAN_LIMITS } from '../modules/keys/service'
+import { LimiterUnavailableError } from '../limiter/backend'
+import { PLAN_LIMITS } from '../domain/plans'
+import { bearerToken } from '../http/bearer-token'
+import type { ActiveKey, KeyRegistry } from '../modules/keys/service'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
-import { answerWith } from './errors'
-import type { RequestInfo } from './request-context'
+import { answerWith, type RequestInfo } from './request-context'
 
 export interface GateOptions {
   keys: KeyRegistry
@@ -27,7 +28,6 @@ export interface GateOptions {
 }
 
 const REALM = 'Bearer realm="petstore"'
-const MAX_TOKEN_LENGTH = 256
 
 // Refusals are the cheap path under abuse, so their error objects are made once and reused.
 const MISSING_KEY = new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
@@ -44,15 +44,6 @@ const refusals = new Map<string, ApiError>()
 const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
   'retry-after': '1',
 })
-
-/** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
-export function bearerToken(header: string | null): string | undefined {
-  if (header === null || header.length < 7) return undefined
-  // The scheme is case-insensitive (RFC 7235); the usual spelling is checked without making strings.
-  if (!header.startsWith('Bearer ') && header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined
-  const token = header.slice(7).trim()
-  return token.length > 0 && token.length <= MAX_TOKEN_LENGTH && /^[A-Za-z0-9._~+/=-]+$/.test(token) ? token : ''
-}
 
 // By the limits object itself (keys and plans keep theirs), so no string is made per request to find it.
 const policies = new WeakMap<Limits, string>()

@@ -10,9 +10,8 @@
 import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { isIPv6 } from 'node:net'
-import { type ApiError, badRequest } from '../errors'
+import { type ApiError, badRequest, JSON_TYPE } from '../http/api-errors'
 import { addressSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
-import { answerWith } from './errors'
 import { bodyUnread } from '../http/json-body'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
@@ -193,4 +192,22 @@ export function requestContext(options: RequestContextOptions) {
       const body = routable ? undefined : answerWith(set, info, path)
       return body
     })
+}
+
+/**
+ * Puts an error's status, headers and body on the answer and records it; returns the body to send. A
+ * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
+ * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
+ */
+export function answerWith(
+  set: { status?: number | string; headers: Record<string, unknown> },
+  info: RequestInfo | undefined,
+  error: ApiError,
+): string {
+  set.status = error.status
+  info?.done(error.status, info.operation)
+  set.headers['content-type'] = JSON_TYPE
+  Object.assign(set.headers, error.headers)
+  if (info?.bodyUnread) set.headers.connection = 'close'
+  return error.body
 }

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, test } from 'bun:test'
 import { connect } from 'node:net'
 import type { ConfigInput } from '../../src/config'
-import { hashSecret } from '../../src/modules/keys/service'
+import { hashSecret } from '../../src/domain/api-key'
 import { auth, postPet, startApp, type TestApp } from '../support/app'
 import { eventually } from '../support/binary'
 

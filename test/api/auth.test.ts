@@ -3,7 +3,7 @@
  * scheme case-insensitivity, and revocation taking effect.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { hashSecret } from '../../src/modules/keys/service'
+import { hashSecret } from '../../src/domain/api-key'
 import { postPet, startApp, type TestApp } from '../support/app'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { Decision, Limits } from '../../src/limiter/limiter'
-import { LimiterUnavailableError } from '../../src/limiter/store'
+import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { type Relay, startRelay } from '../support/relay'

@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
 import { type Decision, type Limits } from '../../src/limiter/limiter'
 import { LIMITER_SCRIPT } from '../../src/limiter/redis/script'
-import { LimiterUnavailableError } from '../../src/limiter/store'
+import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { startRelay } from '../support/relay'

@@ -6,11 +6,13 @@
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
-import { batchRules, IDEMPOTENCY_TTL_MS } from '../../src/modules/pets/batch'
-import { makeKey } from '../../src/modules/keys/service'
+import type { ApiKeyRecord } from '../../src/domain/api-key'
+import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
+import type { NewPet } from '../../src/domain/pet'
+import { makeKey } from '../../src/domain/api-key'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
-import { type ApiKeyRecord, BatchRolledBackError, type CreatePetCommand, type CreatePetOutcome, type NewPet, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/storage/types'
+import { BatchRolledBackError, type CreatePetCommand, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/domain/repositories'
 import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
@@ -109,8 +111,7 @@ const postgres: Backend = {
 const pet = (name: string, categoryId = 1): NewPet => ({ name, categoryId, status: 'available' })
 
 async function create(storage: Storage, commands: CreatePetCommand[], now = NOW): Promise<CreatePetOutcome[]> {
-  const batch = { commands, now, locationPrefix: PREFIX }
-  return storage.pets.createMany(commands, now, batchRules(batch))
+  return storage.pets.createMany({ commands, now, locationPrefix: PREFIX })
 }
 
 const withKey = (name: string, key: string, requestHash = `hash-of-${name}`): CreatePetCommand => ({

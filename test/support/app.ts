@@ -8,10 +8,10 @@
 import { createApp, type PetstoreApp } from '../../src/app'
 import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
 import { RedisLimiterStore } from '../../src/limiter/redis/store'
-import { makeKey } from '../../src/modules/keys/service'
+import { makeKey } from '../../src/domain/api-key'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
-import type { Storage } from '../../src/storage/types'
+import type { Storage } from '../../src/domain/repositories'
 import { type PostgresCluster, startPostgres } from './postgres'
 import { type RedisServer, startRedis } from './redis'
 

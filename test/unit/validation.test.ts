@@ -3,7 +3,7 @@
  * and JSON body reading.
  */
 import { describe, expect, test } from 'bun:test'
-import { ApiError } from '../../src/errors'
+import { ApiError } from '../../src/http/api-errors'
 import { decimalEqualsInteger, readJsonBody } from '../../src/http/json-body'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { parseListQuery, parsePetId } from '../../src/modules/pets/index'

@@ -1,5 +1,5 @@
 import { expect, test } from 'bun:test'
-import { ApiError } from '../../src/errors'
+import { ApiError } from '../../src/http/api-errors'
 import { verifiedKey } from '../../src/plugins/gate'
 import type { RequestInfo } from '../../src/plugins/request-context'
 

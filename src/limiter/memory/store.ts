@@ -4,8 +4,8 @@
  * day buckets of keys can be saved to the data file and loaded back, so a restart does not refill them.
  * It answers synchronously and allocates nothing per request for a subject it already knows.
  */
-import type { SavedBucket } from '../../storage/types'
-import { type BanRule, type LimiterStore, type Limits, MINUTE_MS, shapesOf, type TakeResult } from '../store'
+import type { SavedBucket } from '../../domain/repositories'
+import { type BanRule, type LimiterStore, type Limits, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryStoreOptions {

@@ -1,75 +1,10 @@
 /**
- * API keys: generated secrets that are stored only as SHA-256 hashes, and the in-memory registry the
- * server checks every request against. Secrets are 256 random bits, so a fast hash is the right tool
- * (a password hash would cost milliseconds per request and add nothing); looking up by the hash of the
- * whole secret means the time taken never depends on how much of a guess was right.
+ * API keys in the server: creating one in storage, and the in-memory registry the server checks every
+ * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import type { Limits } from '../../limiter/limiter'
-import type { ApiKeyRecord, KeyChanges, KeyRepository, MaybePromise, Plan, Storage } from '../../storage/types'
-
-export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
-  free: { rpm: 60, rpd: 1_000 },
-  pro: { rpm: 300, rpd: 10_000 },
-  business: { rpm: 1_000, rpd: 100_000 },
-}
-export const PLANS: Plan[] = ['free', 'pro', 'business', 'enterprise']
-
-const SECRET_PREFIX = 'psk_'
-
-export class KeyInputError extends Error {}
-
-export function hashSecret(secret: string): string {
-  return Bun.CryptoHasher.hash('sha256', secret, 'hex')
-}
-
-function randomToken(bytes: number): string {
-  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
-}
-
-export interface CreateKeyInput {
-  plan: string
-  name?: string
-  rpm?: number
-  rpd?: number
-}
-
-export function limitsFor(input: CreateKeyInput): Limits {
-  if (!PLANS.includes(input.plan as Plan))
-    throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
-  if (input.plan === 'enterprise') {
-    if (input.rpm === undefined || input.rpd === undefined)
-      throw new KeyInputError('an enterprise key needs its own limits: --rpm N --rpd N')
-    return { rpm: input.rpm, rpd: input.rpd }
-  }
-  if (input.rpm !== undefined || input.rpd !== undefined)
-    throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
-  return PLAN_LIMITS[input.plan as Exclude<Plan, 'enterprise'>]
-}
-
-export function checkKeyName(name = ''): string {
-  if (name.length > 200 || /[\u0000-\u001f\u007f-\u009f]/.test(name))
-    throw new KeyInputError('--name must be at most 200 characters with no control characters')
-  return name
-}
-
-/** A new key's one-time secret and the record to store (only the secret's hash is kept). */
-export function makeKey(input: CreateKeyInput, now: number): { secret: string; record: ApiKeyRecord } {
-  const limits = limitsFor(input)
-  const name = checkKeyName(input.name)
-  const secret = SECRET_PREFIX + randomToken(32)
-  const record: ApiKeyRecord = {
-    id: `key_${randomToken(9)}`,
-    name,
-    plan: input.plan as Plan,
-    rpm: limits.rpm,
-    rpd: limits.rpd,
-    secretHash: hashSecret(secret),
-    createdAt: now,
-    lastUsedAt: null,
-    revokedAt: null,
-  }
-  return { secret, record }
-}
+import { type ApiKeyRecord, type CreateKeyInput, hashSecret, type KeyChange, makeKey } from '../../domain/api-key'
+import type { Limits, Plan } from '../../domain/plans'
+import type { KeyChanges, KeyRepository, MaybePromise, Storage } from '../../domain/repositories'
 
 /** Creates and stores a key; returns its one-time secret with the stored record. */
 export async function createKey(

@@ -4,15 +4,13 @@
  * stylesheet are embedded in the binary, so it renders on a machine with no internet access.
  */
 import { Elysia } from 'elysia'
-import type { AnyElysia } from '../../app'
 import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
-import { errorResponse } from '../../plugins/errors'
 import type { RequestInfo } from '../../plugins/request-context'
-import { unavailable } from '../../errors'
-import { components, schemaComponents } from '../../http/openapi'
+import { errorResponse, unavailable } from '../../http/api-errors'
+import { type AnyElysia, components, schemaComponents } from '../../http/openapi'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
 export interface OpsModuleOptions {

@@ -3,15 +3,15 @@
  * query, path and body value before the service sees it.
  */
 import { Elysia } from 'elysia'
-import { badRequest, ClientClosedError, notFound } from '../../errors'
+import { badRequest, ClientClosedError, notFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
 import { verifiedKey } from '../../plugins/gate'
 import type { RequestInfo } from '../../plugins/request-context'
-import type { NewPet, PetStatus } from '../../storage/types'
+import { NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
-import { FIELD_RULES, LIMIT_DEFAULT, NAME_MAX, NewPetCheck, PetModel, PetsModel } from './model'
+import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
 import type { ListQuery, Page, PetService } from './service'
 
 export interface PetsModuleOptions {

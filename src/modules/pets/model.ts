@@ -4,13 +4,9 @@
  * than Elysia's `t` because `t.Integer` also accepts numeric strings, and the contract is strict.
  */
 import { type Static, Type } from '@sinclair/typebox'
-import { PET_STATUSES } from '../../storage/types'
+import { CONTROL_CHARACTERS, DEFAULT_STATUS, MAX_EXACT_INTEGER, NAME_MAX, PET_STATUSES } from '../../domain/pet'
 import { encodeCursor } from './cursor'
 
-/** Integers beyond ±(2^53 − 1) cannot round-trip through JSON numbers, so they are refused, never rounded. */
-export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
-
-export const NAME_MAX = 200
 export const LIMIT_MIN = 1
 export const LIMIT_MAX = 100
 export const LIMIT_DEFAULT = 20
@@ -26,7 +22,7 @@ const PetStatus = Type.Union(
 const Name = Type.String({
   minLength: 1,
   maxLength: NAME_MAX,
-  pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]*$',
+  pattern: `^[^${CONTROL_CHARACTERS}]*$`,
   description: 'The animal\'s name: 1 to 200 characters (code points), no control characters.',
 })
 
@@ -53,7 +49,7 @@ export const PetModel = {
     {
       name: Name,
       categoryId: CategoryId,
-      status: Type.Optional({ ...PetStatus, default: 'available' }),
+      status: Type.Optional({ ...PetStatus, default: DEFAULT_STATUS }),
     },
     { additionalProperties: false, examples: [{ name: 'Rex', categoryId: 2, status: 'available' }] },
   ),

@@ -5,21 +5,19 @@
  * a time; creates that arrive meanwhile form the next one. Reads answer synchronously when storage does
  * (the embedded file), and with a promise when it does not (PostgreSQL).
  */
-import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '../../errors'
+import { type CreatePetOutcome, requestHash } from '../../domain/idempotency'
+import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'
 import {
   BatchRolledBackError,
   type CreatePetCommand,
-  type CreatePetOutcome,
   type MaybePromise,
-  type NewPet,
-  type Pet,
-  type PetRepository,
-  type PetStatus,
   type PetBatch,
+  type PetRepository,
   type PetWriter,
   StorageDamagedError,
   StorageUnavailableError,
-} from '../../storage/types'
+} from '../../domain/repositories'
+import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '../../http/api-errors'
 
 export interface PetServiceOptions {
   now: () => number
@@ -78,10 +76,6 @@ const MAX_CACHED_PAGES = 4096
 export const MAX_PAGE_UNITS = 32 * 1024 * 1024
 const MAX_CACHED_PETS = 100_000
 export const MAX_PET_UNITS = 16 * 1024 * 1024
-
-export function petJson(pet: Pet): string {
-  return `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`
-}
 
 export class PetService {
   private readonly pages = new Map<string, Page>()
@@ -300,10 +294,4 @@ export class PetService {
 function toInternal(error: unknown, options: PetServiceOptions): ApiError {
   options.onInternalError(error)
   return new ApiError(500, 'internal_error', 'The server failed to store the pet.')
-}
-
-function requestHash(pet: NewPet): string {
-  return new Bun.CryptoHasher('sha256')
-    .update(JSON.stringify([pet.name, pet.categoryId, pet.status]))
-    .digest('hex')
 }

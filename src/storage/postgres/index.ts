@@ -4,8 +4,8 @@
  * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
  */
 import { redactedUrl } from '../../config'
-import { type Storage, StorageOpenError } from '../types'
-import { guarded, isUnavailable } from './errors'
+import { type Storage, StorageOpenError } from '../../domain/repositories'
+import { guarded, isUnavailable } from './failures'
 import { PostgresKeys, PostgresLimiterState } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
 import { PostgresPets } from './pets'

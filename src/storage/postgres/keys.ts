@@ -5,8 +5,9 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../types'
-import { guarded } from './errors'
+import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../../domain/repositories'
+import { guarded } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
 

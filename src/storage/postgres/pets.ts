@@ -8,18 +8,10 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import {
-  batchFailed,
-  type CreatePetCommand,
-  type CreatePetOutcome,
-  type CreateRules,
-  type IdempotencyRecord,
-  type NewPet,
-  type Pet,
-  type PetRepository,
-  type PetStatus,
-} from '../types'
-import { guarded } from './errors'
+import { type CreatePetOutcome, createdAnswer, type IdempotencyRecord, judgeIdempotent } from '../../domain/idempotency'
+import type { NewPet, Pet, PetStatus } from '../../domain/pet'
+import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
+import { guarded } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
 
@@ -95,7 +87,7 @@ export class PostgresPets implements PetRepository {
    * same key sent to two instances at once creates one pet. Commands are settled in order, so a key
    * used twice in one batch behaves as if the two had come one after the other.
    */
-  createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): Promise<CreatePetOutcome[]> {
+  createMany({ commands, now, locationPrefix }: PetBatch): Promise<CreatePetOutcome[]> {
     return guarded(() =>
       this.sql.begin(async (tx) => {
         await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
@@ -113,7 +105,7 @@ export class PostgresPets implements PetRepository {
           const claim = claimName(idempotency.keyId, idempotency.key)
           const earlier = claimedBy.get(claim)
           const previous = earlier === undefined ? held.get(claim) : pendingRecord(commands[earlier]!, now)
-          const settled = previous ? rules.judge(previous, idempotency.requestHash) : null
+          const settled = previous ? judgeIdempotent(previous, idempotency.requestHash, now) : null
           if (!settled) claimedBy.set(claim, index)
           else if (earlier !== undefined && settled.kind === 'replayed') replaysOfBatch.set(index, earlier)
           outcomes.push(settled)
@@ -125,7 +117,7 @@ export class PostgresPets implements PetRepository {
         creating.forEach((index, i) => {
           const pet: Pet = { id: ids[i]!, ...commands[index]!.pet }
           created.push(pet)
-          const answer = rules.render(pet)
+          const answer = createdAnswer(pet, locationPrefix)
           answers.set(index, answer)
           outcomes[index] = { kind: 'created', pet, ...answer }
         })

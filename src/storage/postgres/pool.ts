@@ -11,7 +11,7 @@
  * still commit when the server resumes; the client's retry with its Idempotency-Key settles it.
  */
 import { SQL } from 'bun'
-import { StorageUnavailableError } from '../types'
+import { StorageUnavailableError } from '../../domain/repositories'
 
 export interface Deadlines {
   /** One statement outside a transaction: reads, the change poll, the readiness ping. */

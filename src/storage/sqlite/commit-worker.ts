@@ -1,11 +1,10 @@
 /**
  * The commit worker: a thread with its own connection to the data file that commits batches of new
  * pets, so that the fsync of each batch does not stop the main thread's event loop. A separate entry
- * point of the build (scripts/build.ts), started by WorkerPetWriter. The batch rules are the pets
- * domain's (modules/pets/batch.ts), the same on every backend.
+ * point of the build (scripts/build.ts), started by WorkerPetWriter. The Idempotency-Key rule and
+ * a created pet's answer are the domain's (domain/idempotency.ts), the same on every backend.
  */
-import { batchRules } from '../../modules/pets/batch'
-import { BatchRolledBackError, type PetBatch, StorageUnavailableError } from '../types'
+import { BatchRolledBackError, type PetBatch, StorageUnavailableError } from '../../domain/repositories'
 import { openPetCommitter } from './index'
 import type { CommitReply, CommitRequest, CommitResult } from './writer'
 
@@ -28,7 +27,7 @@ self.onmessage = ({ data: request }: MessageEvent<CommitRequest>) => {
 function commit(batch: PetBatch): CommitResult {
   try {
     committer ??= openPetCommitter(file)
-    return { kind: 'committed', outcomes: committer.pets.createMany(batch.commands, batch.now, batchRules(batch)) }
+    return { kind: 'committed', outcomes: committer.pets.createMany(batch) }
   } catch (error) {
     if (error instanceof StorageUnavailableError) return { kind: 'unavailable', code: error.code }
     const rolledBack = error instanceof BatchRolledBackError

@@ -8,7 +8,7 @@
 import { Database } from 'bun:sqlite'
 import { accessSync, constants, existsSync } from 'node:fs'
 import { dirname } from 'node:path'
-import { StorageOpenError } from '../types'
+import { StorageOpenError } from '../../domain/repositories'
 
 export interface DataFileLock {
   release(): void

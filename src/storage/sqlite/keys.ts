@@ -4,8 +4,9 @@
  * SQLite commits one writer at a time, so the numbers become visible in order.
  */
 import type { Database, Statement } from 'bun:sqlite'
-import type { ApiKeyRecord, KeyChange, KeyChanges, KeyRepository, LimitReset } from '../types'
-import { describeUnavailable } from './errors'
+import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
+import { describeUnavailable } from './failures'
 
 interface KeyRow {
   id: string

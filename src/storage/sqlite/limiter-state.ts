@@ -1,6 +1,6 @@
 /** Day buckets of API keys, saved so that a restart does not hand out a fresh daily quota. */
 import type { Database } from 'bun:sqlite'
-import type { LimiterStateRepository, SavedBucket } from '../types'
+import type { LimiterStateRepository, SavedBucket } from '../../domain/repositories'
 
 export class SqliteLimiterState implements LimiterStateRepository {
   constructor(private readonly db: Database) {}

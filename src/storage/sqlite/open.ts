@@ -5,7 +5,7 @@
 import { constants as sqlite, Database } from 'bun:sqlite'
 import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
-import { StorageOpenError } from '../types'
+import { StorageOpenError } from '../../domain/repositories'
 import { APPLICATION_ID, MIGRATIONS } from './migrations'
 
 export interface OpenOptions {

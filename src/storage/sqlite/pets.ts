@@ -1,17 +1,9 @@
 /** Pets and idempotency records in the data file, through statements prepared once. */
 import type { Database, Statement } from 'bun:sqlite'
-import {
-  batchFailed,
-  type CreatePetCommand,
-  type CreatePetOutcome,
-  type CreateRules,
-  type IdempotencyRecord,
-  type NewPet,
-  type Pet,
-  type PetRepository,
-  type PetStatus,
-} from '../types'
-import { classified, describeUnavailable, reading } from './errors'
+import { type CreatePetOutcome, createdAnswer, type IdempotencyRecord, judgeIdempotent } from '../../domain/idempotency'
+import type { NewPet, Pet, PetStatus } from '../../domain/pet'
+import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
+import { classified, describeUnavailable, reading } from './failures'
 
 interface PetRow {
   id: number
@@ -33,7 +25,7 @@ export class SqlitePets implements PetRepository {
   private readonly bumpGeneration: Statement<unknown, []>
   private readonly readGeneration: Statement<{ value: number }, []>
   private readonly createTransaction: {
-    immediate: (commands: CreatePetCommand[], now: number, rules: CreateRules) => CreatePetOutcome[]
+    immediate: (batch: PetBatch) => CreatePetOutcome[]
   }
 
   constructor(private readonly db: Database) {
@@ -56,8 +48,8 @@ export class SqlitePets implements PetRepository {
     this.countAll = db.query('SELECT count(*) AS n FROM pets')
     this.bumpGeneration = db.query("UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'")
     this.readGeneration = db.query("SELECT value FROM meta WHERE name = 'pets_generation'")
-    this.createTransaction = db.transaction((commands: CreatePetCommand[], now: number, rules: CreateRules) =>
-      commands.map((command) => this.createOne(command, now, rules)),
+    this.createTransaction = db.transaction((batch: PetBatch) =>
+      batch.commands.map((command) => this.createOne(command, batch)),
     )
   }
 
@@ -101,27 +93,27 @@ export class SqlitePets implements PetRepository {
     return this.readGeneration.get()!.value
   }
 
-  createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): CreatePetOutcome[] {
+  createMany(batch: PetBatch): CreatePetOutcome[] {
     try {
       // IMMEDIATE: a batch that starts with an idempotency lookup would otherwise begin as a reader, and
       // SQLite answers a reader that wants to write while another connection writes with SQLITE_BUSY at
       // once, skipping the busy timeout.
-      return this.createTransaction.immediate(commands, now, rules)
+      return this.createTransaction.immediate(batch)
     } catch (error) {
       batchFailed(classified(error))
     }
   }
 
   /** The transaction holds SQLite's write lock, so the lookup and the insert are one atomic claim. */
-  private createOne({ pet, idempotency }: CreatePetCommand, now: number, rules: CreateRules): CreatePetOutcome {
+  private createOne({ pet, idempotency }: CreatePetCommand, { now, locationPrefix }: PetBatch): CreatePetOutcome {
     if (idempotency) {
       const previous = this.findIdempotent.get(idempotency.keyId, idempotency.key)
-      const settled = previous && rules.judge(previous, idempotency.requestHash)
+      const settled = previous && judgeIdempotent(previous, idempotency.requestHash, now)
       if (settled) return settled
     }
     const { id } = this.insert.get(pet.name, pet.categoryId, pet.status, now)!
     const created = { id, ...pet }
-    const { body, location } = rules.render(created)
+    const { body, location } = createdAnswer(created, locationPrefix)
     if (idempotency)
       this.saveIdempotent.run(idempotency.keyId, idempotency.key, idempotency.requestHash, 201, body, location, now)
     return { kind: 'created', pet: created, body, location }

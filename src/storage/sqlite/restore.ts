@@ -12,7 +12,7 @@
 import { Database } from 'bun:sqlite'
 import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
-import { StorageOpenError } from '../types'
+import { StorageOpenError } from '../../domain/repositories'
 import { lockDataFile } from './data-file-lock'
 import { checkHeader, checkSchema, checkWhole } from './open'
 

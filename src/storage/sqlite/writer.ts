@@ -2,7 +2,8 @@
  * The main thread's side of the commit worker. A file database is committed by a worker thread with
  * its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
-import { BatchRolledBackError, type CreatePetOutcome, type PetBatch, type PetWriter, StorageUnavailableError } from '../types'
+import type { CreatePetOutcome } from '../../domain/idempotency'
+import { BatchRolledBackError, type PetBatch, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
 
 export type CommitRequest =
   | { kind: 'open'; file: string }

@@ -1,5 +1,5 @@
 /** SQLite's error codes, told apart: "cannot write now" (503), "the file is damaged", and bugs. */
-import { StorageDamagedError, StorageUnavailableError } from '../types'
+import { StorageDamagedError, StorageUnavailableError } from '../../domain/repositories'
 
 /** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
 const UNAVAILABLE_CODES = /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|PERM)/

@@ -5,40 +5,13 @@
  * base never get here unrouted: the API's own fallback route answers them, behind the gate.
  */
 import { Elysia } from 'elysia'
-import type { RequestInfo } from './request-context'
-import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../errors'
+import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../http/api-errors'
+import { answerWith, type RequestInfo } from './request-context'
 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
   allowedMethods: (path: string) => string[] | null
   onInternalError: (error: unknown, requestId: string | undefined) => void
-}
-
-const JSON_TYPE = 'application/json'
-
-export function errorResponse(error: ApiError): Response {
-  return new Response(error.body, {
-    status: error.status,
-    headers: { 'content-type': JSON_TYPE, ...error.headers },
-  })
-}
-
-/**
- * Puts an error's status, headers and body on the answer and records it; returns the body to send. A
- * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
- * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
- */
-export function answerWith(
-  set: { status?: number | string; headers: Record<string, unknown> },
-  info: RequestInfo | undefined,
-  error: ApiError,
-): string {
-  set.status = error.status
-  info?.done(error.status, info.operation)
-  set.headers['content-type'] = JSON_TYPE
-  Object.assign(set.headers, error.headers)
-  if (info?.bodyUnread) set.headers.connection = 'close'
-  return error.body
 }
 
 /** The answer for a path no route serves: 405 with Allow when other methods are served there, else 404. */

@@ -1,13 +1,13 @@
 /**
- * The store area. The interface names GET /store/orders without describing it, so it exists,
+ * Orders, in the interface's store area. The interface names GET /store/orders without describing it, so it exists,
  * authenticated and rate limited like every operation, and answers 501.
  */
 import { Elysia } from 'elysia'
-import { notImplemented } from '../../errors'
+import { notImplemented } from '../../http/api-errors'
 import { errorResponses } from '../../http/openapi'
 
-export function storeModule() {
-  return new Elysia({ name: 'store' }).get(
+export function ordersModule() {
+  return new Elysia({ name: 'orders' }).get(
     '/store/orders',
     () => {
       throw notImplemented('GET /store/orders')

@@ -1,73 +1,21 @@
 /**
- * The storage seam. The server talks to these interfaces only: the embedded SQLite file (sqlite/) and
- * PostgreSQL for several instances (postgres/) both implement them. Members answer `T | Promise<T>`:
- * SQLite answers synchronously, which keeps the embedded request path free of awaits, and PostgreSQL
- * with promises. Abilities only a file has (read-only serving, watching the file, backups) are on the
- * SQLite adapter, not here.
+ * The storage seam, declared by the domain. The server talks to these interfaces only: the embedded
+ * SQLite file (storage/sqlite/) and PostgreSQL for several instances (storage/postgres/) both implement
+ * them and return data. Members answer `T | Promise<T>`: SQLite answers synchronously, which keeps the
+ * embedded request path free of awaits, and PostgreSQL with promises. Abilities only a file has
+ * (read-only serving, watching the file, backups) are on the SQLite adapter, not here.
  */
+import type { ApiKeyRecord, KeyChange } from './api-key'
+import type { CreatePetOutcome } from './idempotency'
+import type { NewPet, Pet, PetStatus } from './pet'
 
 export type MaybePromise<T> = T | Promise<T>
-
-export const PET_STATUSES = ['available', 'pending', 'sold'] as const
-export type PetStatus = (typeof PET_STATUSES)[number]
-
-export interface NewPet {
-  name: string
-  categoryId: number
-  status: PetStatus
-}
-
-export interface Pet extends NewPet {
-  id: number
-}
-
-export type Plan = 'free' | 'pro' | 'business' | 'enterprise'
-
-export interface ApiKeyRecord {
-  id: string
-  name: string
-  plan: Plan
-  rpm: number
-  rpd: number
-  secretHash: string
-  createdAt: number
-  lastUsedAt: number | null
-  revokedAt: number | null
-}
-
-export interface StoredResponse {
-  requestHash: string
-  status: number
-  body: string
-  location: string
-}
 
 export interface CreatePetCommand {
   pet: NewPet
   /** Set when the request carried an Idempotency-Key: the first response is kept under it. */
   idempotency?: { keyId: string; key: string; requestHash: string }
 }
-
-/** What an Idempotency-Key already holds: the first answer given under it, and when. */
-export interface IdempotencyRecord extends StoredResponse {
-  createdAt: number
-}
-
-/**
- * The pets domain's rules for a batch, applied by the adapter inside its transaction: the adapter
- * offers the atomic claim of an Idempotency-Key, the domain decides what a claim already held means.
- */
-export interface CreateRules {
-  /** Builds a created pet's body and Location once its id is known, so a replay returns the same bytes. */
-  render(pet: Pet): { body: string; location: string }
-  /** The answer for a key that already holds `previous`, or null to create (and replace `previous`). */
-  judge(previous: IdempotencyRecord, requestHash: string): CreatePetOutcome | null
-}
-
-export type CreatePetOutcome =
-  | { kind: 'created'; pet: Pet; body: string; location: string }
-  | { kind: 'replayed'; response: StoredResponse }
-  | { kind: 'conflict' }
 
 export interface PetRepository {
   /**
@@ -77,11 +25,13 @@ export interface PetRepository {
   list(afterId: number, limit: number, status: PetStatus | undefined): MaybePromise<Pet[]>
   get(id: number): MaybePromise<Pet | null>
   /**
-   * Runs every command in one durable transaction (group commit); outcomes in command order. Rejects
-   * with StorageUnavailableError when the store cannot take writes now, and with BatchRolledBackError
-   * when the transaction failed for another reason (nothing of it was written).
+   * Runs every command in one durable transaction (group commit); outcomes in command order. A command
+   * with an Idempotency-Key is settled by the domain's rule (domain/idempotency.ts) inside the
+   * transaction, and a created pet's answer is kept with the claim. Rejects with
+   * StorageUnavailableError when the store cannot take writes now, and with BatchRolledBackError when
+   * the transaction failed for another reason (nothing of it was written).
    */
-  createMany(commands: CreatePetCommand[], now: number, rules: CreateRules): MaybePromise<CreatePetOutcome[]>
+  createMany(batch: PetBatch): MaybePromise<CreatePetOutcome[]>
   count(): MaybePromise<number>
   /** Adds pets in one transaction, outside the API (sample data); a running server re-reads its pages. */
   seed(pets: NewPet[], now: number): MaybePromise<void>
@@ -119,9 +69,6 @@ export interface LimitReset {
   /** The reset's number, increasing with each reset of any key, where storage is shared (PostgreSQL); else null. */
   seq: number | null
 }
-
-/** What a server needs of a key to accept it: a change reads no more (a start reads every key). */
-export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
 
 export interface KeyChanges {
   records: KeyChange[]

@@ -63,6 +63,16 @@ export const unavailable = (message = 'Storage cannot accept writes right now; r
 export const internalError = () =>
   new ApiError(500, 'internal_error', 'The server failed to handle this request.')
 
+export const JSON_TYPE = 'application/json'
+
+/** An error as a whole response, for answers given outside Elysia's hooks. */
+export function errorResponse(error: ApiError): Response {
+  return new Response(error.body, {
+    status: error.status,
+    headers: { 'content-type': JSON_TYPE, ...error.headers },
+  })
+}
+
 export function errorBody(status: number, code: ErrorCode, message: string): string {
   return JSON.stringify({ code, message, status })
 }

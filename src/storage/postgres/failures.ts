@@ -2,7 +2,7 @@
  * PostgreSQL's failures, told apart: the database cannot take writes or does not answer now (503, and
  * the server recovers by itself when it does), and bugs (500).
  */
-import { StorageUnavailableError } from '../types'
+import { StorageUnavailableError } from '../../domain/repositories'
 
 /**
  * The rule: a failure is "not now" when it speaks of the database (its connection, its resources, its

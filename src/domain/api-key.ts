@@ -1,0 +1,82 @@
+/**
+ * What an API key is: a secret of 256 random bits shown once, of which only the SHA-256 hash is kept,
+ * with a plan and the limits copied from it. Secrets are random, so a fast hash is the right tool (a
+ * password hash would cost milliseconds per request and add nothing); looking up by the hash of the
+ * whole secret means the time taken never depends on how much of a guess was right.
+ */
+import { CONTROL_CHARACTERS } from './pet'
+import { CUSTOM_PLAN, type Limits, type Plan, PLAN_LIMITS, PLANS } from './plans'
+
+export interface ApiKeyRecord {
+  id: string
+  name: string
+  plan: Plan
+  rpm: number
+  rpd: number
+  secretHash: string
+  createdAt: number
+  lastUsedAt: number | null
+  revokedAt: number | null
+}
+
+/** What a server needs of a key to accept it: a change reads no more (a start reads every key). */
+export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
+
+const SECRET_PREFIX = 'psk_'
+const NAME_MAX = 200
+const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`)
+
+export class KeyInputError extends Error {}
+
+export interface CreateKeyInput {
+  plan: string
+  name?: string
+  rpm?: number
+  rpd?: number
+}
+
+export function hashSecret(secret: string): string {
+  return Bun.CryptoHasher.hash('sha256', secret, 'hex')
+}
+
+function randomToken(bytes: number): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
+}
+
+export function limitsFor(input: CreateKeyInput): Limits {
+  if (!PLANS.includes(input.plan as Plan))
+    throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
+  if (input.plan === CUSTOM_PLAN) {
+    if (input.rpm === undefined || input.rpd === undefined)
+      throw new KeyInputError('an enterprise key needs its own limits: --rpm N --rpd N')
+    return { rpm: input.rpm, rpd: input.rpd }
+  }
+  if (input.rpm !== undefined || input.rpd !== undefined)
+    throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
+  return PLAN_LIMITS[input.plan as keyof typeof PLAN_LIMITS]
+}
+
+export function checkKeyName(name = ''): string {
+  if (name.length > NAME_MAX || CONTROL.test(name))
+    throw new KeyInputError(`--name must be at most ${NAME_MAX} characters with no control characters`)
+  return name
+}
+
+/** A new key's one-time secret and the record to store (only the secret's hash is kept). */
+export function makeKey(input: CreateKeyInput, now: number): { secret: string; record: ApiKeyRecord } {
+  const limits = limitsFor(input)
+  const name = checkKeyName(input.name)
+  const secret = SECRET_PREFIX + randomToken(32)
+  const record: ApiKeyRecord = {
+    id: `key_${randomToken(9)}`,
+    name,
+    plan: input.plan as Plan,
+    rpm: limits.rpm,
+    rpd: limits.rpd,
+    secretHash: hashSecret(secret),
+    createdAt: now,
+    lastUsedAt: null,
+    revokedAt: null,
+  }
+  return { secret, record }
+}

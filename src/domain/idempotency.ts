@@ -1,0 +1,50 @@
+/**
+ * The Idempotency-Key rule: a create sent under a key keeps its first answer for 24 hours; the same
+ * request again gets those bytes again, a different request under the key is a conflict, and after 24
+ * hours the key is free. Every backend applies it inside the transaction that claims the key, and
+ * stores the answer rendered here with the claim, so a replay returns exactly what was sent.
+ */
+import { type NewPet, type Pet, petJson } from './pet'
+
+/** How long an Idempotency-Key holds its first answer. */
+export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
+
+/** The answer kept under an Idempotency-Key. */
+export interface StoredResponse {
+  requestHash: string
+  status: number
+  body: string
+  location: string
+}
+
+/** What an Idempotency-Key already holds: the first answer given under it, and when. */
+export interface IdempotencyRecord extends StoredResponse {
+  createdAt: number
+}
+
+export type CreatePetOutcome =
+  | { kind: 'created'; pet: Pet; body: string; location: string }
+  | { kind: 'replayed'; response: StoredResponse }
+  | { kind: 'conflict' }
+
+/** The body and Location of a created pet; `locationPrefix` is the pets collection's URL with a slash. */
+export function createdAnswer(pet: Pet, locationPrefix: string): { body: string; location: string } {
+  return { body: petJson(pet), location: locationPrefix + pet.id }
+}
+
+/**
+ * What a create under a key that already holds `previous` gets: the first answer again for the same
+ * request, a conflict for a different one, or (null) a new pet once the record has expired.
+ */
+export function judgeIdempotent(previous: IdempotencyRecord, requestHash: string, now: number): CreatePetOutcome | null {
+  if (previous.createdAt <= now - IDEMPOTENCY_TTL_MS) return null
+  if (previous.requestHash !== requestHash) return { kind: 'conflict' }
+  return { kind: 'replayed', response: previous }
+}
+
+/** What makes two creates "the same request": the new pet's fields. */
+export function requestHash(pet: NewPet): string {
+  return new Bun.CryptoHasher('sha256')
+    .update(JSON.stringify([pet.name, pet.categoryId, pet.status]))
+    .digest('hex')
+}

@@ -1,0 +1,35 @@
+/**
+ * A pet, and what a new pet must be. The rules are stated here once; the HTTP schemas
+ * (modules/pets/model.ts) and both storage schemas express them, and a pet's JSON is written here, so
+ * a page, a single pet and a replayed create carry the same bytes.
+ */
+
+export const PET_STATUSES = ['available', 'pending', 'sold'] as const
+export type PetStatus = (typeof PET_STATUSES)[number]
+
+/** The status of a new pet that names none. */
+export const DEFAULT_STATUS: PetStatus = 'available'
+
+/** A name is 1 to NAME_MAX characters (code points). */
+export const NAME_MAX = 200
+
+/** Characters no name may hold (C0 and C1 controls), as a pattern's class: API keys' names obey it too. */
+export const CONTROL_CHARACTERS = '\\u0000-\\u001f\\u007f-\\u009f'
+
+/** Integers beyond ±(2^53 − 1) cannot round-trip through JSON numbers, so they are refused, never rounded. */
+export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
+
+export interface NewPet {
+  name: string
+  categoryId: number
+  status: PetStatus
+}
+
+export interface Pet extends NewPet {
+  id: number
+}
+
+/** A pet's JSON, in the contract's field order. */
+export function petJson(pet: Pet): string {
+  return `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`
+}
