@@ -4,12 +4,8 @@
  * the rejections and the ban, and takes tokens atomically; what a take means for the client (quota,
  * window in force, Retry-After) is worked out once, by the policy, so every store answers alike.
  */
+import type { Limits } from '../domain/plans'
 import type { Bucket, BucketShape } from './token-bucket'
-
-export interface Limits {
-  rpm: number
-  rpd: number
-}
 
 /** When a subject that keeps going after 429s is banned, and for how long. */
 export interface BanRule {

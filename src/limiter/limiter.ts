@@ -10,15 +10,13 @@ import {
   type BanRule,
   type LimiterStore,
   LimiterUnavailableError,
-  type Limits,
   type LimitShapes,
   shapesOf,
   type TakeResult,
 } from './backend'
 import { msUntilFull, msUntilToken } from './token-bucket'
+import type { Limits } from '../domain/plans'
 import type { SavedBucket } from '../domain/repositories'
-
-export type { Limits } from './backend'
 
 export interface LimiterOptions<Sync extends boolean = boolean> {
   banAfter: number

@@ -7,9 +7,9 @@
  */
 import { Elysia } from 'elysia'
 import { ApiError } from '../http/api-errors'
-import type { Decision, Limits, Quota, RateLimiter } from '../limiter/limiter'
+import { type Limits, PLAN_LIMITS } from '../domain/plans'
+import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
 import { LimiterUnavailableError } from '../limiter/backend'
-import { PLAN_LIMITS } from '../domain/plans'
 import { bearerToken } from '../http/bearer-token'
 import type { ActiveKey, KeyRegistry } from '../modules/keys/service'
 import type { Metrics } from '../observability/metrics'

@@ -4,7 +4,7 @@
  * key is still decided by Redis, with its bucket intact.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import type { Limits } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { redisLimiter, uniquePrefix } from './stores'

@@ -3,7 +3,8 @@
  * both stores must keep the same rules, the ones the unit tests pin down for the in-process store.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import type { Decision, Limits } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
+import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter, uniquePrefix } from './stores'

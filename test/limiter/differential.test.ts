@@ -9,7 +9,8 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import fc from 'fast-check'
-import type { Decision, Limits } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
+import type { Decision } from '../../src/limiter/limiter'
 import { MemoryLimiterStore } from '../../src/limiter/memory/store'
 import { RedisLimiterStore } from '../../src/limiter/redis/store'
 import { DAY_MS, MINUTE_MS, type TakeResult } from '../../src/limiter/backend'

@@ -6,7 +6,8 @@
  * what the other answers account for: tokens spent, rejections recorded, bans started.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import type { Decision, Limits } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
+import type { Decision } from '../../src/limiter/limiter'
 import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'

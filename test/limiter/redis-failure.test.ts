@@ -4,7 +4,8 @@
  * slow to answer in time, where the take it gave up on must not happen once Redis resumes.
  */
 import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
-import { type Decision, type Limits } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
+import type { Decision } from '../../src/limiter/limiter'
 import { LIMITER_SCRIPT } from '../../src/limiter/redis/script'
 import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'

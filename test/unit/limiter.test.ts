@@ -3,7 +3,8 @@
  * bound on addresses, and saved day buckets.
  */
 import { describe, expect, test } from 'bun:test'
-import { type Decision, type Limits, RateLimiter } from '../../src/limiter/limiter'
+import type { Limits } from '../../src/domain/plans'
+import { type Decision, RateLimiter } from '../../src/limiter/limiter'
 
 const T0 = Date.UTC(2026, 0, 1)
 const FREE: Limits = { rpm: 60, rpd: 1000 }

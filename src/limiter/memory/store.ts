@@ -5,7 +5,8 @@
  * It answers synchronously and allocates nothing per request for a subject it already knows.
  */
 import type { SavedBucket } from '../../domain/repositories'
-import { type BanRule, type LimiterStore, type Limits, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
+import type { Limits } from '../../domain/plans'
+import { type BanRule, type LimiterStore, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryStoreOptions {

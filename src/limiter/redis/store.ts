@@ -15,7 +15,8 @@
  * not, and reconnects in the background, one attempt at a time, however long Redis was away.
  */
 import { randomBytes } from 'node:crypto'
-import { type BanRule, type LimiterStore, LimiterUnavailableError, type Limits, type TakeResult } from '../backend'
+import type { Limits } from '../../domain/plans'
+import { type BanRule, type LimiterStore, LimiterUnavailableError, type TakeResult } from '../backend'
 import { FORGET_SCRIPT, LIMITER_SCRIPT, UNDO_SCRIPT } from './script'
 
 export interface RedisStoreOptions {

@@ -3,7 +3,7 @@
  * embedded migrations in one transaction under an advisory lock, so instances that start together
  * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
  */
-import { redactedUrl } from '../../config'
+import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { guarded, isUnavailable } from './failures'
 import { PostgresKeys, PostgresLimiterState } from './keys'

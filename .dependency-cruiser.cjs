@@ -1,0 +1,109 @@
+/**
+ * The layers of src/ and the arrows allowed between them, read from the imports by dependency-cruiser
+ * (test/unit/layers.test.ts runs it in `bun test`). Arrows point one way:
+ *
+ *   command line (index.ts, cli.ts, cmd/) -> server (app.ts, server*, config.ts)
+ *     -> HTTP (plugins/, http/, observability/, the modules' controllers) -> modules' services -> domain/
+ *   storage/ and limiter/ sit below the modules: they implement what the domain declares and may
+ *   import only the domain and their own helpers.
+ *
+ * Type-only imports count (tsPreCompilationDeps): a type is an arrow too.
+ */
+const TOP = '^src/(index|cli)\\.ts$|^src/cmd/'
+const SERVER = '^src/(app|config)\\.ts$|^src/server'
+const BELOW_SERVER = '^src/(domain|storage|limiter|modules|plugins|http|observability)/'
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      comment: 'Modules that import each other, directly or around a ring, cannot be understood or built apart.',
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { circular: true },
+    },
+    {
+      name: 'domain-at-the-ground',
+      comment: 'The domain (Pet, plans, keys, idempotency, the repository interfaces) imports nothing of ours.',
+      severity: 'error',
+      from: { path: '^src/domain/' },
+      to: { path: '^src/', pathNot: '^src/domain/' },
+    },
+    {
+      name: 'storage-below-the-modules',
+      comment: 'Storage implements the domain\'s repositories and returns data; it never calls up.',
+      severity: 'error',
+      from: { path: '^src/storage/' },
+      to: { path: '^src/', pathNot: '^src/(domain|storage)/' },
+    },
+    {
+      name: 'storage-backends-apart',
+      comment: 'The SQLite and PostgreSQL backends share only the domain and storage/ helpers.',
+      severity: 'error',
+      from: { path: '^src/storage/(sqlite|postgres)/' },
+      to: { path: '^src/storage/(sqlite|postgres)/', pathNot: '^src/storage/$1/' },
+    },
+    {
+      name: 'limiter-below-the-modules',
+      comment: 'The rate limiter and its backends import only the domain and their own helpers.',
+      severity: 'error',
+      from: { path: '^src/limiter/' },
+      to: { path: '^src/', pathNot: '^src/(domain|limiter)/' },
+    },
+    {
+      name: 'modules-use-storage-through-the-domain',
+      comment: 'Modules see storage and the limiter only through the interfaces the domain declares.',
+      severity: 'error',
+      from: { path: '^src/modules/' },
+      to: { path: '^src/(storage|limiter)/' },
+    },
+    {
+      name: 'services-never-see-http',
+      comment: 'A service knows nothing of Elysia or the request: it may throw the API\'s typed errors, no more.',
+      severity: 'error',
+      from: { path: '^src/modules/[^/]+/service\\.ts$' },
+      to: { path: '^src/(plugins|observability|modules/[^/]+/index\\.ts$)|^src/http/(?!api-errors\\.ts$)|(^|/)node_modules/elysia/' },
+    },
+    {
+      name: 'plugins-below-the-controllers',
+      comment: 'Plugins may use a module\'s service (the key registry), never its controller.',
+      severity: 'error',
+      from: { path: '^src/(plugins|observability|http)/' },
+      to: { path: '^src/modules/[^/]+/index\\.ts$' },
+    },
+    {
+      name: 'http-helpers-at-the-bottom-of-http',
+      comment: 'http/ holds what every HTTP piece uses (errors, bodies, addresses, OpenAPI parts): it uses none of them.',
+      severity: 'error',
+      from: { path: '^src/http/' },
+      to: { path: '^src/(plugins|modules|observability)/' },
+    },
+    {
+      name: 'observability-below-the-plugins',
+      comment: 'Logs and metrics are recorded by the plugins; they do not reach back into them.',
+      severity: 'error',
+      from: { path: '^src/observability/' },
+      to: { path: '^src/(plugins|modules)/' },
+    },
+    {
+      name: 'nothing-below-reaches-the-server',
+      comment: 'The server assembles the layers below it and reads the config; they are given what they need.',
+      severity: 'error',
+      from: { path: BELOW_SERVER },
+      to: { path: `${SERVER}|${TOP}` },
+    },
+    {
+      name: 'command-line-on-top',
+      comment: 'Only the entry point reaches the command line.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: TOP },
+      to: { path: TOP },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    exclude: { path: '\\.d\\.ts$' },
+  },
+}
