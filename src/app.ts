@@ -8,7 +8,7 @@ import type { ApiError } from './http/api-errors'
 import type { AnyElysia } from './http/openapi'
 import type { Config } from './config'
 import { RateLimiter } from './limiter/limiter'
-import type { BanRule, LimiterStore } from './limiter/backend'
+import type { BanRule, LimiterBackend } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
@@ -38,7 +38,7 @@ export interface AppDeps {
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
   /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
-  limiterStore?: (rule: BanRule) => LimiterStore<false>
+  limiterBackend?: (rule: BanRule) => LimiterBackend<false>
   /** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
   dataFile?: DataFileWatch
   /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
@@ -107,8 +107,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       maxAddresses: config.maxTrackedAddresses,
       // A shared store keeps its own clock (Redis's), so instances' clocks do not matter; a clock
       // injected into the app (tests) is used by the limiter too.
-      now: deps.limiterStore && !deps.now ? undefined : now,
-      store: deps.limiterStore,
+      now: deps.limiterBackend && !deps.now ? undefined : now,
+      backend: deps.limiterBackend,
       fallback: config.limiterFallback,
       onUnavailable: (unavailable) =>
         warn(
@@ -160,7 +160,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       return `Storage (${storage.location}) does not answer.`
     }
     // With the local fallback the server serves while Redis is away; without it, it cannot.
-    if (deps.limiterStore && config.limiterFallback === 'closed' && !(await limiter.ping()))
+    if (deps.limiterBackend && config.limiterFallback === 'closed' && !(await limiter.ping()))
       return 'The shared rate limiter (Redis) does not answer.'
     return null
   }

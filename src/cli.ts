@@ -12,7 +12,7 @@ import type { NewPet } from './domain/pet'
 import { redactedUrl } from './domain/redacted-url'
 import { PLAN_LIMITS } from './domain/plans'
 import { createKey } from './modules/keys/service'
-import { RedisLimiterStore } from './limiter/redis/store'
+import { RedisLimiterBackend } from './limiter/redis/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { COMMAND } from './storage/postgres/pool'
 import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
@@ -273,8 +273,8 @@ async function serve(args: string[]): Promise<number> {
     console.error('petstore: rate limits are per instance: with several instances, give them --redis-url to share them')
   const petstore = createApp(config, {
     storage,
-    limiterStore: config.redisUrl
-      ? (rule) => new RedisLimiterStore(rule, { url: config.redisUrl!, maxAddresses: config.maxTrackedAddresses })
+    limiterBackend: config.redisUrl
+      ? (rule) => new RedisLimiterBackend(rule, { url: config.redisUrl!, maxAddresses: config.maxTrackedAddresses })
       : undefined,
     petWriter: backend.petWriter,
     dataFile: backend.dataFile,

@@ -1,8 +1,8 @@
 /**
  * The seam between the rate-limit policy (limiter.ts) and where subjects' state lives: in this process
- * (memory/store.ts) or in Redis, shared by every instance (redis/store.ts). A store keeps the buckets,
+ * (memory/backend.ts) or in Redis, shared by every instance (redis/backend.ts). A backend keeps the buckets,
  * the rejections and the ban, and takes tokens atomically; what a take means for the client (quota,
- * window in force, Retry-After) is worked out once, by the policy, so every store answers alike.
+ * window in force, Retry-After) is worked out once, by the policy, so every backend answers alike.
  */
 import type { Limits } from '../domain/plans'
 import type { Bucket, BucketShape } from './token-bucket'
@@ -24,35 +24,35 @@ export interface TakeResult {
   bannedUntil: number
   /** Whether this request's rejection started the ban. */
   bannedNow: boolean
-  /** The time (ms) the store decided at: the caller's when it passed one, else the store's clock. */
+  /** The time (ms) the backend decided at: the caller's when it passed one, else the backend's clock. */
   now: number
 }
 
-/** A store's answer: at once from a synchronous store, else a promise; both when which is not known. */
+/** A backend's answer: at once from a synchronous backend, else a promise; both when which is not known. */
 export type Answer<Sync extends boolean, T> = Sync extends true ? T : Promise<T>
 
-export interface LimiterStore<Sync extends boolean = boolean> {
+export interface LimiterBackend<Sync extends boolean = boolean> {
   /** True when take answers at once, never with a promise. */
   readonly synchronous: Sync
   /**
    * Refills the subject's buckets to `now`, takes a token from both or from neither, and when refused
    * records the rejection and starts a ban if it is due. A subject seen with other limits than last
-   * time starts afresh. A synchronous store may return the same object every time: it is read before
+   * time starts afresh. A synchronous backend may return the same object every time: it is read before
    * the next take.
    */
   take(subject: string, limits: Limits, isKey: boolean, now?: number): Answer<Sync, TakeResult>
   /**
    * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
-   * reset among all resets: a store shared by instances applies each once, however many instances
-   * ask, and never one older than the last it applied; a store of one process applies every call.
+   * reset among all resets: a backend shared by instances applies each once, however many instances
+   * ask, and never one older than the last it applied; a backend of one process applies every call.
    */
   forget(subject: string, seq?: number): void | Promise<void>
-  /** Whether the store can answer now (readiness). */
+  /** Whether the backend can answer now (readiness). */
   ping(): Promise<boolean>
   close(): void | Promise<void>
 }
 
-/** The store could not answer in time (down, unreachable or too slow); nothing was taken late. */
+/** The backend could not answer in time (down, unreachable or too slow); nothing was taken late. */
 export class LimiterUnavailableError extends Error {
   override name = 'LimiterUnavailableError'
 }

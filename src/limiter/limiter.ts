@@ -1,14 +1,14 @@
 /**
  * The rate-limit policy: per subject (an API key or a client address) a minute bucket and a day bucket,
  * both of which must hold a token, and a ban for subjects that keep going after 429s. Where that state
- * lives is a store's business (store.ts); what a take means for the client (quota, window in force,
- * Retry-After) is decided here, once, so the in-process store and the Redis store answer alike.
+ * lives is a backend's business (backend.ts); what a take means for the client (quota, window in force,
+ * Retry-After) is decided here, once, so the in-process backend and the Redis backend answer alike.
  */
-import { MemoryLimiterStore } from './memory/store'
+import { MemoryLimiterBackend } from './memory/backend'
 import {
   type Answer,
   type BanRule,
-  type LimiterStore,
+  type LimiterBackend,
   LimiterUnavailableError,
   type LimitShapes,
   shapesOf,
@@ -21,22 +21,22 @@ import type { SavedBucket } from '../domain/repositories'
 export interface LimiterOptions<Sync extends boolean = boolean> {
   banAfter: number
   banSeconds: number
-  /** Most client addresses remembered at once by the in-process store (and by the local fallback). */
+  /** Most client addresses remembered at once by the in-process backend (and by the local fallback). */
   maxAddresses: number
   /**
-   * The clock (Unix ms). Unset, each store uses its own: Date.now in process, Redis's TIME in Redis, so
+   * The clock (Unix ms). Unset, each backend uses its own: Date.now in process, Redis's TIME in Redis, so
    * instances sharing Redis share one clock. Keys in Redis expire by Redis's clock whichever is used.
    */
   now?: () => number
   /** Where the state lives, made from the ban rule so it is stated once; defaults to this process. */
-  store?: (rule: BanRule) => LimiterStore<Sync>
+  backend?: (rule: BanRule) => LimiterBackend<Sync>
   /**
-   * What to do when the store is unavailable: 'closed' (default) lets check reject with
-   * LimiterUnavailableError; 'local' decides in this process's memory until the store answers again.
+   * What to do when the backend is unavailable: 'closed' (default) lets check reject with
+   * LimiterUnavailableError; 'local' decides in this process's memory until the backend answers again.
    */
   fallback?: 'closed' | 'local'
   /**
-   * Called with true when the store stops answering, and with false when it answers again, whichever
+   * Called with true when the backend stops answering, and with false when it answers again, whichever
    * the fallback: once each way, so an operator hears of an outage once.
    */
   onUnavailable?: (unavailable: boolean) => void
@@ -58,55 +58,55 @@ export type Decision =
   | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
 
 /**
- * `Sync` is true (the default) with the in-process store, whose check answers a Decision at once; with
- * another store it is inferred false from the store, and check answers a promise.
+ * `Sync` is true (the default) with the in-process backend, whose check answers a Decision at once; with
+ * another backend it is inferred false from the backend, and check answers a promise.
  */
 export class RateLimiter<Sync extends boolean = true> {
-  /** True when check answers at once, never with a promise (the in-process store). */
+  /** True when check answers at once, never with a promise (the in-process backend). */
   readonly synchronous: Sync
-  private readonly store: LimiterStore
-  /** The store when it is this process's memory: saved day buckets and address counts exist only there. */
-  private readonly memory: MemoryLimiterStore | null
-  private readonly local: MemoryLimiterStore | null
+  private readonly backend: LimiterBackend
+  /** The backend when it is this process's memory: saved day buckets and address counts exist only there. */
+  private readonly memory: MemoryLimiterBackend | null
+  private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
 
-  /** `saved`: day buckets of keys from the data file; only the in-process store keeps them. */
+  /** `saved`: day buckets of keys from the data file; only the in-process backend keeps them. */
   constructor(
     private readonly options: LimiterOptions<Sync>,
     saved: Map<string, SavedBucket> = new Map(),
   ) {
     if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
-    if (options.store) {
+    if (options.backend) {
       this.memory = null
-      this.store = options.store(rule)
+      this.backend = options.backend(rule)
     } else {
-      this.memory = new MemoryLimiterStore(rule, { maxAddresses: options.maxAddresses, saved })
-      this.store = this.memory
+      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved })
+      this.backend = this.memory
     }
-    this.local = options.fallback === 'local' ? new MemoryLimiterStore(rule, { maxAddresses: options.maxAddresses }) : null
-    this.synchronous = this.store.synchronous as Sync
+    this.local = options.fallback === 'local' ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
+    this.synchronous = this.backend.synchronous as Sync
   }
 
-  /** Whether decisions come from the local fallback because the store is unavailable. */
+  /** Whether decisions come from the local fallback because the backend is unavailable. */
   get degraded(): boolean {
     return this.storeUnavailable && this.local !== null
   }
 
-  /** Addresses the in-process store remembers; 0 with another store, which bounds itself. */
+  /** Addresses the in-process backend remembers; 0 with another backend, which bounds itself. */
   get trackedAddresses(): number {
     return this.memory?.trackedAddresses ?? 0
   }
 
   /**
    * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Synchronous
-   * with the in-process store; with another, a promise that rejects with LimiterUnavailableError when
-   * the store cannot answer and the fallback is 'closed'.
+   * with the in-process backend; with another, a promise that rejects with LimiterUnavailableError when
+   * the backend cannot answer and the fallback is 'closed'.
    */
   check(subjectId: string, limits: Limits, isKey: boolean): Answer<Sync, Decision> {
     const now = this.options.now?.()
-    const taken = this.store.take(subjectId, limits, isKey, now)
-    // The casts restate what the constructor established: `Sync` is the store's own `synchronous`.
+    const taken = this.backend.take(subjectId, limits, isKey, now)
+    // The casts restate what the constructor established: `Sync` is the backend's own `synchronous`.
     if (!(taken instanceof Promise)) return this.decide(taken, limits) as Answer<Sync, Decision>
     return taken.then(
       (result) => {
@@ -132,20 +132,20 @@ export class RateLimiter<Sync extends boolean = true> {
 
   /**
    * Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start; `seq`
-   * numbers the reset, so a store shared by instances applies it once (see LimiterStore.forget).
+   * numbers the reset, so a backend shared by instances applies it once (see LimiterBackend.forget).
    */
   forgetKey(subjectId: string, seq?: number): void | Promise<void> {
     this.local?.forget(subjectId)
-    return this.store.forget(subjectId, seq)
+    return this.backend.forget(subjectId, seq)
   }
 
-  /** Whether the store answers (readiness); always true in process. */
+  /** Whether the backend answers (readiness); always true in process. */
   ping(): Promise<boolean> {
-    return this.store.ping()
+    return this.backend.ping()
   }
 
   close(): void | Promise<void> {
-    return this.store.close()
+    return this.backend.close()
   }
 
   private decideLocally(error: unknown, subjectId: string, limits: Limits, isKey: boolean, now: number | undefined): Decision {

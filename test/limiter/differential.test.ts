@@ -11,8 +11,8 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import fc from 'fast-check'
 import type { Limits } from '../../src/domain/plans'
 import type { Decision } from '../../src/limiter/limiter'
-import { MemoryLimiterStore } from '../../src/limiter/memory/store'
-import { RedisLimiterStore } from '../../src/limiter/redis/store'
+import { MemoryLimiterBackend } from '../../src/limiter/memory/backend'
+import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { DAY_MS, MINUTE_MS, type TakeResult } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
@@ -81,8 +81,8 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
         const settings = { banAfter, banSeconds, now: () => clock.now }
         const memory = memoryLimiter(settings)
         const shared = redisLimiter(redis.url, settings)
-        const memoryStore = new MemoryLimiterStore({ banAfter, banSeconds }, { maxAddresses: 100_000 })
-        const redisStore = new RedisLimiterStore({ banAfter, banSeconds }, { url: redis.url, prefix: uniquePrefix() })
+        const memoryStore = new MemoryLimiterBackend({ banAfter, banSeconds }, { maxAddresses: 100_000 })
+        const redisStore = new RedisLimiterBackend({ banAfter, banSeconds }, { url: redis.url, prefix: uniquePrefix() })
         const limitsOf = initialLimits.map((i) => LIMITS[i]!)
         try {
           for (const [n, { subject, limits, forget, step }] of actions.entries()) {

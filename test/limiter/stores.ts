@@ -3,10 +3,10 @@
  * prefix of its own per Redis limiter so tests sharing one Redis never see each other's subjects.
  */
 import { type LimiterOptions, RateLimiter } from '../../src/limiter/limiter'
-import { RedisLimiterStore, type RedisStoreOptions } from '../../src/limiter/redis/store'
+import { RedisLimiterBackend, type RedisBackendOptions } from '../../src/limiter/redis/backend'
 
 export type AnyLimiter = RateLimiter<boolean>
-export type LimiterSettings = Partial<Omit<LimiterOptions, 'store'>>
+export type LimiterSettings = Partial<Omit<LimiterOptions, 'backend'>>
 
 /**
  * A clock a year ahead of now, on a whole second: Redis expires keys by its own clock, so injected
@@ -28,11 +28,11 @@ export function uniquePrefix(): string {
   return `test${++prefixes}-${process.pid}:`
 }
 
-export function redisLimiter(url: string, settings: LimiterSettings = {}, store: Partial<RedisStoreOptions> = {}): AnyLimiter {
+export function redisLimiter(url: string, settings: LimiterSettings = {}, store: Partial<RedisBackendOptions> = {}): AnyLimiter {
   const prefix = store.prefix ?? uniquePrefix()
   return new RateLimiter({
     ...defaults,
     ...settings,
-    store: (rule) => new RedisLimiterStore(rule, { url, ...store, prefix }),
+    backend: (rule) => new RedisLimiterBackend(rule, { url, ...store, prefix }),
   })
 }

@@ -7,7 +7,7 @@
  */
 import { createApp, type PetstoreApp } from '../../src/app'
 import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
-import { RedisLimiterStore } from '../../src/limiter/redis/store'
+import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { makeKey } from '../../src/domain/api-key'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
@@ -70,17 +70,17 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
   }
 
   let storages: Storage[]
-  let limiterStore: ConstructorParameters<typeof RedisLimiterStore>[1] | undefined
+  let limiterBackend: ConstructorParameters<typeof RedisLimiterBackend>[1] | undefined
   if (TEST_BACKEND === 'shared') {
     engines ??= Promise.all([startPostgres(), startRedis()]).then(([cluster, redis]) => ({ cluster, redis }))
     const { cluster, redis } = await engines
     const url = await cluster.createDatabase(`app_${process.pid}_${++databases}`)
     storages = await Promise.all([openPostgresStorage(url, { pool: 2 }), openPostgresStorage(url, { pool: 2 })])
-    limiterStore = { url: redis.url, prefix: `petstore-test-${process.pid}-${databases}:` }
+    limiterBackend = { url: redis.url, prefix: `petstore-test-${process.pid}-${databases}:` }
   } else storages = [openSqliteStorage(':memory:')]
 
   const petstores = storages.map((storage) =>
-    createApp(config, { storage, ...deps, limiterStore: limiterStore && ((rule) => new RedisLimiterStore(rule, limiterStore!)) }),
+    createApp(config, { storage, ...deps, limiterBackend: limiterBackend && ((rule) => new RedisLimiterBackend(rule, limiterBackend!)) }),
   )
   await Promise.all(petstores.map((petstore) => petstore.loaded))
   for (const petstore of petstores) petstore.app.listen({ hostname: config.host, port: 0 })

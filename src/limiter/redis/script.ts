@@ -1,8 +1,8 @@
 /**
- * The Lua scripts the Redis store runs, so that each step is atomic however many instances share a
+ * The Lua scripts the Redis backend runs, so that each step is atomic however many instances share a
  * subject: TAKE_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), UNDO_SCRIPT
  * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
- * take repeats token-bucket.ts and memory/store.ts with the same floating-point operations in the same
+ * take repeats token-bucket.ts and memory/backend.ts with the same floating-point operations in the same
  * order, so it reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the
  * numbers a script returns and HSET would store them with 14 digits.
  */
@@ -95,7 +95,7 @@ if last then redis.call('PEXPIREAT', KEYS[2], expireAt) end
 
 -- Addresses are bounded, as in process: the set holds each by the time its keys expire, and past the
 -- bound those whose state matters for the shortest time are forgotten first (banned ones last). Their
--- keys are named from the prefix, as the store names them (one Redis server, no Cluster).
+-- keys are named from the prefix, as the backend names them (one Redis server, no Cluster).
 if ARGV[8] ~= '' then
   local subject = string.sub(KEYS[1], string.len(ARGV[9]) + 3)
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(clock))

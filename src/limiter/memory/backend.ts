@@ -6,7 +6,7 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterStore, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type LimiterBackend, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryStoreOptions {
@@ -27,7 +27,7 @@ interface Subject {
   dayDirty: boolean
 }
 
-export class MemoryLimiterStore implements LimiterStore<true> {
+export class MemoryLimiterBackend implements LimiterBackend<true> {
   readonly synchronous = true
   private readonly keys = new Map<string, Subject>()
   /**

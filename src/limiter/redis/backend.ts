@@ -11,18 +11,18 @@
  * A script that ran in time can still answer after the timeout (our process or the network was slow):
  * what such a take changed is undone, so a call answered 503 spends nothing and counts toward nothing.
  * The client does not reconnect by itself (Bun's own retries give up for good after about 32 s, and a
- * connect() during them waits for all of them): the store checks Redis every reconnectEveryMs, idle or
+ * connect() during them waits for all of them): the backend checks Redis every reconnectEveryMs, idle or
  * not, and reconnects in the background, one attempt at a time, however long Redis was away.
  */
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterStore, LimiterUnavailableError, type TakeResult } from '../backend'
+import { type BanRule, type LimiterBackend, LimiterUnavailableError, type TakeResult } from '../backend'
 import { FORGET_SCRIPT, LIMITER_SCRIPT, UNDO_SCRIPT } from './script'
 
-export interface RedisStoreOptions {
+export interface RedisBackendOptions {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
   url: string
-  /** Prepended to every key the store writes. Default 'petstore:'. */
+  /** Prepended to every key the backend writes. Default 'petstore:'. */
   prefix?: string
   /** How long a call may take before it fails with LimiterUnavailableError. Default 100 ms. */
   timeoutMs?: number
@@ -50,7 +50,7 @@ const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
 const OFFSET_RENEWAL_MS = 10_000
 
-export class RedisLimiterStore implements LimiterStore<false> {
+export class RedisLimiterBackend implements LimiterBackend<false> {
   readonly synchronous = false
   private readonly client: Bun.RedisClient
   private readonly prefix: string
@@ -58,7 +58,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
   private readonly maxAddresses: string
-  /** Names this store's calls apart from every other instance's, for the subjects' generations. */
+  /** Names this backend's calls apart from every other instance's, for the subjects' generations. */
   private readonly instance = randomBytes(9).toString('base64url')
   private calls = 0
   private readonly health: ReturnType<typeof setInterval>
@@ -76,7 +76,7 @@ export class RedisLimiterStore implements LimiterStore<false> {
 
   constructor(
     private readonly rule: BanRule,
-    options: RedisStoreOptions,
+    options: RedisBackendOptions,
   ) {
     this.prefix = options.prefix ?? 'petstore:'
     this.timeoutMs = options.timeoutMs ?? 100
