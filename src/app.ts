@@ -105,7 +105,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       banAfter: config.banAfter,
       banSeconds: config.banSeconds,
       maxAddresses: config.maxTrackedAddresses,
-      // A shared store keeps its own clock (Redis's), so instances' clocks do not matter; a clock
+      // A shared limiter backend keeps its own clock (Redis's), so instances' clocks do not matter; a clock
       // injected into the app (tests) is used by the limiter too.
       now: deps.limiterBackend && !deps.now ? undefined : now,
       backend: deps.limiterBackend,

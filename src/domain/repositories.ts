@@ -28,7 +28,7 @@ export interface PetRepository {
    * Runs every command in one durable transaction (group commit); outcomes in command order. A command
    * with an Idempotency-Key is settled by the domain's rule (domain/idempotency.ts) inside the
    * transaction, and a created pet's answer is kept with the claim. Rejects with
-   * StorageUnavailableError when the store cannot take writes now, and with BatchRolledBackError when
+   * StorageUnavailableError when storage cannot take writes now, and with BatchRolledBackError when
    * the transaction failed for another reason (nothing of it was written).
    */
   createMany(batch: PetBatch): MaybePromise<CreatePetOutcome[]>
@@ -104,7 +104,7 @@ export interface Storage {
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
-  /** Throws when the store does not answer. */
+  /** Throws when storage does not answer. */
   ping(): MaybePromise<void>
   purgeIdempotency(olderThan: number): MaybePromise<void>
   close(): MaybePromise<void>
@@ -114,7 +114,7 @@ export interface Storage {
 export interface PetWriter {
   /**
    * Commits the batch in one durable transaction; outcomes in command order. Rejects with
-   * StorageUnavailableError when the store refuses writes, with BatchRolledBackError when the
+   * StorageUnavailableError when storage refuses writes, with BatchRolledBackError when the
    * transaction failed and wrote nothing, and otherwise (the batch's fate unknown) with any error.
    */
   write(batch: PetBatch): Promise<CreatePetOutcome[]>
@@ -143,7 +143,7 @@ export class StorageUnavailableError extends Error {
 }
 
 /**
- * A batch's transaction failed for a reason other than availability (a row the store refused, a bug)
+ * A batch's transaction failed for a reason other than availability (a row storage refused, a bug)
  * and was rolled back: nothing of it was written, so its commands may be tried again apart.
  */
 export class BatchRolledBackError extends Error {
