@@ -8,18 +8,6 @@ import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
 
-interface KeyRow {
-  id: string
-  name: string
-  plan: ApiKeyRecord['plan']
-  rpm: number
-  rpd: number
-  secretHash: string
-  createdAt: number
-  lastUsedAt: number | null
-  revokedAt: number | null
-}
-
 const KEY_COLUMNS =
   'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
 
@@ -35,7 +23,7 @@ function withoutChange({ change: _, ...key }: ChangeRow): KeyChange {
 
 export class SqliteKeys implements KeyRepository {
   private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number, number]>
-  private readonly listKeys: Statement<KeyRow, []>
+  private readonly listKeys: Statement<ApiKeyRecord, []>
   private readonly revokeKey: Statement<unknown, [number, number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
   private readonly changedKeys: Statement<ChangeRow, [number]>
