@@ -11,8 +11,8 @@ import { checkKeyName, createKey, KeyInputError, limitsFor, makeKey, PLAN_LIMITS
 import { RedisLimiterStore } from './limiter/redis/store'
 import { openPostgresStorage } from './storage/postgres'
 import { COMMAND } from './storage/postgres/pool'
-import { type DataFileLock, lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
-import { openSqliteStorage } from './storage/sqlite'
+import { lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
+import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { restoreDataFile } from './storage/sqlite/restore'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { StorageOpenError, StorageUnavailableError, type ApiKeyRecord, type NewPet, type PetWriter, type Storage } from './storage/types'
@@ -386,12 +386,17 @@ interface Backend {
  */
 function openEmbeddedBackend(config: Config, stop: (reason: string, code: number) => unknown): Backend {
   const created = createdBy(config.dataFile)
-  const storage = openSqliteStorage(config.dataFile, { verify: true })
-  let lock: DataFileLock | null
+  // The lock before the file: while another server or a restore holds it, opening the file (which may
+  // migrate it and makes its -wal and -shm) would change a file that is not ours to touch. The lock
+  // lives beside the file, so its folder comes first. A refused start undoes nothing: what is there
+  // belongs to the holder.
+  prepareDataFolder(config.dataFile)
+  const lock = lockDataFile(resolve(config.dataFile))
+  let storage: SqliteStorage
   try {
-    lock = lockDataFile(resolve(config.dataFile))
+    storage = openSqliteStorage(config.dataFile, { verify: true })
   } catch (error) {
-    storage.close()
+    lock?.release()
     created.undo()
     throw error
   }
@@ -399,6 +404,7 @@ function openEmbeddedBackend(config: Config, stop: (reason: string, code: number
     if (storage.keys.list().length === 0) {
       storage.close()
       lock?.release()
+      created.undo()
       throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
     }
     console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
@@ -483,17 +489,19 @@ function commandName(): string {
 }
 
 /**
- * What opening the data file will create (the file, its companions, missing folders), so a start that
- * fails can take it back: a failed start leaves nothing on disk.
+ * What opening the data file will create (the file, its companions, its lock, missing folders), so a
+ * start that fails can take it back: a failed start leaves nothing on disk.
  */
 function createdBy(dataFile: string): { undo(): void } {
   const file = resolve(dataFile)
   const folders: string[] = []
   for (let dir = dirname(file); !existsSync(dir); dir = dirname(dir)) folders.push(dir)
-  if (existsSync(file)) return { undo() {} }
+  const lock = lockFileOf(file)
+  // Undone only by the start that held the lock, so a lock file it made is its own to remove.
+  const made = existsSync(file) ? (existsSync(lock) ? [] : [lock]) : [file, `${file}-wal`, `${file}-shm`, lock]
   return {
     undo() {
-      for (const path of [file, `${file}-wal`, `${file}-shm`, lockFileOf(file)]) rmSync(path, { force: true })
+      for (const path of made) rmSync(path, { force: true })
       for (const dir of folders) rmSync(dir, { recursive: true, force: true })
     },
   }
