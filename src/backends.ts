@@ -9,7 +9,7 @@
  */
 import { existsSync, rmSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
-import type { DataFileWatch } from './app'
+import type { DataFileWatch } from './readiness'
 import type { Config } from './config'
 import { RedisLimiterStore } from './limiter/redis/store'
 import type { BanRule, LimiterStore } from './limiter/store'

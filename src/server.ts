@@ -1,15 +1,18 @@
 /**
- * One server's life, written once and used by `petstore serve`, the in-process test servers and so the
- * benchmark: open storage, build the app, load its state, listen, start the background jobs; and stop
- * in reverse. Every start that fails and every stop go through the same teardown.
+ * One server's life, written once and used by `petstore serve` (and so by the benchmark, which runs
+ * it) and by the in-process test servers: open storage, build the app, load its state, listen, start
+ * the background jobs; and stop in reverse. Every start that fails and every stop go through the same
+ * teardown.
  */
 import { createApp, type AppDeps, type PetstoreApp } from './app'
 import { limiterStoreFactory, type LimiterStoreFactory, openStorageBackend, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, redactedUrl, withBoundPort } from './config'
 import { notFound } from './errors'
+import { Jobs, type JobOptions } from './jobs'
 import { errorResponse } from './plugins/errors'
+import type { SavedBucket } from './storage/types'
 
-export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn' | 'onDataFileChanged'> {
+export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
   backend?: StorageBackend
   /** Where the limiter keeps its state; by default chosen from the config (Redis, or this process). */
@@ -35,6 +38,7 @@ export class Server {
     readonly config: Config,
     readonly petstore: PetstoreApp,
     readonly backend: StorageBackend,
+    private readonly jobs: Jobs,
   ) {}
 
   /** Opens storage, builds the app, loads its state, listens and starts the jobs; or undoes it all. */
@@ -44,12 +48,14 @@ export class Server {
     if (config.database && !config.redisUrl)
       warn('rate limits are per instance: with several instances, give them --redis-url to share them')
     let bound: Config
+    let savedLimits: Map<string, SavedBucket>
     try {
       bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
+      savedLimits = await backend.storage.limiterState.load()
     } catch (error) {
       await backend.close()
       backend.undo()
-      throw new ConfigError(`cannot listen on ${hostInUrl(config.host)}:${config.port}: ${(error as Error).message}`)
+      throw error
     }
     const petstore = createApp(bound, {
       storage: backend.storage,
@@ -57,13 +63,19 @@ export class Server {
       logSink: options.logSink,
       warn,
       limiterStore: options.limiterStore ?? limiterStoreFactory(bound),
+      savedLimits,
       petWriter: backend.petWriter,
+      dataFile: backend.dataFile,
+    })
+    const jobs = new Jobs(petstore, backend.storage, {
+      now: options.now ?? Date.now,
+      warn,
       dataFile: backend.dataFile,
       onDataFileChanged: options.onDataFileChanged,
     })
-    const server = new Server(bound, petstore, backend)
+    const server = new Server(bound, petstore, backend, jobs)
     try {
-      await petstore.loaded
+      await jobs.load()
       if (bound.redisUrl && !(await waitFor(() => petstore.limiter.ping(), REDIS_WAIT_MS)))
         warn(
           `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet; ` +
@@ -77,7 +89,7 @@ export class Server {
       backend.undo()
       throw error
     }
-    petstore.startBackground()
+    jobs.start()
     return server
   }
 
@@ -111,7 +123,8 @@ export class Server {
     await this.metricsListener?.stop(true)
     const finished = async () => {
       await this.petstore.finishWrites()
-      await this.petstore.stopBackground()
+      await this.jobs.stop()
+      await this.petstore.close()
       await this.backend.close()
       return true
     }
@@ -151,10 +164,14 @@ export class Server {
  * back after listening. The system picks it, as it would for the listener itself.
  */
 function freePort(host: string): number {
-  const probe = Bun.listen({ hostname: host, port: 0, socket: { data() {} } })
-  const { port } = probe
-  probe.stop(true)
-  return port
+  try {
+    const probe = Bun.listen({ hostname: host, port: 0, socket: { data() {} } })
+    const { port } = probe
+    probe.stop(true)
+    return port
+  } catch (error) {
+    throw new ConfigError(`cannot listen on ${hostInUrl(host)}:0: ${(error as Error).message}`)
+  }
 }
 
 /** Asks `check` until it says yes or `ms` have passed; the answer at the end. */
