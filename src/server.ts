@@ -128,7 +128,12 @@ export class Server {
       await this.backend.close()
       return true
     }
-    return Promise.race([finished(), Bun.sleep(Math.max(drainEnds - Date.now(), STOP_SAVE_MS)).then(() => false)])
+    // A timer of its own, cleared once settled: a start that failed ends the process by returning.
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), Math.max(drainEnds - Date.now(), STOP_SAVE_MS))
+    })
+    return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
   }
 
   /**
