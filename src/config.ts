@@ -23,39 +23,39 @@ export const ENVIRONMENTS = {
 } as const
 
 export interface Config {
-  env: EnvName
-  dataFile: string
-  host: string
-  port: number
+  readonly env: EnvName
+  readonly dataFile: string
+  readonly host: string
+  readonly port: number
   /** Absolute base URL of the served environment, no trailing slash. */
-  baseUrl: string
+  readonly baseUrl: string
   /** Path part of `baseUrl` where the API is mounted ('' when at the root). */
-  basePath: string
-  /** True when no base URL was given: it then follows the port actually bound (`--port 0`). */
-  baseUrlFollowsPort: boolean
+  readonly basePath: string
+  /** True when no base URL was given: it then follows the port bound (`--port 0`: see withBoundPort). */
+  readonly baseUrlFollowsPort: boolean
   /** Base URLs of both environments, for the OpenAPI document's `servers`. */
-  servers: { production: string; staging: string }
-  corsOrigins: string[]
+  readonly servers: Readonly<{ production: string; staging: string }>
+  readonly corsOrigins: string[]
   /** Where /metrics is served instead of the API's listener; null to serve it beside the API. */
-  metricsAddress: { host: string; port: number } | null
+  readonly metricsAddress: { host: string; port: number } | null
   /** Bearer token /metrics asks for; null for none. */
-  metricsToken: string | null
+  readonly metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
-  trustProxy: TrustedProxies
+  readonly trustProxy: TrustedProxies
   /** PostgreSQL instead of the data file, for several instances; null for the data file. */
-  database: DatabaseConfig | null
+  readonly database: DatabaseConfig | null
   /** Redis for the rate limiter, shared by every instance; null for the in-process limiter. */
-  redisUrl: string | null
+  readonly redisUrl: string | null
   /** When Redis does not answer: refuse with 503 (closed) or limit per instance meanwhile (local). */
-  limiterFallback: 'closed' | 'local'
-  banAfter: number
-  banSeconds: number
-  accessLog: boolean
+  readonly limiterFallback: 'closed' | 'local'
+  readonly banAfter: number
+  readonly banSeconds: number
+  readonly accessLog: boolean
   /** Largest POST body accepted, in bytes. */
-  maxBodyBytes: number
+  readonly maxBodyBytes: number
   /** Most client addresses the limiter remembers at once. */
-  maxTrackedAddresses: number
-  shutdownGraceMs: number
+  readonly maxTrackedAddresses: number
+  readonly shutdownGraceMs: number
 }
 
 export interface DatabaseConfig {
@@ -253,7 +253,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   for (const name of ['production', 'staging'] as const)
     servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
 
-  return {
+  return freeze({
     env,
     dataFile: resolveDataFile(input, environment),
     host: input.host ?? environment.PETSTORE_HOST ?? '0.0.0.0',
@@ -276,15 +276,25 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     maxBodyBytes: 64 * 1024,
     maxTrackedAddresses: 100_000,
     shutdownGraceMs: 10_000,
-  }
+  })
 }
 
-/** Called once the server is bound, so links name the port really in use. */
-export function bindPort(config: Config, port: number): void {
-  config.port = port
-  if (!config.baseUrlFollowsPort) return
-  config.baseUrl = `http://localhost:${port}${config.basePath}`
-  config.servers[config.env] = config.baseUrl
+/**
+ * The config of a server bound to `port`: a new config, the given one is not changed. With `--port 0`
+ * the server asks for a free port before it builds the app (server.ts), so that the app is built from
+ * a complete config and its links name the port really in use.
+ */
+export function withBoundPort(config: Config, port: number): Config {
+  if (!config.baseUrlFollowsPort) return freeze({ ...config, port })
+  const baseUrl = `http://localhost:${port}${config.basePath}`
+  return freeze({ ...config, port, baseUrl, servers: { ...config.servers, [config.env]: baseUrl } })
+}
+
+/** Read-only from here on: nothing changes a config once it is checked. */
+function freeze(config: Config): Config {
+  Object.freeze(config.servers)
+  Object.freeze(config.corsOrigins)
+  return Object.freeze(config)
 }
 
 /** A host as it is written in a URL: an IPv6 address in brackets (RFC 3986). */

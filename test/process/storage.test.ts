@@ -4,8 +4,9 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, existsSync, readdirSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
+import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, killSpawned, listAll, type PetBody, postPet, serveExpectingFailure } from './helpers'
 
@@ -14,6 +15,14 @@ afterAll(killSpawned)
 setDefaultTimeout(20_000)
 
 const mode = (file: string) => statSync(file).mode & 0o777
+/** Every file in `dir` but the lock's own, with its mode and a digest of its bytes. */
+const snapshotOf = (dir: string) =>
+  Object.fromEntries(
+    readdirSync(dir)
+      .filter((name) => !name.includes('.lock'))
+      .sort()
+      .map((name) => [name, `${mode(join(dir, name)).toString(8)} ${new Bun.CryptoHasher('sha256').update(readFileSync(join(dir, name))).digest('hex')}`]),
+  )
 
 describe('the data file', () => {
   test('its folder is created on first start; the file, -wal and -shm are owner-only', async () => {
@@ -270,6 +279,33 @@ describe('commits off the event loop', () => {
     const third = await startServer({ dataFile: first.dataFile })
     expect((await fetch(`${third.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
     expect(await third.stop()).toBe(0)
+  })
+
+  test('a server refused by the lock touches nothing: an older-schema file is not migrated, no -wal or -shm appear', async () => {
+    const dir = tempDir()
+    const file = join(dir, 'older.db')
+    // A data file as the first petstore left it: the first schema step only, rollback journal.
+    const older = new Database(file)
+    older.run(SQLITE_MIGRATIONS[0]!)
+    older.run(`PRAGMA application_id = ${APPLICATION_ID}`)
+    older.run('PRAGMA user_version = 1')
+    older.close()
+    // Read before the lock is taken: closing any descriptor of the lock file would drop this process's lock.
+    const before = snapshotOf(dir)
+    // Held the way lockDataFile holds it, as a running server or `petstore restore` does.
+    const lock = new Database(`${file}.lock`, { create: true })
+    try {
+      lock.run('PRAGMA locking_mode = EXCLUSIVE')
+      lock.run('BEGIN EXCLUSIVE')
+      lock.run('COMMIT')
+      const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', file])
+      expect(served.listened).toBe(false)
+      expect(served.code).toBe(1)
+      expect(served.stderr).toBe(`petstore: ${file} is already served by another petstore; stop that one first\n`)
+      expect(snapshotOf(dir)).toEqual(before)
+    } finally {
+      lock.close()
+    }
   })
 
   test('a second server on the port of a running one exits 1 instead of sharing the port', async () => {

@@ -5,10 +5,12 @@
  * database and one Redis, behind a front that sends each request to the other server in turn: the
  * same suites then run against several instances. PostgreSQL and Redis are started once per run.
  */
-import { createApp, type PetstoreApp } from '../../src/app'
-import { bindPort, type ConfigInput, resolveConfig } from '../../src/config'
+import type { PetstoreApp } from '../../src/app'
+import type { LimiterBackendFactory } from '../../src/backends'
+import { type ConfigInput, resolveConfig } from '../../src/config'
 import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { makeKey } from '../../src/domain/api-key'
+import { Server } from '../../src/server'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import type { Storage } from '../../src/domain/repositories'
@@ -54,7 +56,6 @@ let engines: Promise<{ cluster: PostgresCluster; redis: RedisServer }> | undefin
 let databases = 0
 
 export async function startApp(input: ConfigInput = {}, options: { realClock?: boolean } = {}): Promise<TestApp> {
-  const config = resolveConfig({ port: '0', host: '127.0.0.1', ...input }, {})
   const clock = {
     // A shared limiter's keys expire by Redis's clock, so its fake clock must not be in the past.
     now: TEST_BACKEND === 'shared' ? Date.UTC(new Date().getUTCFullYear() + 1, 0, 1) : Date.UTC(2026, 0, 1),
@@ -70,25 +71,22 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
   }
 
   let storages: Storage[]
-  let limiterBackend: ConstructorParameters<typeof RedisLimiterBackend>[1] | undefined
+  let limiterBackend: LimiterBackendFactory | undefined
   if (TEST_BACKEND === 'shared') {
     engines ??= Promise.all([startPostgres(), startRedis()]).then(([cluster, redis]) => ({ cluster, redis }))
     const { cluster, redis } = await engines
     const url = await cluster.createDatabase(`app_${process.pid}_${++databases}`)
     storages = await Promise.all([openPostgresStorage(url, { pool: 2 }), openPostgresStorage(url, { pool: 2 })])
-    limiterBackend = { url: redis.url, prefix: `petstore-test-${process.pid}-${databases}:` }
+    const shared = { url: redis.url, prefix: `petstore-test-${process.pid}-${databases}:` }
+    limiterBackend = (rule) => new RedisLimiterBackend(rule, shared)
   } else storages = [openSqliteStorage(':memory:')]
 
-  const petstores = storages.map((storage) =>
-    createApp(config, { storage, ...deps, limiterBackend: limiterBackend && ((rule) => new RedisLimiterBackend(rule, limiterBackend!)) }),
-  )
-  await Promise.all(petstores.map((petstore) => petstore.loaded))
-  for (const petstore of petstores) petstore.app.listen({ hostname: config.host, port: 0 })
-  const ports = petstores.map((petstore) => petstore.app.server!.port!)
+  const ports: number[] = []
   let turn = 0
-  // The front: each request goes to the other server; the Host and every header pass unchanged.
+  // The front: each request goes to the other server; the Host and every header pass unchanged. It
+  // listens first, so the servers are built from a config whose links already name it.
   const front =
-    petstores.length > 1
+    storages.length > 1
       ? Bun.serve({
           hostname: '127.0.0.1',
           port: 0,
@@ -100,8 +98,16 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
           },
         })
       : null
+  const frontBase = front ? { baseUrl: `http://localhost:${front.port}/v1` } : {}
+  const config = resolveConfig({ port: '0', host: '127.0.0.1', ...frontBase, ...input }, {})
+  const servers = await Promise.all(
+    storages.map((storage) =>
+      Server.start(config, { ...deps, limiterBackend, backend: { storage, close: async () => storage.close(), undo() {} } }),
+    ),
+  )
+  ports.push(...servers.map((server) => server.port))
+  const petstores = servers.map((server) => server.petstore)
   const port = front ? front.port! : ports[0]!
-  bindPort(config, port)
   const origin = `http://127.0.0.1:${port}`
   const reloadKeys = async () => {
     await Promise.all(petstores.map((petstore) => petstore.keys.reload()))
@@ -136,11 +142,7 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
       stopped = true
       open.delete(testApp)
       front?.stop(true)
-      for (const petstore of petstores) {
-        void petstore.app.stop(true)
-        await petstore.stopBackground()
-      }
-      await Promise.all(storages.map((storage) => storage.close()))
+      await Promise.all(servers.map((server) => server.stop()))
     },
   }
   open.add(testApp)

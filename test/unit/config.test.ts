@@ -3,7 +3,7 @@
  * and refusal of bad values.
  */
 import { describe, expect, test } from 'bun:test'
-import { bindPort, ConfigError, resolveConfig, resolveDataFile } from '../../src/config'
+import { ConfigError, resolveConfig, resolveDataFile, withBoundPort } from '../../src/config'
 
 describe('resolveConfig precedence', () => {
   test('defaults for production', () => {
@@ -84,13 +84,14 @@ describe('resolveConfig precedence', () => {
     expect(config.basePath).toBe('/petstore/v1')
   })
 
-  test('bindPort updates a port-following base URL but not an explicit one', () => {
-    const following = resolveConfig({ port: '0' }, {})
-    bindPort(following, 43210)
+  test('withBoundPort gives a port-following base URL the bound port but not an explicit one, and changes neither config', () => {
+    const asked = resolveConfig({ port: '0' }, {})
+    const following = withBoundPort(asked, 43210)
     expect(following.baseUrl).toBe('http://localhost:43210/v1')
     expect(following.servers.production).toBe('http://localhost:43210/v1')
-    const explicit = resolveConfig({ port: '0', baseUrl: 'https://api.example/v1' }, {})
-    bindPort(explicit, 43210)
+    expect(asked.baseUrl).toBe('http://localhost:0/v1')
+    expect(Object.isFrozen(following) && Object.isFrozen(asked)).toBe(true)
+    const explicit = withBoundPort(resolveConfig({ port: '0', baseUrl: 'https://api.example/v1' }, {}), 43210)
     expect(explicit.baseUrl).toBe('https://api.example/v1')
     expect(explicit.port).toBe(43210)
   })

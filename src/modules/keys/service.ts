@@ -42,7 +42,7 @@ export class KeyRegistry {
   /** The newest change number applied; -1 before the first load. */
   private applied = -1
 
-  /** Empty until the first reload (which createApp starts). */
+  /** Empty until the first reload (which the server's start makes: jobs.ts). */
   constructor(private readonly storage: Storage) {}
 
   get size(): number {

@@ -18,14 +18,11 @@ export type { OpenOptions } from './open'
 export function openSqliteStorage(file: string, options: OpenOptions = {}): SqliteStorage {
   const inMemory = file === ':memory:'
   if (!inMemory) {
-    // Owner-only: the file holds key hashes and the WAL/SHM files SQLite creates inherit this mask.
-    process.umask(0o077)
     refuseInterruptedRestore(file)
     if (options.mustExist && !existsSync(file))
       throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
+    prepareDataFolder(file)
     try {
-      if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
-      mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
       checkHeader(file)
     } catch (error) {
       if (error instanceof StorageOpenError) throw error
@@ -52,6 +49,21 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Sqli
   if (!inMemory && !readOnly)
     for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
   return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
+}
+
+/**
+ * Makes the data file's folder (owner-only) when it is missing, and nothing else: the server takes the
+ * lock beside the file (data-file-lock.ts) after this and before it opens the file.
+ */
+export function prepareDataFolder(file: string): void {
+  // Owner-only: the file holds key hashes, and the lock, WAL and SHM files inherit this mask.
+  process.umask(0o077)
+  try {
+    if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+  } catch (error) {
+    throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
+  }
 }
 
 /**

@@ -33,7 +33,7 @@ export class WorkerPetWriter implements PetWriter {
   private waiting: { resolve: (outcomes: CreatePetOutcome[]) => void; reject: (error: unknown) => void } | null = null
   private seq = 0
 
-  /** `script` is commit-worker.ts, resolved by the caller (see cli.ts for why). */
+  /** `script` is commit-worker.ts, resolved by the caller (see backends.ts for why). */
   constructor(
     private readonly script: URL,
     private readonly file: string,

@@ -1,0 +1,113 @@
+/**
+ * The backends a server runs on, each made by one factory and chosen once from the config: storage
+ * (the data file, or PostgreSQL shared with other instances) and the limiter's store (in this process,
+ * or Redis shared with other instances). Tests hand the server their own (see ServerOptions).
+ *
+ * This module sits beside the entry point on purpose: in the compiled binary every module's
+ * import.meta.url is the binary itself, and the commit worker's entry is stored at its path relative
+ * to src/, so only a module in src/ resolves it the same way from the sources and from the binary.
+ */
+import { existsSync, rmSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
+import type { DataFileWatch } from './readiness'
+import type { Config } from './config'
+import { RedisLimiterBackend } from './limiter/redis/backend'
+import type { BanRule, LimiterBackend } from './limiter/backend'
+import { openPostgresStorage } from './storage/postgres'
+import { lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
+import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
+import { WorkerPetWriter } from './storage/sqlite/writer'
+import { StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
+
+/** The storage a server runs on, with what only that kind of storage needs. */
+export interface StorageBackend {
+  storage: Storage
+  petWriter?: PetWriter
+  dataFile?: DataFileWatch
+  close(): Promise<void>
+  /** Removes what a start that failed created. */
+  undo(): void
+}
+
+/** Where the limiter keeps its state when shared (Redis); undefined keeps it in this process. */
+export type LimiterBackendFactory = (rule: BanRule) => LimiterBackend<false>
+
+/** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
+export async function openStorageBackend(config: Config): Promise<StorageBackend> {
+  return config.database ? openSharedBackend(config) : openEmbeddedBackend(config)
+}
+
+export function limiterBackendFactory(config: Config): LimiterBackendFactory | undefined {
+  const url = config.redisUrl
+  if (!url) return undefined
+  return (rule) => new RedisLimiterBackend(rule, { url, maxAddresses: config.maxTrackedAddresses })
+}
+
+/**
+ * The data file: one server holds it (FILE.lock), commits on a worker thread, and watches the file.
+ * A start that fails removes what opening it created.
+ */
+function openEmbeddedBackend(config: Config): StorageBackend {
+  const created = createdBy(config.dataFile)
+  // The lock before the file: while another server or a restore holds it, opening the file (which may
+  // migrate it and makes its -wal and -shm) would change a file that is not ours to touch. The lock
+  // lives beside the file, so its folder comes first. A refused start undoes nothing: what is there
+  // belongs to the holder.
+  prepareDataFolder(config.dataFile)
+  const lock = lockDataFile(resolve(config.dataFile))
+  let storage: SqliteStorage
+  try {
+    storage = openSqliteStorage(config.dataFile, { verify: true })
+  } catch (error) {
+    lock?.release()
+    created.undo()
+    throw error
+  }
+  if (storage.readOnly) {
+    if (storage.keys.list().length === 0) {
+      storage.close()
+      lock?.release()
+      created.undo()
+      throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
+    }
+    console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
+  }
+  return {
+    storage,
+    petWriter:
+      storage.file !== null && !storage.readOnly
+        ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
+        : undefined,
+    dataFile: storage,
+    async close() {
+      storage.close()
+      lock?.release()
+    },
+    undo: () => created.undo(),
+  }
+}
+
+/** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */
+async function openSharedBackend(config: Config): Promise<StorageBackend> {
+  const storage = await openPostgresStorage(config.database!.url, { pool: config.database!.pool })
+  return { storage, close: () => storage.close(), undo() {} }
+}
+
+/**
+ * What opening the data file will create (the file, its companions, its lock, missing folders), so a
+ * start that fails can take it back: a failed start leaves nothing on disk.
+ */
+function createdBy(dataFile: string): { undo(): void } {
+  const file = resolve(dataFile)
+  const folders: string[] = []
+  for (let dir = dirname(file); !existsSync(dir); dir = dirname(dir)) folders.push(dir)
+  const lock = lockFileOf(file)
+  // Undone only by the start that held the lock, so a lock file it made is its own to remove.
+  const made = existsSync(file) ? (existsSync(lock) ? [] : [lock]) : [file, `${file}-wal`, `${file}-shm`, lock]
+  return {
+    undo() {
+      for (const path of made) rmSync(path, { force: true })
+      for (const dir of folders) rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}

@@ -1,0 +1,38 @@
+/** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
+import { ENVIRONMENTS, envOf, fromFlagOrVariable, hostInUrl, parseInteger } from '../config'
+import { asUsageError, help, parse, UsageError } from './options'
+
+export const USAGE = `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]
+
+Exits 0 when http://HOST:PORT/healthz answers 200 within 2 s, else 1, and says which in one line.
+  --host HOST                the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
+                             127.0.0.1 and ::1; default 127.0.0.1)
+  --port N                   the server's port (PETSTORE_PORT; default 8080, staging 8081)`
+
+export async function healthcheck(args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, { host: { type: 'string' }, port: { type: 'string' } }, USAGE)
+  if (values.help) return help(USAGE)
+  if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
+  const env = asUsageError(() => envOf(values as { env?: string }, process.env), USAGE)
+  const portText = fromFlagOrVariable('--port', values.port as string | undefined, 'PETSTORE_PORT', process.env)
+  const port =
+    portText.value === undefined
+      ? ENVIRONMENTS[env].port
+      : asUsageError(() => parseInteger(portText.name, portText.value!, 1, 65535), USAGE)
+  // A server bound to every address is asked on loopback of the same family.
+  const bound = (values.host as string | undefined) ?? process.env.PETSTORE_HOST ?? '127.0.0.1'
+  const host = bound === '0.0.0.0' ? '127.0.0.1' : bound === '::' ? '::1' : bound
+  const url = `http://${hostInUrl(host)}:${port}/healthz`
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(2000) })
+    if (response.status === 200) {
+      console.log(`petstore: healthy (${url} answered 200)`)
+      return 0
+    }
+    console.log(`petstore: unhealthy (${url} answered ${response.status})`)
+  } catch (error) {
+    const reason = (error as Error).name === 'TimeoutError' ? 'no answer within 2 s' : (error as Error).message
+    console.log(`petstore: unhealthy (${url}: ${reason})`)
+  }
+  return 1
+}

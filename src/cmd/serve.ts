@@ -1,0 +1,93 @@
+/**
+ * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
+ * and its stop on SIGTERM or SIGINT: in-flight requests drain for up to the grace period, then the
+ * process exits (0, or 1 when storage did not take the last writes in time).
+ */
+import { type Config, hostInUrl, resolveConfig } from '../config'
+import { redactedUrl } from '../domain/redacted-url'
+import { Server } from '../server'
+import { bootstrapKey } from './bootstrap-key'
+import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
+
+export const USAGE = `Usage: petstore serve [options]
+
+${COMMON}
+  --host HOST                address to bind (PETSTORE_HOST; default 0.0.0.0)
+  --port N                   port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)
+  --base-url URL             public base URL with the API path, e.g. https://pets.example.com/v1
+                             (PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)
+  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any)
+  --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
+                             for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
+  --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
+  --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
+                             which keeps it out of the process list)
+  --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
+  --limiter-fallback closed|local  when Redis does not answer: 503 (closed, the default) or limits
+                             per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
+  --ban-after N              429s within a minute before a ban (default 50)
+  --ban-seconds N            length of a ban (default 600)
+  --no-access-log            do not write the per-request JSON lines to stdout`
+
+export async function serve(args: string[]): Promise<number> {
+  const { values, positionals } = parse(
+    args,
+    {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      'base-url': { type: 'string' },
+      'cors-origin': { type: 'string', multiple: true },
+      'trust-proxy': { type: 'string', multiple: true },
+      'metrics-address': { type: 'string' },
+      'metrics-token': { type: 'string' },
+      'ban-after': { type: 'string' },
+      'ban-seconds': { type: 'string' },
+      'no-access-log': { type: 'boolean' },
+      'database-pool': { type: 'string' },
+      'limiter-fallback': { type: 'string' },
+    },
+    USAGE,
+  )
+  if (values.help) return help(USAGE)
+  if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
+  const config = asUsageError(() => resolveConfig(configInput(values)), USAGE)
+  // Handlers first: a supervisor may signal as soon as it reads the listening line.
+  let stop: (reason: string, code?: number) => unknown = (reason) => {
+    console.error(`petstore: ${reason} before the server started`)
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => stop('SIGTERM received'))
+  process.on('SIGINT', () => stop('SIGINT received'))
+  const server = await Server.start(config, {
+    // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
+    onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
+    // Only when there is no key at all, so instances that start together on one database make one.
+    onListening: async ({ backend: { storage }, petstore }) => {
+      if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
+    },
+  })
+  console.error(startupLine(server))
+
+  let stopping = false
+  stop = async (reason: string, code = 0) => {
+    if (stopping) return
+    stopping = true
+    console.error(`petstore: ${reason}, finishing in-flight requests`)
+    if (!(await server.stop(server.config.shutdownGraceMs))) {
+      console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
+      process.exit(1)
+    }
+    console.error('petstore: stopped')
+    process.exit(code)
+  }
+  return new Promise<number>(() => {})
+}
+
+function startupLine(server: Server): string {
+  const config: Config = server.config
+  return (
+    `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
+    (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
+    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '')
+  )
+}

@@ -1,0 +1,132 @@
+/**
+ * A server's background work, started by the server lifecycle (server.ts) once it listens and stopped
+ * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
+ * reset by other processes; the read-only data file's watch), rate-limit state saves, idempotency
+ * purges. Each job runs alone: a turn still running when the next comes is not started twice.
+ */
+import type { PetstoreApp } from './app'
+import type { DataFileWatch } from './readiness'
+import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
+import type { MaybePromise, Storage } from './domain/repositories'
+
+const KEY_POLL_MS = 250
+const STATE_SAVE_MS = 5_000
+const PURGE_MS = 60 * 60 * 1000
+
+export interface JobOptions {
+  now: () => number
+  warn: (message: string) => void
+  dataFile?: DataFileWatch
+  /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
+  onDataFileChanged?: () => void
+}
+
+export class Jobs {
+  private readonly timers: ReturnType<typeof setInterval>[] = []
+  private petsGeneration = 0
+  private pollFailing = false
+  /** Limit resets taken from storage and not yet applied by the limiter (Redis may be away). */
+  private readonly unappliedResets = new Map<string, number | null>()
+
+  constructor(
+    private readonly petstore: PetstoreApp,
+    private readonly storage: Storage,
+    private readonly options: JobOptions,
+  ) {}
+
+  /** Reads what the poll compares against: the keys, and the pets' generation. Before listening. */
+  async load(): Promise<void> {
+    await Promise.all([
+      this.petstore.keys.reload(),
+      Promise.resolve(this.storage.pets.generation()).then((generation) => {
+        this.petsGeneration = generation
+      }),
+    ])
+  }
+
+  start(): void {
+    const { storage, options } = this
+    let watchingFile = options.dataFile !== undefined
+    const onDataFileChanged =
+      options.onDataFileChanged ?? (() => options.warn('the read-only data file changed on disk; restart to read it again'))
+    this.every(KEY_POLL_MS, async () => {
+      if (watchingFile && options.dataFile!.changedOnDisk()) {
+        watchingFile = false
+        onDataFileChanged()
+      }
+      await this.pollChanges()
+    })
+    this.every(STATE_SAVE_MS, () => this.saveState())
+    this.every(PURGE_MS, async () => {
+      if (!storage.writable) return
+      try {
+        await storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)
+      } catch (error) {
+        options.warn(`could not purge idempotency records: ${(error as Error).message}`)
+      }
+    })
+  }
+
+  /** Stops the timers and writes what is still only in memory. */
+  async stop(): Promise<void> {
+    for (const timer of this.timers.splice(0)) clearInterval(timer)
+    await this.saveState()
+  }
+
+  private every(ms: number, task: () => MaybePromise<void>): void {
+    let running = false
+    const timer = setInterval(async () => {
+      if (running) return
+      running = true
+      try {
+        await task()
+      } finally {
+        running = false
+      }
+    }, ms)
+    timer.unref()
+    this.timers.push(timer)
+  }
+
+  /** Changes other processes made: keys created or revoked, pets seeded or reset, limits reset. */
+  private async pollChanges(): Promise<void> {
+    const { petstore, storage, options } = this
+    petstore.fault.current()
+    try {
+      await petstore.keys.reload()
+      const generation = await storage.pets.generation()
+      if (generation !== this.petsGeneration) petstore.pets.dropCaches()
+      this.petsGeneration = generation
+      if (storage.writable) for (const { keyId, seq } of await storage.keys.takeLimitResets()) this.unappliedResets.set(keyId, seq)
+      // A reset is kept until the limiter has applied it (Redis may be away right now).
+      for (const [id, seq] of this.unappliedResets) {
+        await petstore.limiter.forgetKey(`key:${id}`, seq ?? undefined)
+        this.unappliedResets.delete(id)
+      }
+      if (this.pollFailing) options.warn('storage answers the change poll again')
+      this.pollFailing = false
+    } catch (error) {
+      // Tried again at the next poll; said once, not four times a second.
+      if (!this.pollFailing) options.warn(`could not check storage for changes made by other processes: ${(error as Error).message}`)
+      this.pollFailing = true
+    }
+  }
+
+  private async saveState(): Promise<void> {
+    const { petstore, storage, options } = this
+    if (!storage.writable) return
+    // Two saves, each reported as itself: one failing does not keep the other from being tried.
+    try {
+      const buckets = petstore.limiter.unsavedDayBuckets()
+      await storage.limiterState.save(buckets)
+      petstore.limiter.markSaved(buckets)
+    } catch (error) {
+      options.warn(`could not save rate-limit state: ${(error as Error).message}`)
+    }
+    try {
+      await petstore.keys.flushLastUsed()
+    } catch (error) {
+      options.warn(`could not save the keys' last-used times: ${(error as Error).message}`)
+    }
+  }
+}
