@@ -1,8 +1,8 @@
-/** The values /metrics reads from the parts that keep them, at the moment it is asked. */
-import type { RateLimiter } from '../limiter/limiter'
-import type { KeyRegistry } from '../modules/keys/service'
-import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from '../modules/pets/service'
-import type { AccessLog } from './access-log'
+/** The values /metrics reads from the parts that keep them, at the moment it is asked: wiring, so it sits beside app.ts. */
+import type { RateLimiter } from './limiter/limiter'
+import type { KeyRegistry } from './modules/keys/service'
+import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from './modules/pets/service'
+import type { AccessLog } from './observability/access-log'
 
 export function gauges(parts: { limiter: RateLimiter<boolean>; keys: KeyRegistry; pets: PetService; accessLog: AccessLog | null }) {
   const { limiter, keys, pets, accessLog } = parts
