@@ -39,7 +39,7 @@ export interface AppDeps {
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
   /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
-  limiterStore?: (rule: BanRule) => LimiterStore<false>
+  limiterStore?: (rule: BanRule) => LimiterStore
   /** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
   dataFile?: DataFileWatch
   /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
@@ -54,7 +54,7 @@ export interface DataFileWatch {
 export interface PetstoreApp {
   app: AnyElysia
   keys: KeyRegistry
-  limiter: RateLimiter<boolean>
+  limiter: RateLimiter
   metrics: Metrics
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
@@ -101,7 +101,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const savedBuckets = storage.limiterState.load()
   // Filled below once loaded, before the server listens (storage that answers at once: right now).
   const saved = savedBuckets instanceof Promise ? new Map() : savedBuckets
-  const limiter: RateLimiter<boolean> = new RateLimiter<boolean>(
+  const limiter = new RateLimiter(
     {
       banAfter: config.banAfter,
       banSeconds: config.banSeconds,
@@ -221,7 +221,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(
       petsModule({
         service: pets,
-        synchronous: storage.synchronous,
         baseUrl: () => config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
         onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),

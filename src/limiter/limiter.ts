@@ -6,7 +6,6 @@
  */
 import { MemoryLimiterStore } from './memory/store'
 import {
-  type Answer,
   type BanRule,
   type LimiterStore,
   LimiterUnavailableError,
@@ -20,7 +19,7 @@ import type { SavedBucket } from '../storage/types'
 
 export type { Limits } from './store'
 
-export interface LimiterOptions<Sync extends boolean = boolean> {
+export interface LimiterOptions {
   banAfter: number
   banSeconds: number
   /** Most client addresses remembered at once by the in-process store (and by the local fallback). */
@@ -31,7 +30,7 @@ export interface LimiterOptions<Sync extends boolean = boolean> {
    */
   now?: () => number
   /** Where the state lives, made from the ban rule so it is stated once; defaults to this process. */
-  store?: (rule: BanRule) => LimiterStore<Sync>
+  store?: (rule: BanRule) => LimiterStore
   /**
    * What to do when the store is unavailable: 'closed' (default) lets check reject with
    * LimiterUnavailableError; 'local' decides in this process's memory until the store answers again.
@@ -59,13 +58,7 @@ export type Decision =
   | { allowed: true; quota: Quota }
   | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
 
-/**
- * `Sync` is true (the default) with the in-process store, whose check answers a Decision at once; with
- * another store it is inferred false from the store, and check answers a promise.
- */
-export class RateLimiter<Sync extends boolean = true> {
-  /** True when check answers at once, never with a promise (the in-process store). */
-  readonly synchronous: Sync
+export class RateLimiter {
   private readonly store: LimiterStore
   /** The store when it is this process's memory: saved day buckets and address counts exist only there. */
   private readonly memory: MemoryLimiterStore | null
@@ -74,7 +67,7 @@ export class RateLimiter<Sync extends boolean = true> {
 
   /** `saved`: day buckets of keys from the data file; only the in-process store keeps them. */
   constructor(
-    private readonly options: LimiterOptions<Sync>,
+    private readonly options: LimiterOptions,
     saved: Map<string, SavedBucket> = new Map(),
   ) {
     if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
@@ -87,7 +80,6 @@ export class RateLimiter<Sync extends boolean = true> {
       this.store = this.memory
     }
     this.local = options.fallback === 'local' ? new MemoryLimiterStore(rule, { maxAddresses: options.maxAddresses }) : null
-    this.synchronous = this.store.synchronous as Sync
   }
 
   /** Whether decisions come from the local fallback because the store is unavailable. */
@@ -101,22 +93,21 @@ export class RateLimiter<Sync extends boolean = true> {
   }
 
   /**
-   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Synchronous
-   * with the in-process store; with another, a promise that rejects with LimiterUnavailableError when
-   * the store cannot answer and the fallback is 'closed'.
+   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Answers as the
+   * store does: at once in process; with a promise from Redis, which rejects with
+   * LimiterUnavailableError when the store cannot answer and the fallback is 'closed'.
    */
-  check(subjectId: string, limits: Limits, isKey: boolean): Answer<Sync, Decision> {
+  check(subjectId: string, limits: Limits, isKey: boolean): Decision | Promise<Decision> {
     const now = this.options.now?.()
     const taken = this.store.take(subjectId, limits, isKey, now)
-    // The casts restate what the constructor established: `Sync` is the store's own `synchronous`.
-    if (!(taken instanceof Promise)) return this.decide(taken, limits) as Answer<Sync, Decision>
+    if (!(taken instanceof Promise)) return this.decide(taken, limits)
     return taken.then(
       (result) => {
         if (this.storeUnavailable) this.noteUnavailable(false)
         return this.decide(result, limits)
       },
       (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
-    ) as Answer<Sync, Decision>
+    )
   }
 
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */

@@ -5,7 +5,7 @@
 import { type LimiterOptions, RateLimiter } from '../../src/limiter/limiter'
 import { RedisLimiterStore, type RedisStoreOptions } from '../../src/limiter/redis/store'
 
-export type AnyLimiter = RateLimiter<boolean>
+export type AnyLimiter = RateLimiter
 export type LimiterSettings = Partial<Omit<LimiterOptions, 'store'>>
 
 /**
