@@ -95,7 +95,7 @@ type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
 
 export function petsModule(options: PetsModuleOptions) {
   const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
-  /** Sets the answer's fields; the handler returns the body itself (see below for why). */
+  /** Sets the answer's fields; the handler returns the body itself. */
   const answerList = (set: Answer['set'], info: RequestInfo, query: ListQuery, page: Page) => {
     set.headers['content-type'] = JSON_TYPE
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
