@@ -4,7 +4,7 @@
  *
  * Two entry points: the server, and the commit worker it starts as a thread. The binary must not read
  * `.env` or `bunfig.toml` from wherever it is started, and is not minified: Elysia reads hooks' source
- * text to decide what to compile (see test/unit/pipeline.test.ts).
+ * text to decide which context fields to build (see test/api/binary.test.ts, which reads its log line).
  */
 import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'

@@ -42,7 +42,7 @@ export interface AppDeps {
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
   /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
-  limiterBackend?: (rule: BanRule) => LimiterBackend<false>
+  limiterBackend?: (rule: BanRule) => LimiterBackend
   /** Day buckets saved by the last run (storage.limiterState), for the in-process limiter. */
   savedLimits?: Map<string, SavedBucket>
   /** The embedded data file, watched for being replaced. */
@@ -52,7 +52,7 @@ export interface AppDeps {
 export interface PetstoreApp {
   app: AnyElysia
   keys: KeyRegistry
-  limiter: RateLimiter<boolean>
+  limiter: RateLimiter
   metrics: Metrics
   pets: PetService
   /** The storage fault that holds until a restart (readiness.ts). */
@@ -89,12 +89,12 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   }
   const metrics = new Metrics()
   const keys = new KeyRegistry(storage)
-  const limiter: RateLimiter<boolean> = new RateLimiter<boolean>(
+  const limiter = new RateLimiter(
     {
       banAfter: config.banAfter,
       banSeconds: config.banSeconds,
       maxAddresses: config.maxTrackedAddresses,
-      // A shared store keeps its own clock (Redis's), so instances' clocks do not matter; a clock
+      // A shared limiter backend keeps its own clock (Redis's), so instances' clocks do not matter; a clock
       // injected into the app (tests) is used by the limiter too.
       now: deps.limiterBackend && !deps.now ? undefined : now,
       backend: deps.limiterBackend,
@@ -154,7 +154,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(
       petsModule({
         service: pets,
-        synchronous: storage.synchronous,
         baseUrl: () => config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
         onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),

@@ -30,7 +30,7 @@ export interface StorageBackend {
 }
 
 /** Where the limiter keeps its state when shared (Redis); undefined keeps it in this process. */
-export type LimiterBackendFactory = (rule: BanRule) => LimiterBackend<false>
+export type LimiterBackendFactory = (rule: BanRule) => LimiterBackend
 
 /** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
 export async function openStorageBackend(config: Config): Promise<StorageBackend> {

@@ -4,7 +4,7 @@ import type { KeyRegistry } from './modules/keys/service'
 import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from './modules/pets/service'
 import type { AccessLog } from './observability/access-log'
 
-export function gauges(parts: { limiter: RateLimiter<boolean>; keys: KeyRegistry; pets: PetService; accessLog: AccessLog | null }) {
+export function gauges(parts: { limiter: RateLimiter; keys: KeyRegistry; pets: PetService; accessLog: AccessLog | null }) {
   const { limiter, keys, pets, accessLog } = parts
   return {
     petstore_rate_limiter_tracked_addresses: {

@@ -44,7 +44,7 @@ const READY_TIMEOUT_MS = 1_000
 export function readinessCheck(parts: {
   fault: StorageFault
   storage: Storage
-  limiter: RateLimiter<boolean>
+  limiter: RateLimiter
   sharedLimiterRequired: boolean
 }): () => Promise<string | null> {
   const { fault, storage, limiter, sharedLimiterRequired } = parts

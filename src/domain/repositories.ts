@@ -1,9 +1,9 @@
 /**
  * The storage seam, declared by the domain. The server talks to these interfaces only: the embedded
  * SQLite file (storage/sqlite/) and PostgreSQL for several instances (storage/postgres/) both implement
- * them and return data. Members answer `T | Promise<T>`: SQLite answers synchronously, which keeps the
- * embedded request path free of awaits, and PostgreSQL with promises. Abilities only a file has
- * (read-only serving, watching the file, backups) are on the SQLite adapter, not here.
+ * them and return data. Members answer `T | Promise<T>` (as express-rate-limit's Store does): SQLite at
+ * once, PostgreSQL with promises; callers await both alike. Abilities only a file has (read-only
+ * serving, watching the file, backups) are on the SQLite adapter, not here.
  */
 import type { ApiKeyRecord, KeyChange } from './api-key'
 import type { CreatePetOutcome } from './idempotency'
@@ -89,11 +89,6 @@ export interface LimiterStateRepository {
 export interface Storage {
   /** Where the data is, for log lines: a file path, or a database URL without its password. */
   readonly location: string
-  /**
-   * True when every member answers synchronously (the embedded file): the request path then never
-   * awaits, which is what keeps it fast.
-   */
-  readonly synchronous: boolean
   /** False when every write would fail (a read-only data file): writes are then not even tried. */
   readonly writable: boolean
   /**

@@ -28,19 +28,18 @@ export interface TakeResult {
   now: number
 }
 
-/** A backend's answer: at once from a synchronous backend, else a promise; both when which is not known. */
-export type Answer<Sync extends boolean, T> = Sync extends true ? T : Promise<T>
-
-export interface LimiterBackend<Sync extends boolean = boolean> {
-  /** True when take answers at once, never with a promise. */
-  readonly synchronous: Sync
+/**
+ * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
+ * process) and with a promise when it cannot (Redis); its callers handle both the same way.
+ */
+export interface LimiterBackend {
   /**
    * Refills the subject's buckets to `now`, takes a token from both or from neither, and when refused
    * records the rejection and starts a ban if it is due. A subject seen with other limits than last
-   * time starts afresh. A synchronous backend may return the same object every time: it is read before
-   * the next take.
+   * time starts afresh. A backend that answers at once may return the same object every time: it is read
+   * before the next take.
    */
-  take(subject: string, limits: Limits, isKey: boolean, now?: number): Answer<Sync, TakeResult>
+  take(subject: string, limits: Limits, isKey: boolean, now?: number): TakeResult | Promise<TakeResult>
   /**
    * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
    * reset among all resets: a backend shared by instances applies each once, however many instances

@@ -6,7 +6,6 @@
  */
 import { MemoryLimiterBackend } from './memory/backend'
 import {
-  type Answer,
   type BanRule,
   type LimiterBackend,
   LimiterUnavailableError,
@@ -18,7 +17,7 @@ import { msUntilFull, msUntilToken } from './token-bucket'
 import type { Limits } from '../domain/plans'
 import type { SavedBucket } from '../domain/repositories'
 
-export interface LimiterOptions<Sync extends boolean = boolean> {
+export interface LimiterOptions {
   banAfter: number
   banSeconds: number
   /** Most client addresses remembered at once by the in-process backend (and by the local fallback). */
@@ -29,7 +28,7 @@ export interface LimiterOptions<Sync extends boolean = boolean> {
    */
   now?: () => number
   /** Where the state lives, made from the ban rule so it is stated once; defaults to this process. */
-  backend?: (rule: BanRule) => LimiterBackend<Sync>
+  backend?: (rule: BanRule) => LimiterBackend
   /**
    * What to do when the backend is unavailable: 'closed' (default) lets check reject with
    * LimiterUnavailableError; 'local' decides in this process's memory until the backend answers again.
@@ -57,13 +56,7 @@ export type Decision =
   | { allowed: true; quota: Quota }
   | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
 
-/**
- * `Sync` is true (the default) with the in-process backend, whose check answers a Decision at once; with
- * another backend it is inferred false from the backend, and check answers a promise.
- */
-export class RateLimiter<Sync extends boolean = true> {
-  /** True when check answers at once, never with a promise (the in-process backend). */
-  readonly synchronous: Sync
+export class RateLimiter {
   private readonly backend: LimiterBackend
   /** The backend when it is this process's memory: saved day buckets and address counts exist only there. */
   private readonly memory: MemoryLimiterBackend | null
@@ -72,7 +65,7 @@ export class RateLimiter<Sync extends boolean = true> {
 
   /** `saved`: day buckets of keys from the data file; only the in-process backend keeps them. */
   constructor(
-    private readonly options: LimiterOptions<Sync>,
+    private readonly options: LimiterOptions,
     saved: Map<string, SavedBucket> = new Map(),
   ) {
     if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
@@ -85,7 +78,6 @@ export class RateLimiter<Sync extends boolean = true> {
       this.backend = this.memory
     }
     this.local = options.fallback === 'local' ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
-    this.synchronous = this.backend.synchronous as Sync
   }
 
   /** Whether decisions come from the local fallback because the backend is unavailable. */
@@ -99,22 +91,21 @@ export class RateLimiter<Sync extends boolean = true> {
   }
 
   /**
-   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Synchronous
-   * with the in-process backend; with another, a promise that rejects with LimiterUnavailableError when
-   * the backend cannot answer and the fallback is 'closed'.
+   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Answers as the
+   * backend does: at once in process; with a promise from Redis, which rejects with
+   * LimiterUnavailableError when the backend cannot answer and the fallback is 'closed'.
    */
-  check(subjectId: string, limits: Limits, isKey: boolean): Answer<Sync, Decision> {
+  check(subjectId: string, limits: Limits, isKey: boolean): Decision | Promise<Decision> {
     const now = this.options.now?.()
     const taken = this.backend.take(subjectId, limits, isKey, now)
-    // The casts restate what the constructor established: `Sync` is the backend's own `synchronous`.
-    if (!(taken instanceof Promise)) return this.decide(taken, limits) as Answer<Sync, Decision>
+    if (!(taken instanceof Promise)) return this.decide(taken, limits)
     return taken.then(
       (result) => {
         if (this.storeUnavailable) this.noteUnavailable(false)
         return this.decide(result, limits)
       },
       (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
-    ) as Answer<Sync, Decision>
+    )
   }
 
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */

@@ -18,7 +18,7 @@ import { answerWith, type RequestInfo } from './request-context'
 
 export interface GateOptions {
   keys: KeyRegistry
-  limiter: RateLimiter<boolean>
+  limiter: RateLimiter
   metrics: Metrics
   corsEnabled: boolean
   now: () => number
@@ -117,46 +117,32 @@ export function gate(options: GateOptions) {
     if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
   }
 
-  // Elysia decides from a hook's source text which context fields to build and whether to await it
-  // (a `return f(…)` reads as maybe-async): so the context is destructured, and the answer is
-  // returned from a variable. Refusals are answered here, not thrown, as they are the hot path under
-  // abuse and a throw costs a trip through the error handler. The in-process limiter answers at once
-  // and gets a hook that never awaits; a shared one (Redis) gets one that does.
+  // One async hook for every limiter: Elysia awaits it whether the limiter answers at once (in
+  // process) or later (Redis). The context is destructured, since Elysia reads a hook's source text to
+  // decide which context fields to build. Refusals are answered here, not thrown, as they are the hot
+  // path under abuse and a throw costs a trip through the error handler.
   // The request is limited as its key when the token names one, else as its address (the Free plan's
   // numbers), before the key is judged.
-  const hook = limiter.synchronous
-    ? ({ request, set, info, route }: HookContext) => {
-        info.operation = operationOf(request.method, route)
-        if (corsEnabled && isPreflight(request)) return
-        const token = bearerToken(request.headers.get('authorization'))
-        const key = token ? keys.find(token) : undefined
-        const limits = key ? key.limits : PLAN_LIMITS.free
-        const decision = limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined) as Decision
-        const refused = judge(set, info, token, key, limits, decision)
-        const body = refused && answerWith(set, info, refused)
-        return body
-      }
-    : async ({ request, set, info, route }: HookContext) => {
-        info.operation = operationOf(request.method, route)
-        if (corsEnabled && isPreflight(request)) return
-        const token = bearerToken(request.headers.get('authorization'))
-        const key = token ? keys.find(token) : undefined
-        const limits = key ? key.limits : PLAN_LIMITS.free
-        let refused: ApiError | undefined
-        try {
-          const decision = await limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined)
-          refused = judge(set, info, token, key, limits, decision)
-        } catch (error) {
-          if (!(error instanceof LimiterUnavailableError)) throw error
-          refused = LIMITER_DOWN
-        }
-        const body = refused && answerWith(set, info, refused)
-        return body
-      }
+  async function gateHook({ request, set, info, route }: HookContext) {
+    info.operation = operationOf(request.method, route)
+    if (corsEnabled && isPreflight(request)) return
+    const token = bearerToken(request.headers.get('authorization'))
+    const key = token ? keys.find(token) : undefined
+    const limits = key ? key.limits : PLAN_LIMITS.free
+    let refused: ApiError | undefined
+    try {
+      const decision = await limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined)
+      refused = judge(set, info, token, key, limits, decision)
+    } catch (error) {
+      if (!(error instanceof LimiterUnavailableError)) throw error
+      refused = LIMITER_DOWN
+    }
+    if (refused) return answerWith(set, info, refused)
+  }
 
   return new Elysia({ name: 'gate' })
     .decorate('info', undefined as unknown as RequestInfo)
-    .onBeforeHandle({ as: 'scoped' }, hook)
+    .onBeforeHandle({ as: 'scoped' }, gateHook)
 }
 
 type HookContext = { request: Request; set: { headers: Record<string, unknown> }; info: RequestInfo; route: string }

@@ -5,7 +5,7 @@
 import { type LimiterOptions, RateLimiter } from '../../src/limiter/limiter'
 import { RedisLimiterBackend, type RedisBackendOptions } from '../../src/limiter/redis/backend'
 
-export type AnyLimiter = RateLimiter<boolean>
+export type AnyLimiter = RateLimiter
 export type LimiterSettings = Partial<Omit<LimiterOptions, 'backend'>>
 
 /**

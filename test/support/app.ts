@@ -1,9 +1,13 @@
 /**
  * An in-process server for behaviour tests that need a fake clock or many fresh stores, spoken to over
- * real HTTP. By default (and with PETSTORE_TEST_BACKEND=sqlite) each app is one server on a new
- * `:memory:` database. With PETSTORE_TEST_BACKEND=shared, each app is two servers on a new PostgreSQL
- * database and one Redis, behind a front that sends each request to the other server in turn: the
- * same suites then run against several instances. PostgreSQL and Redis are started once per run.
+ * real HTTP, on the backends PETSTORE_TEST_BACKEND names: STORAGE+LIMITER, any combination the command
+ * line accepts (BACKENDS). By default (sqlite+memory) each app is one server on a new `:memory:`
+ * database. With postgres, each app has a new PostgreSQL database; with redis, rate limits live in
+ * Redis under a prefix of the app's own. postgres+redis runs each app as two
+ * servers behind a front that sends each request to the other server in turn, so the same suites run
+ * against several instances; the other combinations are one server each (with the in-process limiter
+ * several instances would each keep their own limits, and a data file has one server). PostgreSQL and
+ * Redis are started once per run, when a combination needs them.
  */
 import type { PetstoreApp } from '../../src/app'
 import type { LimiterBackendFactory } from '../../src/backends'
@@ -17,10 +21,19 @@ import type { Storage } from '../../src/domain/repositories'
 import { type PostgresCluster, startPostgres } from './postgres'
 import { type RedisServer, startRedis } from './redis'
 
-export type TestBackend = 'sqlite' | 'shared'
+/** Every storage × limiter combination the command line accepts (--database-url, --redis-url). */
+export const BACKENDS = ['sqlite+memory', 'sqlite+redis', 'postgres+memory', 'postgres+redis'] as const
+export type TestBackend = (typeof BACKENDS)[number]
 
-/** Which backend the in-process apps run on in this run of the suite. */
-export const TEST_BACKEND: TestBackend = process.env.PETSTORE_TEST_BACKEND === 'shared' ? 'shared' : 'sqlite'
+/** Which backends the in-process apps run on in this run of the suite. */
+export const TEST_BACKEND: TestBackend = testBackendOf(process.env.PETSTORE_TEST_BACKEND)
+
+function testBackendOf(name: string | undefined): TestBackend {
+  if (name === undefined || name === '') return 'sqlite+memory'
+  if ((BACKENDS as readonly string[]).includes(name)) return name as TestBackend
+  throw new Error(`PETSTORE_TEST_BACKEND=${name} is not one of ${BACKENDS.join(', ')}`)
+}
+const [STORAGE, LIMITER] = TEST_BACKEND.split('+') as ['sqlite' | 'postgres', 'memory' | 'redis']
 
 export interface TestApp {
   /** The (first) server's app: its key registry, limiter, metrics. */
@@ -52,13 +65,14 @@ export async function cleanupApps(): Promise<void> {
   await Promise.all([...open].map((app) => app.stop()))
 }
 
-let engines: Promise<{ cluster: PostgresCluster; redis: RedisServer }> | undefined
-let databases = 0
+let cluster: Promise<PostgresCluster> | undefined
+let redis: Promise<RedisServer> | undefined
+let apps = 0
 
 export async function startApp(input: ConfigInput = {}, options: { realClock?: boolean } = {}): Promise<TestApp> {
   const clock = {
     // A shared limiter's keys expire by Redis's clock, so its fake clock must not be in the past.
-    now: TEST_BACKEND === 'shared' ? Date.UTC(new Date().getUTCFullYear() + 1, 0, 1) : Date.UTC(2026, 0, 1),
+    now: LIMITER === 'redis' ? Date.UTC(new Date().getUTCFullYear() + 1, 0, 1) : Date.UTC(2026, 0, 1),
     advance(ms: number) {
       clock.now += ms
     },
@@ -70,16 +84,18 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
     warn: () => {},
   }
 
+  const app = ++apps
   let storages: Storage[]
-  let limiterBackend: LimiterBackendFactory | undefined
-  if (TEST_BACKEND === 'shared') {
-    engines ??= Promise.all([startPostgres(), startRedis()]).then(([cluster, redis]) => ({ cluster, redis }))
-    const { cluster, redis } = await engines
-    const url = await cluster.createDatabase(`app_${process.pid}_${++databases}`)
-    storages = await Promise.all([openPostgresStorage(url, { pool: 2 }), openPostgresStorage(url, { pool: 2 })])
-    const shared = { url: redis.url, prefix: `petstore-test-${process.pid}-${databases}:` }
-    limiterBackend = (rule) => new RedisLimiterBackend(rule, shared)
+  if (STORAGE === 'postgres') {
+    const url = await (await (cluster ??= startPostgres())).createDatabase(`app_${process.pid}_${app}`)
+    const instances = LIMITER === 'redis' ? 2 : 1
+    storages = await Promise.all(Array.from({ length: instances }, () => openPostgresStorage(url, { pool: 2 })))
   } else storages = [openSqliteStorage(':memory:')]
+  let limiterBackend: LimiterBackendFactory | undefined
+  if (LIMITER === 'redis') {
+    const shared = { url: (await (redis ??= startRedis())).url, prefix: `petstore-test-${process.pid}-${app}:` }
+    limiterBackend = (rule) => new RedisLimiterBackend(rule, shared)
+  }
 
   const ports: number[] = []
   let turn = 0

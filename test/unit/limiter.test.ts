@@ -18,8 +18,14 @@ function make(options: Partial<{ banAfter: number; banSeconds: number; maxAddres
   return { limiter, clock, advance: (ms: number) => (clock.now += ms) }
 }
 
+/** The in-process limiter decides at once, with no promise: these tests read its decisions directly. */
+function decided(answer: Decision | Promise<Decision>): Decision {
+  if (answer instanceof Promise) throw new Error('the in-process limiter answered with a promise')
+  return answer
+}
+
 function run(limiter: RateLimiter, n: number, subject = 'key:a', limits = FREE, isKey = true): Decision[] {
-  return Array.from({ length: n }, () => limiter.check(subject, limits, isKey))
+  return Array.from({ length: n }, () => decided(limiter.check(subject, limits, isKey)))
 }
 
 describe('RateLimiter buckets', () => {
@@ -28,15 +34,15 @@ describe('RateLimiter buckets', () => {
     const allowed = run(limiter, 60)
     expect(allowed.every((d) => d.allowed)).toBe(true)
     expect(allowed.map((d) => d.quota.remaining)).toEqual(Array.from({ length: 60 }, (_, i) => 59 - i))
-    const refused = limiter.check('key:a', FREE, true)
+    const refused = decided(limiter.check('key:a', FREE, true))
     expect(refused).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 1, bannedNow: false })
   })
 
   test('reports the bucket in force: capacity, whole tokens left, reset time', () => {
     const { limiter } = make()
-    const first = limiter.check('key:a', FREE, true)
+    const first = decided(limiter.check('key:a', FREE, true))
     expect(first.quota).toEqual({ window: 'minute', limit: 60, remaining: 59, resetAt: T0 / 1000 + 1, resetIn: 1 })
-    const dayish = limiter.check('key:b', { rpm: 100, rpd: 5 }, true)
+    const dayish = decided(limiter.check('key:b', { rpm: 100, rpd: 5 }, true))
     expect(dayish.quota).toEqual({ window: 'day', limit: 5, remaining: 4, resetAt: T0 / 1000 + 17_280, resetIn: 17_280 })
   })
 
@@ -45,11 +51,11 @@ describe('RateLimiter buckets', () => {
     const limits = { rpm: 2, rpd: 3 }
     expect(run(limiter, 2, 'key:a', limits).every((d) => d.allowed)).toBe(true)
     // Minute bucket empty, day bucket has one.
-    expect(limiter.check('key:a', limits, true).allowed).toBe(false)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(false)
     advance(60_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
     // Minute bucket has one, day bucket is empty: refused, and Retry-After is the day's wait.
-    const refused = limiter.check('key:a', limits, true)
+    const refused = decided(limiter.check('key:a', limits, true))
     expect(refused.allowed).toBe(false)
     if (!refused.allowed) {
       // A day token takes 86 400 / 3 s = 28 800 s; 60 s of it have passed since the first request.
@@ -62,11 +68,11 @@ describe('RateLimiter buckets', () => {
     const { limiter, advance } = make()
     run(limiter, 60)
     advance(999)
-    const d = limiter.check('key:a', FREE, true)
+    const d = decided(limiter.check('key:a', FREE, true))
     expect(d.allowed).toBe(false)
     if (!d.allowed) expect(d.retryAfter).toBe(1)
     advance(1)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(true)
   })
 
   test('refused requests take no token', () => {
@@ -74,23 +80,23 @@ describe('RateLimiter buckets', () => {
     run(limiter, 60)
     expect(run(limiter, 30).every((d) => !d.allowed)).toBe(true)
     advance(1_000)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(true)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(false)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(false)
   })
 
   test('subjects are independent', () => {
     const { limiter } = make()
     run(limiter, 61, 'key:a')
-    expect(limiter.check('key:b', FREE, true).allowed).toBe(true)
-    expect(limiter.check('ip:1.2.3.4', FREE, false).allowed).toBe(true)
+    expect(decided(limiter.check('key:b', FREE, true)).allowed).toBe(true)
+    expect(decided(limiter.check('ip:1.2.3.4', FREE, false)).allowed).toBe(true)
   })
 
   test('new limits for a subject apply at once', () => {
     const { limiter } = make()
     run(limiter, 60)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(false)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(false)
     const pro = { rpm: 300, rpd: 10_000 }
-    const d = limiter.check('key:a', pro, true)
+    const d = decided(limiter.check('key:a', pro, true))
     expect(d.allowed).toBe(true)
     expect(d.quota.limit).toBe(300)
   })
@@ -99,7 +105,7 @@ describe('RateLimiter buckets', () => {
     const { limiter } = make()
     run(limiter, 60)
     limiter.forgetKey('key:a')
-    expect(limiter.check('key:a', FREE, true).quota.remaining).toBe(59)
+    expect(decided(limiter.check('key:a', FREE, true)).quota.remaining).toBe(59)
   })
 
   test('rejects nonsensical options', () => {
@@ -113,7 +119,7 @@ describe('RateLimiter bans', () => {
 
   function exhausted(banAfter = 3, banSeconds = 10) {
     const made = make({ banAfter, banSeconds })
-    expect(made.limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(made.limiter.check('key:a', limits, true)).allowed).toBe(true)
     return made
   }
 
@@ -122,7 +128,7 @@ describe('RateLimiter bans', () => {
     const refused = run(limiter, 3, 'key:a', limits)
     expect(refused.every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
     advance(60_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
   })
 
   test('banAfter + 1 rejections within a minute ban for banSeconds', () => {
@@ -130,25 +136,25 @@ describe('RateLimiter bans', () => {
     run(limiter, 3, 'key:a', limits)
     advance(59_999)
     // The bucket has refilled almost one token, still none whole: the 4th rejection, within 60 s of the 1st.
-    const fourth = limiter.check('key:a', limits, true)
+    const fourth = decided(limiter.check('key:a', limits, true))
     expect(fourth).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 10 })
-    const banned = limiter.check('key:a', limits, true)
+    const banned = decided(limiter.check('key:a', limits, true))
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
     advance(9_001)
-    expect(limiter.check('key:a', limits, true)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
+    expect(decided(limiter.check('key:a', limits, true))).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
     advance(999)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
   })
 
   test('rejections spread over more than a minute do not ban', () => {
     const { limiter, advance } = exhausted()
     run(limiter, 3, 'key:a', limits)
     advance(60_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
-    const fourth = limiter.check('key:a', limits, true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
+    const fourth = decided(limiter.check('key:a', limits, true))
     expect(fourth).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: false })
     advance(60_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
   })
 
   test('requests while banned do not extend the ban or count as new rejections', () => {
@@ -156,33 +162,33 @@ describe('RateLimiter bans', () => {
     run(limiter, 2, 'key:a', limits) // the 2nd rejection starts a 60 s ban
     run(limiter, 100, 'key:a', limits)
     advance(60_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
   })
 
   test('a ban shorter than the wait for a token says the longer wait, and a retry then is let through', () => {
     const { limiter, advance } = exhausted(1, 5)
     run(limiter, 1, 'key:a', limits)
-    const start = limiter.check('key:a', limits, true)
+    const start = decided(limiter.check('key:a', limits, true))
     expect(start).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 60 })
     advance(1_000)
-    const banned = limiter.check('key:a', limits, true)
+    const banned = decided(limiter.check('key:a', limits, true))
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 59 })
     advance(59_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(true)
   })
 
   test('after a ban ends, the count of rejections starts afresh', () => {
     const { limiter, advance } = exhausted(3, 10)
     run(limiter, 4, 'key:a', limits) // banned now
     advance(10_000)
-    expect(limiter.check('key:a', limits, true).allowed).toBe(false) // bucket still empty: a plain 429
+    expect(decided(limiter.check('key:a', limits, true)).allowed).toBe(false) // bucket still empty: a plain 429
     const next = run(limiter, 2, 'key:a', limits)
     expect(next.every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
   })
 
   test('the default ban is after more than 50 rejections', () => {
     const { limiter } = make()
-    limiter.check('key:a', limits, true)
+    decided(limiter.check('key:a', limits, true))
     const refused = run(limiter, 51, 'key:a', limits)
     expect(refused.slice(0, 50).some((d) => !d.allowed && d.bannedNow)).toBe(false)
     expect(refused[50]).toMatchObject({ bannedNow: true, retryAfter: 600 })
@@ -192,14 +198,14 @@ describe('RateLimiter bans', () => {
     const { limiter } = make({ banAfter: 2, banSeconds: 10 })
     run(limiter, 60, 'ip:9.9.9.9', FREE, false)
     run(limiter, 3, 'ip:9.9.9.9', FREE, false)
-    expect(limiter.check('ip:9.9.9.9', FREE, false)).toMatchObject({ allowed: false, reason: 'key_banned' })
+    expect(decided(limiter.check('ip:9.9.9.9', FREE, false))).toMatchObject({ allowed: false, reason: 'key_banned' })
   })
 })
 
 describe('RateLimiter memory', () => {
   test('remembers at most maxAddresses addresses, however many it sees', () => {
     const { limiter } = make({ maxAddresses: 100 })
-    for (let i = 0; i < 1_000; i++) limiter.check(`ip:10.0.${i >> 8}.${i & 255}`, FREE, false)
+    for (let i = 0; i < 1_000; i++) decided(limiter.check(`ip:10.0.${i >> 8}.${i & 255}`, FREE, false))
     expect(limiter.trackedAddresses).toBeLessThanOrEqual(100)
     expect(limiter.trackedAddresses).toBeGreaterThan(0)
   })
@@ -207,11 +213,11 @@ describe('RateLimiter memory', () => {
   test('evicts the least recently seen address first, keeping an active one limited', () => {
     const { limiter } = make({ maxAddresses: 10 })
     run(limiter, 60, 'ip:attacker', FREE, false)
-    expect(limiter.check('ip:attacker', FREE, false).allowed).toBe(false)
+    expect(decided(limiter.check('ip:attacker', FREE, false)).allowed).toBe(false)
     for (let round = 0; round < 10; round++) {
-      for (let i = 0; i < 5; i++) limiter.check(`ip:spray-${round}-${i}`, FREE, false)
+      for (let i = 0; i < 5; i++) decided(limiter.check(`ip:spray-${round}-${i}`, FREE, false))
       // The attacker keeps sending: it stays the most recent, so its empty bucket is not forgotten.
-      expect(limiter.check('ip:attacker', FREE, false).allowed).toBe(false)
+      expect(decided(limiter.check('ip:attacker', FREE, false)).allowed).toBe(false)
     }
     expect(limiter.trackedAddresses).toBeLessThanOrEqual(10)
   })
@@ -219,8 +225,8 @@ describe('RateLimiter memory', () => {
   test('key subjects are not evicted by address floods', () => {
     const { limiter } = make({ maxAddresses: 5 })
     run(limiter, 60, 'key:a')
-    for (let i = 0; i < 100; i++) limiter.check(`ip:${i}`, FREE, false)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(false)
+    for (let i = 0; i < 100; i++) decided(limiter.check(`ip:${i}`, FREE, false))
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(false)
   })
 })
 
@@ -228,24 +234,24 @@ describe('RateLimiter saved day buckets', () => {
   test('a saved day bucket is restored for its key', () => {
     const saved = new Map([['key:a', { tokens: 2, updatedAt: T0 }]])
     const { limiter } = make({}, saved)
-    const d = limiter.check('key:a', FREE, true)
+    const d = decided(limiter.check('key:a', FREE, true))
     expect(d.allowed).toBe(true)
     expect(d.quota).toMatchObject({ window: 'day', remaining: 1 })
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(true)
-    expect(limiter.check('key:a', FREE, true).allowed).toBe(false)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(true)
+    expect(decided(limiter.check('key:a', FREE, true)).allowed).toBe(false)
   })
 
   test('a saved bucket never exceeds the key\'s current daily capacity', () => {
     const saved = new Map([['key:a', { tokens: 5000, updatedAt: T0 }]])
     const { limiter } = make({}, saved)
     run(limiter, 60, 'key:a', { rpm: 1000, rpd: 10 })
-    expect(limiter.check('key:a', { rpm: 1000, rpd: 10 }, true).allowed).toBe(false)
+    expect(decided(limiter.check('key:a', { rpm: 1000, rpd: 10 }, true)).allowed).toBe(false)
   })
 
   test('unsaved day buckets are key buckets only, and stay unsaved until a save is marked', () => {
     const { limiter, advance } = make()
-    limiter.check('key:a', FREE, true)
-    limiter.check('ip:1.1.1.1', FREE, false)
+    decided(limiter.check('key:a', FREE, true))
+    decided(limiter.check('ip:1.1.1.1', FREE, false))
     const dirty = limiter.unsavedDayBuckets()
     expect([...dirty.keys()]).toEqual(['key:a'])
     expect(dirty.get('key:a')).toEqual({ tokens: 999, updatedAt: T0 })
@@ -255,10 +261,10 @@ describe('RateLimiter saved day buckets', () => {
     expect(limiter.unsavedDayBuckets().size).toBe(0)
     // A bucket that changed between the snapshot and the mark stays unsaved.
     advance(1000)
-    limiter.check('key:a', FREE, true)
+    decided(limiter.check('key:a', FREE, true))
     const second = limiter.unsavedDayBuckets()
     advance(1000)
-    limiter.check('key:a', FREE, true)
+    decided(limiter.check('key:a', FREE, true))
     limiter.markSaved(second)
     expect(limiter.unsavedDayBuckets().size).toBe(1)
   })

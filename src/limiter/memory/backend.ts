@@ -2,7 +2,7 @@
  * The limiter's state in this process: per subject a minute and a day bucket, its recent rejections and
  * its ban. The number of remembered addresses is capped, so memory stays bounded under a spray, and the
  * day buckets of keys can be saved to the data file and loaded back, so a restart does not refill them.
- * It answers synchronously and allocates nothing per request for a subject it already knows.
+ * It answers at once and allocates nothing per request for a subject it already knows.
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
@@ -27,8 +27,7 @@ interface Subject {
   dayDirty: boolean
 }
 
-export class MemoryLimiterBackend implements LimiterBackend<true> {
-  readonly synchronous = true
+export class MemoryLimiterBackend implements LimiterBackend {
   private readonly keys = new Map<string, Subject>()
   /**
    * Addresses in two generations: an address seen again moves to the current one, and when the current

@@ -50,8 +50,7 @@ const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
 const OFFSET_RENEWAL_MS = 10_000
 
-export class RedisLimiterBackend implements LimiterBackend<false> {
-  readonly synchronous = false
+export class RedisLimiterBackend implements LimiterBackend {
   private readonly client: Bun.RedisClient
   private readonly prefix: string
   private readonly timeoutMs: number

@@ -16,11 +16,6 @@ import type { ListQuery, Page, PetService } from './service'
 
 export interface PetsModuleOptions {
   service: PetService
-  /**
-   * True when storage answers synchronously (the embedded file): the GET handlers are then plain
-   * functions, which Elysia compiles without an await. Otherwise they await the service.
-   */
-  synchronous: boolean
   /** Read per request: the base URL is final only once the port is bound. */
   baseUrl: () => string
   maxBodyBytes: number
@@ -99,8 +94,8 @@ function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {
 type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
 
 export function petsModule(options: PetsModuleOptions) {
-  const { service, synchronous, baseUrl, maxBodyBytes, onDeprecatedCall } = options
-  /** Sets the answer's fields; the handler returns the body itself (see below for why). */
+  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
+  /** Sets the answer's fields; the handler returns the body itself. */
   const answerList = (set: Answer['set'], info: RequestInfo, query: ListQuery, page: Page) => {
     set.headers['content-type'] = JSON_TYPE
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
@@ -120,38 +115,21 @@ export function petsModule(options: PetsModuleOptions) {
     set.headers.sunset = SUNSET
     set.headers.link = `<${baseUrl()}/pets>; rel="successor-version"`
   }
-  // Elysia reads a handler's source to decide which context fields to build and whether to await it
-  // (see test/unit/pipeline.test.ts): so the context is destructured, no call is returned (the
-  // transpiler would fold `const body = f(); return body` into one), and one of each pair is chosen
-  // here, once, by the storage in use.
-  type ListContext = Answer & { request: Request }
-  type GetContext = Answer & { params: { petId: string } }
-  const listPets = synchronous
-    ? ({ request, set, info }: ListContext) => {
-        const query = parseListQuery(request.url)
-        const page = service.list(query) as Page
-        answerList(set, info, query, page)
-        return page.body
-      }
-    : async ({ request, set, info }: ListContext) => {
-        const query = parseListQuery(request.url)
-        const page = await service.list(query)
-        answerList(set, info, query, page)
-        return page.body
-      }
-  const getPet = synchronous
-    ? ({ params, set, info }: GetContext) => {
-        onDeprecatedCall(verifiedKey(info).id)
-        const json = service.getJson(parsePetId(params.petId)) as string | null
-        answerPet(set, info, params.petId, json)
-        return json
-      }
-    : async ({ params, set, info }: GetContext) => {
-        onDeprecatedCall(verifiedKey(info).id)
-        const json = await service.getJson(parsePetId(params.petId))
-        answerPet(set, info, params.petId, json)
-        return json
-      }
+  // One async form for every storage: Elysia awaits a read whether it answers at once (the data file)
+  // or later (PostgreSQL). The context is destructured, since Elysia reads a handler's source text to
+  // decide which context fields to build.
+  async function listPets({ request, set, info }: Answer & { request: Request }) {
+    const query = parseListQuery(request.url)
+    const page = await service.list(query)
+    answerList(set, info, query, page)
+    return page.body
+  }
+  async function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
+    onDeprecatedCall(verifiedKey(info).id)
+    const json = await service.getJson(parsePetId(params.petId))
+    answerPet(set, info, params.petId, json)
+    return json
+  }
   return new Elysia({ name: 'pets' })
     .decorate('info', undefined as unknown as RequestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })

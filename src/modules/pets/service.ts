@@ -2,8 +2,8 @@
  * Pet Store logic, free of HTTP. Reads are served from serialised pages (pets never change once
  * created, so a pet's own JSON is kept for good); concurrent creates are committed together, one
  * durable transaction per batch, so durability does not cost one fsync each. One batch is in flight at
- * a time; creates that arrive meanwhile form the next one. Reads answer synchronously when storage does
- * (the embedded file), and with a promise when it does not (PostgreSQL).
+ * a time; creates that arrive meanwhile form the next one. Reads answer as storage does: at once (the
+ * embedded file) or with a promise (PostgreSQL).
  */
 import { type CreatePetOutcome, requestHash } from '../../domain/idempotency'
 import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'

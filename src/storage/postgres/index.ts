@@ -82,7 +82,6 @@ async function migrate(sql: Database, location: string): Promise<void> {
 }
 
 export class PostgresStorage implements Storage {
-  readonly synchronous = false
   readonly writable = true
   /** Other instances create pets too. */
   readonly soleWriter = false

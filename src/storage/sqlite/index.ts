@@ -1,6 +1,6 @@
 /**
  * SQLite storage through bun:sqlite: one file per environment, opened once, statements prepared once.
- * Every member answers synchronously, so the embedded request path never awaits.
+ * Every member answers at once, with no promise.
  */
 import { Database } from 'bun:sqlite'
 import { chmodSync, existsSync, linkSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from 'node:fs'
@@ -99,7 +99,6 @@ export class SqliteStorage implements Storage {
   readonly writable: boolean
   /** One server per data file (data-file-lock.ts): every new pet passes through it. */
   readonly soleWriter = true
-  readonly synchronous = true
 
   constructor(
     private readonly db: Database,
