@@ -115,7 +115,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     storageFault: () => fault.current(),
     onDamaged: (code) => fault.note(`the data file is damaged (${code})`),
     now,
-    locationPrefix: () => `${config.baseUrl}/pets/`,
+    locationPrefix: `${config.baseUrl}/pets/`,
     onInternalError,
     onWritesRefused: (reason) =>
       warn(reason ? `storage refuses writes (${reason}); creates answer 503 until it accepts them` : 'storage accepts writes again'),
@@ -154,7 +154,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .use(
       petsModule({
         service: pets,
-        baseUrl: () => config.baseUrl,
+        baseUrl: config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
         onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),
       }),
@@ -172,7 +172,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       opsModule({
         api: () => app,
         basePath: config.basePath,
-        servers: () => config.servers,
+        servers: config.servers,
         version: VERSION,
         notReady,
         metrics: config.metricsAddress ? null : answerMetrics,

@@ -66,7 +66,7 @@ function gatedService() {
   const writer = new GatedWriter(new InThreadPetWriter(storage.pets))
   const service = new PetService(storage.pets, writer, {
     now: () => NOW,
-    locationPrefix: () => LOCATION_PREFIX,
+    locationPrefix: LOCATION_PREFIX,
     onInternalError: () => {},
     onWritesRefused: () => {},
     storageFault: () => null,

@@ -17,7 +17,7 @@ export interface OpsModuleOptions {
   /** The app whose routes the OpenAPI document describes. */
   api: () => AnyElysia
   basePath: string
-  servers: () => { production: string; staging: string }
+  servers: Readonly<{ production: string; staging: string }>
   version: string
   /** Why the server cannot serve now (storage or the limiter does not answer), or null when it can. */
   notReady: () => Promise<string | null>
@@ -50,7 +50,7 @@ export function buildDocument(options: OpsModuleOptions) {
       .filter(([path]) => path.startsWith(`${options.basePath}/`))
       .map(([path, item]) => [path.slice(options.basePath.length), item]),
   )
-  const servers = options.servers()
+  const servers = options.servers
   return {
     openapi: '3.1.0',
     info: { ...INFO, 'x-server-version': options.version },

@@ -16,8 +16,8 @@ import type { ListQuery, Page, PetService } from './service'
 
 export interface PetsModuleOptions {
   service: PetService
-  /** Read per request: the base URL is final only once the port is bound. */
-  baseUrl: () => string
+  /** The API's absolute base URL, for links. */
+  baseUrl: string
   maxBodyBytes: number
   onDeprecatedCall: (keyId: string) => void
 }
@@ -98,7 +98,7 @@ export function petsModule(options: PetsModuleOptions) {
   /** Sets the answer's fields; the handler returns the body itself. */
   const answerList = (set: Answer['set'], info: RequestInfo, query: ListQuery, page: Page) => {
     set.headers['content-type'] = JSON_TYPE
-    if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl(), query, page.nextAfterId)
+    if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl, query, page.nextAfterId)
     info.done(200, 'listPets')
   }
   const answerPet = (set: Answer['set'], info: RequestInfo, petId: string, json: string | null) => {
@@ -113,7 +113,7 @@ export function petsModule(options: PetsModuleOptions) {
   const deprecationHeaders = ({ set }: { set: { headers: Record<string, unknown> } }) => {
     set.headers.deprecation = DEPRECATED_SINCE
     set.headers.sunset = SUNSET
-    set.headers.link = `<${baseUrl()}/pets>; rel="successor-version"`
+    set.headers.link = `<${baseUrl}/pets>; rel="successor-version"`
   }
   // One async form for every storage: Elysia awaits a read whether it answers at once (the data file)
   // or later (PostgreSQL). The context is destructured, since Elysia reads a handler's source text to

@@ -22,7 +22,7 @@ import { ApiError, ClientClosedError, idempotencyConflict, unavailable } from '.
 export interface PetServiceOptions {
   now: () => number
   /** Absolute URL of the pets collection with a trailing slash; a pet's Location adds its id. */
-  locationPrefix: () => string
+  locationPrefix: string
   onInternalError: (error: unknown) => void
   /** Called when storage starts refusing writes (with the reason) and when it accepts them again (null). */
   onWritesRefused: (reason: string | null) => void
@@ -226,7 +226,7 @@ export class PetService {
     const results = await this.writeApart({
       commands: batch.map((pending) => pending.command),
       now: this.options.now(),
-      locationPrefix: this.options.locationPrefix(),
+      locationPrefix: this.options.locationPrefix,
     })
     // A batch that failed may still have been committed (a commit thread that stopped before it could
     // answer), so the pages it could have changed are made again, as after a create.
