@@ -25,7 +25,7 @@ import { metricsEndpoint } from './observability/metrics-endpoint'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
-import { type RequestInfo, requestContext, routedPath } from './plugins/request-context'
+import { type RequestInfo, requestContext, requestInfo, routedPath } from './plugins/request-context'
 import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
 import type { PetWriter, SavedBucket, Storage } from './domain/repositories'
 
@@ -133,13 +133,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const routes = new RouteTable()
   const allowed = (path: string) => routes.allowed(path)
   const notServed = (info: RequestInfo): never => {
+    info.operation = 'unmatched'
     throw unrouted(allowed, info.path)
   }
 
   // Everything under the base path routes into this instance, unknown paths to its fallback, and the
   // gate is a hook of this instance: no router can reach an API handler around it.
   const api = new Elysia({ prefix: config.basePath })
-    .decorate('info', undefined as unknown as RequestInfo)
+    .use(requestInfo)
     .use(
       gate({
         keys,
@@ -148,7 +149,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
-        operationOf: (method, route) => routes.operationOf(method, route),
       }),
     )
     .use(
@@ -166,7 +166,15 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
     .use(errorHandler({ allowedMethods: allowed, onInternalError }))
-    .use(requestContext({ server: () => app.server, metrics, accessLog, proxies: { trusted: config.trustProxy, onUnforwarded } }))
+    .use(
+      requestContext({
+        server: () => app.server,
+        metrics,
+        accessLog,
+        proxies: { trusted: config.trustProxy, onUnforwarded },
+        operationOf: (method, route) => routes.operationOf(method, route),
+      }),
+    )
     .use(cors(config.corsOrigins))
     .use(
       opsModule({

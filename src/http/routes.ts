@@ -32,9 +32,9 @@ export class RouteTable {
       })
   }
 
-  /** The operationId of the route matched, or 'unmatched'. */
+  /** The operationId of the route matched, or 'unmatched'. A HEAD request is answered by the GET route. */
   operationOf(method: string, route: string): string {
-    return this.operations.get(route)?.get(method) ?? 'unmatched'
+    return this.operations.get(route)?.get(method === 'HEAD' ? 'GET' : method) ?? 'unmatched'
   }
 
   /** The methods a path allows, or null when no route has the path. */

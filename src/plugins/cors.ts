@@ -6,7 +6,7 @@
  * another.
  */
 import { Elysia } from 'elysia'
-import type { RequestInfo } from './request-context'
+import { type RequestInfo, requestInfo } from './request-context'
 
 const EXPOSED = [
   'Link',
@@ -47,13 +47,13 @@ export function cors(origins: string[]) {
  * API's answer for a method it does not serve).
  */
 export function preflight(origins: string[], otherwise: (info: RequestInfo) => never) {
-  const plugin = new Elysia({ name: 'preflight' }).decorate('info', undefined as unknown as RequestInfo)
+  const plugin = new Elysia({ name: 'preflight' }).use(requestInfo)
   if (origins.length === 0) return plugin
   return plugin.options(
     '/*',
     ({ request, set, info }) => {
       if (!isPreflight(request)) otherwise(info)
-      info.done(204, 'preflight')
+      info.operation = 'preflight'
       if (set.headers['access-control-allow-origin']) {
         set.headers['access-control-allow-methods'] = 'GET, POST, OPTIONS'
         set.headers['access-control-allow-headers'] = ALLOWED_HEADERS

@@ -2,7 +2,8 @@
  * The one place errors become responses: typed ApiErrors keep their status and code, a path outside
  * the API that no route has is a 404 (or a 405 with Allow when the path exists for other methods), and
  * anything else is a 500 whose details go to the server's log, never to the client. Paths under the
- * base never get here unrouted: the API's own fallback route answers them, behind the gate.
+ * base never get here unrouted: the API's own fallback route answers them, behind the gate. Errors
+ * skip the afterHandle hook that records answers, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
 import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../http/api-errors'
@@ -25,7 +26,7 @@ export function errorHandler(options: ErrorHandlerOptions) {
     const { code, error, set } = ctx
     const info = (ctx as { info?: RequestInfo }).info
     if (error instanceof ClientClosedError) {
-      info?.done(ClientClosedError.STATUS, info.operation)
+      info?.done(ClientClosedError.STATUS, ctx.route)
       return new Response(null, { status: ClientClosedError.STATUS })
     }
     let answer: ApiError
@@ -36,6 +37,7 @@ export function errorHandler(options: ErrorHandlerOptions) {
       options.onInternalError(error, info?.requestId)
       answer = internalError()
     }
+    info?.done(answer.status, ctx.route)
     return answerWith(set, info, answer)
   })
 }

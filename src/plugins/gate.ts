@@ -14,7 +14,7 @@ import { bearerToken } from '../http/bearer-token'
 import type { ActiveKey, KeyRegistry } from '../modules/keys/service'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
-import { answerWith, type RequestInfo } from './request-context'
+import { answerWith, type RequestInfo, requestInfo } from './request-context'
 
 export interface GateOptions {
   keys: KeyRegistry
@@ -23,8 +23,6 @@ export interface GateOptions {
   corsEnabled: boolean
   now: () => number
   onBan: (subject: string, seconds: number) => void
-  /** Operation name for metrics and the log, from the method and the route that matched. */
-  operationOf: (method: string, route: string) => string
 }
 
 const REALM = 'Bearer realm="petstore"'
@@ -90,7 +88,7 @@ export function verifiedKey(info: RequestInfo): ActiveKey {
 
 /** The gate as a hook of the instance that uses it (`scoped`): the API, and every route it holds. */
 export function gate(options: GateOptions) {
-  const { keys, limiter, metrics, corsEnabled, now, onBan, operationOf } = options
+  const { keys, limiter, metrics, corsEnabled, now, onBan } = options
 
   /** Applies a decision: the rate-limit fields, the key for the handler, and the refusal if any. */
   const judge = (
@@ -123,8 +121,7 @@ export function gate(options: GateOptions) {
   // path under abuse and a throw costs a trip through the error handler.
   // The request is limited as its key when the token names one, else as its address (the Free plan's
   // numbers), before the key is judged.
-  async function gateHook({ request, set, info, route }: HookContext) {
-    info.operation = operationOf(request.method, route)
+  async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
     const key = token ? keys.find(token) : undefined
@@ -141,8 +138,8 @@ export function gate(options: GateOptions) {
   }
 
   return new Elysia({ name: 'gate' })
-    .decorate('info', undefined as unknown as RequestInfo)
+    .use(requestInfo)
     .onBeforeHandle({ as: 'scoped' }, gateHook)
 }
 
-type HookContext = { request: Request; set: { headers: Record<string, unknown> }; info: RequestInfo; route: string }
+type HookContext = { request: Request; set: { headers: Record<string, unknown> }; info: RequestInfo }

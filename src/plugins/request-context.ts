@@ -1,8 +1,10 @@
 /**
  * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the path, the client address, and one access-log line and the metrics per answer. Whoever
- * produces the answer (a handler, or the error handler) calls `info.done`: an Elysia `onAfterResponse`
- * hook would cost a scheduled task per request, about a fifth of the server's throughput.
+ * made), the path, the client address, and one access-log line and the metrics per answer, under the
+ * operationId of the route matched. The record is declared here once (`requestInfo`, which every instance
+ * uses) and closed by one `afterHandle` hook for every answer a route gives (a hook's early answer
+ * included); the error handler closes it for errors. Not an `onAfterResponse` hook: that costs a
+ * scheduled task per request, about a fifth of the server's throughput.
  *
  * A request whose URL cannot be read the way the router reads it (a `Host` that is not a host) is
  * answered 400 here, before routing, so the path logged and matched is always the path routed.
@@ -17,13 +19,16 @@ import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
 
-type Recorder = (info: RequestInfo, status: number, operation: string) => void
+type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void
 
 export class RequestInfo {
   /** The authenticated key, once the gate has found one. */
   key: ActiveKey | undefined = undefined
-  /** The operation the router chose, for the log and metrics; set by the route's hooks. */
-  operation = 'unmatched'
+  /**
+   * Set only by a catch-all route whose answer is not one operation: the API's fallbacks ('unmatched')
+   * and a preflight ('preflight'). Otherwise the answer is recorded under its route's operationId.
+   */
+  operation: string | undefined = undefined
   private clientAddress: string | undefined
   private recorded = false
 
@@ -38,11 +43,11 @@ export class RequestInfo {
     private readonly recorder: Recorder,
   ) {}
 
-  /** Records the answer once, in the metrics and the access log. */
-  done(status: number, operation: string): void {
+  /** Records the answer once, in the metrics and the access log, under the operation of the route matched. */
+  done(status: number, route: string | undefined): void {
     if (this.recorded) return
     this.recorded = true
-    this.recorder(this, status, operation)
+    this.recorder(this, status, route)
   }
 
   /** Looked up on first use: requests with a valid key never need it. */
@@ -72,6 +77,8 @@ export interface RequestContextOptions {
   metrics: Metrics
   accessLog: AccessLog | null
   proxies: Proxies
+  /** The operationId of a route, or 'unmatched'. */
+  operationOf: (method: string, route: string) => string
 }
 
 export interface Proxies {
@@ -159,10 +166,10 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, proxies } = options
-  const record: Recorder = (info, status, operation) => {
+  const { server, metrics, accessLog, proxies, operationOf } = options
+  const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
-    metrics.observe(operation, status, seconds)
+    metrics.observe(info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route)), status, seconds)
     if (!accessLog) return
     // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
     // method, path and client are escaped only when they hold a character JSON would escape.
@@ -173,7 +180,7 @@ export function requestContext(options: RequestContextOptions) {
     )
   }
   return new Elysia({ name: 'request-context' })
-    .decorate('info', undefined as unknown as RequestInfo)
+    .use(requestInfo)
     // Elysia decides from a hook's source text which context fields to build and whether to await it:
     // this hook reads only request and set (the server comes from the option, which spares a
     // per-request property definition), and returns a refusal from a variable, so it runs synchronously.
@@ -189,13 +196,30 @@ export function requestContext(options: RequestContextOptions) {
       const routable = typeof path === 'string'
       const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
       context.info = info
+      if (!routable) info.done(path.status, undefined)
       const body = routable ? undefined : answerWith(set, info, path)
       return body
     })
+    .onAfterHandle({ as: 'global' }, recordAnswer)
 }
 
 /**
- * Puts an error's status, headers and body on the answer and records it; returns the body to send. A
+ * The one declaration of the per-request record in the context. Every instance whose hooks or handlers
+ * read `info` uses it (one plugin by name, so it is applied once); the request-context hook fills it.
+ */
+export const requestInfo = new Elysia({ name: 'request-info' }).decorate('info', undefined as unknown as RequestInfo)
+
+/**
+ * Records every answer a route gives, a hook's early answer included (the gate's refusals): the status
+ * is the Response's, or the one set beside the body. The context is destructured, since Elysia reads a
+ * hook's source text to decide which context fields to build.
+ */
+function recordAnswer({ set, info, route, responseValue }: { set: { status?: number | string }; info: RequestInfo; route: string; responseValue: unknown }) {
+  info.done(responseValue instanceof Response ? responseValue.status : (set.status as number), route)
+}
+
+/**
+ * Puts an error's status, headers and body on the answer; returns the body to send. A
  * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
  * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
  */
@@ -205,7 +229,6 @@ export function answerWith(
   error: ApiError,
 ): string {
   set.status = error.status
-  info?.done(error.status, info.operation)
   set.headers['content-type'] = JSON_TYPE
   Object.assign(set.headers, error.headers)
   if (info?.bodyUnread) set.headers.connection = 'close'

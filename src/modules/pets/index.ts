@@ -8,7 +8,7 @@ import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
 import { verifiedKey } from '../../plugins/gate'
-import type { RequestInfo } from '../../plugins/request-context'
+import { type RequestInfo, requestInfo } from '../../plugins/request-context'
 import { NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
@@ -96,15 +96,13 @@ type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
 export function petsModule(options: PetsModuleOptions) {
   const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
   /** Sets the answer's fields; the handler returns the body itself. */
-  const answerList = (set: Answer['set'], info: RequestInfo, query: ListQuery, page: Page) => {
+  const answerList = (set: Answer['set'], query: ListQuery, page: Page) => {
     set.headers['content-type'] = JSON_TYPE
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl, query, page.nextAfterId)
-    info.done(200, 'listPets')
   }
-  const answerPet = (set: Answer['set'], info: RequestInfo, petId: string, json: string | null) => {
+  const answerPet = (set: Answer['set'], petId: string, json: string | null) => {
     if (json === null) throw notFound(`No pet with id ${petId}.`)
     set.headers['content-type'] = JSON_TYPE
-    info.done(200, 'getPet')
   }
   /**
    * Deprecation fields for every answer of getPet, 401 and 429 included: a transform hook runs before
@@ -118,20 +116,20 @@ export function petsModule(options: PetsModuleOptions) {
   // One async form for every storage: Elysia awaits a read whether it answers at once (the data file)
   // or later (PostgreSQL). The context is destructured, since Elysia reads a handler's source text to
   // decide which context fields to build.
-  async function listPets({ request, set, info }: Answer & { request: Request }) {
+  async function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
     const query = parseListQuery(request.url)
     const page = await service.list(query)
-    answerList(set, info, query, page)
+    answerList(set, query, page)
     return page.body
   }
   async function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
     onDeprecatedCall(verifiedKey(info).id)
     const json = await service.getJson(parsePetId(params.petId))
-    answerPet(set, info, params.petId, json)
+    answerPet(set, params.petId, json)
     return json
   }
   return new Elysia({ name: 'pets' })
-    .decorate('info', undefined as unknown as RequestInfo)
+    .use(requestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
     .get(
       '/pets',
@@ -170,7 +168,6 @@ export function petsModule(options: PetsModuleOptions) {
         set.headers['content-type'] = JSON_TYPE
         set.headers.location = created.location
         if (created.replayed) set.headers['idempotent-replayed'] = 'true'
-        info.done(201, 'createPet')
         return created.body
       },
       {
