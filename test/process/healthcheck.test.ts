@@ -60,7 +60,10 @@ describe('healthcheck', () => {
 
 describe('healthcheck --host', () => {
   test('asks the address given (IPv6 in brackets), and a wildcard bind on loopback', async () => {
-    const server = await startServer({ args: ['--host', '::1'] })
+    // The port is held on 127.0.0.1 by a listener that closes every connection, so the IPv4 check below
+    // fails for certain: a port the system hands out free on ::1 may be another server's on 127.0.0.1.
+    const v4Holder = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { open: (socket) => void socket.end(), data() {} } })
+    const server = await startServer({ args: ['--host', '::1', '--port', String(v4Holder.port)] })
     const v6 = await cliAsync(['healthcheck', '--host', '::1', '--port', String(server.port)])
     expect([v6.code, v6.stdout]).toEqual([0, `petstore: healthy (http://[::1]:${server.port}/healthz answered 200)\n`])
     const wildcard = await cliAsync(['healthcheck', '--port', String(server.port)], { env: { PETSTORE_HOST: '::' } })
@@ -69,5 +72,6 @@ describe('healthcheck --host', () => {
     expect(v4.code).toBe(1)
     expect(v4.stdout).toStartWith(`petstore: unhealthy (http://127.0.0.1:${server.port}/healthz: `)
     expect(await server.stop()).toBe(0)
+    v4Holder.stop(true)
   })
 })
