@@ -9,7 +9,7 @@ import type { Limits } from '../../domain/plans'
 import { type BanRule, type LimiterBackend, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
-export interface MemoryStoreOptions {
+export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
   maxAddresses: number
   /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
@@ -49,7 +49,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
 
   constructor(
     private readonly rule: BanRule,
-    private readonly options: MemoryStoreOptions,
+    private readonly options: MemoryBackendOptions,
   ) {
     if (options.maxAddresses < 1) throw new RangeError('maxAddresses must be positive')
     this.saved = options.saved ?? new Map()

@@ -2,7 +2,7 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import { type ApiKeyRecord, type CreateKeyInput, hashSecret, type KeyChange, makeKey } from '../../domain/api-key'
+import { type ApiKeyRecord, type CreateKeyInput, hashSecret, makeKey } from '../../domain/api-key'
 import type { Limits, Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, MaybePromise, Storage } from '../../domain/repositories'
 
