@@ -8,6 +8,7 @@ import { createServer, type Server } from 'node:net'
 import { guarded } from '../../src/storage/postgres/failures'
 import { StorageUnavailableError } from '../../src/domain/repositories'
 import { describeWithEngines } from '../support/engines'
+import { eventually } from '../support/binary'
 import { freePort } from '../support/ports'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 
@@ -65,11 +66,15 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
       silent.close()
     }
 
+    // Ended while its query runs, so the query sees the server's 57P01 (a query sent after the end could
+    // instead find the pool reconnected).
     const victim = client()
     const [{ pid }] = await victim`SELECT pg_backend_pid() AS pid`
-    await client()`SELECT pg_terminate_backend(${pid})`
-    const terminated = await classify(() => victim`SELECT 1`)
-    expect(terminated).toMatchObject({ answer: 503, errno: '57P01' })
+    const terminated = classify(() => victim`SELECT pg_sleep(5)`)
+    const admin = client()
+    await eventually(async () => (await admin`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid} AND wait_event = 'PgSleep'`).length === 1)
+    await admin`SELECT pg_terminate_backend(${pid})`
+    expect(await terminated).toMatchObject({ answer: 503, errno: '57P01' })
 
     // A connection closed under a running query: what a pool closed for a missed deadline does.
     const closing = client()

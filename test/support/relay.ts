@@ -30,7 +30,7 @@ export function startRelay(targetPort: number): Relay {
         const held: { at: number; chunk: Uint8Array }[] = []
         const release = () => {
           for (; held.length > 0 && held[0]!.at <= performance.now(); heldChunks--) client.write(held.shift()!.chunk)
-          if (held.length > 0) setTimeout(release, held[0]!.at - performance.now())
+          if (held.length > 0) setTimeout(release, Math.max(0, held[0]!.at - performance.now()))
         }
         client.data.upstream = await Bun.connect({
           hostname: '127.0.0.1',
