@@ -110,22 +110,6 @@ function keptParts(dir: string): string[] {
   return readdirSync(dir).filter((name) => name.startsWith('live.db.before-restore-')).sort()
 }
 
-describe('restoring by hand, as the README used to say', () => {
-  test('copying the backup over the data file beside its -wal leaves a store that is not the backup', () => {
-    const file = copyParts(crashed, join(root, 'by-hand'))
-    copyFileSync(backup, file)
-    const keys = cli(['keys', 'list', '--data', file])
-    let result: string
-    try {
-      result = keys.code === 0 ? JSON.stringify(petsIn(file)) === JSON.stringify(inBackup) ? 'the backup' : 'other pets' : `keys list exit ${keys.code}`
-    } catch (error) {
-      result = `unreadable: ${(error as Error).message}`
-    }
-    console.log(`restored by hand: ${result}`)
-    expect(result).not.toBe('the backup')
-  })
-})
-
 describe('petstore restore', () => {
   test('after kill -9 under writers, the server serves exactly the backup, and the old file is kept whole', async () => {
     const dir = join(root, 'restored')
