@@ -2,7 +2,8 @@
  * A server's background work, started by the server lifecycle (server.ts) once it listens and stopped
  * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
  * reset by other processes; the read-only data file's watch), rate-limit state saves, usage writes
- * (every few seconds, and a last one at the stop), idempotency purges and usage pruning. Each job runs alone: a turn still running when the next comes is not started twice.
+ * (every few seconds, and a last one at the stop), idempotency purges and usage pruning. Each job
+ * runs alone: a turn still running when the next comes is not started twice.
  */
 import type { PetstoreApp } from './app'
 import type { DataFileWatch } from './readiness'
@@ -15,7 +16,7 @@ const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
 const PURGE_MS = 60 * 60 * 1000
 /** How often usage counted in memory is added to storage: what a `kill -9` can lose. */
-export const USAGE_WRITE_MS = 2_000
+const USAGE_WRITE_MS = 2_000
 const USAGE_PRUNE_MS = 10 * 60 * 1000
 
 export interface JobOptions {
@@ -32,6 +33,8 @@ export class Jobs {
   private petsGeneration = 0
   private pollFailing = false
   private usageFailing = false
+  /** Usage work under way: writes and prunes run one after the other, the stop's write after the rest. */
+  private usageWork: Promise<void> = Promise.resolve()
   /** Limit resets taken from storage and not yet applied by the limiter (Redis may be away). */
   private readonly unappliedResets = new Map<string, number | null>()
 
@@ -64,8 +67,10 @@ export class Jobs {
       await this.pollChanges()
     })
     this.every(STATE_SAVE_MS, () => this.saveState())
-    this.every(USAGE_WRITE_MS, () => this.writeUsage())
-    this.every(USAGE_PRUNE_MS, () => this.pruneUsage())
+    this.every(USAGE_WRITE_MS, () => this.afterUsageWork(() => this.writeUsage()))
+    this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
+    // Once at the start as well: a server restarted more often than the prune runs still prunes.
+    void this.afterUsageWork(() => this.pruneUsage())
     this.every(PURGE_MS, async () => {
       if (!storage.writable) return
       try {
@@ -79,7 +84,7 @@ export class Jobs {
   /** Stops the timers and writes what is still only in memory. */
   async stop(): Promise<void> {
     for (const timer of this.timers.splice(0)) clearInterval(timer)
-    await Promise.all([this.saveState(), this.writeUsage()])
+    await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
   }
 
   private every(ms: number, task: () => MaybePromise<void>): void {
@@ -137,6 +142,11 @@ export class Jobs {
     } catch (error) {
       options.warn(`could not save the keys' last-used times: ${(error as Error).message}`)
     }
+  }
+
+  private afterUsageWork(task: () => Promise<void>): Promise<void> {
+    this.usageWork = this.usageWork.then(task)
+    return this.usageWork
   }
 
   /** Adds the usage counted since the last write to storage; what it does not take is tried again next time. */

@@ -7,6 +7,8 @@
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
+import { DAY_MS, emptyCounts, HOUR_MS, OK } from '../../src/domain/usage'
+import { openSqliteStorage } from '../../src/storage/sqlite'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure } from './helpers'
 
@@ -188,5 +190,34 @@ describe('usage retention flags', () => {
     }
     const accepted = await startServer({ dataFile, args: ['--usage-minutes-days', '1', '--usage-hours-days', '1'] })
     expect(await accepted.stop()).toBe(0)
+  })
+})
+
+describe('usage retention', () => {
+  test('a server prunes minutes and hours past their retention at its start, by default and as the flags say', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const hour = Math.floor(Date.now() / HOUR_MS) * HOUR_MS
+    const ages = [0, 2, 8, 91].map((days) => hour - days * DAY_MS)
+    const seed = openSqliteStorage(dataFile)
+    seed.usage.add(ages.map((at) => ({ at, keyId: 'key_x', counts: Object.assign(emptyCounts(), { [OK]: 1 }) })))
+    seed.close()
+    const kept = () => {
+      const storage = openSqliteStorage(dataFile)
+      try {
+        return { minute: storage.usage.series('minute', 0).map((row) => row.at), hour: storage.usage.series('hour', 0).map((row) => row.at) }
+      } finally {
+        storage.close()
+      }
+    }
+    expect(kept()).toEqual({ minute: [...ages].reverse(), hour: [...ages].reverse() })
+
+    const byDefault = await startServer({ dataFile, args: ['--no-access-log'] })
+    // 7 days of minutes, 90 of hours.
+    await eventually(() => JSON.stringify(kept()) === JSON.stringify({ minute: [ages[1], ages[0]], hour: [ages[2], ages[1], ages[0]] }))
+    expect(await byDefault.stop()).toBe(0)
+
+    const shorter = await startServer({ dataFile, args: ['--no-access-log', '--usage-minutes-days', '1', '--usage-hours-days', '3'] })
+    await eventually(() => JSON.stringify(kept()) === JSON.stringify({ minute: [ages[0]], hour: [ages[1], ages[0]] }))
+    expect(await shorter.stop()).toBe(0)
   })
 })
