@@ -14,7 +14,7 @@ import { RateLimiter } from './limiter/limiter'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
-import { petsModule } from './modules/pets'
+import { DEPRECATED_OPERATION, petsModule } from './modules/pets'
 import { InThreadPetWriter } from './modules/pets/batch'
 import { PetService } from './modules/pets/service'
 import { ordersModule } from './modules/orders'
@@ -22,6 +22,7 @@ import { AccessLog, type LogSink } from './observability/access-log'
 import { gauges } from './gauges'
 import { Metrics } from './observability/metrics'
 import { metricsEndpoint } from './observability/metrics-endpoint'
+import { UsageCounter } from './observability/usage'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
@@ -55,6 +56,8 @@ export interface PetstoreApp {
   limiter: RateLimiter
   metrics: Metrics
   pets: PetService
+  /** Per-key usage counted since the last write to storage; null when storage cannot be written. */
+  usage: UsageCounter | null
   /** The storage fault that holds until a restart (readiness.ts). */
   fault: StorageFault
   /** The /metrics answer, for a listener of its own (--metrics-address). */
@@ -88,6 +91,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     )
   }
   const metrics = new Metrics()
+  const usage = storage.writable
+    ? new UsageCounter({
+        basePath: config.basePath,
+        deprecatedOperation: DEPRECATED_OPERATION,
+        now,
+        onDropped: (rows) => warn(`storage has not taken the usage counts for a while: dropped the ${rows} oldest minute rows`),
+      })
+    : null
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
     {
@@ -171,6 +182,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         server: () => app.server,
         metrics,
         accessLog,
+        usage,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
       }),
@@ -195,6 +207,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     limiter,
     metrics,
     pets,
+    usage,
     fault,
     answerMetrics,
     finishWrites: () => pets.close(),

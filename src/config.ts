@@ -56,6 +56,13 @@ export interface Config {
   /** Most client addresses the limiter remembers at once. */
   readonly maxTrackedAddresses: number
   readonly shutdownGraceMs: number
+  /** Days per-key usage is kept by the minute, and by the hour (docs/usage.md). */
+  readonly usageRetention: UsageRetention
+}
+
+export interface UsageRetention {
+  minuteDays: number
+  hourDays: number
 }
 
 export interface DatabaseConfig {
@@ -83,6 +90,8 @@ export interface ConfigInput {
   databasePool?: string
   redisUrl?: string
   limiterFallback?: string
+  usageMinutesDays?: string
+  usageHoursDays?: string
 }
 
 type Environment = Record<string, string | undefined>
@@ -182,6 +191,20 @@ function parseProxies(input: ConfigInput, environment: Environment): TrustedProx
 }
 
 /**
+ * How long usage is kept: by the minute at least a day (the figures of the last 24 hours are read by
+ * the minute), and by the hour at least as long as by the minute.
+ */
+function parseUsageRetention(input: ConfigInput, environment: Environment): UsageRetention {
+  const minutes = fromFlagOrVariable('--usage-minutes-days', input.usageMinutesDays, 'PETSTORE_USAGE_MINUTES_DAYS', environment)
+  const hours = fromFlagOrVariable('--usage-hours-days', input.usageHoursDays, 'PETSTORE_USAGE_HOURS_DAYS', environment)
+  const minuteDays = minutes.value === undefined ? 7 : parseInteger(minutes.name, minutes.value, 1, 365)
+  const hourDays = hours.value === undefined ? 90 : parseInteger(hours.name, hours.value, 1, 3650)
+  if (hourDays < minuteDays)
+    throw new ConfigError(`${hours.name} (${hourDays}) must be at least ${minutes.name} (${minuteDays}): hours are kept as long as minutes`)
+  return { minuteDays, hourDays }
+}
+
+/**
  * The URL's scheme is checked and the value never repeated: a database or Redis URL may carry a
  * password, and a complaint ends up in logs.
  */
@@ -276,6 +299,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     maxBodyBytes: 64 * 1024,
     maxTrackedAddresses: 100_000,
     shutdownGraceMs: 10_000,
+    usageRetention: parseUsageRetention(input, environment),
   })
 }
 
@@ -294,6 +318,7 @@ export function withBoundPort(config: Config, port: number): Config {
 function freeze(config: Config): Config {
   Object.freeze(config.servers)
   Object.freeze(config.corsOrigins)
+  Object.freeze(config.usageRetention)
   return Object.freeze(config)
 }
 

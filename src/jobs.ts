@@ -1,22 +1,29 @@
 /**
  * A server's background work, started by the server lifecycle (server.ts) once it listens and stopped
  * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
- * reset by other processes; the read-only data file's watch), rate-limit state saves, idempotency
- * purges. Each job runs alone: a turn still running when the next comes is not started twice.
+ * reset by other processes; the read-only data file's watch), rate-limit state saves, usage writes
+ * (every few seconds, and a last one at the stop), idempotency purges and usage pruning. Each job
+ * runs alone: a turn still running when the next comes is not started twice.
  */
 import type { PetstoreApp } from './app'
 import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
 import type { MaybePromise, Storage } from './domain/repositories'
+import { DAY_MS } from './domain/usage'
+import type { UsageRetention } from './config'
 
 const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
 const PURGE_MS = 60 * 60 * 1000
+/** How often usage counted in memory is added to storage: what a `kill -9` can lose. */
+const USAGE_WRITE_MS = 2_000
+const USAGE_PRUNE_MS = 10 * 60 * 1000
 
 export interface JobOptions {
   now: () => number
   warn: (message: string) => void
   dataFile?: DataFileWatch
+  usageRetention: UsageRetention
   /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
   onDataFileChanged?: () => void
 }
@@ -25,6 +32,9 @@ export class Jobs {
   private readonly timers: ReturnType<typeof setInterval>[] = []
   private petsGeneration = 0
   private pollFailing = false
+  private usageFailing = false
+  /** Usage work under way: writes and prunes run one after the other, the stop's write after the rest. */
+  private usageWork: Promise<void> = Promise.resolve()
   /** Limit resets taken from storage and not yet applied by the limiter (Redis may be away). */
   private readonly unappliedResets = new Map<string, number | null>()
 
@@ -57,6 +67,10 @@ export class Jobs {
       await this.pollChanges()
     })
     this.every(STATE_SAVE_MS, () => this.saveState())
+    this.every(USAGE_WRITE_MS, () => this.afterUsageWork(() => this.writeUsage()))
+    this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
+    // Once at the start as well: a server restarted more often than the prune runs still prunes.
+    void this.afterUsageWork(() => this.pruneUsage())
     this.every(PURGE_MS, async () => {
       if (!storage.writable) return
       try {
@@ -70,7 +84,7 @@ export class Jobs {
   /** Stops the timers and writes what is still only in memory. */
   async stop(): Promise<void> {
     for (const timer of this.timers.splice(0)) clearInterval(timer)
-    await this.saveState()
+    await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
   }
 
   private every(ms: number, task: () => MaybePromise<void>): void {
@@ -127,6 +141,41 @@ export class Jobs {
       await petstore.keys.flushLastUsed()
     } catch (error) {
       options.warn(`could not save the keys' last-used times: ${(error as Error).message}`)
+    }
+  }
+
+  private afterUsageWork(task: () => Promise<void>): Promise<void> {
+    this.usageWork = this.usageWork.then(task)
+    return this.usageWork
+  }
+
+  /** Adds the usage counted since the last write to storage; what it does not take is tried again next time. */
+  private async writeUsage(): Promise<void> {
+    const { usage } = this.petstore
+    if (!usage) return
+    const rows = usage.take()
+    if (rows.length === 0) return
+    try {
+      await this.storage.usage.add(rows)
+      if (this.usageFailing) this.options.warn('storage takes the usage counts again')
+      this.usageFailing = false
+    } catch (error) {
+      usage.giveBack(rows)
+      if (!this.usageFailing) this.options.warn(`could not write the usage counts (kept, tried again): ${(error as Error).message}`)
+      this.usageFailing = true
+    }
+  }
+
+  /** Drops usage older than its retention: minutes, then hours. Every instance may do it; it is the same delete. */
+  private async pruneUsage(): Promise<void> {
+    const { storage, options } = this
+    if (!storage.writable) return
+    const now = options.now()
+    try {
+      await storage.usage.prune('minute', now - options.usageRetention.minuteDays * DAY_MS)
+      await storage.usage.prune('hour', now - options.usageRetention.hourDays * DAY_MS)
+    } catch (error) {
+      options.warn(`could not prune old usage: ${(error as Error).message}`)
     }
   }
 }

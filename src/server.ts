@@ -71,6 +71,7 @@ export class Server {
       now: options.now ?? Date.now,
       warn,
       dataFile: backend.dataFile,
+      usageRetention: bound.usageRetention,
       onDataFileChanged: options.onDataFileChanged,
     })
     const server = new Server(bound, petstore, backend, jobs)

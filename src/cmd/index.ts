@@ -20,7 +20,7 @@ const USAGE = `Usage: petstore COMMAND [options]
 Commands:
   serve                      run the server
   help [COMMAND]             show the usage of petstore or of one command
-  keys create|list|revoke|reset-limits   manage API keys
+  keys create|list|revoke|reset-limits|set-plan|usage   manage API keys, see their use
   pets seed|reset            add sample pets, or delete every pet (keys are kept)
   backup FILE                write a consistent copy of the data file
   restore FILE               put a backup in place of the data file (the server stopped)

@@ -1,16 +1,23 @@
-/** `petstore keys create|list|revoke|reset-limits`: API keys, straight in storage; a running server follows. */
+/** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
 import { parseInteger } from '../config'
 import { type ApiKeyRecord, checkKeyName, limitsFor } from '../domain/api-key'
 import { PLAN_LIMITS } from '../domain/plans'
-import { createKey } from '../modules/keys/service'
-import { asUsageError, bareUsage, COMMON, help, isBare, openForCommand, parse, UsageError } from './options'
+import { createKey, setKeyPlan } from '../modules/keys/service'
+import { parseSince, printUsage } from './keys-usage'
+import { asUsageError, bareUsage, COMMON, help, isBare, openForCommand, parse, printTable, UsageError } from './options'
 
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
        petstore keys list [--json]
        petstore keys revoke ID
        petstore keys reset-limits ID
+       petstore keys set-plan ID free|pro|business|enterprise [--rpm N --rpd N]
+       petstore keys usage [ID] [--since DURATION] [--json]
 
   reset-limits refills the key's buckets and lifts its ban; a running server applies it within a second.
+  set-plan gives the key the plan's limits (enterprise: its own); a running server applies it within a second.
+  usage prints requests and 429s today (the UTC day) and since DURATION ago (30m, 24h, 7d; default 24h),
+  the last use, and the deprecated getPet calls of the last day and week; with ID, one key and its
+  requests per minute (per hour beyond 24h). See docs/usage.md.
 
   create prints the new key's secret once, alone, as the last line of stdout.
   Plans (requests per minute / per day):
@@ -34,6 +41,7 @@ export async function keys(args: string[]): Promise<number> {
       rpm: { type: 'string' },
       rpd: { type: 'string' },
       json: { type: 'boolean' },
+      since: { type: 'string' },
     },
     USAGE,
   )
@@ -43,15 +51,19 @@ export async function keys(args: string[]): Promise<number> {
     list: ['json'],
     revoke: [],
     'reset-limits': [],
+    'set-plan': ['rpm', 'rpd'],
+    usage: ['since', 'json'],
   }
-  if (!(sub in allowed)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
-  for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json'])
+  if (!Object.hasOwn(allowed, sub)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
+  for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json', 'since'])
     if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
       throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE)
-  const expected = sub === 'revoke' || sub === 'reset-limits' ? 1 : 0
-  if (positionals.length !== expected)
+  const expected = sub === 'revoke' || sub === 'reset-limits' ? [1] : sub === 'set-plan' ? [2] : sub === 'usage' ? [0, 1] : [0]
+  if (!expected.includes(positionals.length))
     throw new UsageError(
-      expected ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[0]}"`,
+      sub === 'set-plan'
+        ? 'keys set-plan needs a key ID and a plan'
+        : expected[0] ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[expected.at(-1)!]}"`,
       USAGE,
     )
 
@@ -59,13 +71,15 @@ export async function keys(args: string[]): Promise<number> {
   const limit = (flag: 'rpm' | 'rpd') =>
     values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
   const input = asUsageError(() => {
-    const checked = { plan: values.plan as string, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
-    if (sub === 'create') {
+    const plan = sub === 'set-plan' ? positionals[1]! : (values.plan as string)
+    const checked = { plan, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
+    if (sub === 'create' || sub === 'set-plan') {
       limitsFor(checked)
       checkKeyName(checked.name)
     }
     return checked
   }, USAGE)
+  const since = sub === 'usage' ? asUsageError(() => parseSince(values.since as string | undefined), USAGE) : 0
   const { storage, where } = await openForCommand(values, USAGE, sub === 'create')
   try {
     if (sub === 'create') {
@@ -78,6 +92,19 @@ export async function keys(args: string[]): Promise<number> {
     } else if (sub === 'list') {
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
       printKeys(await storage.keys.list(), values.json === true)
+    } else if (sub === 'usage') {
+      if (values.json !== true) console.error(`petstore: usage in ${where}`)
+      return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where })
+    } else if (sub === 'set-plan') {
+      const id = positionals[0]!
+      if (!(await setKeyPlan(storage.keys, id, input))) {
+        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
+        return 1
+      }
+      const { rpm, rpd } = limitsFor(input)
+      console.error(
+        `petstore: ${id} is now on the ${input.plan} plan (${rpm}/min, ${rpd}/day) in ${where}; a running server applies it within a second`,
+      )
     } else {
       const id = positionals[0]!
       const done = sub === 'revoke' ? await storage.keys.revoke(id, Date.now()) : await storage.keys.resetLimits(id, Date.now())
@@ -112,11 +139,8 @@ function printKeys(records: ApiKeyRecord[], json: boolean): void {
     console.log(JSON.stringify(rows, null, 2))
     return
   }
-  const header = ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED']
-  const table = [
-    header,
-    ...rows.map((r) => [r.id, r.name, r.plan, String(r.rpm), String(r.rpd), r.created, r.lastUsed ?? '-', r.revoked ?? '-']),
-  ]
-  const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)))
-  for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd())
+  printTable(
+    ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED'],
+    rows.map((r) => [r.id, r.name, r.plan, String(r.rpm), String(r.rpd), r.created, r.lastUsed ?? '-', r.revoked ?? '-']),
+  )
 }

@@ -91,6 +91,8 @@ export function configInput(values: Record<string, unknown>): ConfigInput {
     databasePool: values['database-pool'] as string | undefined,
     redisUrl: values['redis-url'] as string | undefined,
     limiterFallback: values['limiter-fallback'] as string | undefined,
+    usageMinutesDays: values['usage-minutes-days'] as string | undefined,
+    usageHoursDays: values['usage-hours-days'] as string | undefined,
   }
 }
 
@@ -149,4 +151,11 @@ export async function openForCommand(values: Record<string, unknown>, usage: str
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
   return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)) }), where: file }
+}
+
+/** Rows under a header, in columns as wide as their widest cell. */
+export function printTable(header: string[], rows: string[][]): void {
+  const table = [header, ...rows]
+  const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)))
+  for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd())
 }

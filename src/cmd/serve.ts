@@ -27,7 +27,9 @@ ${COMMON}
                              per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
-  --no-access-log            do not write the per-request JSON lines to stdout`
+  --no-access-log            do not write the per-request JSON lines to stdout
+  --usage-minutes-days N     days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)
+  --usage-hours-days N       days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)`
 
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
@@ -45,6 +47,8 @@ export async function serve(args: string[]): Promise<number> {
       'no-access-log': { type: 'boolean' },
       'database-pool': { type: 'string' },
       'limiter-fallback': { type: 'string' },
+      'usage-minutes-days': { type: 'string' },
+      'usage-hours-days': { type: 'string' },
     },
     USAGE,
   )

@@ -6,8 +6,10 @@
  * serving, watching the file, backups) are on the SQLite adapter, not here.
  */
 import type { ApiKeyRecord, KeyChange } from './api-key'
+import type { Limits } from './plans'
 import type { CreatePetOutcome } from './idempotency'
 import type { NewPet, Pet, PetStatus } from './pet'
+import type { KeyTotals, Resolution, UsageRow } from './usage'
 
 export type MaybePromise<T> = T | Promise<T>
 
@@ -62,6 +64,11 @@ export interface KeyRepository {
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The limit resets asked for since this handle's last call. */
   takeLimitResets(): MaybePromise<LimitReset[]>
+  /**
+   * Gives a key that is not revoked another plan and limits; it takes the next change number, so a
+   * running server applies it at its next poll. False when there is no such key, or it is revoked.
+   */
+  setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): MaybePromise<boolean>
 }
 
 export interface LimitReset {
@@ -86,6 +93,24 @@ export interface LimiterStateRepository {
   save(buckets: Map<string, SavedBucket>): MaybePromise<void>
 }
 
+/**
+ * Per-key usage by minute and by hour (domain/usage.ts). Writers add: every instance adds its counts
+ * to the same rows, so what is read is the fleet's.
+ */
+export interface UsageRepository {
+  /** Adds each minute row to its minute, and to its hour (summed), in one transaction. */
+  add(minutes: UsageRow[]): MaybePromise<void>
+  /** Per key (NO_KEY included), the sums of the buckets that start at `from` or later. */
+  totals(resolution: Resolution, from: number): MaybePromise<KeyTotals[]>
+  /**
+   * The buckets that start at `from` or later and hold a count, oldest first: of one key, or summed
+   * over every key (keyId of the rows then NO_KEY) when `keyId` is undefined.
+   */
+  series(resolution: Resolution, from: number, keyId?: string): MaybePromise<UsageRow[]>
+  /** Deletes the buckets that start before `before`; how many went. */
+  prune(resolution: Resolution, before: number): MaybePromise<number>
+}
+
 export interface Storage {
   /** Where the data is, for log lines: a file path, or a database URL without its password. */
   readonly location: string
@@ -99,6 +124,7 @@ export interface Storage {
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository
+  usage: UsageRepository
   /** Throws when storage does not answer. */
   ping(): MaybePromise<void>
   purgeIdempotency(olderThan: number): MaybePromise<void>

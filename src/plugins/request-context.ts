@@ -1,7 +1,7 @@
 /**
  * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the path, the client address, and one access-log line and the metrics per answer, under the
- * operationId of the route matched. The record is declared here once (`requestInfo`, which every instance
+ * made), the path, the client address, and one access-log line, the metrics and the key's usage per
+ * answer, under the operationId of the route matched. The record is declared here once (`requestInfo`, which every instance
  * uses) and closed by one `afterHandle` hook for every answer a route gives (a hook's early answer
  * included); the error handler closes it for errors. Not an `onAfterResponse` hook: that costs a
  * scheduled task per request, about a fifth of the server's throughput.
@@ -18,6 +18,7 @@ import { bodyUnread } from '../http/json-body'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
+import type { UsageCounter } from '../observability/usage'
 
 type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void
 
@@ -43,7 +44,7 @@ export class RequestInfo {
     private readonly recorder: Recorder,
   ) {}
 
-  /** Records the answer once, in the metrics and the access log, under the operation of the route matched. */
+  /** Records the answer once, in the metrics, the usage and the access log, under the operation of the route matched. */
   done(status: number, route: string | undefined): void {
     if (this.recorded) return
     this.recorded = true
@@ -76,6 +77,8 @@ export interface RequestContextOptions {
   server: () => Server<unknown> | null | undefined
   metrics: Metrics
   accessLog: AccessLog | null
+  /** Per-key usage; null when it is not kept (storage that cannot be written). */
+  usage: UsageCounter | null
   proxies: Proxies
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
@@ -166,10 +169,12 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, proxies, operationOf } = options
+  const { server, metrics, accessLog, usage, proxies, operationOf } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
-    metrics.observe(info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route)), status, seconds)
+    const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
+    metrics.observe(operation, status, seconds)
+    usage?.count(info.path, info.key?.id, status, seconds, operation)
     if (!accessLog) return
     // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
     // method, path and client are escaped only when they hold a character JSON would escape.

@@ -10,6 +10,7 @@ import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import type { NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
+import { COUNTERS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
 import { BatchRolledBackError, type CreatePetCommand, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/domain/repositories'
@@ -28,7 +29,7 @@ interface Backend {
   fresh(): Promise<{ a: Storage; b: () => Promise<Storage> }>
   /** Makes the store refuse to insert a pet named `name` (a trigger), as a store may refuse one row. */
   refuseName(storage: Storage, name: string): Promise<void>
-  /** A store at the schema before this one, holding `key` as that schema stored it, and a function that opens it. */
+  /** A store at the schema before change numbers, holding `key` as that schema stored it, and a function that opens it. */
   previousSchema(key: ApiKeyRecord): Promise<() => Promise<Storage>>
 }
 
@@ -36,6 +37,10 @@ interface Backend {
 const changeOf = ({ id, plan, rpm, rpd, secretHash, revokedAt }: ApiKeyRecord) => ({ id, plan, rpm, rpd, secretHash, revokedAt })
 const keyRow = (r: ApiKeyRecord) => [r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt]
 const INSERT_KEY_ROW = 'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)'
+
+/** How many steps each backend's schema had before keys took change numbers. */
+const SQLITE_BEFORE_CHANGE_NUMBERS = 2
+const POSTGRES_BEFORE_CHANGE_NUMBERS = 1
 
 const opened: Storage[] = []
 async function track<T extends Storage>(storage: T | Promise<T>): Promise<T> {
@@ -60,7 +65,7 @@ const sqlite: Backend = {
   async previousSchema(key) {
     const file = join(tempDir(), 'petstore.db')
     const db = new Database(file)
-    for (const [step, migration] of SQLITE_MIGRATIONS.slice(0, -1).entries()) {
+    for (const [step, migration] of SQLITE_MIGRATIONS.slice(0, SQLITE_BEFORE_CHANGE_NUMBERS).entries()) {
       db.run(migration)
       db.run(`PRAGMA application_id = ${APPLICATION_ID}`)
       db.run(`PRAGMA user_version = ${step + 1}`)
@@ -96,7 +101,7 @@ const postgres: Backend = {
     const admin = new Bun.SQL(url, { max: 1 })
     try {
       await admin.unsafe('CREATE TABLE petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())')
-      for (const [step, migration] of POSTGRES_MIGRATIONS.slice(0, -1).entries()) {
+      for (const [step, migration] of POSTGRES_MIGRATIONS.slice(0, POSTGRES_BEFORE_CHANGE_NUMBERS).entries()) {
         await admin.unsafe(migration)
         await admin`INSERT INTO petstore_schema (version) VALUES (${step + 1})`
       }
@@ -106,6 +111,13 @@ const postgres: Backend = {
     }
     return () => track(openPostgresStorage(url, { pool: 2 }))
   },
+}
+
+/** A usage row's counters: zero but for the slots given. */
+function counts(slots: Record<number, number>): number[] {
+  const row = emptyCounts()
+  for (const [slot, value] of Object.entries(slots)) row[Number(slot)] = value
+  return row
 }
 
 const pet = (name: string, categoryId = 1): NewPet => ({ name, categoryId, status: 'available' })
@@ -282,6 +294,65 @@ function conformance(name: string, backend: Backend) {
     expect((await a.keys.takeLimitResets()).map((reset) => reset.keyId)).toEqual([record.id])
     expect(await a.keys.takeLimitResets()).toEqual([])
     expect([...(await a.limiterState.load())]).toEqual([['key:other', { tokens: 3, updatedAt: NOW }]])
+  })
+
+  test(`${name}: a key's plan is changed as a change other handles read, with its limits; a missing or revoked key is refused`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const { record } = makeKey({ plan: 'free', name: 'app' }, NOW)
+    await a.keys.insert(record)
+    const before = await other.keys.changesSince(-1)
+    expect(await a.keys.setPlan(record.id, 'enterprise', { rpm: 7, rpd: 700 })).toBe(true)
+    const changed = await other.keys.changesSince(before.last)
+    expect(changed.records).toEqual([changeOf({ ...record, plan: 'enterprise', rpm: 7, rpd: 700 })])
+    expect(await other.keys.list()).toEqual([{ ...record, plan: 'enterprise', rpm: 7, rpd: 700 }])
+    expect(await a.keys.setPlan('key_missing', 'pro', { rpm: 300, rpd: 10_000 })).toBe(false)
+    await a.keys.revoke(record.id, NOW + 1)
+    const revoked = await other.keys.changesSince(changed.last)
+    expect(await a.keys.setPlan(record.id, 'pro', { rpm: 300, rpd: 10_000 })).toBe(false)
+    expect(await other.keys.changesSince(revoked.last)).toEqual({ records: [], last: revoked.last })
+  })
+
+  test(`${name}: usage added through two handles at once is summed per minute and per hour, read per key and per bucket, and pruned`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const hour = Math.floor(NOW / HOUR_MS) * HOUR_MS + 5 * HOUR_MS
+    // Each batch: key A in two minutes of one hour (a deprecated call in the second), the keyless bucket in
+    // the next hour in two rows of one minute (as a batch given back after a failed write holds); every
+    // counter of A's first row set, so a column written or read in the wrong place shows.
+    const batch = (): UsageRow[] => [
+      { at: hour, keyId: 'key_a', counts: Array.from({ length: COUNTERS }, (_, i) => i + 1) },
+      { at: hour + MINUTE_MS, keyId: 'key_a', counts: counts({ [OK]: 2, [DEPRECATED]: 1, [FIRST_LATENCY + 3]: 2 }) },
+      { at: hour + HOUR_MS, keyId: NO_KEY, counts: counts({ [LIMITED]: 1 }) },
+      { at: hour + HOUR_MS, keyId: NO_KEY, counts: counts({ [FIRST_LATENCY]: 1 }) },
+    ]
+    const keyless = counts({ [LIMITED]: 1, [FIRST_LATENCY]: 1 })
+    await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a : other).usage.add(batch())))
+    const times = (row: number[], n: number) => row.map((value) => value * n)
+    const first = batch()[0]!.counts
+    const second = batch()[1]!.counts
+
+    expect(await other.usage.series('minute', hour, 'key_a')).toEqual([
+      { at: hour, keyId: 'key_a', counts: times(first, 10) },
+      { at: hour + MINUTE_MS, keyId: 'key_a', counts: times(second, 10) },
+    ])
+    expect(await a.usage.series('hour', 0)).toEqual([
+      { at: hour, keyId: NO_KEY, counts: first.map((value, i) => (value + second[i]!) * 10) },
+      { at: hour + HOUR_MS, keyId: NO_KEY, counts: times(keyless, 10) },
+    ])
+    expect(await a.usage.totals('minute', hour + MINUTE_MS)).toEqual([
+      { keyId: NO_KEY, counts: times(keyless, 10), lastAt: hour + HOUR_MS, lastDeprecatedAt: null },
+      { keyId: 'key_a', counts: times(second, 10), lastAt: hour + MINUTE_MS, lastDeprecatedAt: hour + MINUTE_MS },
+    ])
+    expect((await a.usage.totals('hour', hour)).map((t) => [t.keyId, t.lastAt, t.lastDeprecatedAt])).toEqual([
+      [NO_KEY, hour + HOUR_MS, null],
+      ['key_a', hour, hour],
+    ])
+
+    expect(await a.usage.prune('minute', hour + MINUTE_MS)).toBe(1)
+    expect((await a.usage.series('minute', 0)).map((row) => row.at)).toEqual([hour + MINUTE_MS, hour + HOUR_MS])
+    expect(await a.usage.prune('hour', hour + HOUR_MS)).toBe(1)
+    expect((await a.usage.series('hour', 0)).map((row) => row.at)).toEqual([hour + HOUR_MS])
   })
 
   test(`${name}: seeding and resetting change the generation other handles see`, async () => {

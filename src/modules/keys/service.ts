@@ -2,7 +2,7 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import { type ApiKeyRecord, type CreateKeyInput, hashSecret, makeKey } from '../../domain/api-key'
+import { type ApiKeyRecord, type CreateKeyInput, hashSecret, limitsFor, makeKey } from '../../domain/api-key'
 import type { Limits, Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, MaybePromise, Storage } from '../../domain/repositories'
 
@@ -17,6 +17,14 @@ export async function createKey(
   return made
 }
 
+/**
+ * Gives a key another plan, with the plan's limits (an enterprise key's own: rpm and rpd); a running
+ * server applies it at its next poll. False when there is no such key, or it is revoked.
+ */
+export async function setKeyPlan(keys: KeyRepository, id: string, input: CreateKeyInput): Promise<boolean> {
+  return keys.setPlan(id, input.plan as Plan, limitsFor(input))
+}
+
 export interface ActiveKey {
   id: string
   plan: Plan
@@ -27,7 +35,7 @@ export interface ActiveKey {
 
 /**
  * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
- * Keys another process (the CLI, another instance) creates or revokes are read from storage's change
+ * Keys another process (the CLI, another instance) creates, revokes or gives another plan are read from storage's change
  * numbers at each poll, and only those: the change takes effect everywhere in under a second, at a
  * cost that does not grow with the number of keys.
  */
@@ -62,11 +70,12 @@ export class KeyRegistry {
    */
   private apply(from: number, { records, last }: KeyChanges): MaybePromise<void> {
     if (from !== this.applied) return this.reload()
-    const revoked = new Set<string>()
+    // Keys revoked or given another plan: the hits remembered for them hold what no longer is.
+    const stale = new Set<string>()
     for (const record of records) {
+      if (record.revokedAt !== null || this.byHash.has(record.secretHash)) stale.add(record.id)
       if (record.revokedAt !== null) {
         this.byHash.delete(record.secretHash)
-        revoked.add(record.id)
         continue
       }
       this.byHash.set(record.secretHash, {
@@ -76,7 +85,7 @@ export class KeyRegistry {
         subject: `key:${record.id}`,
       })
     }
-    if (revoked.size > 0) for (const [secret, key] of this.verified) if (revoked.has(key.id)) this.verified.delete(secret)
+    if (stale.size > 0) for (const [secret, key] of this.verified) if (stale.has(key.id)) this.verified.delete(secret)
     this.applied = last
   }
 

@@ -29,6 +29,9 @@ const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 const INT64_MAX = 9223372036854775807n
 
+/** The operation deprecated, as its calls are counted (usage, /metrics). */
+export const DEPRECATED_OPERATION = 'getPet'
+
 /** getPet was deprecated with interface 1.0.0 and is removed on 5 December 2030 (RFC 9745, RFC 8594). */
 export const DEPRECATED_SINCE = '@1767225600'
 export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
@@ -202,7 +205,7 @@ export function petsModule(options: PetsModuleOptions) {
       {
         transform: deprecationHeaders,
         detail: {
-          operationId: 'getPet',
+          operationId: DEPRECATED_OPERATION,
           summary: 'Get one pet (deprecated)',
           description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
           deprecated: true,

@@ -9,6 +9,7 @@ import { guarded, isUnavailable } from './failures'
 import { PostgresKeys, PostgresLimiterState } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
 import { PostgresPets } from './pets'
+import { PostgresUsage } from './usage'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 
 export interface PostgresOptions {
@@ -88,6 +89,7 @@ export class PostgresStorage implements Storage {
   readonly pets: PostgresPets
   readonly keys: PostgresKeys
   readonly limiterState: PostgresLimiterState
+  readonly usage: PostgresUsage
 
   constructor(
     private readonly sql: Database,
@@ -96,6 +98,7 @@ export class PostgresStorage implements Storage {
     this.pets = new PostgresPets(sql)
     this.keys = new PostgresKeys(sql)
     this.limiterState = new PostgresLimiterState(sql)
+    this.usage = new PostgresUsage(sql)
   }
 
   ping(): Promise<void> {

@@ -1,11 +1,12 @@
 /**
  * API keys, key-limit resets and saved day buckets in PostgreSQL. Several instances read the same
  * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once,
- * and each create or revoke of a key takes a change number, so instances read only what changed.
+ * and each create, revoke or change of plan of a key takes a change number, so instances read only what changed.
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../../domain/repositories'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
@@ -42,7 +43,7 @@ function toChange(row: ChangeRow): KeyChange {
 }
 
 /**
- * The next change number, for a create or revoke of a key in transaction `tx`. The lock is held until
+ * The next change number, for a create, revoke or change of plan of a key in transaction `tx`. The lock is held until
  * it commits, as for pet ids: numbers become visible in order, so a poll that has read past one never
  * misses it.
  */
@@ -86,6 +87,16 @@ export class PostgresKeys implements KeyRepository {
       this.sql.begin(async (tx) => {
         const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
         if (key?.revoked_at === null) await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
+        return key !== undefined
+      }),
+    )
+  }
+
+  setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Promise<boolean> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
+        if (key) await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
         return key !== undefined
       }),
     )

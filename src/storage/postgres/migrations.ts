@@ -4,6 +4,8 @@
  * together migrate once.
  */
 
+import { usageTablesSql } from '../usage-columns'
+
 /** Advisory lock keys, each a constant of this application ('PETS' and a role). */
 export const LOCKS = {
   /** Held by the start-up transaction: migrations and the bootstrap key. */
@@ -66,4 +68,6 @@ export const MIGRATIONS: string[] = [
   `CREATE SEQUENCE api_keys_change_seq AS bigint;
    ALTER TABLE api_keys ADD COLUMN change bigint NOT NULL DEFAULT nextval('api_keys_change_seq');
    CREATE UNIQUE INDEX api_keys_by_change ON api_keys (change);`,
+  // Per-key usage by minute and by hour, to which every instance adds its counts.
+  usageTablesSql('bigint'),
 ]

@@ -37,6 +37,8 @@ export interface Database {
   (strings: TemplateStringsArray, ...values: unknown[]): Promise<any>
   /** Runs `body` in one transaction within `ms` (the transaction deadline by default). */
   begin<T>(body: Transaction<T>, ms?: number): Promise<T>
+  /** A statement whose text we built (never from input), with $n parameters. */
+  unsafe(query: string, parameters: unknown[]): Promise<any>
   close(): Promise<void>
 }
 
@@ -67,6 +69,7 @@ export function openDatabase(url: string, options: Omit<SQL.PostgresOrMySQLOptio
     within(deadlines.queryMs, (sql) => sql(strings, ...values))) as Database
   database.begin = <T>(body: Transaction<T>, ms = deadlines.transactionMs) =>
     within(ms, (sql) => sql.begin((tx) => body(tx)) as Promise<T>)
+  database.unsafe = (query: string, parameters: unknown[]) => within(deadlines.queryMs, (sql) => sql.unsafe(query, parameters))
   // Every query has ended or been given up on by now: the wait is a bound, not a need.
   database.close = () => pool.close({ timeout: 1 })
   return database

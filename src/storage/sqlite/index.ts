@@ -11,6 +11,7 @@ import { SqliteKeys } from './keys'
 import { SqliteLimiterState } from './limiter-state'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
+import { SqliteUsage } from './usage'
 import { refuseInterruptedRestore } from './restore'
 
 export type { OpenOptions } from './open'
@@ -89,6 +90,7 @@ export class SqliteStorage implements Storage {
   readonly pets: SqlitePets
   readonly keys: SqliteKeys
   readonly limiterState: SqliteLimiterState
+  readonly usage: SqliteUsage
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
@@ -115,6 +117,7 @@ export class SqliteStorage implements Storage {
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
+    this.usage = new SqliteUsage(db)
   }
 
   /**

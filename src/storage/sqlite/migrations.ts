@@ -3,6 +3,8 @@
  * application id marks the file as ours. Steps are only ever appended.
  */
 
+import { usageTablesSql } from '../usage-columns'
+
 /** 'PETS' in ASCII: marks a file as ours, so a foreign SQLite database is refused, not migrated. */
 export const APPLICATION_ID = 0x50455453
 
@@ -50,4 +52,6 @@ export const MIGRATIONS: string[] = [
   `ALTER TABLE api_keys ADD COLUMN change INTEGER NOT NULL DEFAULT 0;
    CREATE INDEX api_keys_by_change ON api_keys (change);
    INSERT INTO meta (name, value) VALUES ('keys_change', 0);`,
+  // Per-key usage by minute and by hour, to which the server adds its counts.
+  usageTablesSql('INTEGER'),
 ]

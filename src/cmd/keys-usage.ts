@@ -1,0 +1,86 @@
+/** `petstore keys usage [ID] [--since DURATION] [--json]`: the usage figures (modules/usage) of every key, or of one. */
+import { ConfigError } from '../config'
+import type { Storage } from '../domain/repositories'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/usage'
+import { printTable } from './options'
+import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
+
+const UNITS: Record<string, number> = { m: MINUTE_MS, h: HOUR_MS, d: DAY_MS }
+const LONGEST_MS = 90 * DAY_MS
+
+/** A duration such as 30m, 24h or 7d, from a minute to 90 days; 24h when not given. */
+export function parseSince(value: string | undefined): number {
+  if (value === undefined) return DAY_MS
+  const match = /^(\d{1,6})([mhd])$/.exec(value)
+  const ms = match ? Number(match[1]) * UNITS[match[2]!]! : 0
+  if (ms < MINUTE_MS || ms > LONGEST_MS)
+    throw new ConfigError(`--since must be a duration from 1m to 90d such as 30m, 24h or 7d, not "${value.slice(0, 40)}"`)
+  return ms
+}
+
+const iso = (time: number | null) => (time === null ? null : new Date(time).toISOString())
+
+export async function printUsage(
+  storage: Storage,
+  options: { id: string | undefined; sinceMs: number; json: boolean; where: string },
+): Promise<number> {
+  const service = new UsageService(storage)
+  const now = Date.now()
+  const since = new Date(now - options.sinceMs).toISOString()
+  const dayStart = new Date(Math.floor(now / DAY_MS) * DAY_MS).toISOString()
+  if (options.id === undefined) {
+    const keys = await service.keys(options.sinceMs)
+    if (options.json) console.log(JSON.stringify({ dayStart, since, keys: keys.map(asJson) }, null, 2))
+    else printKeys(keys)
+    return 0
+  }
+  const key = await service.key(options.id, options.sinceMs)
+  if (!key) {
+    console.error(`petstore: no key with id "${options.id.slice(0, 64)}" in ${options.where}`)
+    return 1
+  }
+  const series = await service.series(options.sinceMs, key.keyId)
+  const points = series.points.filter((point) => point.requests > 0)
+  if (options.json) {
+    console.log(JSON.stringify({ dayStart, since, ...asJson(key), series: { resolution: series.resolution, points: points.map(pointJson) } }, null, 2))
+    return 0
+  }
+  printKeys([key])
+  console.log(`\nRequests per ${series.resolution} since ${since} (only ${series.resolution}s with requests):`)
+  printTable(
+    ['AT', 'REQUESTS', '2XX', '4XX', '429', '5XX', 'P50 MS', 'P99 MS'],
+    points.map((p) => [iso(p.at)!, ...outcomeCells(p), String(p.p50), String(p.p99)]),
+  )
+  return 0
+}
+
+function asJson(usage: KeyUsage) {
+  return { ...usage, lastUsed: iso(usage.lastUsed), deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) } }
+}
+
+function pointJson(point: UsagePoint) {
+  return { ...point, at: iso(point.at) }
+}
+
+function outcomeCells(o: Outcomes): string[] {
+  return [o.requests, o.ok, o.clientErrors, o.limited, o.serverErrors].map(String)
+}
+
+function printKeys(keys: KeyUsage[]): void {
+  printTable(
+    ['ID', 'NAME', 'PLAN', 'TODAY', '429 TODAY', 'SINCE', '429 SINCE', 'LAST USED', 'GETPET 24H', 'GETPET 7D', 'LAST GETPET'],
+    keys.map((k) => [
+      k.keyId ?? '(no key)',
+      k.name ?? '-',
+      k.plan ? `${k.plan}${k.revoked ? ' (revoked)' : ''}` : '-',
+      String(k.today.requests),
+      String(k.today.limited),
+      String(k.window.requests),
+      String(k.window.limited),
+      iso(k.lastUsed) ?? '-',
+      String(k.deprecated.day),
+      String(k.deprecated.week),
+      iso(k.deprecated.last) ?? '-',
+    ]),
+  )
+}

@@ -1,0 +1,195 @@
+/**
+ * Usage figures for operators (the console, `keys usage`), read from storage's per-key minute and hour
+ * rows (domain/usage.ts), so in PostgreSQL they are the whole fleet's. "Today" is the UTC day. Figures
+ * of the last 24 hours or less are read by the minute (exact to the minute), longer ones by the hour
+ * (from the start of the hour). They count what has been written: up to a few seconds behind the traffic.
+ */
+import type { ApiKeyRecord } from '../../domain/api-key'
+import type { Plan } from '../../domain/plans'
+import type { KeyRepository, UsageRepository } from '../../domain/repositories'
+import {
+  addCounts,
+  bucketStart,
+  CLIENT_ERRORS,
+  DAY_MS,
+  DEPRECATED,
+  emptyCounts,
+  HOUR_MS,
+  type KeyTotals,
+  LIMITED,
+  NO_KEY,
+  OK,
+  percentileMs,
+  requestsIn,
+  type Resolution,
+  RESOLUTION_MS,
+  SERVER_ERRORS,
+  utcDayStart,
+} from '../../domain/usage'
+
+/** Requests by outcome class: 2xx, 4xx other than 429, 429, 5xx. */
+export interface Outcomes {
+  requests: number
+  ok: number
+  clientErrors: number
+  limited: number
+  serverErrors: number
+}
+
+export interface KeyUsage {
+  /** null for the requests without a valid key (one bucket for all of them). */
+  keyId: string | null
+  name: string | null
+  plan: Plan | null
+  rpm: number | null
+  rpd: number | null
+  revoked: boolean
+  /** The UTC day so far. */
+  today: Outcomes
+  /** From `since` (to the minute, or the hour beyond 24 hours) to now. */
+  window: Outcomes
+  /** The key's last request (ms), as the server recorded it; for the keyless bucket, the start of its last minute (hour past 24 hours). */
+  lastUsed: number | null
+  deprecated: {
+    /** getPet calls in the last 24 hours (to the minute). */
+    day: number
+    /** getPet calls in the last 7 days (from the start of the hour 7 days ago). */
+    week: number
+    /** Start of the minute (or hour, past 24 hours) of the last getPet call in the last 7 days; null when none. */
+    last: number | null
+  }
+}
+
+export interface UsagePoint extends Outcomes {
+  /** Start of the minute or hour. */
+  at: number
+  /** Median and 99th percentile of durations, in ms: the upper bound of their histogram bucket (within 2×). */
+  p50: number | null
+  p99: number | null
+}
+
+export interface UsageSeries {
+  resolution: Resolution
+  from: number
+  /** Every minute or hour from `from` to now, zeros included. */
+  points: UsagePoint[]
+  total: UsagePoint
+}
+
+export type Window = 'hour' | 'day' | 'week'
+const WINDOWS: Record<Window, { ms: number; resolution: Resolution }> = {
+  hour: { ms: HOUR_MS, resolution: 'minute' },
+  day: { ms: DAY_MS, resolution: 'minute' },
+  week: { ms: 7 * DAY_MS, resolution: 'hour' },
+}
+
+export interface Overview {
+  /** Keys (not the keyless bucket) with at least one request in the UTC day so far. */
+  activeKeysToday: number
+  hour: UsageSeries
+  day: UsageSeries
+  week: UsageSeries
+}
+
+/** Windows up to this long are read by the minute. */
+export const MINUTE_WINDOW_MS = DAY_MS
+
+export class UsageService {
+  constructor(
+    private readonly storage: { usage: UsageRepository; keys: KeyRepository },
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Every key, and the keyless bucket when it has requests, with its figures; `sinceMs` sets the window. */
+  async keys(sinceMs = DAY_MS): Promise<KeyUsage[]> {
+    const now = this.now()
+    const [records, today, window, day, week] = await Promise.all([
+      this.storage.keys.list(),
+      this.totals('hour', utcDayStart(now)),
+      this.totalsSince(now - sinceMs),
+      this.totals('minute', bucketStart(now - DAY_MS, 'minute')),
+      this.totals('hour', bucketStart(now - 7 * DAY_MS, 'hour')),
+    ])
+    const figures = (keyId: string, record: ApiKeyRecord | undefined): KeyUsage => {
+      const dayTotals = day.get(keyId)
+      const weekTotals = week.get(keyId)
+      return {
+        keyId: record?.id ?? null,
+        name: record?.name ?? null,
+        plan: record?.plan ?? null,
+        rpm: record?.rpm ?? null,
+        rpd: record?.rpd ?? null,
+        revoked: record ? record.revokedAt !== null : false,
+        today: outcomes(today.get(keyId)?.counts),
+        window: outcomes(window.get(keyId)?.counts),
+        lastUsed: record ? record.lastUsedAt : (dayTotals?.lastAt ?? weekTotals?.lastAt ?? null),
+        deprecated: {
+          day: dayTotals?.counts[DEPRECATED] ?? 0,
+          week: weekTotals?.counts[DEPRECATED] ?? 0,
+          last: dayTotals?.lastDeprecatedAt ?? weekTotals?.lastDeprecatedAt ?? null,
+        },
+      }
+    }
+    const keyless = [NO_KEY].filter((id) => [today, window, week].some((totals) => totals.has(id)))
+    return [...records.map((record) => figures(record.id, record)), ...keyless.map((id) => figures(id, undefined))]
+  }
+
+  /** One key's figures; null when there is no such key. */
+  async key(id: string, sinceMs = DAY_MS): Promise<KeyUsage | null> {
+    return (await this.keys(sinceMs)).find((usage) => usage.keyId === id) ?? null
+  }
+
+  /**
+   * Requests per minute (or hour) from `sinceMs` ago to now, by outcome, with p50/p99: of one key,
+   * of the keyless bucket (null), or of every request (undefined).
+   */
+  async series(sinceMs: number, keyId?: string | null): Promise<UsageSeries> {
+    const resolution: Resolution = sinceMs <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
+    const now = this.now()
+    const step = RESOLUTION_MS[resolution]
+    const from = bucketStart(now - sinceMs, resolution)
+    const rows = await this.storage.usage.series(resolution, from, keyId === null ? NO_KEY : keyId)
+    const byAt = new Map(rows.map((row) => [row.at, row.counts]))
+    const points: UsagePoint[] = []
+    const sum = emptyCounts()
+    for (let at = from; at <= now; at += step) {
+      const counts = byAt.get(at) ?? emptyCounts()
+      addCounts(sum, counts)
+      points.push(point(at, counts))
+    }
+    return { resolution, from, points, total: point(from, sum) }
+  }
+
+  /** The fleet: requests over the last hour, day and week by outcome with p50/p99, and active keys today. */
+  async overview(): Promise<Overview> {
+    const [today, hour, day, week] = await Promise.all([
+      this.totals('hour', utcDayStart(this.now())),
+      ...(['hour', 'day', 'week'] as const).map((window) => this.series(WINDOWS[window].ms)),
+    ])
+    const activeKeysToday = [...today.values()].filter((t) => t.keyId !== NO_KEY && requestsIn(t.counts) > 0).length
+    return { activeKeysToday, hour: hour!, day: day!, week: week! }
+  }
+
+  private async totals(resolution: Resolution, from: number): Promise<Map<string, KeyTotals>> {
+    return new Map((await this.storage.usage.totals(resolution, from)).map((totals) => [totals.keyId, totals]))
+  }
+
+  private totalsSince(from: number): Promise<Map<string, KeyTotals>> {
+    const resolution: Resolution = this.now() - from <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
+    return this.totals(resolution, bucketStart(from, resolution))
+  }
+}
+
+function outcomes(counts: readonly number[] = emptyCounts()): Outcomes {
+  return {
+    requests: requestsIn(counts),
+    ok: counts[OK]!,
+    clientErrors: counts[CLIENT_ERRORS]!,
+    limited: counts[LIMITED]!,
+    serverErrors: counts[SERVER_ERRORS]!,
+  }
+}
+
+function point(at: number, counts: readonly number[]): UsagePoint {
+  return { at, ...outcomes(counts), p50: percentileMs(counts, 0.5), p99: percentileMs(counts, 0.99) }
+}

@@ -1,0 +1,89 @@
+/**
+ * Per-key usage counted in memory on the request path: an increment into the current minute's row of
+ * the key, nothing more. A background job (jobs.ts) takes what was counted every few seconds and adds
+ * it to storage; what it could not write is given back and tried again with the next batch.
+ */
+import {
+  DEPRECATED,
+  emptyCounts,
+  latencySlot,
+  MINUTE_MS,
+  NO_KEY,
+  outcomeOf,
+  type UsageRow,
+} from '../domain/usage'
+
+/** Minute rows kept while storage does not take them (about an hour of 500 busy keys); the oldest go first. */
+const MAX_UNWRITTEN_ROWS = 30_000
+
+export interface UsageCounterOptions {
+  /** Only answers under the API's base path are usage (not /healthz, /metrics, the docs). */
+  basePath: string
+  /** The operation whose calls are counted as deprecated ones (getPet). */
+  deprecatedOperation: string
+  now?: () => number
+  /** Said when unwritten rows had to be dropped. */
+  onDropped?: (rows: number) => void
+}
+
+export class UsageCounter {
+  private minute = -1
+  /** The current minute's counts, by key id. */
+  private current = new Map<string, number[]>()
+  /** Minutes counted and not yet taken, or given back after a failed write. */
+  private unwritten: UsageRow[] = []
+  private readonly apiPrefix: string
+  private readonly now: () => number
+
+  constructor(private readonly options: UsageCounterOptions) {
+    this.apiPrefix = `${options.basePath}/`
+    this.now = options.now ?? Date.now
+  }
+
+  /**
+   * Counts one answer. `keyId` is the valid key's, undefined without one; a deprecated call is one the
+   * gate let through (not refused with 429), as /metrics counts it.
+   */
+  count(path: string, keyId: string | undefined, status: number, seconds: number, operation: string): void {
+    if (!path.startsWith(this.apiPrefix) && path !== this.options.basePath) return
+    const minute = Math.floor(this.now() / MINUTE_MS)
+    if (minute !== this.minute) this.closeMinute(minute)
+    const id = keyId ?? NO_KEY
+    let counts = this.current.get(id)
+    if (counts === undefined) {
+      counts = emptyCounts()
+      this.current.set(id, counts)
+    }
+    counts[outcomeOf(status)]!++
+    counts[latencySlot(seconds * 1000)]!++
+    if (operation === this.options.deprecatedOperation && keyId !== undefined && status !== 429) counts[DEPRECATED]!++
+  }
+
+  /** Everything counted since the last take, as minute rows; the counts start again from zero. */
+  take(): UsageRow[] {
+    this.closeMinute(this.minute)
+    const rows = this.unwritten
+    this.unwritten = []
+    return rows
+  }
+
+  /** Rows a write did not take: kept for the next one (up to a bound). */
+  giveBack(rows: UsageRow[]): void {
+    this.unwritten = rows.concat(this.unwritten)
+    const excess = this.unwritten.length - MAX_UNWRITTEN_ROWS
+    if (excess > 0) {
+      this.unwritten.splice(0, excess)
+      this.options.onDropped?.(excess)
+    }
+  }
+
+  /** Moves the current minute's counts to the unwritten rows and starts `next`. */
+  private closeMinute(next: number): void {
+    if (this.current.size > 0) {
+      const at = this.minute * MINUTE_MS
+      for (const [keyId, counts] of this.current) this.unwritten.push({ at, keyId, counts })
+      this.current = new Map()
+    }
+    this.minute = next
+  }
+}

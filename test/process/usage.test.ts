@@ -1,0 +1,223 @@
+/**
+ * Per-key usage over the compiled binary and a real data file: known traffic from two keys (one pushed
+ * into 429s, one calling the deprecated getPet) and from no key gives exactly those counts in
+ * `keys usage --json`, written while the server runs and at its stop, and still there after a restart;
+ * `keys set-plan` reaches a running server within a second; the retention flags and the commands'
+ * arguments are checked.
+ */
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { join } from 'node:path'
+import { DAY_MS, emptyCounts, HOUR_MS, OK } from '../../src/domain/usage'
+import { openSqliteStorage } from '../../src/storage/sqlite'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure } from './helpers'
+
+afterAll(killSpawned)
+setDefaultTimeout(60_000)
+
+interface Outcomes {
+  requests: number
+  ok: number
+  clientErrors: number
+  limited: number
+  serverErrors: number
+}
+interface KeyUsage {
+  keyId: string | null
+  name: string | null
+  plan: string | null
+  today: Outcomes
+  window: Outcomes
+  lastUsed: string | null
+  deprecated: { day: number; week: number; last: string | null }
+}
+
+const outcomes = (ok: number, clientErrors: number, limited: number): Outcomes => ({
+  requests: ok + clientErrors + limited,
+  ok,
+  clientErrors,
+  limited,
+  serverErrors: 0,
+})
+
+async function usage(dataFile: string, ...args: string[]): Promise<KeyUsage[]> {
+  const result = await cliAsync(['keys', 'usage', '--json', '--data', dataFile, ...args])
+  if (result.code !== 0) throw new Error(result.stderr)
+  return (JSON.parse(result.stdout) as { keys: KeyUsage[] }).keys
+}
+
+function keyId(dataFile: string, name: string): string {
+  const keys = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]
+  return keys.find((key) => key.name === name)!.id
+}
+
+/** The figures `keys usage` gives each key, by name ('(no key)' for the keyless bucket). */
+async function figures(dataFile: string): Promise<Record<string, Pick<KeyUsage, 'today' | 'window' | 'deprecated'>>> {
+  const rows = await usage(dataFile)
+  return Object.fromEntries(
+    rows.map((row) => [row.name ?? '(no key)', { today: row.today, window: row.window, deprecated: { ...row.deprecated, last: null } }]),
+  )
+}
+
+describe('keys usage', () => {
+  test('known traffic from two keys and from no key gives exactly its counts, written while serving and at the stop, and kept over a restart', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const limited = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '5', '--rpd', '1000', '--name', 'limited'])
+    const caller = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'caller'])
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+
+    // "limited": 8 listings in a row on 5 a minute (one token back every 12 s): 5 answered, 3 refused.
+    const statuses: number[] = []
+    for (let i = 0; i < 8; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(limited) })).status)
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429])
+    // "caller": a create, three getPet of it, one getPet of a pet that does not exist.
+    const created = (await (await postPet(server.base, caller, { name: 'Rex', categoryId: 1, status: 'available' })).json()) as { id: number }
+    for (const id of [created.id, created.id, created.id, created.id + 1000])
+      expect((await fetch(`${server.base}/pets/${id}`, { headers: auth(caller) })).status).toBe(id === created.id ? 200 : 404)
+    // No key, twice; and outside the API, which is not usage.
+    for (let i = 0; i < 2; i++) expect((await fetch(`${server.base}/pets`)).status).toBe(401)
+    expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
+
+    const expected = {
+      limited: { today: outcomes(5, 0, 3), window: outcomes(5, 0, 3), deprecated: { day: 0, week: 0, last: null } },
+      caller: { today: outcomes(4, 1, 0), window: outcomes(4, 1, 0), deprecated: { day: 4, week: 4, last: null } },
+      '(no key)': { today: outcomes(0, 2, 0), window: outcomes(0, 2, 0), deprecated: { day: 0, week: 0, last: null } },
+    }
+    // Written by the server's own batch, while it runs: a few seconds at most.
+    await eventually(async () => JSON.stringify(await figures(dataFile)) === JSON.stringify(expected), 15_000)
+    expect(await figures(dataFile)).toEqual(expected)
+    const rows = await usage(dataFile)
+    const callerRow = rows.find((row) => row.name === 'caller')!
+    expect(callerRow.keyId).toBe(keyId(dataFile, 'caller'))
+    expect(Date.parse(callerRow.deprecated.last!)).toBeGreaterThan(Date.now() - 5 * 60_000)
+
+    // The seconds counted since the last batch are written at the stop.
+    expect((await fetch(`${server.base}/pets`, { headers: auth(caller) })).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+    const afterStop = await figures(dataFile)
+    expect(afterStop.caller!.today).toEqual(outcomes(5, 1, 0))
+
+    // A restart adds to what is there.
+    const again = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect((await fetch(`${again.base}/pets/${created.id}`, { headers: auth(caller) })).status).toBe(200)
+    expect(await again.stop()).toBe(0)
+    const restarted = await figures(dataFile)
+    expect(restarted.caller).toEqual({ today: outcomes(6, 1, 0), window: outcomes(6, 1, 0), deprecated: { day: 5, week: 5, last: null } })
+    expect(restarted.limited).toEqual(expected.limited)
+
+    // One key: its figures and its minutes.
+    const one = await cliAsync(['keys', 'usage', keyId(dataFile, 'limited'), '--json', '--since', '30m', '--data', dataFile])
+    expect(one.code).toBe(0)
+    const detail = JSON.parse(one.stdout) as KeyUsage & { series: { resolution: string; points: Outcomes[] } }
+    expect(detail.window).toEqual(outcomes(5, 0, 3))
+    expect(detail.series.resolution).toBe('minute')
+    expect(detail.series.points.reduce((sum, point) => sum + point.limited, 0)).toBe(3)
+    const table = await cliAsync(['keys', 'usage', '--data', dataFile])
+    expect(table.stdout).toMatch(/^ID\s+NAME\s+PLAN\s+TODAY\s+429 TODAY/)
+    expect(table.stdout).toMatch(/\(no key\)/)
+  })
+
+  test('the arguments are checked: a bad --since, an unknown key, flags of other commands', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'free'])
+    for (const since of ['5x', '0m', '91d', '-1h']) {
+      const result = cli(['keys', 'usage', `--since=${since}`, '--data', dataFile])
+      expect(result.code).toBe(2)
+      expect(result.stderr).toContain('--since must be a duration from 1m to 90d')
+    }
+    const unknown = cli(['keys', 'usage', 'key_nope', '--data', dataFile])
+    expect(unknown.code).toBe(1)
+    expect(unknown.stderr).toContain('no key with id "key_nope"')
+    expect(cli(['keys', 'usage', '--plan', 'pro', '--data', dataFile]).stderr).toContain('--plan does not apply to keys usage')
+    expect(cli(['keys', 'usage', 'a', 'b', '--data', dataFile]).stderr).toContain('unexpected argument "b"')
+  })
+})
+
+describe('keys set-plan', () => {
+  test("a running server applies a key's new plan within a second: its limits and its rate-limit fields", async () => {
+    const server = await startServer({ args: ['--no-access-log'] })
+    const secret = createKeyWithCli(server.dataFile, ['--plan', 'free', '--name', 'moving'])
+    const id = keyId(server.dataFile, 'moving')
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200)
+    const policy = async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')
+    expect(await policy()).toBe('"minute";q=60;w=60, "day";q=1000;w=86400')
+
+    const result = await cliAsync(['keys', 'set-plan', id, 'enterprise', '--rpm', '7', '--rpd', '70', '--data', server.dataFile])
+    expect(result.code).toBe(0)
+    expect(result.stderr).toContain(`${id} is now on the enterprise plan (7/min, 70/day)`)
+    const changedAt = Date.now()
+    await eventually(async () => (await policy()) === '"minute";q=7;w=60, "day";q=70;w=86400', 1_000)
+    expect(Date.now() - changedAt).toBeLessThan(1_000)
+    const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout) as { id: string; plan: string; rpm: number }[]
+    expect(listed.find((key) => key.id === id)).toMatchObject({ plan: 'enterprise', rpm: 7, rpd: 70 })
+    expect(await server.stop()).toBe(0)
+  })
+
+  test('a bad plan, missing limits, an unknown or revoked key are refused, and nothing changes', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'k'])
+    const id = keyId(dataFile, 'k')
+    const bad = cli(['keys', 'set-plan', id, 'gold', '--data', dataFile])
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).toContain('--plan must be one of free, pro, business, enterprise, not "gold"')
+    expect(cli(['keys', 'set-plan', id, 'enterprise', '--data', dataFile]).stderr).toContain('an enterprise key needs its own limits')
+    expect(cli(['keys', 'set-plan', id, 'pro', '--rpm', '5', '--data', dataFile]).stderr).toContain('--rpm and --rpd are only for --plan enterprise')
+    expect(cli(['keys', 'set-plan', id, '--data', dataFile]).stderr).toContain('keys set-plan needs a key ID and a plan')
+    const missing = cli(['keys', 'set-plan', 'key_nope', 'pro', '--data', dataFile])
+    expect(missing.code).toBe(1)
+    expect(missing.stderr).toContain('no active key with id "key_nope"')
+    expect(cli(['keys', 'revoke', id, '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', id, 'pro', '--data', dataFile]).code).toBe(1)
+    expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)[0]).toMatchObject({ plan: 'free', rpm: 60, rpd: 1000 })
+  })
+})
+
+describe('usage retention flags', () => {
+  test('each is an integer of days in range, hours kept at least as long as minutes, from a flag or its variable', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const cases: [string[], Record<string, string>, string][] = [
+      [['--usage-minutes-days', '0'], {}, '--usage-minutes-days must be an integer from 1 to 365, not "0"'],
+      [['--usage-hours-days', 'x'], {}, '--usage-hours-days must be an integer from 1 to 3650, not "x"'],
+      [[], { PETSTORE_USAGE_HOURS_DAYS: '99999' }, 'PETSTORE_USAGE_HOURS_DAYS must be an integer from 1 to 3650, not "99999"'],
+      [['--usage-minutes-days', '30', '--usage-hours-days', '20'], {}, '--usage-hours-days (20) must be at least --usage-minutes-days (30)'],
+      [[], { PETSTORE_USAGE_MINUTES_DAYS: '100' }, '--usage-hours-days'],
+    ]
+    for (const [args, env, message] of cases) {
+      const result = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', dataFile, ...args], { env })
+      expect(result.listened).toBe(false)
+      expect(result.code).toBe(2)
+      expect(result.stderr).toContain(message)
+    }
+    const accepted = await startServer({ dataFile, args: ['--usage-minutes-days', '1', '--usage-hours-days', '1'] })
+    expect(await accepted.stop()).toBe(0)
+  })
+})
+
+describe('usage retention', () => {
+  test('a server prunes minutes and hours past their retention at its start, by default and as the flags say', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const hour = Math.floor(Date.now() / HOUR_MS) * HOUR_MS
+    const ages = [0, 2, 8, 91].map((days) => hour - days * DAY_MS)
+    const seed = openSqliteStorage(dataFile)
+    seed.usage.add(ages.map((at) => ({ at, keyId: 'key_x', counts: Object.assign(emptyCounts(), { [OK]: 1 }) })))
+    seed.close()
+    const kept = () => {
+      const storage = openSqliteStorage(dataFile)
+      try {
+        return { minute: storage.usage.series('minute', 0).map((row) => row.at), hour: storage.usage.series('hour', 0).map((row) => row.at) }
+      } finally {
+        storage.close()
+      }
+    }
+    expect(kept()).toEqual({ minute: [...ages].reverse(), hour: [...ages].reverse() })
+
+    const byDefault = await startServer({ dataFile, args: ['--no-access-log'] })
+    // 7 days of minutes, 90 of hours.
+    await eventually(() => JSON.stringify(kept()) === JSON.stringify({ minute: [ages[1], ages[0]], hour: [ages[2], ages[1], ages[0]] }))
+    expect(await byDefault.stop()).toBe(0)
+
+    const shorter = await startServer({ dataFile, args: ['--no-access-log', '--usage-minutes-days', '1', '--usage-hours-days', '3'] })
+    await eventually(() => JSON.stringify(kept()) === JSON.stringify({ minute: [ages[0]], hour: [ages[1], ages[0]] }))
+    expect(await shorter.stop()).toBe(0)
+  })
+})
