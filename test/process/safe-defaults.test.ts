@@ -5,7 +5,7 @@
  * without being repeated; a usage error's reason is the last line, under the usage.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, mkdirSync, readdirSync } from 'node:fs'
+import { chmodSync, mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { networkInterfaces } from 'node:os'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, tempDir } from '../support/binary'
@@ -13,6 +13,8 @@ import { killSpawned, reasonLine, spawnServe } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(30_000)
+
+const ROOT = join(import.meta.dir, '..', '..')
 
 /** This machine's first address that is not loopback, where another machine would reach it. */
 function networkAddress(): string | undefined {
@@ -50,6 +52,20 @@ describe('serve listens on loopback unless told otherwise', () => {
     expect(server.stderr()).not.toContain('only this machine')
     if (outside) expect(await answers(`http://${outside}:${server.port}/healthz`)).toBe(true)
     expect(await server.stop()).toBe(0)
+  })
+
+  test('the Dockerfile and the several-instances compose file open it, as a container must', async () => {
+    // The image's environment and command, as `docker run` would give them (the port made free).
+    const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8')
+    const env = Object.fromEntries([...dockerfile.matchAll(/^ENV (\w+)=(\S+)$/gm)].map(([, name, value]) => [name!, value!]))
+    const command = JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)![1]!) as string[]
+    const image = await spawnServe([...command.slice(1), '--port', '0', '--data', join(tempDir(), 'p.db')], { env })
+    expect(image.stderr()).toMatch(/listening on http:\/\/0\.0\.0\.0:\d+, /)
+    expect(await image.stop()).toBe(0)
+    const compose = Bun.YAML.parse(readFileSync(join(ROOT, 'deploy', 'several-instances', 'compose.yaml'), 'utf8')) as {
+      services: Record<string, { environment?: Record<string, string> }>
+    }
+    expect(compose.services['petstore-1']!.environment!.PETSTORE_HOST).toBe('0.0.0.0')
   })
 
   test('the usage names the default', () => {
