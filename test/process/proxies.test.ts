@@ -12,6 +12,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { eventually, type Server, startServer, tempDir } from '../support/binary'
+import { nginxCommand, severalInstancesSite } from '../support/nginx'
 import { unusedPort } from './helpers'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -98,14 +99,7 @@ describe.skipIf(!available)('behind the README\'s proxies', () => {
         .replace('/etc/ssl/certs/pets.example.com.pem', join(dir, 'cert.pem'))
         .replace('/etc/ssl/private/pets.example.com.key', join(dir, 'key.pem'))
         .replaceAll('127.0.0.1:8080', `127.0.0.1:${backend}`)
-      writeFileSync(join(dir, 'petstore.conf'), snippet)
-      writeFileSync(
-        join(dir, 'nginx.conf'),
-        `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
-         http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
-                fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/petstore.conf; }`,
-      )
-      return [NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')]
+      return nginxCommand(dir, snippet)
     })
     await expectServedThrough(target)
   }, 60_000)
@@ -126,18 +120,8 @@ describe.skipIf(!available)('behind the README\'s proxies', () => {
     const servers = [await startServer(), await startServer()]
     const dir = tempDir()
     const port = await unusedPort()
-    const site = readFileSync(join(ROOT, 'deploy', 'several-instances', 'nginx.conf'), 'utf8')
-      .replace('listen 80;', `listen 127.0.0.1:${port};`)
-      .replace('server petstore-1:8080;', `server 127.0.0.1:${servers[0]!.port};`)
-      .replace('server petstore-2:8080;', `server 127.0.0.1:${servers[1]!.port};`)
-    writeFileSync(join(dir, 'site.conf'), site)
-    writeFileSync(
-      join(dir, 'nginx.conf'),
-      `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
-       http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
-              fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/site.conf; }`,
-    )
-    proxies.push(Bun.spawn([NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')], { cwd: dir, stdout: 'ignore', stderr: 'pipe' }))
+    const command = nginxCommand(dir, severalInstancesSite(port, [servers[0]!.port, servers[1]!.port]))
+    proxies.push(Bun.spawn(command, { cwd: dir, stdout: 'ignore', stderr: 'pipe' }))
     const origin = `http://127.0.0.1:${port}`
     await eventually(async () => {
       try {
