@@ -23,6 +23,9 @@ export const ENVIRONMENTS = {
   },
 } as const
 
+/** Where serve listens, and healthcheck asks, unless told otherwise: this machine only. */
+export const DEFAULT_HOST = '127.0.0.1'
+
 export interface Config {
   readonly env: EnvName
   readonly dataFile: string
@@ -267,7 +270,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     env,
     dataFile: resolveDataFile(input, environment),
     // This machine only until told otherwise: a first run puts nothing on the network.
-    host: fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? '127.0.0.1',
+    host: fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? DEFAULT_HOST,
     port,
     baseUrl,
     basePath,
