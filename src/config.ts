@@ -186,11 +186,10 @@ function splitList(value: string | undefined): string[] {
 }
 
 function parseProxies(input: ConfigInput, environment: Environment): TrustedProxies {
-  const { name, value } = fromFlagOrVariable('--trust-proxy', undefined, 'PETSTORE_TRUST_PROXY', environment)
   try {
-    return new TrustedProxies(input.trustProxy ?? splitList(value))
+    return new TrustedProxies(input.trustProxy ?? splitList(variable(environment, 'PETSTORE_TRUST_PROXY')))
   } catch (error) {
-    throw new ConfigError(`${input.trustProxy === undefined ? name : '--trust-proxy'}: ${(error as Error).message}`)
+    throw new ConfigError(`${input.trustProxy === undefined ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
   }
 }
 

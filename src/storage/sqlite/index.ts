@@ -83,9 +83,9 @@ function refuseDenied(given: string, { create, write }: { create: boolean; write
   try {
     stat = statSync(file, { throwIfNoEntry: false })
   } catch (error) {
+    if ((error as { code?: string }).code === 'EACCES') throw denied(`${file} cannot be reached: a folder on its path cannot be entered`)
     // Anything else (a file where a folder should be) is for the open that follows to report.
-    if ((error as { code?: string }).code !== 'EACCES') return
-    throw denied(`${file} cannot be reached: a folder on its path cannot be entered`)
+    return
   }
   // Only permissions: a read-only mount (EROFS) is no one's permission, and fails later as it always did.
   const refused = (path: string, mode: number) => {
