@@ -18,6 +18,9 @@ COPY --from=build --chown=nonroot:nonroot /out/data /data
 WORKDIR /
 VOLUME ["/data"]
 USER nonroot
+# In a container, loopback is the container's own: every address, so that -p 8080:8080 reaches it
+# (serve's default is 127.0.0.1). Which hosts reach the container is set by how its port is published.
+ENV PETSTORE_HOST=0.0.0.0
 EXPOSE 8080 8081
 # `healthcheck` follows PETSTORE_ENV / PETSTORE_PORT, so a staging container checks port 8081.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["/usr/local/bin/petstore", "healthcheck"]

@@ -1,6 +1,7 @@
 /**
  * Resolves what the server runs with: a flag wins over its environment variable, which wins over the
- * environment's default. Everything is checked here, once, so the rest of the code can trust it.
+ * environment's default. Everything is checked here, once, so the rest of the code can trust it. Every
+ * variable is read through `variable`: an empty one counts as unset.
  */
 
 import { TrustedProxies } from './http/client-address'
@@ -21,6 +22,9 @@ export const ENVIRONMENTS = {
     dataFile: './data/petstore-staging.db',
   },
 } as const
+
+/** Where serve listens, and healthcheck asks, unless told otherwise: this machine only. */
+export const DEFAULT_HOST = '127.0.0.1'
 
 export interface Config {
   readonly env: EnvName
@@ -97,16 +101,25 @@ export interface ConfigInput {
 type Environment = Record<string, string | undefined>
 
 /**
+ * An environment variable's value, or undefined when it is unset or empty: `PETSTORE_PORT=` in a unit
+ * file or a compose file means "no value", as it does for most tools, never an empty value.
+ */
+export function variable(environment: Environment, name: string): string | undefined {
+  const value = environment[name]
+  return value === '' ? undefined : value
+}
+
+/**
  * A flag's value, else its environment variable's, with the name a complaint about it must use: a bad
  * value that came from the environment is reported under the variable, where the user can find it.
  */
 export function fromFlagOrVariable(
   flag: string,
   flagValue: string | undefined,
-  variable: string,
+  name: string,
   environment: Environment,
 ): { name: string; value: string | undefined } {
-  return flagValue !== undefined ? { name: flag, value: flagValue } : { name: variable, value: environment[variable] }
+  return flagValue !== undefined ? { name: flag, value: flagValue } : { name, value: variable(environment, name) }
 }
 
 export function parseEnvName(value: string | undefined, name = '--env'): EnvName {
@@ -182,11 +195,10 @@ function splitList(value: string | undefined): string[] {
 }
 
 function parseProxies(input: ConfigInput, environment: Environment): TrustedProxies {
-  const fromVariable = input.trustProxy === undefined && environment.PETSTORE_TRUST_PROXY !== undefined
   try {
-    return new TrustedProxies(input.trustProxy ?? splitList(environment.PETSTORE_TRUST_PROXY))
+    return new TrustedProxies(input.trustProxy ?? splitList(variable(environment, 'PETSTORE_TRUST_PROXY')))
   } catch (error) {
-    throw new ConfigError(`${fromVariable ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
+    throw new ConfigError(`${input.trustProxy === undefined ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
   }
 }
 
@@ -248,12 +260,12 @@ export function resolveRedisUrl(input: ConfigInput, environment: Environment): s
 }
 
 export function resolveDataFile(input: ConfigInput, environment: Environment): string {
-  return input.data ?? environment.PETSTORE_DATA ?? ENVIRONMENTS[envOf(input, environment)].dataFile
+  return fromFlagOrVariable('--data', input.data, 'PETSTORE_DATA', environment).value ?? ENVIRONMENTS[envOf(input, environment)].dataFile
 }
 
 /** True when the data file was named (--data or PETSTORE_DATA) rather than taken from the default. */
 export function dataFileNamed(input: ConfigInput, environment: Environment): boolean {
-  return input.data !== undefined || environment.PETSTORE_DATA !== undefined
+  return fromFlagOrVariable('--data', input.data, 'PETSTORE_DATA', environment).value !== undefined
 }
 
 export function resolveConfig(input: ConfigInput, environment: Environment = process.env): Config {
@@ -265,10 +277,10 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   const redisUrl = resolveRedisUrl(input, environment)
   const database = resolveDatabase(input, environment)
   const servers = {
-    production: environment.PETSTORE_BASE_URL ?? ENVIRONMENTS.production.baseUrl,
-    staging: environment.PETSTORE_STAGING_BASE_URL ?? ENVIRONMENTS.staging.baseUrl,
+    production: variable(environment, 'PETSTORE_BASE_URL') ?? ENVIRONMENTS.production.baseUrl,
+    staging: variable(environment, 'PETSTORE_STAGING_BASE_URL') ?? ENVIRONMENTS.staging.baseUrl,
   }
-  const explicitBase = input.baseUrl ?? environment[defaults.baseUrlVariable]
+  const explicitBase = input.baseUrl ?? variable(environment, defaults.baseUrlVariable)
   const { baseUrl, basePath } = explicitBase
     ? parseBaseUrl(input.baseUrl ? '--base-url' : defaults.baseUrlVariable, explicitBase)
     : parseBaseUrl('base URL', `http://localhost:${port}${new URL(defaults.baseUrl).pathname}`)
@@ -279,7 +291,8 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   return freeze({
     env,
     dataFile: resolveDataFile(input, environment),
-    host: input.host ?? environment.PETSTORE_HOST ?? '0.0.0.0',
+    // This machine only until told otherwise: a first run puts nothing on the network.
+    host: fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? DEFAULT_HOST,
     port,
     baseUrl,
     basePath,

@@ -1,5 +1,5 @@
 /** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
-import { ENVIRONMENTS, envOf, fromFlagOrVariable, hostInUrl, parseInteger } from '../config'
+import { DEFAULT_HOST, ENVIRONMENTS, envOf, fromFlagOrVariable, hostInUrl, parseInteger } from '../config'
 import { asUsageError, help, parse, UsageError } from './options'
 
 export const USAGE = `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]
@@ -20,7 +20,7 @@ export async function healthcheck(args: string[]): Promise<number> {
       ? ENVIRONMENTS[env].port
       : asUsageError(() => parseInteger(portText.name, portText.value!, 1, 65535), USAGE)
   // A server bound to every address is asked on loopback of the same family.
-  const bound = (values.host as string | undefined) ?? process.env.PETSTORE_HOST ?? '127.0.0.1'
+  const bound = fromFlagOrVariable('--host', values.host as string | undefined, 'PETSTORE_HOST', process.env).value ?? DEFAULT_HOST
   const host = bound === '0.0.0.0' ? '127.0.0.1' : bound === '::' ? '::1' : bound
   const url = `http://${hostInUrl(host)}:${port}/healthz`
   try {

@@ -1,7 +1,8 @@
 /**
  * The `petstore` command line: one file per command (serve, keys, pets, backup, restore, healthcheck),
  * each with its own usage. Flags win over their environment variables; every mistake ends with a
- * one-line reason, the usage, and a non-zero exit.
+ * one-line reason (after the usage, on the last line, where a terminal leaves it in view) and a
+ * non-zero exit.
  */
 import { VERSION } from '../app'
 import { ConfigError } from '../config'
@@ -47,7 +48,7 @@ export async function main(argv: string[]): Promise<number> {
     return await run(argv)
   } catch (error) {
     if (error instanceof UsageError) {
-      console.error(`petstore: ${error.message}\n\n${error.usage}`)
+      console.error(`${error.usage}\n\npetstore: ${error.message}`)
       return 2
     }
     if (

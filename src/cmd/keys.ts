@@ -1,6 +1,6 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
 import { parseInteger } from '../config'
-import { type ApiKeyRecord, checkKeyName, limitsFor } from '../domain/api-key'
+import { type ApiKeyRecord, checkKeyName, limitsFor, looksLikeSecret } from '../domain/api-key'
 import { PLAN_LIMITS } from '../domain/plans'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { parseSince, printUsage } from './keys-usage'
@@ -66,7 +66,12 @@ export async function keys(args: string[]): Promise<number> {
         : expected[0] ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[expected.at(-1)!]}"`,
       USAGE,
     )
-
+  // A secret pasted where the id goes: refused without repeating it, as every message may end up in a log.
+  if (positionals.length > 0 && looksLikeSecret(positionals[0]!))
+    throw new UsageError(
+      `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
+      USAGE,
+    )
   if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE)
   const limit = (flag: 'rpm' | 'rpd') =>
     values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
@@ -80,7 +85,7 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => parseSince(values.since as string | undefined), USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, sub === 'create')
+  const { storage, where } = await openForCommand(values, USAGE, sub === 'create', sub !== 'list' && sub !== 'usage')
   try {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())

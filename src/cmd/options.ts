@@ -1,7 +1,7 @@
 /**
  * What every command shares: the storage flags and their usage lines, flag parsing with one-line
- * complaints, and opening storage for a command. A mistake on the command line is a UsageError: one
- * line, the command's usage, exit 2.
+ * complaints, and opening storage for a command. A mistake on the command line is a UsageError: the
+ * command's usage, then one line saying what was wrong (last, where it is seen), exit 2.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { resolve } from 'node:path'
@@ -38,11 +38,18 @@ const COMMON_OPTIONS: Options = {
 
 export function parse(args: string[], options: Options, usage: string) {
   const all = { ...COMMON_OPTIONS, ...options }
+  let parsed
   try {
-    return parseArgs({ args, options: all, allowPositionals: true, strict: true })
+    parsed = parseArgs({ args, options: all, allowPositionals: true, strict: true })
   } catch (error) {
     throw new UsageError(describeParseError((error as Error).message, Object.keys(all)), usage)
   }
+  // An empty variable counts as unset (config.ts), but an empty flag was typed: `--data ""` would
+  // otherwise become some other file than the one meant.
+  for (const [name, value] of Object.entries(parsed.values))
+    if (value === '' || (Array.isArray(value) && value.includes('')))
+      throw new UsageError(`--${name} needs a value, and the one given is empty`, usage)
+  return parsed
 }
 
 /** node:util's complaint in one plain line, with the closest known flag for a misspelt one. */
@@ -138,9 +145,15 @@ export function dataFileFor(values: Record<string, unknown>, usage: string, refu
 /**
  * Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data
  * file. A new data file is made only when it was named (--data, PETSTORE_DATA): a key created into a
- * new file on the default path, in the wrong folder, would be a key no running server knows.
+ * new file on the default path, in the wrong folder, would be a key no running server knows. A command
+ * that writes refuses, before it starts, a data file this user may read but not write.
  */
-export async function openForCommand(values: Record<string, unknown>, usage: string, mayCreate: boolean): Promise<{ storage: Storage; where: string }> {
+export async function openForCommand(
+  values: Record<string, unknown>,
+  usage: string,
+  mayCreate: boolean,
+  writes = true,
+): Promise<{ storage: Storage; where: string }> {
   const input = configInput(values)
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
@@ -150,7 +163,7 @@ export async function openForCommand(values: Record<string, unknown>, usage: str
     return { storage, where: storage.location }
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
-  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)) }), where: file }
+  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)), mustWrite: writes }), where: file }
 }
 
 /** Rows under a header, in columns as wide as their widest cell. */

@@ -5,6 +5,7 @@
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
+import { normaliseAddress, TrustedProxies } from '../http/client-address'
 import { Server } from '../server'
 import { bootstrapKey } from './bootstrap-key'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
@@ -12,7 +13,8 @@ import { asUsageError, COMMON, configInput, help, parse, UsageError } from './op
 export const USAGE = `Usage: petstore serve [options]
 
 ${COMMON}
-  --host HOST                address to bind (PETSTORE_HOST; default 0.0.0.0)
+  --host HOST                address to bind (PETSTORE_HOST; default 127.0.0.1, this machine only;
+                             0.0.0.0 for every IPv4 address, :: for every address)
   --port N                   port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)
   --base-url URL             public base URL with the API path, e.g. https://pets.example.com/v1
                              (PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)
@@ -92,6 +94,14 @@ function startupLine(server: Server): string {
   return (
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
-    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '')
+    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
+    (isLoopback(config.host) ? '\npetstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network, best behind a TLS proxy (deploy/)' : '')
   )
+}
+
+const LOOPBACK = new TrustedProxies(['loopback'])
+
+/** A host only this machine reaches: 127.0.0.0/8, ::1 or localhost. */
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || LOOPBACK.has(normaliseAddress(host) ?? '')
 }

@@ -43,6 +43,11 @@ function randomToken(bytes: number): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
 }
 
+/** True for text shaped like a secret (what `keys create` prints), which must never be echoed back. */
+export function looksLikeSecret(text: string): boolean {
+  return text.startsWith(SECRET_PREFIX)
+}
+
 export function limitsFor(input: CreateKeyInput): Limits {
   if (!PLANS.includes(input.plan as Plan))
     throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)

@@ -6,6 +6,7 @@
 import { describe, expect, test } from 'bun:test'
 import { addressSubject, forwardedClient, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
 import { cli, eventually, type Server, startServer } from '../support/binary'
+import { reasonLine } from './helpers'
 
 /** The client of each logged API request (the contract check's own /openapi.json fetches left out). */
 function loggedClients(stdout: string): string[] {
@@ -126,7 +127,7 @@ describe('--trust-proxy ADDR|CIDR', () => {
     expect(await server.stop()).toBe(0)
     const bad = cli(['serve', '--port', '0', '--trust-proxy', 'everyone'])
     expect(bad.code).toBe(2)
-    expect(bad.stderr.split('\n')[0]).toBe(
+    expect(reasonLine(bad.stderr)).toBe(
       'petstore: --trust-proxy: "everyone" is not an IP address, a CIDR block like 10.0.0.0/8, or loopback',
     )
   })

@@ -7,7 +7,7 @@ import { Database } from 'bun:sqlite'
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet } from './helpers'
+import { cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet, reasonLine } from './helpers'
 
 afterAll(killSpawned)
 // Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
@@ -60,7 +60,7 @@ describe('backup', () => {
     writeFileSync(target, 'do not overwrite me')
     const result = cli(['backup', target, '--data', dataFile])
     expect(result.code).not.toBe(0)
-    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*(exist)/)
+    expect(reasonLine(result.stderr)).toMatch(/^petstore: .*(exist)/)
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
     expect(readFileSync(target, 'utf8')).toBe('do not overwrite me')
   })
@@ -97,7 +97,7 @@ describe('backup', () => {
     const before = readdirSync(dir).sort()
     const result = cli(['backup', '', '--data', dataFile], { cwd: dir })
     expect(result.code).toBe(2)
-    expect(result.stderr.split('\n')[0]).toBe('petstore: backup needs a file name, and the FILE given is empty')
+    expect(reasonLine(result.stderr)).toBe('petstore: backup needs a file name, and the FILE given is empty')
     expect(result.stderr).toContain('Usage: petstore backup FILE')
     expect(readdirSync(dir).sort()).toEqual(before)
   })
@@ -123,7 +123,7 @@ describe('backup', () => {
     const target = join(dir, 'copy.db')
     const result = cli(['backup', target, '--data', missing])
     expect(result.code).not.toBe(0)
-    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: /)
+    expect(reasonLine(result.stderr)).toMatch(/^petstore: /)
     expect(existsSync(missing)).toBe(false)
     expect(existsSync(target)).toBe(false)
   })

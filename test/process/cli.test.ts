@@ -7,7 +7,7 @@ import { Database } from 'bun:sqlite'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, tempDir } from '../support/binary'
-import { auth, killSpawned, looksLikeStackTrace, spawnServe } from './helpers'
+import { auth, killSpawned, looksLikeStackTrace, reasonLine, spawnServe } from './helpers'
 import pkg from '../../package.json'
 
 afterAll(killSpawned)
@@ -50,7 +50,7 @@ describe('usage and version', () => {
   })
 })
 
-describe('mistakes exit non-zero with a one-line reason and the usage', () => {
+describe('mistakes exit non-zero with the usage and a one-line reason, last', () => {
   // [args, what the reason line must mention, the usage that must follow]
   const cases: [string[], RegExp, string][] = [
     [['frobnicate'], /unknown command.*frobnicate/i, 'Usage: petstore COMMAND'],
@@ -76,18 +76,19 @@ describe('mistakes exit non-zero with a one-line reason and the usage', () => {
     const result = cli([...args], { cwd })
     expect(result.code).toBe(2)
     expect(result.stdout).toBe('')
-    const [first, second] = result.stderr.split('\n')
-    expect(first).toMatch(/^petstore: /)
-    expect(first).toMatch(reason)
-    // One line: whatever follows the reason is a blank line (then the usage) or nothing.
-    expect(second ?? '').toBe('')
+    const lines = result.stderr.split('\n')
+    // One line, the last, where a terminal leaves it in view: a blank line above it, nothing below.
+    expect(lines.at(-1)).toBe('')
+    expect(lines.at(-2)).toMatch(/^petstore: /)
+    expect(lines.at(-2)).toMatch(reason)
+    expect(lines.at(-3)).toBe('')
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
   })
 
-  test.each(cases)('%p: the usage follows the reason on stderr', (args, _reason, usage) => {
+  test.each(cases)('%p: the usage comes before the reason on stderr', (args, _reason, usage) => {
     const result = cli([...args], { cwd: tempDir() })
     expect(result.code).not.toBe(0)
-    expect(result.stderr).toContain(usage)
+    expect(result.stderr.startsWith(usage)).toBe(true)
   })
 
   test('a rejected keys create leaves no data file behind', () => {
@@ -201,7 +202,7 @@ describe('keys', () => {
     const result = cli(['keys', 'revoke', 'key_doesNotExist', '--data', dataFile])
     expect(result.code).toBe(1)
     expect(result.stdout).toBe('')
-    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*key_doesNotExist/)
+    expect(reasonLine(result.stderr)).toMatch(/^petstore: .*key_doesNotExist/)
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
     const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
     expect(rows.every((r: { revoked: unknown }) => r.revoked === null)).toBe(true)
@@ -249,7 +250,7 @@ describe('help for a newcomer', () => {
     expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
     const unknown = cli(['help', 'frob'], { cwd: tempDir() })
     expect(unknown.code).toBe(2)
-    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, restore, healthcheck')
+    expect(reasonLine(unknown.stderr)).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, restore, healthcheck')
     const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
     expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
     expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)
@@ -260,23 +261,23 @@ describe('help for a newcomer', () => {
   test('a misspelt flag gets one plain line with the closest flag; a flag without its value says so', () => {
     const typo = cli(['serve', '--prot', '8080'], { cwd: tempDir() })
     expect(typo.code).toBe(2)
-    expect(typo.stderr.split('\n')[0]).toBe('petstore: unknown option --prot (did you mean --port?)')
+    expect(reasonLine(typo.stderr)).toBe('petstore: unknown option --prot (did you mean --port?)')
     const far = cli(['serve', '--frobnicate'], { cwd: tempDir() })
-    expect(far.stderr.split('\n')[0]).toBe('petstore: unknown option --frobnicate')
+    expect(reasonLine(far.stderr)).toBe('petstore: unknown option --frobnicate')
     const missing = cli(['serve', '--port'], { cwd: tempDir() })
-    expect(missing.stderr.split('\n')[0]).toBe('petstore: --port needs a value')
+    expect(reasonLine(missing.stderr)).toBe('petstore: --port needs a value')
   })
 
   test('a bad value from the environment is reported under the variable, not the flag', () => {
     const port = cli(['serve'], { cwd: tempDir(), env: { PETSTORE_PORT: 'eighty' } })
     expect(port.code).toBe(2)
-    expect(port.stderr.split('\n')[0]).toBe('petstore: PETSTORE_PORT must be an integer from 0 to 65535, not "eighty"')
+    expect(reasonLine(port.stderr)).toBe('petstore: PETSTORE_PORT must be an integer from 0 to 65535, not "eighty"')
     const env = cli(['keys', 'list'], { cwd: tempDir(), env: { PETSTORE_ENV: 'prod' } })
-    expect(env.stderr.split('\n')[0]).toBe('petstore: PETSTORE_ENV must be production or staging, not "prod"')
+    expect(reasonLine(env.stderr)).toBe('petstore: PETSTORE_ENV must be production or staging, not "prod"')
     const proxy = cli(['serve'], { cwd: tempDir(), env: { PETSTORE_TRUST_PROXY: 'nginx' } })
-    expect(proxy.stderr.split('\n')[0]).toMatch(/^petstore: PETSTORE_TRUST_PROXY: "nginx" is not an IP address/)
+    expect(reasonLine(proxy.stderr)).toMatch(/^petstore: PETSTORE_TRUST_PROXY: "nginx" is not an IP address/)
     const flag = cli(['serve', '--port', 'eighty'], { cwd: tempDir() })
-    expect(flag.stderr.split('\n')[0]).toBe('petstore: --port must be an integer from 0 to 65535, not "eighty"')
+    expect(reasonLine(flag.stderr)).toBe('petstore: --port must be an integer from 0 to 65535, not "eighty"')
   })
 })
 

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { cli, startServer, tempDir } from '../support/binary'
-import { auth, killSpawned, postPet, spawnServe, unusedPort } from './helpers'
+import { auth, killSpawned, postPet, reasonLine, spawnServe, unusedPort } from './helpers'
 
 afterAll(killSpawned)
 // Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
@@ -229,7 +229,7 @@ describe('flags win over environment variables', () => {
       env: { PETSTORE_BASE_URL: 'ftp://pets.example.com/v1' },
     })
     expect(result.code).not.toBe(0)
-    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*PETSTORE_BASE_URL/)
+    expect(reasonLine(result.stderr)).toMatch(/^petstore: .*PETSTORE_BASE_URL/)
   })
 })
 

@@ -5,7 +5,7 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { createServer } from 'node:net'
 import { startServer } from '../support/binary'
-import { cliAsync, killSpawned, unusedPort } from './helpers'
+import { cliAsync, killSpawned, reasonLine, unusedPort } from './helpers'
 
 afterAll(killSpawned)
 // Process tests wait on real processes; bunfig's [test] timeout is not applied by bun test 1.4.
@@ -54,7 +54,7 @@ describe('healthcheck', () => {
   test('a bad --port is a usage mistake, not a failed check', async () => {
     const result = await cliAsync(['healthcheck', '--port', 'nope'])
     expect(result.code).not.toBe(0)
-    expect(result.stderr.split('\n')[0]).toMatch(/^petstore: .*--port/)
+    expect(reasonLine(result.stderr)).toMatch(/^petstore: .*--port/)
   })
 })
 

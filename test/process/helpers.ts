@@ -173,6 +173,11 @@ export async function serveExpectingFailure(
   return { code, stdout: out.text, stderr: err.text, listened }
 }
 
+/** The reason a command gave for failing: its last line, which a usage error prints under the usage. */
+export function reasonLine(stderr: string): string {
+  return stderr.trimEnd().split('\n').at(-1)!
+}
+
 /** A stack trace or a runtime dump in output meant for people. */
 export function looksLikeStackTrace(text: string): boolean {
   return /^\s+at\s/m.test(text) || /\$bunfs|Bun v\d|error: .*\n\s+at|\d+ \| /.test(text)

@@ -4,6 +4,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { cli, startServer } from '../support/binary'
+import { reasonLine } from './helpers'
 
 const TOKEN = 'metrics-token-0123456789abcdef'
 
@@ -40,10 +41,10 @@ describe('/metrics access', () => {
 
     const short = cli(['serve', '--port', '0', '--metrics-token', 'short'])
     expect(short.code).toBe(2)
-    expect(short.stderr.split('\n')[0]).toBe(
+    expect(reasonLine(short.stderr)).toBe(
       'petstore: --metrics-token must be 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)',
     )
     const bad = cli(['serve', '--port', '0', '--metrics-address', 'localhost'])
-    expect(bad.stderr.split('\n')[0]).toBe('petstore: --metrics-address must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "localhost"')
+    expect(reasonLine(bad.stderr)).toBe('petstore: --metrics-address must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "localhost"')
   })
 })

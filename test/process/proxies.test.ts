@@ -1,15 +1,18 @@
 /**
- * The README's proxy snippets, tested as written (deploy/nginx-petstore.conf, deploy/Caddyfile): each
- * proxy terminates TLS in front of the binary on loopback, passes the Host, and sets X-Forwarded-For,
- * so the server sees its clients and never warns that a trusted proxy sent none. Only the public name,
- * ports and certificate paths are replaced for the test. Without nginx or caddy the file says so in
- * one line and skips; with CI=true it fails instead.
+ * The README's proxy snippets, tested as written (deploy/nginx-petstore.conf, deploy/Caddyfile,
+ * deploy/several-instances/nginx.conf): each proxy terminates TLS in front of the binary on loopback
+ * (the several-instances one is plain HTTP), passes the Host, and sets X-Forwarded-For, so the server
+ * sees its clients and never warns that a trusted proxy sent none; and none of them lets the public
+ * side read /metrics, which the scraper reads from the server itself. Only the public name, ports,
+ * upstream addresses and certificate paths are replaced for the test. Without nginx or caddy the
+ * file says so in one line and skips; with CI=true it fails instead.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
-import { eventually, startServer, tempDir } from '../support/binary'
+import { eventually, type Server, startServer, tempDir } from '../support/binary'
+import { nginxCommand, severalInstancesSite } from '../support/nginx'
 import { unusedPort } from './helpers'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -45,11 +48,30 @@ async function behind(configure: (dir: string, backend: number, port: number) =>
     }
   }, 20_000)
   const get = (path: string, headers: Record<string, string> = {}) => fetch(`${origin}${path}`, { headers, tls } as RequestInit)
-  return { server, get, proxy }
+  return { server, get, proxy, origin }
+}
+
+/**
+ * /metrics, and what a proxy might not see as /metrics but the server would (a trailing slash, a query,
+ * an escaped letter, a doubled slash, dot segments, another case), is not served on the public side;
+ * the scraper on the server's machine still reads it from the server's own address. Dot segments go
+ * through curl --path-as-is, as fetch resolves them before sending.
+ */
+async function expectMetricsKeptFromPublic(origin: string, server: Server) {
+  for (const path of ['/metrics', '/metrics/', '/metrics?format=text', '/%6Detrics', '//metrics', '/METRICS', '/v1/../metrics', '/./metrics']) {
+    const curl = Bun.spawnSync(['curl', '-sk', '--path-as-is', '-w', '\n%{http_code}', `${origin}${path}`], { stdout: 'pipe', stderr: 'pipe' })
+    const output = curl.stdout.toString()
+    expect({ path, status: output.slice(output.lastIndexOf('\n') + 1) }).toEqual({ path, status: '404' })
+    expect(output).not.toContain('petstore_')
+  }
+  const scraped = await fetch(`${server.origin}/metrics`)
+  expect(scraped.status).toBe(200)
+  expect(await scraped.text()).toContain('petstore_requests_total')
 }
 
 async function expectServedThrough(target: Awaited<ReturnType<typeof behind>>) {
-  const { server, get } = target
+  const { server, get, origin } = target
+  await expectMetricsKeptFromPublic(origin, server)
   const key = server.bootstrapKey!
   const listed = await get('/v1/pets', { authorization: `Bearer ${key}` })
   expect(listed.status).toBe(200)
@@ -76,15 +98,8 @@ describe.skipIf(!available)('behind the README\'s proxies', () => {
         .replace('listen 443 ssl;', `listen 127.0.0.1:${port} ssl;`)
         .replace('/etc/ssl/certs/pets.example.com.pem', join(dir, 'cert.pem'))
         .replace('/etc/ssl/private/pets.example.com.key', join(dir, 'key.pem'))
-        .replace('127.0.0.1:8080', `127.0.0.1:${backend}`)
-      writeFileSync(join(dir, 'petstore.conf'), snippet)
-      writeFileSync(
-        join(dir, 'nginx.conf'),
-        `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
-         http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
-                fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/petstore.conf; }`,
-      )
-      return [NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')]
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${backend}`)
+      return nginxCommand(dir, snippet)
     })
     await expectServedThrough(target)
   }, 60_000)
@@ -93,11 +108,29 @@ describe.skipIf(!available)('behind the README\'s proxies', () => {
     const target = await behind((dir, backend, port) => {
       const site = readFileSync(join(ROOT, 'deploy', 'Caddyfile'), 'utf8')
         .replace('pets.example.com {', `https://localhost:${port} {\n\ttls internal`)
-        .replace('127.0.0.1:8080', `127.0.0.1:${backend}`)
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${backend}`)
       // The test's own settings: no admin port, no attempt to install the local CA into the system.
       writeFileSync(join(dir, 'Caddyfile'), `{\n\tadmin off\n\tskip_install_trust\n}\n${site}`)
       return [CADDY, 'run', '--config', join(dir, 'Caddyfile'), '--adapter', 'caddyfile']
     })
     await expectServedThrough(target)
+  }, 60_000)
+
+  test('nginx for several instances (deploy/several-instances/nginx.conf): /metrics only from each instance', async () => {
+    const servers = [await startServer(), await startServer()]
+    const dir = tempDir()
+    const port = await unusedPort()
+    const command = nginxCommand(dir, severalInstancesSite(port, [servers[0]!.port, servers[1]!.port]))
+    proxies.push(Bun.spawn(command, { cwd: dir, stdout: 'ignore', stderr: 'pipe' }))
+    const origin = `http://127.0.0.1:${port}`
+    await eventually(async () => {
+      try {
+        return (await fetch(`${origin}/healthz`)).status === 200
+      } catch {
+        return false
+      }
+    }, 20_000)
+    for (const server of servers) await expectMetricsKeptFromPublic(origin, server)
+    for (const server of servers) expect(await server.stop()).toBe(0)
   }, 60_000)
 })

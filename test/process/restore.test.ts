@@ -9,7 +9,7 @@ import { Database } from 'bun:sqlite'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { auth, cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet } from './helpers'
+import { auth, cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet, reasonLine } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -209,7 +209,7 @@ describe('petstore restore', () => {
   test('with PostgreSQL, points to pg_restore and exits 2', () => {
     const result = cli(['restore', backup, '--database-url', 'postgres://petstore@127.0.0.1:1/petstore'])
     expect(result.code).toBe(2)
-    expect(result.stderr.split('\n')[0]).toBe('petstore: restore replaces the data file; with PostgreSQL, use pg_restore (see the README)')
+    expect(reasonLine(result.stderr)).toBe('petstore: restore replaces the data file; with PostgreSQL, use pg_restore (see the README)')
   })
 })
 

@@ -5,7 +5,7 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { auth, postPet } from '../support/app'
 import { cli, createKeyWithCli, eventually, startServer } from '../support/binary'
-import { killSpawned, listAll } from './helpers'
+import { killSpawned, listAll, reasonLine } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(30_000)
@@ -46,7 +46,7 @@ describe('test data and limits for integrators', () => {
     expect(((await after.json()) as { id: number }).id).toBeGreaterThan(pets.at(-1)!.id)
 
     expect(cli(['pets', 'seed', '--count', '0', '--data', server.dataFile]).code).toBe(2)
-    expect(cli(['pets', 'seed', '--data', server.dataFile]).stderr.split('\n')[0]).toBe('petstore: pets seed needs --count N')
+    expect(reasonLine(cli(['pets', 'seed', '--data', server.dataFile]).stderr)).toBe('petstore: pets seed needs --count N')
     expect(await server.stop()).toBe(0)
   })
 

@@ -11,7 +11,8 @@ import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
-import { describeWithEngines, NGINX } from '../support/engines'
+import { describeWithEngines } from '../support/engines'
+import { nginxCommand, severalInstancesSite } from '../support/nginx'
 import { freePort } from '../support/ports'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
@@ -385,18 +386,7 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
     const dir = tempDir()
     const port = await freePort()
     // The file as shipped, with the instances' and nginx's addresses made local.
-    const site = readFileSync(join(import.meta.dir, '..', '..', 'deploy', 'several-instances', 'nginx.conf'), 'utf8')
-      .replace('listen 80;', `listen 127.0.0.1:${port};`)
-      .replace('server petstore-1:8080;', `server 127.0.0.1:${servers[0]!.port};`)
-      .replace('server petstore-2:8080;', `server 127.0.0.1:${servers[1]!.port};`)
-    writeFileSync(join(dir, 'site.conf'), site)
-    writeFileSync(
-      join(dir, 'nginx.conf'),
-      `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
-       http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
-              fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/site.conf; }`,
-    )
-    proxy = Bun.spawn([NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')], { cwd: dir, stdout: 'ignore', stderr: 'pipe' })
+    proxy = Bun.spawn(nginxCommand(dir, severalInstancesSite(port, [servers[0]!.port, servers[1]!.port])), { cwd: dir, stdout: 'ignore', stderr: 'pipe' })
     const origin = `http://127.0.0.1:${port}`
     await eventually(async () => {
       try {

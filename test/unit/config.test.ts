@@ -11,7 +11,7 @@ describe('resolveConfig precedence', () => {
     expect(config).toMatchObject({
       env: 'production',
       port: 8080,
-      host: '0.0.0.0',
+      host: '127.0.0.1',
       baseUrl: 'http://localhost:8080/v1',
       basePath: '/v1',
       dataFile: './data/petstore.db',
@@ -104,11 +104,25 @@ describe('resolveConfig precedence', () => {
   })
 })
 
+describe('an empty variable counts as unset', () => {
+  test('every PETSTORE_ variable set empty resolves as none set', () => {
+    const names = ['ENV', 'DATA', 'HOST', 'PORT', 'BASE_URL', 'STAGING_BASE_URL', 'TRUST_PROXY', 'METRICS_ADDRESS', 'METRICS_TOKEN', 'DATABASE_URL', 'DATABASE_POOL', 'REDIS_URL', 'LIMITER_FALLBACK']
+    const empty = Object.fromEntries(names.map((name) => [`PETSTORE_${name}`, '']))
+    const { trustProxy: a, ...fromEmpty } = resolveConfig({}, empty)
+    const { trustProxy: b, ...fromNone } = resolveConfig({}, {})
+    expect(fromEmpty).toEqual(fromNone)
+    expect([a.none, b.none]).toEqual([true, true])
+    expect(resolveDataFile({}, { PETSTORE_DATA: '' })).toBe('./data/petstore.db')
+  })
+})
+
 describe('resolveConfig refuses bad values', () => {
   for (const port of ['70000', '65536', '-1', 'abc', '80.5', '', ' 80', '0x50'])
     test(`port ${JSON.stringify(port)}`, () => {
       expect(() => resolveConfig({ port }, {})).toThrow(ConfigError)
-      expect(() => resolveConfig({}, { PETSTORE_PORT: port })).toThrow(ConfigError)
+      // An empty variable counts as unset (the default port); an empty flag is refused by the CLI.
+      if (port === '') expect(resolveConfig({}, { PETSTORE_PORT: port }).port).toBe(8080)
+      else expect(() => resolveConfig({}, { PETSTORE_PORT: port })).toThrow(ConfigError)
     })
 
   test('ports 0 and 65535 are accepted', () => {

@@ -3,7 +3,7 @@
  * Every member answers at once, with no promise.
  */
 import { Database } from 'bun:sqlite'
-import { chmodSync, existsSync, linkSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from 'node:fs'
+import { accessSync, chmodSync, constants as fs, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
@@ -16,9 +16,10 @@ import { refuseInterruptedRestore } from './restore'
 
 export type { OpenOptions } from './open'
 
-export function openSqliteStorage(file: string, options: OpenOptions = {}): SqliteStorage {
+export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
   const inMemory = file === ':memory:'
   if (!inMemory) {
+    refuseDenied(file, { create: !options.mustExist, write: options.mustWrite === true })
     refuseInterruptedRestore(file)
     if (options.mustExist && !existsSync(file))
       throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
@@ -57,6 +58,7 @@ export function openSqliteStorage(file: string, options: OpenOptions = {}): Sqli
  * lock beside the file (data-file-lock.ts) after this and before it opens the file.
  */
 export function prepareDataFolder(file: string): void {
+  refuseDenied(file, { create: true, write: false })
   // Owner-only: the file holds key hashes, and the lock, WAL and SHM files inherit this mask.
   process.umask(0o077)
   try {
@@ -65,6 +67,67 @@ export function prepareDataFolder(file: string): void {
   } catch (error) {
     throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
   }
+}
+
+/**
+ * Refuses a data file the permissions keep from this process, naming the user it runs as: a file that
+ * cannot be read, or is behind a folder that cannot be entered, must never pass for a missing one. With
+ * `create`, a missing file must be creatable (its nearest existing folder writable); with `write`, an
+ * existing file must be writable, and its folder too, where SQLite makes the -wal and -shm files. A
+ * file that can be read but not written passes without `write`: a server serves it read-only.
+ */
+function refuseDenied(given: string, { create, write }: { create: boolean; write: boolean }): void {
+  const file = resolve(given)
+  const denied = (what: string) =>
+    new StorageOpenError(`permission denied: ${what}; petstore runs as ${userNamed(process.getuid?.())}: give that user access, or run petstore as the data's owner`)
+  let stat
+  try {
+    stat = statSync(file, { throwIfNoEntry: false })
+  } catch (error) {
+    if ((error as { code?: string }).code === 'EACCES') throw denied(`${file} cannot be reached: a folder on its path cannot be entered`)
+    // Anything else (a file where a folder should be) is for the open that follows to report.
+    return
+  }
+  // Only permissions: a read-only mount (EROFS) is no one's permission, and fails later as it always did.
+  const refused = (path: string, mode: number) => {
+    try {
+      accessSync(path, mode)
+      return false
+    } catch (error) {
+      return ['EACCES', 'EPERM'].includes((error as { code?: string }).code ?? '')
+    }
+  }
+  if (stat === undefined) {
+    if (!create) return
+    let folder = dirname(file)
+    while (!existsSync(folder) && dirname(folder) !== folder) folder = dirname(folder)
+    if (refused(folder, fs.W_OK | fs.X_OK)) throw denied(`${file} does not exist, and ${folder} cannot be written to create it`)
+    return
+  }
+  if (stat.isDirectory()) return
+  const owner = `owner ${userNamed(stat.uid)}, mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}`
+  if (refused(file, fs.R_OK)) throw denied(`${file} exists but cannot be read (${owner})`)
+  if (!write) return
+  if (refused(file, fs.W_OK)) throw denied(`${file} can be read but not written (${owner})`)
+  if (refused(dirname(file), fs.W_OK | fs.X_OK))
+    throw denied(`${dirname(file)} cannot be written, and SQLite writes its -wal and -shm files beside ${basename(file)}`)
+}
+
+/**
+ * A user by name and uid, from /etc/passwd: os.userInfo() takes the name from $USER, which a process
+ * started with setpriv, su or a unit's User= may have inherited from another user.
+ */
+function userNamed(uid: number | undefined): string {
+  // Windows has no uids: the account is the one that started petstore.
+  if (uid === undefined) return 'this account'
+  let name: string | undefined
+  try {
+    name = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .map((line) => line.split(':'))
+      .find((fields) => fields[2] === String(uid))?.[0]
+  } catch {}
+  return name ? `user ${name} (uid ${uid})` : `uid ${uid}`
 }
 
 /**
