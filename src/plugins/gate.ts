@@ -120,16 +120,18 @@ export function gate(options: GateOptions) {
   // decide which context fields to build. Refusals are answered here, not thrown, as they are the hot
   // path under abuse and a throw costs a trip through the error handler.
   // The request is limited as its key when the token names one, else as its address (the Free plan's
-  // numbers), before the key is judged.
+  // numbers), before the key is judged. A token the registry does not know is looked for in storage
+  // only once its address's bucket let it through (a key made a moment ago works at once, and every
+  // guess still costs the guesser), and then limited as that key.
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    const key = token ? keys.find(token) : undefined
-    const limits = key ? key.limits : PLAN_LIMITS.free
+    let key = token ? keys.find(token) : undefined
     let refused: ApiError | undefined
     try {
-      const decision = await limiter.check(key ? key.subject : info.addressSubject, limits, key !== undefined)
-      refused = judge(set, info, token, key, limits, decision)
+      let decision = await limiter.check(key ? key.subject : info.addressSubject, key ? key.limits : PLAN_LIMITS.free, key !== undefined)
+      if (!key && token && decision.allowed && (key = await keys.findLate(token))) decision = await limiter.check(key.subject, key.limits, true)
+      refused = judge(set, info, token, key, key ? key.limits : PLAN_LIMITS.free, decision)
     } catch (error) {
       if (!(error instanceof LimiterUnavailableError)) throw error
       refused = LIMITER_DOWN

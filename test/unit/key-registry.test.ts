@@ -1,8 +1,10 @@
 /**
  * The key registry reads from storage only the keys created or revoked since its last load, not the
- * whole table, and not after other changes to the data file (new pets, last-used times).
+ * whole table, and not after other changes to the data file (new pets, last-used times); a token it
+ * does not know costs at most a shared catch-up read, once.
  */
 import { expect, test } from 'bun:test'
+import { hashSecret } from '../../src/domain/api-key'
 import { createKey, KeyRegistry } from '../../src/modules/keys/service'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 
@@ -43,5 +45,39 @@ test('each reload reads only the keys created or revoked since the previous one'
   storage.keys.revoke(record.id, NOW + 3)
   registry.reload()
   expect(rowsRead).toBe(3)
+  storage.close()
+})
+
+test('a token not in memory is found by a catch-up read; unknown tokens share reads and are remembered until a key comes', async () => {
+  const storage = openSqliteStorage(':memory:')
+  let reads = 0
+  const changesSince = storage.keys.changesSince.bind(storage.keys)
+  storage.keys.changesSince = (after) => {
+    reads++
+    return changesSince(after)
+  }
+  const registry = new KeyRegistry(storage)
+  registry.reload()
+  reads = 0
+
+  const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
+  expect(registry.find(late.secret)).toBeUndefined()
+  expect((await registry.findLate(late.secret))?.id).toBe(late.record.id)
+  expect(reads).toBe(1)
+
+  // A hundred different invented tokens at once: one read between them, not a hundred.
+  const guesses = Array.from({ length: 100 }, (_, i) => `psk_guess_${i}`)
+  expect(await Promise.all(guesses.map((guess) => registry.findLate(guess)))).toEqual(Array(100).fill(undefined))
+  expect(reads).toBe(2)
+  // Remembered: asking again costs no read.
+  expect(registry.findLate(guesses[0]!)).toBeUndefined()
+  expect(registry.find(guesses[0]!)).toBeUndefined()
+  expect(reads).toBe(2)
+
+  // A key made later with a remembered token's secret (impossible with random secrets, but the rule holds) is
+  // found as soon as the registry learns of any new key.
+  storage.keys.insert({ ...late.record, id: 'key_made_after', secretHash: hashSecret(guesses[1]!) })
+  registry.reload()
+  expect(registry.find(guesses[1]!)?.id).toBe('key_made_after')
   storage.close()
 })

@@ -24,6 +24,9 @@ export async function createKey(
 export async function setKeyPlan(keys: KeyRepository, id: string, input: CreateKeyInput): Promise<boolean> {
   return keys.setPlan(id, input.plan as Plan, limitsFor(input))
 }
+/** Catch-up reads for unknown tokens begin at most this often (see KeyRegistry.findLate). */
+const CATCH_UP_GAP_MS = 10
+const MAX_REMEMBERED_MISSES = 10_000
 
 export interface ActiveKey {
   id: string
@@ -47,6 +50,15 @@ export class KeyRegistry {
    */
   private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
+  /**
+   * Tokens a catch-up read (begun after they arrived) found to be no key, so repeating one costs neither
+   * a hash nor a read. Forgotten whenever the registry gains a key, so none can hide a new key.
+   */
+  private misses = new Set<string>()
+  /** The catch-up read misses are waiting for, not begun yet; and when the last one began. */
+  private nextCatchUp: Promise<void> | null = null
+  private catchUpRunning: Promise<void> | null = null
+  private lastCatchUpAt = -Infinity
   /** The newest change number applied; -1 before the first load. */
   private applied = -1
 
@@ -72,6 +84,7 @@ export class KeyRegistry {
     if (from !== this.applied) return this.reload()
     // Keys revoked or given another plan: the hits remembered for them hold what no longer is.
     const stale = new Set<string>()
+    if (records.some((record) => record.revokedAt === null)) this.misses.clear()
     for (const record of records) {
       if (record.revokedAt !== null || this.byHash.has(record.secretHash)) stale.add(record.id)
       if (record.revokedAt !== null) {
@@ -92,9 +105,54 @@ export class KeyRegistry {
   find(secret: string): ActiveKey | undefined {
     const known = this.verified.get(secret)
     if (known) return known
+    if (this.misses.has(secret)) return undefined
     const key = this.byHash.get(hashSecret(secret))
     if (key && this.verified.size < this.byHash.size) this.verified.set(secret, key)
     return key
+  }
+
+  /**
+   * For a token `find` missed: reads the key changes from storage (a key made by `keys create` a moment
+   * ago, before the poll brings it) and looks again. The read begins after the call, so a key that
+   * existed when the request came is found; misses share reads, at most one per CATCH_UP_GAP_MS, so a
+   * flood of invented keys is not a flood of reads. A token still unknown is remembered as a miss.
+   */
+  findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
+    if (this.misses.has(secret)) return undefined
+    return this.catchUp().then(
+      () => {
+        const key = this.find(secret)
+        if (!key) this.rememberMiss(secret)
+        return key
+      },
+      // Storage does not answer: the token is refused as unknown, and the poll says why.
+      () => undefined,
+    )
+  }
+
+  private rememberMiss(secret: string): void {
+    if (this.misses.size >= MAX_REMEMBERED_MISSES) this.misses.clear()
+    this.misses.add(secret)
+  }
+
+  /** The next catch-up read: begins after the one running, and CATCH_UP_GAP_MS after the last began. */
+  private catchUp(): Promise<void> {
+    return (this.nextCatchUp ??= this.beginCatchUp())
+  }
+
+  private async beginCatchUp(): Promise<void> {
+    await this.catchUpRunning?.catch(() => {})
+    const wait = this.lastCatchUpAt + CATCH_UP_GAP_MS - performance.now()
+    if (wait > 0) await Bun.sleep(wait)
+    this.nextCatchUp = null
+    this.lastCatchUpAt = performance.now()
+    const running = (async () => this.reload())()
+    this.catchUpRunning = running
+    try {
+      await running
+    } finally {
+      if (this.catchUpRunning === running) this.catchUpRunning = null
+    }
   }
 
   markUsed(key: ActiveKey, now: number): void {

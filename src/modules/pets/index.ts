@@ -79,7 +79,8 @@ function parseQueryText(text: string): ListQuery {
 
 /** A petId as a number: 400 unless a positive int64; ids beyond 2^53 are valid but never assigned. */
 export function parsePetId(text: string): number {
-  if (!/^[1-9]\d{0,18}$/.test(text) || BigInt(text) > INT64_MAX) throw badRequest(`petId: ${FIELD_RULES.petId}`)
+  // Only a 19-digit id can pass 2^63 - 1, so only such an id costs a BigInt.
+  if (!/^[1-9]\d{0,18}$/.test(text) || (text.length === 19 && BigInt(text) > INT64_MAX)) throw badRequest(`petId: ${FIELD_RULES.petId}`)
   return Number(text)
 }
 
@@ -111,10 +112,11 @@ export function petsModule(options: PetsModuleOptions) {
    * Deprecation fields for every answer of getPet, 401 and 429 included: a transform hook runs before
    * the gate's beforeHandle.
    */
+  const successor = `<${baseUrl}/pets>; rel="successor-version"`
   const deprecationHeaders = ({ set }: { set: { headers: Record<string, unknown> } }) => {
     set.headers.deprecation = DEPRECATED_SINCE
     set.headers.sunset = SUNSET
-    set.headers.link = `<${baseUrl}/pets>; rel="successor-version"`
+    set.headers.link = successor
   }
   // One async form for every storage: Elysia awaits a read whether it answers at once (the data file)
   // or later (PostgreSQL). The context is destructured, since Elysia reads a handler's source text to
