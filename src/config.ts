@@ -56,6 +56,8 @@ export interface Config {
   /** Most client addresses the limiter remembers at once. */
   readonly maxTrackedAddresses: number
   readonly shutdownGraceMs: number
+  /** Whether an authenticated request's `Prefer` may force an answer (plugins/scenarios.ts): staging's default. */
+  readonly scenarios: boolean
 }
 
 export interface DatabaseConfig {
@@ -83,6 +85,7 @@ export interface ConfigInput {
   databasePool?: string
   redisUrl?: string
   limiterFallback?: string
+  scenarios?: string
 }
 
 type Environment = Record<string, string | undefined>
@@ -166,6 +169,14 @@ function parseFallback(input: ConfigInput, environment: Environment, withRedis: 
   if (!withRedis) throw new ConfigError(`${name} applies only with --redis-url`)
   if (value !== 'closed' && value !== 'local') throw new ConfigError(`${name} must be closed or local, not "${value.slice(0, 40)}"`)
   return value
+}
+
+/** on or off, from --scenarios or PETSTORE_SCENARIOS; on in staging and off in production by default. */
+function parseScenarios(input: ConfigInput, environment: Environment, env: EnvName): boolean {
+  const { name, value } = fromFlagOrVariable('--scenarios', input.scenarios, 'PETSTORE_SCENARIOS', environment)
+  if (value === undefined) return env === 'staging'
+  if (value !== 'on' && value !== 'off') throw new ConfigError(`${name} must be on or off, not "${value.slice(0, 40)}"`)
+  return value === 'on'
 }
 
 function splitList(value: string | undefined): string[] {
@@ -276,6 +287,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     maxBodyBytes: 64 * 1024,
     maxTrackedAddresses: 100_000,
     shutdownGraceMs: 10_000,
+    scenarios: parseScenarios(input, environment, env),
   })
 }
 

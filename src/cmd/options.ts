@@ -91,6 +91,7 @@ export function configInput(values: Record<string, unknown>): ConfigInput {
     databasePool: values['database-pool'] as string | undefined,
     redisUrl: values['redis-url'] as string | undefined,
     limiterFallback: values['limiter-fallback'] as string | undefined,
+    scenarios: values.scenarios as string | undefined,
   }
 }
 

@@ -27,7 +27,9 @@ ${COMMON}
                              per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
-  --no-access-log            do not write the per-request JSON lines to stdout`
+  --no-access-log            do not write the per-request JSON lines to stdout
+  --scenarios on|off         let authenticated requests force answers with Prefer: code=429, delay=MS,
+                             fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)`
 
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
@@ -45,6 +47,7 @@ export async function serve(args: string[]): Promise<number> {
       'no-access-log': { type: 'boolean' },
       'database-pool': { type: 'string' },
       'limiter-fallback': { type: 'string' },
+      scenarios: { type: 'string' },
     },
     USAGE,
   )
@@ -88,6 +91,7 @@ function startupLine(server: Server): string {
   return (
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
-    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '')
+    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
+    `, scenarios ${config.scenarios ? 'on (Prefer: code, delay, fail)' : 'off'}`
   )
 }

@@ -28,6 +28,13 @@ export interface TakeResult {
   now: number
 }
 
+/** A subject's buckets brought up to `now`, as a take would find them; nothing taken or recorded. */
+export interface PeekResult {
+  minute: Bucket
+  day: Bucket
+  now: number
+}
+
 /**
  * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
  * process) and with a promise when it cannot (Redis); its callers handle both the same way.
@@ -40,6 +47,8 @@ export interface LimiterBackend {
    * before the next take.
    */
   take(subject: string, limits: Limits, isKey: boolean, now?: number): TakeResult | Promise<TakeResult>
+  /** The subject's buckets as the next take would find them, changing nothing a take would decide by. */
+  peek(subject: string, limits: Limits, isKey: boolean, now?: number): PeekResult | Promise<PeekResult>
   /**
    * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
    * reset among all resets: a backend shared by instances applies each once, however many instances

@@ -6,7 +6,7 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
@@ -82,6 +82,15 @@ export class MemoryLimiterBackend implements LimiterBackend {
     }
     result.bannedUntil = subject.bannedUntil
     return result
+  }
+
+  /** Refilling is what any take would do first; a subject seen for the first time starts as a take would start it. */
+  peek(id: string, limits: Limits, isKey: boolean, now: number = Date.now()): PeekResult {
+    const subject = this.subject(id, limits, isKey, now)
+    const shape = shapesOf(subject.limits)
+    refill(subject.minute, shape.minute, now)
+    refill(subject.day, shape.day, now)
+    return { minute: { ...subject.minute }, day: { ...subject.day }, now }
   }
 
   /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
