@@ -9,7 +9,7 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
-import { type AnyElysia, components, schemaComponents } from '../../http/openapi'
+import { type AnyElysia, components, errorResponses, schemaComponents } from '../../http/openapi'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
@@ -47,13 +47,15 @@ export function buildDocument(options: OpsModuleOptions) {
   // and Prefer's scenarios beside them when they are on.
   for (const route of api.routes) {
     const detail = (route.hooks as { detail?: { parameters?: { name: string }[]; responses?: object } })?.detail
-    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[] }>
+    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[]; responses?: object }>
     const operation = item?.[route.method.toLowerCase()]
     if (!operation) continue
     if (detail?.parameters) operation.parameters = detail.parameters
     if (options.scenarios && detail?.responses) {
       const takesIdempotencyKey = detail.parameters?.some((parameter) => parameter.name === 'Idempotency-Key') ?? false
       operation.parameters = [...(operation.parameters ?? []), preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey)]
+      // A Prefer the server cannot honour is a 400 on any operation.
+      operation.responses = Object.fromEntries(Object.entries({ ...errorResponses([400]), ...operation.responses }).sort())
     }
   }
   const paths = Object.fromEntries(
