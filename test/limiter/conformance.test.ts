@@ -51,6 +51,20 @@ function conformance(makeLimiter: () => Make) {
     expect(refused.quota.window).toBe('day')
   })
 
+  test('peek says the quota a request would see, taking nothing; a subject not seen, or seen with other limits, is full', async () => {
+    const { limiter, check, run, advance, start } = make()
+    const peek = (subject = 'key:a', limits = FREE) => Promise.resolve(limiter.peek(subject, limits, true))
+    expect(await peek('key:new')).toEqual({ window: 'minute', limit: 60, remaining: 60, resetAt: start / 1000, resetIn: 0 })
+    await run(10)
+    const peeked = await peek()
+    expect(peeked).toEqual({ window: 'minute', limit: 60, remaining: 50, resetAt: start / 1000 + 10, resetIn: 10 })
+    expect(await peek()).toEqual(peeked)
+    advance(2_000)
+    expect((await peek()).remaining).toBe(52)
+    expect((await check()).quota.remaining).toBe(51)
+    expect((await peek('key:a', { rpm: 5, rpd: 50 })).remaining).toBe(5)
+  })
+
   test('a request needs a token in both buckets, and a refusal takes none', async () => {
     const { check, run, advance } = make()
     const limits = { rpm: 2, rpd: 3 }
