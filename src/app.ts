@@ -150,7 +150,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
-        scenario: config.scenarios ? scenarios({ limiter, routes, now }) : undefined,
+        scenario: config.scenarios ? scenarios({ limiter, routes }) : undefined,
       }),
     )
     .use(

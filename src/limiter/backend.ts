@@ -50,6 +50,13 @@ export interface LimiterBackend {
   /** The subject's buckets as the next take would find them, changing nothing a take would decide by. */
   peek(subject: string, limits: Limits, isKey: boolean, now?: number): PeekResult | Promise<PeekResult>
   /**
+   * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id,
+   * for answers forced on request) and returns its number, 1 for the first; a count lives at least
+   * `keepMs` after its first try. A backend shared by instances shares the counts. Takes no token and
+   * counts toward nothing else.
+   */
+  countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
+  /**
    * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
    * reset among all resets: a backend shared by instances applies each once, however many instances
    * ask, and never one older than the last it applied; a backend of one process applies every call.

@@ -120,6 +120,21 @@ export class RateLimiter {
   }
 
   /**
+   * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
+   * while a shared backend does not answer and the fallback is local.
+   */
+  countTry(group: string, id: string, keepMs: number): number | Promise<number> {
+    const now = this.options.now?.()
+    const counted = this.backend.countTry(group, id, keepMs, now)
+    if (!(counted instanceof Promise) || !this.local) return counted
+    const local = this.local
+    return counted.catch((error: unknown) => {
+      if (!(error instanceof LimiterUnavailableError)) throw error
+      return local.countTry(group, id, keepMs, now)
+    })
+  }
+
+  /**
    * The refusal a request would get with the minute bucket empty (and the day bucket full), worked out
    * as every refusal is; nothing is taken or recorded. For answers forced on request (plugins/scenarios.ts).
    */

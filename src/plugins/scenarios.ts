@@ -25,8 +25,7 @@ export const DELAY_MAX_MS = 10_000
 export const FAIL_MAX = 100
 /** Delayed answers one key may have waiting at once: a delay holds a connection, and a forced one spends no token. */
 export const DELAYS_PER_KEY = 100
-/** Idempotency-Keys whose tries are counted at once, and how long a count is kept after its first try. */
-const TRIES_KEPT = 10_000
+/** How long a count of tries (fail=N) is kept after its first try. */
 const TRIES_KEPT_MS = 60 * 60 * 1000
 
 type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
@@ -35,7 +34,6 @@ export interface ScenarioOptions {
   limiter: RateLimiter
   /** Filled before the server listens; tells the operation of a request and what it documents. */
   routes: Pick<RouteTable, 'operationAt' | 'documentedStatuses'>
-  now?: () => number
 }
 
 /** What one request's Prefer asks of this operation, checked. */
@@ -45,32 +43,6 @@ interface Plan {
   delayMs: number | undefined
   /** The first `tries` tries under `idempotencyKey` get `code`. */
   fail: { tries: number; idempotencyKey: string } | undefined
-}
-
-/**
- * Tries per API key and Idempotency-Key, counted in this process: at most TRIES_KEPT at once (the
- * oldest forgotten first), each forgotten an hour after its first try.
- */
-export class TryCounter {
-  private readonly tries = new Map<string, { count: number; firstAt: number }>()
-
-  constructor(private readonly now: () => number = Date.now) {}
-
-  /** Counts one more try under `id`; returns its number, 1 for the first. */
-  count(id: string): number {
-    const at = this.now()
-    let entry = this.tries.get(id)
-    if (entry && at - entry.firstAt >= TRIES_KEPT_MS) {
-      this.tries.delete(id)
-      entry = undefined
-    }
-    if (!entry) {
-      if (this.tries.size >= TRIES_KEPT) this.tries.delete(this.tries.keys().next().value!)
-      entry = { count: 0, firstAt: at }
-      this.tries.set(id, entry)
-    }
-    return ++entry.count
-  }
 }
 
 /** The statuses `code` may force for an operation: the forceable ones it documents. */
@@ -139,6 +111,19 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
   })
 }
 
+/**
+ * What the limiter answers, or undefined when a shared one does not answer: the scenario then stands
+ * aside, and the gate answers as it does while the limiter is away.
+ */
+async function unlessLimiterDown<T>(work: T | Promise<T>): Promise<T | undefined> {
+  try {
+    return await work
+  } catch (error) {
+    if (error instanceof LimiterUnavailableError) return undefined
+    throw error
+  }
+}
+
 const TOO_MANY_DELAYS = new ApiError(
   503,
   'unavailable',
@@ -153,7 +138,6 @@ const TOO_MANY_DELAYS = new ApiError(
  */
 export function scenarios(options: ScenarioOptions) {
   const { limiter, routes } = options
-  const tries = new TryCounter(options.now)
   const waiting = new Map<string, number>()
 
   async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<void> {
@@ -174,12 +158,9 @@ export function scenarios(options: ScenarioOptions) {
    * answer under the base carries them; undefined when the shared limiter cannot say them.
    */
   async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
-    try {
-      rateLimitHeaders(set.headers, key.limits, await limiter.peek(key.subject, key.limits, true))
-    } catch (failure) {
-      if (failure instanceof LimiterUnavailableError) return undefined
-      throw failure
-    }
+    const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits, true))
+    if (quota === undefined) return undefined
+    rateLimitHeaders(set.headers, key.limits, quota)
     return answerWith(set, info, error)
   }
 
@@ -217,8 +198,11 @@ export function scenarios(options: ScenarioOptions) {
     }
     let code = plan.code
     if (plan.fail) {
+      // Counted with the rate limits (in Redis, shared by every instance, when they are there).
+      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+      if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
-      if (tries.count(`${key.id} ${plan.fail.idempotencyKey}`) > plan.fail.tries) code = undefined
+      if (tried > plan.fail.tries) code = undefined
     }
     if (code !== undefined) {
       const body = await forced(code, key, set, info)

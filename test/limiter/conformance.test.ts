@@ -65,6 +65,17 @@ function conformance(makeLimiter: () => Make) {
     expect((await peek('key:a', { rpm: 5, rpd: 50 })).remaining).toBe(5)
   })
 
+  test('countTry numbers the tries under an id within its group, and starts afresh once the count is kept no more', async () => {
+    const { limiter, check, advance } = make()
+    const count = (group: string, id: string) => Promise.resolve(limiter.countTry(group, id, 1_000))
+    expect([await count('k1', 'a'), await count('k1', 'a'), await count('k1', 'b'), await count('k2', 'a'), await count('k1', 'a')]).toEqual([1, 2, 1, 1, 3])
+    expect((await check()).quota.remaining).toBe(59)
+    // The process forgets by the injected clock, Redis by its own (real time must pass for it): both after keepMs.
+    advance(1_000)
+    await Bun.sleep(1_100)
+    expect(await count('k1', 'a')).toBe(1)
+  })
+
   test('a request needs a token in both buckets, and a refusal takes none', async () => {
     const { check, run, advance } = make()
     const limits = { rpm: 2, rpd: 3 }

@@ -9,8 +9,9 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { internalError } from '../../src/http/api-errors'
-import { createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe } from './helpers'
 
@@ -325,5 +326,31 @@ describeWithEngines(['redis-server'], 'scenarios with the rate limits in Redis',
     expect(forced.status).toBe(503)
     expectSameHeaders(forced, real, 'code=503')
     expect(await forced.json()).toEqual(await real.json())
+  })
+})
+
+describeWithEngines(['postgresql', 'redis-server'], 'scenarios on several instances (PostgreSQL and Redis)', () => {
+  let cluster: PostgresCluster
+  let redis: RedisServer
+  afterAll(async () => {
+    await Promise.all([cluster?.destroy(), redis?.destroy()])
+  })
+
+  test('fail=2 counts tries in Redis, so through two instances it is still 503, 503, 201, and one pet', async () => {
+    ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+    const databaseUrl = await cluster.createDatabase('scenarios')
+    const created = cli(['keys', 'create', '--plan', 'pro', '--database-url', databaseUrl])
+    expect(created.code).toBe(0)
+    const key = created.stdout.trim().split('\n').at(-1)!
+    const args = ['--env', 'staging', '--redis-url', redis.url]
+    const instances = [await startServer({ databaseUrl, args }), await startServer({ databaseUrl, args })]
+    const statuses: number[] = []
+    for (let i = 0; i < 4; i++) {
+      const answer = await postPet(instances[i % 2]!.base, key, { name: 'Shared', categoryId: 1 }, { prefer: 'fail=2; code=503', 'idempotency-key': 'shared-1' })
+      statuses.push(answer.status)
+    }
+    expect(statuses).toEqual([503, 503, 201, 201])
+    expect((await listAll(instances[0]!.base, key)).map((pet) => pet.name)).toEqual(['Shared'])
+    for (const instance of instances) expect(await instance.stop()).toBe(0)
   })
 })

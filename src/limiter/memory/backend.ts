@@ -9,6 +9,9 @@ import type { Limits } from '../../domain/plans'
 import { type BanRule, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
+/** Try counts held at once (countTry); the oldest is forgotten first. */
+const TRIES_KEPT = 10_000
+
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
   maxAddresses: number
@@ -37,6 +40,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   private currentAddresses = new Map<string, Subject>()
   private previousAddresses = new Map<string, Subject>()
   private readonly saved: Map<string, SavedBucket>
+  private readonly tries = new Map<string, { count: number; firstAt: number }>()
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -91,6 +95,22 @@ export class MemoryLimiterBackend implements LimiterBackend {
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
     return { minute: { ...subject.minute }, day: { ...subject.day }, now }
+  }
+
+  /** At most TRIES_KEPT counts at once, each forgotten `keepMs` after its first try. */
+  countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
+    const id = `${group} ${tryId}`
+    let entry = this.tries.get(id)
+    if (entry && now - entry.firstAt >= keepMs) {
+      this.tries.delete(id)
+      entry = undefined
+    }
+    if (!entry) {
+      if (this.tries.size >= TRIES_KEPT) this.tries.delete(this.tries.keys().next().value!)
+      entry = { count: 0, firstAt: now }
+      this.tries.set(id, entry)
+    }
+    return ++entry.count
   }
 
   /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
