@@ -20,11 +20,11 @@ import { LIMITER_DOWN, rateLimitHeaders, refusal } from './gate'
 import { answerWith, type RequestInfo } from './request-context'
 
 /** The statuses a request may force, where its operation documents them. */
-export const FORCEABLE = [404, 429, 500, 503]
-export const DELAY_MAX_MS = 10_000
-export const FAIL_MAX = 100
+const FORCEABLE = [404, 429, 500, 503]
+const DELAY_MAX_MS = 10_000
+const FAIL_MAX = 100
 /** Delayed answers one key may have waiting at once: a delay holds a connection, and a forced one spends no token. */
-export const DELAYS_PER_KEY = 100
+const DELAYS_PER_KEY = 100
 /** How long a count of tries (fail=N) is kept after its first try. */
 const TRIES_KEPT_MS = 60 * 60 * 1000
 
@@ -46,7 +46,7 @@ interface Plan {
 }
 
 /** The statuses `code` may force for an operation: the forceable ones it documents. */
-export function forceableCodes(documented: number[]): number[] {
+function forceableCodes(documented: number[]): number[] {
   return FORCEABLE.filter((status) => documented.includes(status))
 }
 
@@ -70,7 +70,7 @@ function codeFor(operationId: string, documented: number[], value: string | unde
  * `fail=N; code=C` is RFC 7240's reading (code a parameter of fail); `fail=N, code=C`, two preferences,
  * is read alike. A fail without a code fails with 503.
  */
-export function planOf(header: string, operationId: string, documented: number[], idempotencyKey: string | null): Plan | undefined {
+function planOf(header: string, operationId: string, documented: number[], idempotencyKey: string | null): Plan | undefined {
   let preferences: Map<string, Preference>
   try {
     preferences = parsePrefer(header)

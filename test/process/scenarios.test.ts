@@ -236,6 +236,23 @@ describe('delay=MS', () => {
     expect(remaining(await fetch(`${server.base}/pets`, { headers: auth(keys.key!) }))).toBe(8)
   })
 
+  test('one key may have 100 delayed answers waiting at once; one more is a 503 at once', async () => {
+    const { server, keys } = await staging({ key: 10 })
+    const send = (value: string) => fetch(`${server.base}/pets`, { headers: prefer(keys.key!, value) })
+    const waiting = Array.from({ length: 100 }, () => send('code=429, delay=10000'))
+    // Once all 100 wait, a probe is refused without waiting; forced probes spend nothing meanwhile.
+    let refused: Response | undefined
+    await eventually(async () => {
+      const probe = await send('code=429, delay=1')
+      if (probe.status === 503) refused = probe
+      return refused !== undefined
+    }, 9_000)
+    expect(await refused!.json()).toMatchObject({ code: 'unavailable', status: 503 })
+    expect(refused!.headers.get('retry-after')).toBe('1')
+    expect((await Promise.all(waiting)).every((answer) => answer.status === 429)).toBe(true)
+    expect((await send('code=429, delay=1')).status).toBe(429)
+  })
+
   test('a client that goes during the delay costs nothing: no pet, no token, a 499 in the log', async () => {
     const { server, keys } = await staging({ key: 100 })
     const body = JSON.stringify({ name: 'Never', categoryId: 1 })
