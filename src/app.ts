@@ -26,6 +26,7 @@ import { UsageCounter } from './observability/usage'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
+import { scenarios } from './plugins/scenarios'
 import { type RequestInfo, requestContext, requestInfo, routedPath } from './plugins/request-context'
 import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
 import type { PetWriter, SavedBucket, Storage } from './domain/repositories'
@@ -160,6 +161,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
+        scenario: config.scenarios ? scenarios({ limiter, routes }) : undefined,
       }),
     )
     .use(
@@ -196,6 +198,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         version: VERSION,
         notReady,
         metrics: config.metricsAddress ? null : answerMetrics,
+        scenarios: config.scenarios,
       }),
     )
     .use(api)

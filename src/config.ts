@@ -62,6 +62,8 @@ export interface Config {
   readonly shutdownGraceMs: number
   /** Days per-key usage is kept by the minute, and by the hour (docs/usage.md). */
   readonly usageRetention: UsageRetention
+  /** Whether an authenticated request's `Prefer` may force an answer (plugins/scenarios.ts): staging's default. */
+  readonly scenarios: boolean
 }
 
 export interface UsageRetention {
@@ -96,6 +98,7 @@ export interface ConfigInput {
   limiterFallback?: string
   usageMinutesDays?: string
   usageHoursDays?: string
+  scenarios?: string
 }
 
 type Environment = Record<string, string | undefined>
@@ -188,6 +191,14 @@ function parseFallback(input: ConfigInput, environment: Environment, withRedis: 
   if (!withRedis) throw new ConfigError(`${name} applies only with --redis-url`)
   if (value !== 'closed' && value !== 'local') throw new ConfigError(`${name} must be closed or local, not "${value.slice(0, 40)}"`)
   return value
+}
+
+/** on or off, from --scenarios or PETSTORE_SCENARIOS; on in staging and off in production by default. */
+function parseScenarios(input: ConfigInput, environment: Environment, env: EnvName): boolean {
+  const { name, value } = fromFlagOrVariable('--scenarios', input.scenarios, 'PETSTORE_SCENARIOS', environment)
+  if (value === undefined) return env === 'staging'
+  if (value !== 'on' && value !== 'off') throw new ConfigError(`${name} must be on or off, not "${value.slice(0, 40)}"`)
+  return value === 'on'
 }
 
 function splitList(value: string | undefined): string[] {
@@ -313,6 +324,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     maxTrackedAddresses: 100_000,
     shutdownGraceMs: 10_000,
     usageRetention: parseUsageRetention(input, environment),
+    scenarios: parseScenarios(input, environment, env),
   })
 }
 

@@ -100,6 +100,7 @@ export function configInput(values: Record<string, unknown>): ConfigInput {
     limiterFallback: values['limiter-fallback'] as string | undefined,
     usageMinutesDays: values['usage-minutes-days'] as string | undefined,
     usageHoursDays: values['usage-hours-days'] as string | undefined,
+    scenarios: values.scenarios as string | undefined,
   }
 }
 

@@ -31,7 +31,9 @@ ${COMMON}
   --ban-seconds N            length of a ban (default 600)
   --no-access-log            do not write the per-request JSON lines to stdout
   --usage-minutes-days N     days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)
-  --usage-hours-days N       days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)`
+  --usage-hours-days N       days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)
+  --scenarios on|off         let authenticated requests force answers with Prefer: code=429, delay=MS,
+                             fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)`
 
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
@@ -51,6 +53,7 @@ export async function serve(args: string[]): Promise<number> {
       'limiter-fallback': { type: 'string' },
       'usage-minutes-days': { type: 'string' },
       'usage-hours-days': { type: 'string' },
+      scenarios: { type: 'string' },
     },
     USAGE,
   )
@@ -95,6 +98,7 @@ function startupLine(server: Server): string {
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
     (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
+    `, scenarios ${config.scenarios ? 'on (Prefer: code, delay, fail)' : 'off'}` +
     (isLoopback(config.host) ? '\npetstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network, best behind a TLS proxy (deploy/)' : '')
   )
 }

@@ -39,6 +39,7 @@ export class ApiError extends Error {
 export const badRequest = (message: string) => new ApiError(400, 'invalid_request', message)
 export const notFound = (message = 'The requested resource could not be found.') =>
   new ApiError(404, 'not_found', message)
+export const petNotFound = (petId: string) => notFound(`No pet with id ${petId}.`)
 export const methodNotAllowed = (allow: string[]) =>
   new ApiError(405, 'method_not_allowed', `Method not allowed here; use ${allow.join(', ')}.`, {
     allow: allow.join(', '),

@@ -1,6 +1,7 @@
 /**
  * What the app's routes say about themselves, read once after the app is built: each route's
- * operationId (for logs and metrics) and the methods each path allows (for 405 and its Allow header).
+ * operationId (for logs and metrics), the statuses it documents (for answers forced on request), and
+ * the methods each path allows (for 405 and its Allow header).
  */
 export interface RouteInfo {
   method: string
@@ -10,16 +11,19 @@ export interface RouteInfo {
 
 export class RouteTable {
   private readonly operations = new Map<string, Map<string, string>>()
-  private readonly entries: { pattern: RegExp; methods: string[] }[] = []
+  private readonly entries: { pattern: RegExp; methods: string[]; operations: Map<string, string> }[] = []
+  private readonly statuses = new Map<string, number[]>()
 
   /** Filled once every route exists, before the server listens. */
   read(routes: RouteInfo[]): void {
     const byPath = new Map<string, Set<string>>()
     for (const route of routes) {
-      const operationId = (route.hooks as { detail?: { operationId?: string } } | undefined)?.detail?.operationId
+      const detail = (route.hooks as { detail?: { operationId?: string; responses?: object } } | undefined)?.detail
+      const operationId = detail?.operationId
       if (operationId) {
         if (!this.operations.has(route.path)) this.operations.set(route.path, new Map())
         this.operations.get(route.path)!.set(route.method, operationId)
+        this.statuses.set(operationId, Object.keys(detail.responses ?? {}).map(Number))
       }
       if (route.method === 'OPTIONS' || route.method === 'ALL' || route.path.includes('*')) continue
       if (!byPath.has(route.path)) byPath.set(route.path, new Set())
@@ -29,7 +33,18 @@ export class RouteTable {
       this.entries.push({
         pattern: new RegExp(`^${path.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/:[^/]+/g, '[^/]+')}/?$`),
         methods: [...methods].sort(),
+        operations: this.operations.get(path) ?? new Map(),
       })
+  }
+
+  /** The operationId served for a method at a path (not a route pattern), or undefined when none is. */
+  operationAt(method: string, path: string): string | undefined {
+    return this.entries.find((entry) => entry.pattern.test(path))?.operations.get(method === 'HEAD' ? 'GET' : method)
+  }
+
+  /** The response statuses an operation documents. */
+  documentedStatuses(operationId: string): number[] {
+    return this.statuses.get(operationId) ?? []
   }
 
   /** The operationId of the route matched, or 'unmatched'. A HEAD request is answered by the GET route. */

@@ -28,6 +28,13 @@ export interface TakeResult {
   now: number
 }
 
+/** A subject's buckets brought up to `now`, as a take would find them; nothing taken or recorded. */
+export interface PeekResult {
+  minute: Bucket
+  day: Bucket
+  now: number
+}
+
 /**
  * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
  * process) and with a promise when it cannot (Redis); its callers handle both the same way.
@@ -40,6 +47,15 @@ export interface LimiterBackend {
    * before the next take.
    */
   take(subject: string, limits: Limits, isKey: boolean, now?: number): TakeResult | Promise<TakeResult>
+  /** The subject's buckets as the next take would find them, changing nothing a take would decide by. */
+  peek(subject: string, limits: Limits, isKey: boolean, now?: number): PeekResult | Promise<PeekResult>
+  /**
+   * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id,
+   * for answers forced on request) and returns its number, 1 for the first; a count lives at least
+   * `keepMs` after its first try. A backend shared by instances shares the counts. Takes no token and
+   * counts toward nothing else.
+   */
+  countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
   /**
    * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
    * reset among all resets: a backend shared by instances applies each once, however many instances

@@ -10,10 +10,11 @@ import {
   type LimiterBackend,
   LimiterUnavailableError,
   type LimitShapes,
+  type PeekResult,
   shapesOf,
   type TakeResult,
 } from './backend'
-import { msUntilFull, msUntilToken } from './token-bucket'
+import { fullBucket, msUntilFull, msUntilToken } from './token-bucket'
 import type { Limits } from '../domain/plans'
 import type { SavedBucket } from '../domain/repositories'
 
@@ -108,6 +109,43 @@ export class RateLimiter {
     )
   }
 
+  /**
+   * The subject's quota as it stands, nothing taken: what an answer that spends no token reports. Rejects
+   * with LimiterUnavailableError when a shared backend does not answer, whichever the fallback.
+   */
+  peek(subjectId: string, limits: Limits, isKey: boolean): Quota | Promise<Quota> {
+    const peeked = this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+    const quota = (state: PeekResult) => quotaOf(state, shapesOf(limits), state.now)
+    return peeked instanceof Promise ? peeked.then(quota) : quota(peeked)
+  }
+
+  /**
+   * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
+   * while a shared backend does not answer and the fallback is local.
+   */
+  countTry(group: string, id: string, keepMs: number): number | Promise<number> {
+    const now = this.options.now?.()
+    const counted = this.backend.countTry(group, id, keepMs, now)
+    if (!(counted instanceof Promise) || !this.local) return counted
+    const local = this.local
+    return counted.catch((error: unknown) => {
+      if (!(error instanceof LimiterUnavailableError)) throw error
+      return local.countTry(group, id, keepMs, now)
+    })
+  }
+
+  /**
+   * The refusal a request would get with the minute bucket empty (and the day bucket full), worked out
+   * as every refusal is; nothing is taken or recorded. For answers forced on request (plugins/scenarios.ts).
+   */
+  exhausted(limits: Limits): Extract<Decision, { allowed: false }> {
+    const now = this.options.now?.() ?? Date.now()
+    const shape = shapesOf(limits)
+    const empty = { tokens: 0, updatedAt: now }
+    const taken = { allowed: false, minute: empty, day: fullBucket(shape.day, now), bannedUntil: 0, bannedNow: false, now }
+    return this.decide(taken, limits) as Extract<Decision, { allowed: false }>
+  }
+
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */
   unsavedDayBuckets(): Map<string, SavedBucket> {
     return this.memory?.unsavedDayBuckets() ?? new Map()
@@ -182,7 +220,7 @@ function msUntilTokens(taken: TakeResult, shape: LimitShapes): number {
   return Math.max(msUntilToken(taken.minute, shape.minute), msUntilToken(taken.day, shape.day))
 }
 
-function quotaOf(taken: TakeResult, shape: LimitShapes, now: number): Quota {
+function quotaOf(taken: Pick<TakeResult, 'minute' | 'day'>, shape: LimitShapes, now: number): Quota {
   const useMinute = Math.floor(taken.minute.tokens) <= Math.floor(taken.day.tokens)
   const bucket = useMinute ? taken.minute : taken.day
   const bucketShape = useMinute ? shape.minute : shape.day

@@ -21,8 +21,9 @@ const EXPOSED = [
   'Deprecation',
   'Sunset',
   'Idempotent-Replayed',
+  'Preference-Applied',
 ].join(', ')
-const ALLOWED_HEADERS = 'Authorization, Content-Type, Idempotency-Key, X-Request-Id'
+const ALLOWED_HEADERS = 'Authorization, Content-Type, Idempotency-Key, Prefer, X-Request-Id'
 
 export function isPreflight(request: Request): boolean {
   return request.method === 'OPTIONS' && request.headers.has('access-control-request-method')

@@ -23,6 +23,8 @@ export interface GateOptions {
   corsEnabled: boolean
   now: () => number
   onBan: (subject: string, seconds: number) => void
+  /** Answers forced by the request's Prefer (plugins/scenarios.ts), once the key is found; absent when off. */
+  scenario?: (key: ActiveKey, request: Request, set: HookContext['set'], info: RequestInfo) => Promise<string | undefined> | undefined
 }
 
 const REALM = 'Bearer realm="petstore"'
@@ -39,7 +41,7 @@ const refusals = new Map<string, ApiError>()
  * The shared limiter (Redis) does not answer: plans are entitlements and the address bucket is what
  * stops key guessing, so the request is refused rather than let through unlimited.
  */
-const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
+export const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
   'retry-after': '1',
 })
 
@@ -54,7 +56,7 @@ function policyOf(limits: Limits): string {
   return policy
 }
 
-function rateLimitHeaders(headers: Record<string, unknown>, limits: Limits, quota: Quota): void {
+export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limits, quota: Quota): void {
   headers['x-ratelimit-limit'] = String(quota.limit)
   headers['x-ratelimit-remaining'] = String(quota.remaining)
   headers['x-ratelimit-reset'] = String(quota.resetAt)
@@ -62,7 +64,7 @@ function rateLimitHeaders(headers: Record<string, unknown>, limits: Limits, quot
   headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
 }
 
-function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>): ApiError {
+export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>): ApiError {
   const id = `${reason} ${retryAfter}`
   let error = refusals.get(id)
   if (!error) {
@@ -88,7 +90,7 @@ export function verifiedKey(info: RequestInfo): ActiveKey {
 
 /** The gate as a hook of the instance that uses it (`scoped`): the API, and every route it holds. */
 export function gate(options: GateOptions) {
-  const { keys, limiter, metrics, corsEnabled, now, onBan } = options
+  const { keys, limiter, metrics, corsEnabled, now, onBan, scenario } = options
 
   /** Applies a decision: the rate-limit fields, the key for the handler, and the refusal if any. */
   const judge = (
@@ -129,9 +131,17 @@ export function gate(options: GateOptions) {
     let key = token ? keys.find(token) : undefined
     let refused: ApiError | undefined
     try {
-      let decision = await limiter.check(key ? key.subject : info.addressSubject, key ? key.limits : PLAN_LIMITS.free, key !== undefined)
-      if (!key && token && decision.allowed && (key = await keys.findLate(token))) decision = await limiter.check(key.subject, key.limits, true)
-      refused = judge(set, info, token, key, key ? key.limits : PLAN_LIMITS.free, decision)
+      let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free, false)
+      if (decision?.allowed && token) key = await keys.findLate(token)
+      if (key) {
+        const forced = scenario?.(key, request, set, info)
+        if (forced) {
+          const body = await forced
+          if (body !== undefined) return body
+        }
+        decision = await limiter.check(key.subject, key.limits, true)
+      }
+      refused = judge(set, info, token, key, key ? key.limits : PLAN_LIMITS.free, decision!)
     } catch (error) {
       if (!(error instanceof LimiterUnavailableError)) throw error
       refused = LIMITER_DOWN

@@ -51,6 +51,31 @@ function conformance(makeLimiter: () => Make) {
     expect(refused.quota.window).toBe('day')
   })
 
+  test('peek says the quota a request would see, taking nothing; a subject not seen, or seen with other limits, is full', async () => {
+    const { limiter, check, run, advance, start } = make()
+    const peek = (subject = 'key:a', limits = FREE) => Promise.resolve(limiter.peek(subject, limits, true))
+    expect(await peek('key:new')).toEqual({ window: 'minute', limit: 60, remaining: 60, resetAt: start / 1000, resetIn: 0 })
+    await run(10)
+    const peeked = await peek()
+    expect(peeked).toEqual({ window: 'minute', limit: 60, remaining: 50, resetAt: start / 1000 + 10, resetIn: 10 })
+    expect(await peek()).toEqual(peeked)
+    advance(2_000)
+    expect((await peek()).remaining).toBe(52)
+    expect((await check()).quota.remaining).toBe(51)
+    expect((await peek('key:a', { rpm: 5, rpd: 50 })).remaining).toBe(5)
+  })
+
+  test('countTry numbers the tries under an id within its group, and starts afresh once the count is kept no more', async () => {
+    const { limiter, check, advance } = make()
+    const count = (group: string, id: string) => Promise.resolve(limiter.countTry(group, id, 1_000))
+    expect([await count('k1', 'a'), await count('k1', 'a'), await count('k1', 'b'), await count('k2', 'a'), await count('k1', 'a')]).toEqual([1, 2, 1, 1, 3])
+    expect((await check()).quota.remaining).toBe(59)
+    // The process forgets by the injected clock, Redis by its own (real time must pass for it): both after keepMs.
+    advance(1_000)
+    await Bun.sleep(1_100)
+    expect(await count('k1', 'a')).toBe(1)
+  })
+
   test('a request needs a token in both buckets, and a refusal takes none', async () => {
     const { check, run, advance } = make()
     const limits = { rpm: 2, rpd: 3 }

@@ -6,8 +6,11 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
+
+/** Try counts held at once (countTry); the oldest is forgotten first. */
+const TRIES_KEPT = 10_000
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -37,6 +40,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   private currentAddresses = new Map<string, Subject>()
   private previousAddresses = new Map<string, Subject>()
   private readonly saved: Map<string, SavedBucket>
+  private readonly tries = new Map<string, { count: number; firstAt: number }>()
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -82,6 +86,31 @@ export class MemoryLimiterBackend implements LimiterBackend {
     }
     result.bannedUntil = subject.bannedUntil
     return result
+  }
+
+  /** Refilling is what any take would do first; a subject seen for the first time starts as a take would start it. */
+  peek(id: string, limits: Limits, isKey: boolean, now: number = Date.now()): PeekResult {
+    const subject = this.subject(id, limits, isKey, now)
+    const shape = shapesOf(subject.limits)
+    refill(subject.minute, shape.minute, now)
+    refill(subject.day, shape.day, now)
+    return { minute: { ...subject.minute }, day: { ...subject.day }, now }
+  }
+
+  /** At most TRIES_KEPT counts at once, each forgotten `keepMs` after its first try. */
+  countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
+    const id = `${group} ${tryId}`
+    let entry = this.tries.get(id)
+    if (entry && now - entry.firstAt >= keepMs) {
+      this.tries.delete(id)
+      entry = undefined
+    }
+    if (!entry) {
+      if (this.tries.size >= TRIES_KEPT) this.tries.delete(this.tries.keys().next().value!)
+      entry = { count: 0, firstAt: now }
+      this.tries.set(id, entry)
+    }
+    return ++entry.count
   }
 
   /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */

@@ -16,8 +16,9 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, LimiterUnavailableError, type TakeResult } from '../backend'
-import { FORGET_SCRIPT, LIMITER_SCRIPT, UNDO_SCRIPT } from './script'
+import { type BanRule, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult } from '../backend'
+import { fullBucket, refill } from '../token-bucket'
+import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
 
 export interface RedisBackendOptions {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
@@ -44,7 +45,9 @@ interface Taken {
 }
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
-const SCRIPTS = [LIMITER_SCRIPT, UNDO_SCRIPT, FORGET_SCRIPT]
+const SCRIPTS = [LIMITER_SCRIPT, PEEK_SCRIPT, COUNT_SCRIPT, UNDO_SCRIPT, FORGET_SCRIPT]
+/** Try ids one API key may hold in Redis at once (COUNT_SCRIPT). */
+const TRIES_PER_KEY = 1_000
 const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
@@ -99,6 +102,31 @@ export class RedisLimiterBackend implements LimiterBackend {
     const giveUpAt = performance.now() + this.timeoutMs
     const taken = this.runTake(subject, limits, isKey, now, giveUpAt)
     return this.bounded(taken, giveUpAt, (late) => this.undo(late)).then(({ result }) => result)
+  }
+
+  /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
+  peek(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<PeekResult> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(subject).slice(0, 1), []))
+    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt]) => {
+      const at = now ?? Number(clock)
+      const shape = shapesOf(limits)
+      if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
+        return { minute: fullBucket(shape.minute, at), day: fullBucket(shape.day, at), now: at }
+      const minute = { tokens: Number(m), updatedAt: Number(mt) }
+      const day = { tokens: Number(d), updatedAt: Number(dt) }
+      refill(minute, shape.minute, at)
+      refill(day, shape.day, at)
+      return { minute, day, now: at }
+    })
+  }
+
+  /** A group's tries share one hash; a count lives at least keepMs after its first try, by Redis's clock. */
+  countTry(group: string, id: string, keepMs: number): Promise<number> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    const keys = [`${this.prefix}t:${group}`]
+    const work = this.connected(giveUpAt).then(() => this.evaluate<number>(COUNT_SCRIPT, keys, [id, String(keepMs), String(TRIES_PER_KEY)]))
+    return this.bounded(work, giveUpAt)
   }
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */

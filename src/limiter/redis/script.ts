@@ -1,6 +1,7 @@
 /**
  * The Lua scripts the Redis backend runs, so that each step is atomic however many instances share a
- * subject: TAKE_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), UNDO_SCRIPT
+ * subject: TAKE_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), PEEK_SCRIPT to read
+ * a subject's buckets without taking, COUNT_SCRIPT for tries counted on request, UNDO_SCRIPT
  * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
  * take repeats token-bucket.ts and memory/backend.ts with the same floating-point operations in the same
  * order, so it reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the
@@ -153,6 +154,36 @@ if last then
   redis.call('PEXPIREAT', KEYS[1], expireAt, 'GT')
 end
 return 1
+`
+
+/**
+ * A subject's state as the next take would read it, and Redis's clock; changes nothing.
+ * KEYS: the subject's hash. Answers {clock, rpm, rpd, m, mt, d, dt}, absent fields as ''.
+ */
+export const PEEK_SCRIPT = `
+local time = redis.call('TIME')
+local clock = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
+local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt')
+for i = 1, 6 do state[i] = state[i] or '' end
+return {string.format('%.17g', clock), state[1], state[2], state[3], state[4], state[5], state[6]}
+`
+
+/**
+ * One more try under an id (countTry): the ids of one API key share a hash, which lives KEEP ms after
+ * the last first try it took and is started afresh once it holds more than MAX ids, so Redis's memory
+ * stays bounded however many Idempotency-Keys a client makes up.
+ * KEYS: the API key's hash of tries. ARGV: the id within it, KEEP, MAX. Answers the try's number.
+ */
+export const COUNT_SCRIPT = `
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+if n == 1 then
+  if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[3]) then
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return n
 `
 
 /**

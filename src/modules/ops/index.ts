@@ -9,7 +9,8 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
-import { type AnyElysia, components, schemaComponents } from '../../http/openapi'
+import { type AnyElysia, components, errorResponses, schemaComponents } from '../../http/openapi'
+import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
 export interface OpsModuleOptions {
@@ -22,6 +23,8 @@ export interface OpsModuleOptions {
   notReady: () => Promise<string | null>
   /** The /metrics answer, or null when the metrics are served on a listener of their own. */
   metrics: ((request: Request) => Response) | null
+  /** Whether requests may force answers with Prefer: then every operation describes the header. */
+  scenarios: boolean
 }
 
 const INFO = {
@@ -40,12 +43,20 @@ function hidden(operationId: string) {
 export function buildDocument(options: OpsModuleOptions) {
   const api = options.api()
   const generated = toOpenAPISchema(api)
-  // The generator replaces a route's own path parameters with untyped strings; put the typed ones back.
+  // The generator replaces a route's own path parameters with untyped strings; put the typed ones back,
+  // and Prefer's scenarios beside them when they are on.
   for (const route of api.routes) {
-    const parameters = (route.hooks as { detail?: { parameters?: unknown[] } })?.detail?.parameters
-    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[] }>
+    const detail = (route.hooks as { detail?: { parameters?: { name: string }[]; responses?: object } })?.detail
+    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[]; responses?: object }>
     const operation = item?.[route.method.toLowerCase()]
-    if (parameters && operation) operation.parameters = parameters
+    if (!operation) continue
+    if (detail?.parameters) operation.parameters = detail.parameters
+    if (options.scenarios && detail?.responses) {
+      const takesIdempotencyKey = detail.parameters?.some((parameter) => parameter.name === 'Idempotency-Key') ?? false
+      operation.parameters = [...(operation.parameters ?? []), preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey)]
+      // A Prefer the server cannot honour is a 400 on any operation.
+      operation.responses = Object.fromEntries(Object.entries({ ...errorResponses([400]), ...operation.responses }).sort())
+    }
   }
   const paths = Object.fromEntries(
     Object.entries(generated.paths)

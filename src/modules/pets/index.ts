@@ -3,12 +3,13 @@
  * query, path and body value before the service sees it.
  */
 import { Elysia } from 'elysia'
-import { badRequest, ClientClosedError, notFound } from '../../http/api-errors'
+import { badRequest, ClientClosedError, petNotFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
 import { verifiedKey } from '../../plugins/gate'
 import { type RequestInfo, requestInfo } from '../../plugins/request-context'
+import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
 import { NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
@@ -26,7 +27,6 @@ const JSON_TYPE = 'application/json'
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
 const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
-const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 const INT64_MAX = 9223372036854775807n
 
 /** The operation deprecated, as its calls are counted (usage, /metrics). */
@@ -105,7 +105,7 @@ export function petsModule(options: PetsModuleOptions) {
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl, query, page.nextAfterId)
   }
   const answerPet = (set: Answer['set'], petId: string, json: string | null) => {
-    if (json === null) throw notFound(`No pet with id ${petId}.`)
+    if (json === null) throw petNotFound(petId)
     set.headers['content-type'] = JSON_TYPE
   }
   /**
@@ -159,7 +159,7 @@ export function petsModule(options: PetsModuleOptions) {
       async ({ request, info, set }) => {
         const idempotencyKey = request.headers.get('idempotency-key')
         if (idempotencyKey !== null && !IDEMPOTENCY_KEY.test(idempotencyKey))
-          throw badRequest('Idempotency-Key: must be 1 to 255 visible ASCII characters')
+          throw badRequest(`Idempotency-Key: ${IDEMPOTENCY_KEY_RULE}`)
         const pet = parseNewPet(await readJsonBody(request, maxBodyBytes))
         const created = await service.create(
           pet,

@@ -1,0 +1,249 @@
+/**
+ * Answers on request, so a client's retry, backoff and timeout code can be tried against a real server
+ * (docs/scenarios.md). With scenarios on, an authenticated request's `Prefer` (RFC 7240) may ask for
+ * `code=N` (the operation's documented 404, 429, 500 or 503, as a real one looks), `delay=MS`, and
+ * `fail=N` (the first N tries under an Idempotency-Key get the code, later ones go through). Prism's
+ * `code` keeps Prism's meaning; preferences not known here are ignored, as RFC 7240 says.
+ *
+ * The gate calls the scenario once it has found the key and before the limiter: a forced answer spends
+ * no token and counts toward no ban, and it is built by the constructors the real answers use (the
+ * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`.
+ */
+import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
+import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
+import type { RouteTable } from '../http/routes'
+import { LimiterUnavailableError } from '../limiter/backend'
+import type { RateLimiter } from '../limiter/limiter'
+import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
+import type { ActiveKey } from '../modules/keys/service'
+import { LIMITER_DOWN, rateLimitHeaders, refusal } from './gate'
+import { answerWith, type RequestInfo } from './request-context'
+
+/** The statuses a request may force, where its operation documents them. */
+const FORCEABLE = [404, 429, 500, 503]
+const DELAY_MAX_MS = 10_000
+const FAIL_MAX = 100
+/** Delayed answers one key may have waiting at once: a delay holds a connection, and a forced one spends no token. */
+const DELAYS_PER_KEY = 100
+/** How long a count of tries (fail=N) is kept after its first try. */
+const TRIES_KEPT_MS = 60 * 60 * 1000
+
+type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
+
+export interface ScenarioOptions {
+  limiter: RateLimiter
+  /** Filled before the server listens; tells the operation of a request and what it documents. */
+  routes: Pick<RouteTable, 'operationAt' | 'documentedStatuses'>
+}
+
+/** What one request's Prefer asks of this operation, checked. */
+interface Plan {
+  /** The status to force on every try (no fail), or on the failing tries (with fail). */
+  code: number | undefined
+  delayMs: number | undefined
+  /** The first `tries` tries under `idempotencyKey` get `code`. */
+  fail: { tries: number; idempotencyKey: string } | undefined
+}
+
+/** The statuses `code` may force for an operation: the forceable ones it documents. */
+function forceableCodes(documented: number[]): number[] {
+  return FORCEABLE.filter((status) => documented.includes(status))
+}
+
+function integerIn(name: string, preference: Preference | undefined, min: number, max: number, unit = ''): number | undefined {
+  if (!preference) return undefined
+  const value = preference.value ?? ''
+  if (!/^\d{1,6}$/.test(value) || Number(value) < min || Number(value) > max)
+    throw badRequest(`Prefer ${name}: must be an integer from ${min} to ${max}${unit}, not "${value.slice(0, 40)}"`)
+  return Number(value)
+}
+
+function codeFor(operationId: string, documented: number[], value: string | undefined): number {
+  const allowed = forceableCodes(documented)
+  if (value === undefined || !/^\d{3}$/.test(value) || !allowed.includes(Number(value)))
+    throw badRequest(`Prefer code: must be one of ${allowed.join(', ')} for ${operationId}, not "${(value ?? '').slice(0, 40)}"`)
+  return Number(value)
+}
+
+/**
+ * Reads the preferences this server knows from a Prefer value; undefined when it names none of them.
+ * `fail=N; code=C` is RFC 7240's reading (code a parameter of fail); `fail=N, code=C`, two preferences,
+ * is read alike. A fail without a code fails with 503.
+ */
+function planOf(header: string, operationId: string, documented: number[], idempotencyKey: string | null): Plan | undefined {
+  let preferences: Map<string, Preference>
+  try {
+    preferences = parsePrefer(header)
+  } catch (error) {
+    if (error instanceof PreferSyntaxError) throw badRequest(`Prefer: ${error.message}`)
+    throw error
+  }
+  const code = preferences.get('code')
+  const fail = preferences.get('fail')
+  const delay = preferences.get('delay')
+  if (!code && !fail && !delay) return undefined
+  const delayMs = integerIn('delay', delay, 0, DELAY_MAX_MS, ' (milliseconds)')
+  if (!fail) return { code: code && codeFor(operationId, documented, code.value), delayMs, fail: undefined }
+
+  const tries = integerIn('fail', fail, 0, FAIL_MAX, ' (tries)')!
+  const ownCode = fail.params.get('code')
+  if (code && fail.params.has('code') && ownCode !== code.value)
+    throw badRequest('Prefer code: differs from the code parameter of fail; give one of them')
+  if (idempotencyKey === null) throw badRequest('Prefer fail: needs an Idempotency-Key header, under which the tries are counted')
+  if (!IDEMPOTENCY_KEY.test(idempotencyKey)) throw badRequest(`Idempotency-Key: ${IDEMPOTENCY_KEY_RULE}`)
+  const failCode = fail.params.has('code') ? ownCode : code ? code.value : '503'
+  return { code: codeFor(operationId, documented, failCode), delayMs, fail: { tries, idempotencyKey } }
+}
+
+/** Waits `ms`; rejects with ClientClosedError as soon as the client goes. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(new ClientClosedError())
+    const gone = () => {
+      clearTimeout(timer)
+      reject(new ClientClosedError())
+    }
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', gone)
+      resolve()
+    }, ms)
+    signal.addEventListener('abort', gone, { once: true })
+  })
+}
+
+/**
+ * What the limiter answers, or undefined when a shared one does not answer: the scenario then stands
+ * aside, and the gate answers as it does while the limiter is away.
+ */
+async function unlessLimiterDown<T>(work: T | Promise<T>): Promise<T | undefined> {
+  try {
+    return await work
+  } catch (error) {
+    if (error instanceof LimiterUnavailableError) return undefined
+    throw error
+  }
+}
+
+const TOO_MANY_DELAYS = new ApiError(
+  503,
+  'unavailable',
+  `At most ${DELAYS_PER_KEY} delayed answers (Prefer: delay) may wait at once for one key; retry when some have come.`,
+  { 'retry-after': '1' },
+)
+
+/**
+ * The scenario the gate runs for a request with a valid key: undefined at once without a Prefer header,
+ * else a promise of the forced answer's body, or of undefined for the request to go on (delayed, or
+ * as a try past its failures). A Prefer the server cannot honour is a 400 naming the preference.
+ */
+export function scenarios(options: ScenarioOptions) {
+  const { limiter, routes } = options
+  const waiting = new Map<string, number>()
+
+  async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<void> {
+    const count = waiting.get(key.id) ?? 0
+    if (count >= DELAYS_PER_KEY) throw TOO_MANY_DELAYS
+    waiting.set(key.id, count + 1)
+    try {
+      await pause(ms, signal)
+    } finally {
+      const left = waiting.get(key.id)! - 1
+      if (left === 0) waiting.delete(key.id)
+      else waiting.set(key.id, left)
+    }
+  }
+
+  /**
+   * `error` as the answer, with the key's rate-limit fields as they stand (nothing taken), as every
+   * answer under the base carries them; undefined when the shared limiter cannot say them.
+   */
+  async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
+    const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits, true))
+    if (quota === undefined) return undefined
+    rateLimitHeaders(set.headers, key.limits, quota)
+    return answerWith(set, info, error)
+  }
+
+  /** The real answer of that status, with the fields a real one carries; undefined when they cannot be read. */
+  function forced(status: number, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> | string {
+    // The limiter does not answer: no rate-limit fields, Retry-After 1.
+    if (status === 503) return answerWith(set, info, LIMITER_DOWN)
+    if (status === 429) {
+      const refused = limiter.exhausted(key.limits)
+      rateLimitHeaders(set.headers, key.limits, refused.quota)
+      return answerWith(set, info, refusal(refused))
+    }
+    return withQuota(status === 404 ? petNotFound(info.path.slice(info.path.lastIndexOf('/') + 1)) : internalError(), key, set, info)
+  }
+
+  async function run(key: ActiveKey, request: Request, header: string, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
+    const operationId = routes.operationAt(request.method, info.path)
+    if (operationId === undefined) return undefined
+    info.key = key
+    let plan: Plan | undefined
+    try {
+      plan = planOf(header, operationId, routes.documentedStatuses(operationId), request.headers.get('idempotency-key'))
+    } catch (error) {
+      // A Prefer that cannot be honoured is answered like every 400, rate-limit fields included; it spends no token.
+      if (!(error instanceof ApiError)) throw error
+      const body = await withQuota(error, key, set, info)
+      if (body === undefined) throw error
+      return body
+    }
+    if (!plan) return undefined
+    const applied: string[] = []
+    if (plan.delayMs !== undefined) {
+      await delayed(key, plan.delayMs, request.signal)
+      applied.push(`delay=${plan.delayMs}`)
+    }
+    let code = plan.code
+    if (plan.fail) {
+      // Counted with the rate limits (in Redis, shared by every instance, when they are there).
+      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+      if (tried === undefined) return undefined
+      applied.push(`fail=${plan.fail.tries}`)
+      if (tried > plan.fail.tries) code = undefined
+    }
+    if (code !== undefined) {
+      const body = await forced(code, key, set, info)
+      if (body === undefined) return undefined
+      applied.push(`code=${code}`)
+      set.headers['preference-applied'] = applied.join(', ')
+      return body
+    }
+    if (applied.length) set.headers['preference-applied'] = applied.join(', ')
+    return undefined
+  }
+
+  return function scenario(key: ActiveKey, request: Request, set: AnswerSet, info: RequestInfo): Promise<string | undefined> | undefined {
+    const header = request.headers.get('prefer')
+    return header === null ? undefined : run(key, request, header, set, info)
+  }
+}
+
+/**
+ * The `Prefer` parameter the OpenAPI document gives an operation when scenarios are on: a choice of
+ * the scenarios it supports. No default and no example, so the docs page's Try it out sends none
+ * unless one is picked (Swagger UI offers `--` first for an optional choice, and sends an example).
+ */
+export function preferParameter(documented: number[], takesIdempotencyKey: boolean) {
+  const codes = forceableCodes(documented)
+  const backoff = codes.includes(503) ? 503 : codes[0]
+  const choices = [
+    ...codes.map((code) => `code=${code}`),
+    'delay=2000',
+    `code=${backoff}, delay=2000`,
+    ...(takesIdempotencyKey && codes.includes(503) ? ['fail=2; code=503'] : []),
+  ]
+  return {
+    name: 'Prefer',
+    in: 'header',
+    required: false,
+    description:
+      'Scenarios (RFC 7240), on this server only: `code=N` answers this operation\'s documented N as a real one looks ' +
+      `(one of ${codes.join(', ')}; no token spent), \`delay=MS\` (0 to ${DELAY_MAX_MS}) answers that much later, ` +
+      '`fail=N; code=503` with an `Idempotency-Key` fails the first N tries. The answer names what it applied in ' +
+      '`Preference-Applied`. Leave it at `--` for the normal answer; unknown preferences are ignored.',
+    schema: { type: 'string', enum: choices },
+  }
+}
