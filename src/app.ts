@@ -45,6 +45,8 @@ export interface AppDeps {
   limiterBackend?: (rule: BanRule) => LimiterBackend
   /** Day buckets saved by the last run (storage.limiterState), for the in-process limiter. */
   savedLimits?: Map<string, SavedBucket>
+  /** Minute buckets handed over by the server this one took over from (serve --takeover). */
+  savedMinutes?: Map<string, SavedBucket>
   /** The embedded data file, watched for being replaced. */
   dataFile?: DataFileWatch
 }
@@ -59,6 +61,11 @@ export interface PetstoreApp {
   fault: StorageFault
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
+  /**
+   * From now on every answer carries `Connection: close`: a server handing over to another lets its
+   * kept-alive clients go after their current answer, so they reconnect to the new one.
+   */
+  closeConnections(): void
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -87,6 +94,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         'bucket and ban; have the proxy set it (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
     )
   }
+  let closingConnections = false
   const metrics = new Metrics()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
@@ -109,6 +117,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         ),
     },
     deps.savedLimits,
+    deps.savedMinutes,
   )
   const fault = new StorageFault(deps.dataFile, warn)
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
@@ -176,6 +185,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       }),
     )
     .use(cors(config.corsOrigins))
+    .onRequest(({ set }) => {
+      if (closingConnections) set.headers.connection = 'close'
+    })
     .use(
       opsModule({
         api: () => app,
@@ -197,6 +209,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     pets,
     fault,
     answerMetrics,
+    closeConnections: () => {
+      closingConnections = true
+    },
     finishWrites: () => pets.close(),
     async close() {
       await limiter.close()

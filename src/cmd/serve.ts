@@ -1,7 +1,8 @@
 /**
  * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
  * and its stop on SIGTERM or SIGINT: in-flight requests drain for up to the grace period, then the
- * process exits (0, or 1 when storage did not take the last writes in time).
+ * process exits (0, or 1 when storage did not take the last writes in time). SIGUSR2 is the same stop
+ * asked by a server started with --takeover, which hands the rate-limit state on (server.ts).
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
@@ -27,7 +28,9 @@ ${COMMON}
                              per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
   --ban-after N              429s within a minute before a ban (default 50)
   --ban-seconds N            length of a ban (default 600)
-  --no-access-log            do not write the per-request JSON lines to stdout`
+  --no-access-log            do not write the per-request JSON lines to stdout
+  --takeover                 take over from the server running on the same data file and port,
+                             refusing no request (Linux; see docs/upgrading.md)`
 
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
@@ -45,6 +48,7 @@ export async function serve(args: string[]): Promise<number> {
       'no-access-log': { type: 'boolean' },
       'database-pool': { type: 'string' },
       'limiter-fallback': { type: 'string' },
+      takeover: { type: 'boolean' },
     },
     USAGE,
   )
@@ -52,13 +56,15 @@ export async function serve(args: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
   const config = asUsageError(() => resolveConfig(configInput(values)), USAGE)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop: (reason: string, code?: number) => unknown = (reason) => {
+  let stop: (reason: string, code?: number, handOver?: boolean) => unknown = (reason) => {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
   process.on('SIGTERM', () => stop('SIGTERM received'))
   process.on('SIGINT', () => stop('SIGINT received'))
+  process.on('SIGUSR2', () => stop('SIGUSR2 received: handing over to the server taking over', 0, true))
   const server = await Server.start(config, {
+    takeover: values.takeover === true,
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
@@ -69,11 +75,12 @@ export async function serve(args: string[]): Promise<number> {
   console.error(startupLine(server))
 
   let stopping = false
-  stop = async (reason: string, code = 0) => {
+  stop = async (reason: string, code = 0, handOver = false) => {
     if (stopping) return
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
-    if (!(await server.stop(server.config.shutdownGraceMs))) {
+    const grace = server.config.shutdownGraceMs
+    if (!(await (handOver ? server.handOver(grace) : server.stop(grace)))) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
     }
