@@ -109,7 +109,7 @@ describe('serve --takeover', () => {
       expect(refused.listened).toBe(false)
       expect(refused.code).toBe(1)
       expect(refused.stderr.trimEnd().split('\n')).toEqual([
-        expect.stringMatching(/^petstore: cannot take over: .* was written by a newer petstore \(schema 999\).*; the running server keeps serving$/),
+        expect.stringMatching(/^petstore: cannot take over: .* was written by a newer petstore \(schema 999, .*; the running server keeps serving$/),
       ])
     } finally {
       db.run(`PRAGMA user_version = ${version}`)
@@ -137,6 +137,34 @@ describe('serve --takeover', () => {
     expect(await first.stop()).toBe(0)
   })
 })
+
+describe('rolling back', () => {
+  test('an older binary refuses a newer schema in one line that says what to do', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const db = new Database(dataFile)
+    db.run('PRAGMA user_version = 999')
+    db.close()
+    const refused = await serveExpectingFailure(serveArgs(await unusedPort(), dataFile))
+    expect(refused.code).toBe(1)
+    expect(refused.stderr.trimEnd().split('\n')).toEqual([
+      `petstore: ${dataFile} was written by a newer petstore (schema 999, this one knows up to ${version()}); run that newer petstore, ` +
+        'or go back to this version by restoring the backup taken before the upgrade (petstore restore BACKUP, the server stopped; see docs/upgrading.md)',
+    ])
+  })
+})
+
+/** The schema this binary knows: the one a file it creates gets. */
+function version(): number {
+  const dataFile = join(tempDir(), 'fresh.db')
+  createKeyWithCli(dataFile, ['--plan', 'pro'])
+  const fresh = new Database(dataFile, { readonly: true })
+  try {
+    return fresh.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
+  } finally {
+    fresh.close()
+  }
+}
 
 describe('SIGTERM', () => {
   test('an idle server that has answered requests exits within a fraction of a second', async () => {
