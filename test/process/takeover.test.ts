@@ -8,7 +8,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { createKeyWithCli, tempDir } from '../support/binary'
-import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe, unusedPort } from './helpers'
+import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -93,6 +93,40 @@ describe('serve --takeover', () => {
     expect(more).toBeLessThan(60)
 
     expect(await next.stop()).toBe(0)
+  })
+
+  test('requests reaching the new server before it can serve wait for it, and are answered; the old one finishes its own', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    // In flight on the old server until the test sends the rest of its body: the old one cannot let
+    // the file go before it has answered it, so the new one must wait.
+    const slow = await startSlowPost(port, '/v1', key, { name: 'in flight', categoryId: 7 })
+    const next = spawnServe([...serveArgs(port, dataFile), '--takeover'])
+    await until(() => old.stderr().includes('SIGUSR2 received'))
+    // New connections, until one of them has waited half a second: the old server would have
+    // answered it at once, so the new one holds it.
+    const pending: { sent: number; done: boolean; answer: Promise<number> }[] = []
+    await until(() => {
+      if (pending.some((p) => !p.done && Date.now() - p.sent > 500)) return true
+      const entry = { sent: Date.now(), done: false, answer: Promise.resolve(0) }
+      entry.answer = fetch(`http://127.0.0.1:${port}/v1/pets`, { headers: auth(key, { connection: 'close' }), keepalive: false }).then(
+        (r) => ((entry.done = true), r.status),
+        (e: Error) => ((entry.done = true), Promise.reject(e)),
+      )
+      pending.push(entry)
+      return false
+    }, 15_000)
+    expect(old.proc.exitCode).toBeNull()
+    slow.finish()
+    expect((await slow.response).status).toBe(201)
+    expect(await old.proc.exited).toBe(0)
+    const server = await next
+    expect(await Promise.all(pending.map((p) => p.answer))).toEqual(pending.map(() => 200))
+    expect((await listAll(server.base, key)).map((pet) => pet.name)).toContain('in flight')
+    slow.close()
+    expect(await server.stop()).toBe(0)
   })
 
   test('a binary that cannot serve the file (its schema is newer) refuses in one line and leaves the old server serving', async () => {
