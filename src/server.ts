@@ -190,7 +190,8 @@ export class Server {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
     try {
-      if (!beside) freePort(config.host, config.port)
+      // A listener that does not share the port binds only while nothing else listens there.
+      if (!beside) void Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response() }).stop(true)
       petstore.app.listen({ hostname: config.host, port: config.port, reusePort: true, development: false })
       if (config.metricsAddress) {
         binding = `${hostInUrl(config.metricsAddress.host)}:${config.metricsAddress.port}`
@@ -210,19 +211,18 @@ export class Server {
 }
 
 /**
- * A port that is free now (a probe that does not share it binds it), or for `--port 0` one the system
- * picks, as it would for the listener itself: the app is built from a complete, read-only config, and
- * its links name the port it serves on, so the port is chosen before the app is built rather than read
- * back after listening.
+ * A port that is free now, for `--port 0`: the app is built from a complete, read-only config, and its
+ * links name the port it serves on, so the port is chosen before the app is built rather than read
+ * back after listening. The system picks it, as it would for the listener itself.
  */
-function freePort(host: string, port = 0): number {
+function freePort(host: string): number {
   try {
-    const probe = Bun.listen({ hostname: host, port, socket: { data() {} } })
-    const bound = probe.port
+    const probe = Bun.listen({ hostname: host, port: 0, socket: { data() {} } })
+    const { port } = probe
     probe.stop(true)
-    return bound
+    return port
   } catch (error) {
-    throw new ConfigError(`cannot listen on ${hostInUrl(host)}:${port}: ${(error as Error).message}`)
+    throw new ConfigError(`cannot listen on ${hostInUrl(host)}:0: ${(error as Error).message}`)
   }
 }
 
