@@ -107,6 +107,8 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
  */
 export function runningServerOf(config: Config, refused: (reason: string) => Error): number | null {
   const file = resolve(config.dataFile)
+  // A running server always has its lock file; without one (a first start) there is nothing to take over.
+  if (!existsSync(lockFileOf(file))) return null
   try {
     lockDataFile(file)?.release()
     return null
