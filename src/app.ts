@@ -62,10 +62,12 @@ export interface PetstoreApp {
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
-   * From now on every answer carries `Connection: close`: a server handing over to another lets its
-   * kept-alive clients go after their current answer, so they reconnect to the new one.
+   * From now on every answer carries `Connection: close`: a server about to stop lets its kept-alive
+   * clients (a proxy's cached connections too) go after their current answer, so that none sends a
+   * request on a connection just as the stop closes it. Returns the milliseconds since a request last
+   * arrived, which tell when its clients have gone quiet.
    */
-  closeConnections(): void
+  closeConnections(): () => number
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -95,6 +97,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     )
   }
   let closingConnections = false
+  let lastRequestAt = 0
   const metrics = new Metrics()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
@@ -186,7 +189,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     )
     .use(cors(config.corsOrigins))
     .onRequest(({ set }) => {
-      if (closingConnections) set.headers.connection = 'close'
+      if (!closingConnections) return
+      set.headers.connection = 'close'
+      lastRequestAt = performance.now()
     })
     .use(
       opsModule({
@@ -211,6 +216,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     answerMetrics,
     closeConnections: () => {
       closingConnections = true
+      lastRequestAt = performance.now()
+      return () => performance.now() - lastRequestAt
     },
     finishWrites: () => pets.close(),
     async close() {

@@ -11,7 +11,7 @@
  *  2. it listens beside the old one, holding the requests that reach it until it is ready;
  *  3. it sends SIGUSR2, a signal petstore has no other use for and that needs no socket or file
  *     protocol of its own: the old server answers every request from then on with
- *     `Connection: close` for HANDOVER_DRAIN_MS, so kept-alive clients leave after their current
+ *     `Connection: close` (see CLOSE_CONNECTIONS_MS), so kept-alive clients leave after their current
  *     answer, then stops as on SIGTERM (in-flight answers sent, day buckets saved), writes its minute
  *     buckets beside the data file, releases the lock and exits 0;
  *  4. the new server takes the lock (waiting for it, bounded), loads the state, listens with its app
@@ -44,8 +44,15 @@ export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>
 const STOP_SAVE_MS = 1_000
 /** How long a start waits for a shared limiter (Redis) before it says that it does not answer. */
 const REDIS_WAIT_MS = 3_000
-/** How long a server handing over keeps accepting while its answers ask kept-alive clients to leave. */
-const HANDOVER_DRAIN_MS = 1_000
+/**
+ * Before its listener closes, a server handing over answers with `Connection: close` until no request
+ * has arrived for QUIET_MS (at once, when idle), or for at most CLOSE_CONNECTIONS_MS under load: Bun
+ * closes idle kept-alive connections when the listener stops, and a request sent on one just then
+ * would be lost, where after a `Connection: close` its client connects again, to the new server. (On
+ * SIGTERM there is no new server to go to, so the stop does not wait for this.)
+ */
+const QUIET_MS = 50
+const CLOSE_CONNECTIONS_MS = 500
 
 export class Server {
   private metricsListener: ReturnType<typeof Bun.serve> | undefined
@@ -144,19 +151,16 @@ export class Server {
   }
 
   /**
-   * Stops for a server that takes over (see the header): kept-alive clients are asked to leave before
-   * the listener closes, and the minute buckets are handed over before the lock is released.
+   * Stops for a server that takes over (see the header): as stop, and the minute buckets are handed
+   * over before the lock is released.
    */
   handOver(graceMs: number): Promise<boolean> {
-    if (!this.stopped) {
-      this.handingOver = true
-      this.petstore.closeConnections()
-    }
+    if (!this.stopped) this.handingOver = true
     return this.stop(graceMs)
   }
 
   private async teardown(graceMs: number): Promise<boolean> {
-    if (this.handingOver) await Bun.sleep(HANDOVER_DRAIN_MS)
+    if (this.handingOver && this.petstore.app.server) await this.letConnectionsGo()
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {
@@ -178,6 +182,13 @@ export class Server {
       timer = setTimeout(() => resolve(false), Math.max(drainEnds - Date.now(), STOP_SAVE_MS))
     })
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
+  }
+
+  /** Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS). */
+  private async letConnectionsGo(): Promise<void> {
+    const idleMs = this.petstore.closeConnections()
+    const deadline = Date.now() + CLOSE_CONNECTIONS_MS
+    while (idleMs() < QUIET_MS && Date.now() < deadline) await Bun.sleep(10)
   }
 
   /**
@@ -290,7 +301,7 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
     void holding.stop(petstore === null)
   }
   return {
-    lockWaitMs: HANDOVER_DRAIN_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
+    lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
     ready: (petstore) => settle(petstore),
     fail: () => settle(null),
   }

@@ -6,13 +6,13 @@
  */
 import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
 import type { Subprocess } from 'bun'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
-import { describeWithEngines, NGINX } from '../support/engines'
-import { freePort } from '../support/ports'
+import { describeWithEngines } from '../support/engines'
+import { nginxInFront } from '../support/nginx'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 
@@ -382,29 +382,9 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
 
   test('the README\'s nginx upstream spreads requests over both instances, which share one address bucket', async () => {
     const servers = await instances(2, ['--trust-proxy', 'loopback'], { accessLog: true })
-    const dir = tempDir()
-    const port = await freePort()
     // The file as shipped, with the instances' and nginx's addresses made local.
-    const site = readFileSync(join(import.meta.dir, '..', '..', 'deploy', 'several-instances', 'nginx.conf'), 'utf8')
-      .replace('listen 80;', `listen 127.0.0.1:${port};`)
-      .replace('server petstore-1:8080;', `server 127.0.0.1:${servers[0]!.port};`)
-      .replace('server petstore-2:8080;', `server 127.0.0.1:${servers[1]!.port};`)
-    writeFileSync(join(dir, 'site.conf'), site)
-    writeFileSync(
-      join(dir, 'nginx.conf'),
-      `daemon off; user root; pid ${dir}/nginx.pid; error_log ${dir}/error.log; events {}
-       http { access_log off; client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
-              fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s; include ${dir}/site.conf; }`,
-    )
-    proxy = Bun.spawn([NGINX, '-p', dir, '-c', join(dir, 'nginx.conf')], { cwd: dir, stdout: 'ignore', stderr: 'pipe' })
-    const origin = `http://127.0.0.1:${port}`
-    await eventually(async () => {
-      try {
-        return (await fetch(`${origin}/healthz`)).status === 200
-      } catch {
-        return false
-      }
-    }, 20_000)
+    let origin: string
+    ;({ origin, proc: proxy } = await nginxInFront([servers[0]!.port, servers[1]!.port]))
     // One keyless client: the Free plan's address bucket, 60 a minute, shared by both instances.
     const statuses: number[] = []
     for (let i = 0; i < 70; i++) statuses.push((await fetch(`${origin}/v1/pets`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status)
