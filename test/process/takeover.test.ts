@@ -162,6 +162,16 @@ describe('serve --takeover', () => {
     expect(await server.stop()).toBe(0)
   })
 
+  test('with PostgreSQL, --takeover is refused in one line that points to a rolling restart', async () => {
+    const refused = await serveExpectingFailure([
+      '--takeover', '--port', String(await unusedPort()), '--host', '127.0.0.1', '--database-url', 'postgres://petstore@127.0.0.1:1/petstore',
+    ])
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toBe(
+      'petstore: --takeover serves a data file; with PostgreSQL, run several instances behind a proxy and restart them one at a time (docs/upgrading.md)\n',
+    )
+  })
+
   test('a second server without --takeover still refuses a port in use, even though servers share theirs', async () => {
     const port = await unusedPort()
     const first = await spawnServe(serveArgs(port, join(tempDir(), 'a.db')))
@@ -201,6 +211,8 @@ function version(): number {
 }
 
 describe('SIGTERM', () => {
+  // Measured from the parent that reaps it. (A server orphaned in a shell here seems to take 1.2-1.5 s to
+  // go, as `kill -0` polls: it exits in about 20 ms, and the rest is this container's PID 1 reaping it.)
   test('an idle server that has answered requests exits within a fraction of a second', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
