@@ -5,10 +5,12 @@
  * Two entry points: the server, and the commit worker it starts as a thread. The binary must not read
  * `.env` or `bunfig.toml` from wherever it is started, and is not minified: Elysia reads hooks' source
  * text to decide which context fields to build (see test/api/binary.test.ts, which reads its log line).
+ * `--version` names the commit and the build time, given here with `--define` (src/build-info.ts).
  */
 import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { gitCommit } from '../src/build-info'
 
 const ROOT = join(import.meta.dir, '..')
 const ENTRIES = ['src/index.ts', 'src/storage/sqlite/commit-worker.ts']
@@ -22,10 +24,19 @@ export const TARGETS = [
   ['windows-x64', 'bun-windows-x64'],
 ] as const
 
+/** What `--version` says besides the version; one build time for every binary of a release. */
+const BUILD = {
+  // Outside a git checkout (a source tarball) the commit is not known, and the binary says so.
+  commit: gitCommit(ROOT) ?? 'unknown',
+  date: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+}
+
 function compile(outfile: string, target?: string): void {
   const args = [
     'bun', 'build', ...ENTRIES, '--compile', '--format=esm', '--bytecode',
     '--no-compile-autoload-dotenv', '--no-compile-autoload-bunfig', '--outfile', outfile,
+    `--define=PETSTORE_BUILD_COMMIT=${JSON.stringify(BUILD.commit)}`,
+    `--define=PETSTORE_BUILD_DATE=${JSON.stringify(BUILD.date)}`,
     ...(target ? [`--target=${target}`] : []),
   ]
   const result = Bun.spawnSync(args, { cwd: ROOT, stdout: 'inherit', stderr: 'inherit' })

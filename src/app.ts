@@ -47,6 +47,8 @@ export interface AppDeps {
   limiterBackend?: (rule: BanRule) => LimiterBackend
   /** Day buckets saved by the last run (storage.limiterState), for the in-process limiter. */
   savedLimits?: Map<string, SavedBucket>
+  /** Minute buckets handed over by the server this one took over from (serve --takeover). */
+  savedMinutes?: Map<string, SavedBucket>
   /** The embedded data file, watched for being replaced. */
   dataFile?: DataFileWatch
 }
@@ -63,6 +65,13 @@ export interface PetstoreApp {
   fault: StorageFault
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
+  /**
+   * From now on every answer carries `Connection: close`: a server about to stop lets its kept-alive
+   * clients (a proxy's cached connections too) go after their current answer, so that none sends a
+   * request on a connection just as the stop closes it. Returns the milliseconds since a request last
+   * arrived, which tell when its clients have gone quiet.
+   */
+  closeConnections(): () => number
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -91,6 +100,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         'bucket and ban; have the proxy set it (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
     )
   }
+  let closingConnections = false
+  let lastRequestAt = 0
   const metrics = new Metrics()
   const usage = storage.writable
     ? new UsageCounter({
@@ -121,6 +132,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         ),
     },
     deps.savedLimits,
+    deps.savedMinutes,
   )
   const fault = new StorageFault(deps.dataFile, warn)
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
@@ -190,6 +202,11 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       }),
     )
     .use(cors(config.corsOrigins))
+    .onRequest(({ set }) => {
+      if (!closingConnections) return
+      set.headers.connection = 'close'
+      lastRequestAt = performance.now()
+    })
     .use(
       opsModule({
         api: () => app,
@@ -213,6 +230,11 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     usage,
     fault,
     answerMetrics,
+    closeConnections: () => {
+      closingConnections = true
+      lastRequestAt = performance.now()
+      return () => performance.now() - lastRequestAt
+    },
     finishWrites: () => pets.close(),
     async close() {
       await limiter.close()

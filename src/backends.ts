@@ -14,10 +14,11 @@ import type { Config } from './config'
 import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
-import { lockDataFile, lockFileOf } from './storage/sqlite/data-file-lock'
+import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
+import { checkServable, takeHandover, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
-import { StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
+import { StorageOpenError, type PetWriter, type SavedBucket, type Storage } from './domain/repositories'
 
 /** The storage a server runs on, with what only that kind of storage needs. */
 export interface StorageBackend {
@@ -27,14 +28,23 @@ export interface StorageBackend {
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void
+  /** Minute buckets the server this one took over from handed over (embedded mode). */
+  handedOver?: Map<string, SavedBucket>
+  /** Hands the minute buckets to the server taking over; before close, which lets it in. */
+  handOver?(minutes: Map<string, SavedBucket>): void
+}
+
+export interface OpenOptions {
+  /** Wait up to this long for another server to release the data file (a takeover), instead of refusing. */
+  lockWaitMs?: number
 }
 
 /** Where the limiter keeps its state when shared (Redis); undefined keeps it in this process. */
 export type LimiterBackendFactory = (rule: BanRule) => LimiterBackend
 
 /** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
-export async function openStorageBackend(config: Config): Promise<StorageBackend> {
-  return config.database ? openSharedBackend(config) : openEmbeddedBackend(config)
+export async function openStorageBackend(config: Config, options: OpenOptions = {}): Promise<StorageBackend> {
+  return config.database ? openSharedBackend(config) : openEmbeddedBackend(config, options)
 }
 
 export function limiterBackendFactory(config: Config): LimiterBackendFactory | undefined {
@@ -47,14 +57,15 @@ export function limiterBackendFactory(config: Config): LimiterBackendFactory | u
  * The data file: one server holds it (FILE.lock), commits on a worker thread, and watches the file.
  * A start that fails removes what opening it created.
  */
-function openEmbeddedBackend(config: Config): StorageBackend {
+async function openEmbeddedBackend(config: Config, options: OpenOptions): Promise<StorageBackend> {
   const created = createdBy(config.dataFile)
   // The lock before the file: while another server or a restore holds it, opening the file (which may
   // migrate it and makes its -wal and -shm) would change a file that is not ours to touch. The lock
   // lives beside the file, so its folder comes first. A refused start undoes nothing: what is there
   // belongs to the holder.
   prepareDataFolder(config.dataFile)
-  const lock = lockDataFile(resolve(config.dataFile))
+  const file = resolve(config.dataFile)
+  const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   let storage: SqliteStorage
   try {
     storage = openSqliteStorage(config.dataFile, { verify: true })
@@ -79,12 +90,39 @@ function openEmbeddedBackend(config: Config): StorageBackend {
         ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
         : undefined,
     dataFile: storage,
+    handedOver: takeHandover(file),
+    handOver: (minutes) => writeHandover(file, minutes),
     async close() {
       storage.close()
       lock?.release()
     },
     undo: () => created.undo(),
   }
+}
+
+/**
+ * For a takeover (server.ts): the process id of the server holding the data file, once it is clear
+ * that this binary could serve the file; null when no server holds it. Reads only, so a refusal
+ * (`refused` makes its error) leaves the running server untouched.
+ */
+export function runningServerOf(config: Config, refused: (reason: string) => Error): number | null {
+  const file = resolve(config.dataFile)
+  // A running server always has its lock file; without one (a first start) there is nothing to take over.
+  if (!existsSync(lockFileOf(file))) return null
+  try {
+    lockDataFile(file)?.release()
+    return null
+  } catch (error) {
+    if (!(error instanceof DataFileBusyError)) throw refused((error as Error).message)
+  }
+  try {
+    checkServable(file)
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
+  const pid = lockHolder(file)
+  if (pid === null) throw refused(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
+  return pid
 }
 
 /** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */

@@ -3,14 +3,28 @@
  * it) and by the in-process test servers: open storage, build the app, load its state, listen, start
  * the background jobs; and stop in reverse. Every start that fails and every stop go through the same
  * teardown.
+ *
+ * A takeover (`serve --takeover`, embedded mode, Linux) replaces a running server with no refused
+ * request. Both listen with SO_REUSEPORT, so the kernel spreads new connections over both sockets:
+ *  1. the new server checks that it can serve the data file (readable, a schema it knows) and finds
+ *     the old one's process id in the lock; any failure so far leaves the old one untouched;
+ *  2. it listens beside the old one, holding the requests that reach it until it is ready;
+ *  3. it sends SIGUSR2, a signal petstore has no other use for and that needs no socket or file
+ *     protocol of its own: the old server answers every request from then on with
+ *     `Connection: close` (see CLOSE_CONNECTIONS_MS), so kept-alive clients leave after their current
+ *     answer, then stops as on SIGTERM (in-flight answers sent, day buckets saved), writes its minute
+ *     buckets beside the data file, releases the lock and exits 0;
+ *  4. the new server takes the lock (waiting for it, bounded), loads the state, listens with its app
+ *     and lets the held requests through. Connections the kernel had queued on the old socket when it
+ *     closed move to the new one only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
  */
 import { createApp, type AppDeps, type PetstoreApp } from './app'
-import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
+import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
-import { errorResponse, notFound } from './http/api-errors'
+import { errorResponse, notFound, unavailable } from './http/api-errors'
 import { Jobs, type JobOptions } from './jobs'
-import type { SavedBucket } from './domain/repositories'
+import { StorageOpenError, type SavedBucket } from './domain/repositories'
 
 export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
@@ -22,16 +36,28 @@ export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>
    * start that fails never leaves a secret nobody can use). When it throws, the start is undone.
    */
   onListening?: (server: Server) => Promise<void>
+  /** Take over from the server running on the same data file and port (see the header). */
+  takeover?: boolean
 }
 
 /** What stopping gives storage to take the last writes and the rate-limit state, even after a full drain. */
 const STOP_SAVE_MS = 1_000
 /** How long a start waits for a shared limiter (Redis) before it says that it does not answer. */
 const REDIS_WAIT_MS = 3_000
+/**
+ * Before its listener closes, a server handing over answers with `Connection: close` until no request
+ * has arrived for QUIET_MS (at once, when idle), or for at most CLOSE_CONNECTIONS_MS under load: Bun
+ * closes idle kept-alive connections when the listener stops, and a request sent on one just then
+ * would be lost, where after a `Connection: close` its client connects again, to the new server. (On
+ * SIGTERM there is no new server to go to, so the stop does not wait for this.)
+ */
+const QUIET_MS = 50
+const CLOSE_CONNECTIONS_MS = 500
 
 export class Server {
   private metricsListener: ReturnType<typeof Bun.serve> | undefined
   private stopped: Promise<boolean> | undefined
+  private handingOver = false
 
   private constructor(
     /** The config the app was built from: with `--port 0`, the port bound. */
@@ -44,7 +70,14 @@ export class Server {
   /** Opens storage, builds the app, loads its state, listens and starts the jobs; or undoes it all. */
   static async start(config: Config, options: ServerOptions = {}): Promise<Server> {
     const warn = options.warn ?? ((message: string) => console.error(`petstore: ${message}`))
-    const backend = options.backend ?? (await openStorageBackend(config))
+    const takeover = options.takeover ? prepareTakeover(config, warn) : undefined
+    let backend: StorageBackend
+    try {
+      backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: takeover?.lockWaitMs }))
+    } catch (error) {
+      takeover?.fail()
+      throw error
+    }
     if (config.database && !config.redisUrl)
       warn('rate limits are per instance: with several instances, give them --redis-url to share them')
     let bound: Config
@@ -53,6 +86,7 @@ export class Server {
       bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
       savedLimits = await backend.storage.limiterState.load()
     } catch (error) {
+      takeover?.fail()
       await backend.close()
       backend.undo()
       throw error
@@ -64,6 +98,7 @@ export class Server {
       warn,
       limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
       savedLimits,
+      savedMinutes: backend.handedOver,
       petWriter: backend.petWriter,
       dataFile: backend.dataFile,
     })
@@ -82,10 +117,12 @@ export class Server {
           `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet; ` +
             (bound.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
         )
-      server.listen()
+      server.listen(takeover !== undefined)
+      takeover?.ready(petstore)
       await options.onListening?.(server)
     } catch (error) {
       // Nothing is served half started: the listeners go, and the start fails with one line.
+      takeover?.fail()
       await server.stop()
       backend.undo()
       throw error
@@ -114,7 +151,17 @@ export class Server {
     return this.stopped
   }
 
+  /**
+   * Stops for a server that takes over (see the header): as stop, and the minute buckets are handed
+   * over before the lock is released.
+   */
+  handOver(graceMs: number): Promise<boolean> {
+    if (!this.stopped) this.handingOver = true
+    return this.stop(graceMs)
+  }
+
   private async teardown(graceMs: number): Promise<boolean> {
+    if (this.handingOver && this.petstore.app.server) await this.letConnectionsGo()
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {
@@ -125,6 +172,7 @@ export class Server {
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
+      if (this.handingOver) this.backend.handOver?.(this.petstore.limiter.minuteBuckets())
       await this.petstore.close()
       await this.backend.close()
       return true
@@ -137,16 +185,26 @@ export class Server {
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
   }
 
+  /** Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS). */
+  private async letConnectionsGo(): Promise<void> {
+    const idleMs = this.petstore.closeConnections()
+    const deadline = Date.now() + CLOSE_CONNECTIONS_MS
+    while (idleMs() < QUIET_MS && Date.now() < deadline) await Bun.sleep(10)
+  }
+
   /**
-   * The API's listener, and /metrics' own when it has an address. Elysia asks for SO_REUSEPORT by
-   * default, which would let a second server start on a port in use and split the traffic between two
-   * data files; development mode would show Bun's error pages.
+   * The API's listener, and /metrics' own when it has an address. The API's asks for SO_REUSEPORT, so
+   * that a later server can take over beside it; a second server must not start on a port in use and
+   * split the traffic between two data files, so unless this start is a takeover the port is first
+   * checked with a socket that does not share it. Development mode would show Bun's error pages.
    */
-  private listen(): void {
+  private listen(beside: boolean): void {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
     try {
-      petstore.app.listen({ hostname: config.host, port: config.port, reusePort: false, development: false })
+      // A listener that does not share the port binds only while nothing else listens there.
+      if (!beside) void Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response() }).stop(true)
+      petstore.app.listen({ hostname: config.host, port: config.port, reusePort: true, development: false })
       if (config.metricsAddress) {
         binding = `${hostInUrl(config.metricsAddress.host)}:${config.metricsAddress.port}`
         this.metricsListener = Bun.serve({
@@ -177,6 +235,76 @@ function freePort(host: string): number {
     return port
   } catch (error) {
     throw new ConfigError(`cannot listen on ${hostInUrl(host)}:0: ${(error as Error).message}`)
+  }
+}
+
+/** A takeover under way, from the new server's side (see the header). */
+interface Takeover {
+  /** How long to wait for the old server to release the data file. */
+  lockWaitMs: number
+  /** The app listens: the held requests go to it, and the holding listener closes. */
+  ready(petstore: PetstoreApp): void
+  /** The start failed after the old server was asked to stop: held requests get 503. */
+  fail(): void
+}
+
+/**
+ * Steps 1 to 3 of a takeover: checks, listening beside the old server, SIGUSR2. Throws, with one line,
+ * while the old server is still untouched; returns undefined when no server holds the file, which is
+ * then simply started (so a unit that always says --takeover also starts from nothing).
+ */
+function prepareTakeover(config: Config, warn: (message: string) => void): Takeover | undefined {
+  if (config.database)
+    throw new ConfigError(
+      '--takeover serves a data file; with PostgreSQL, run several instances behind a proxy and restart them one at a time (docs/upgrading.md)',
+    )
+  if (config.port === 0) throw new ConfigError('--takeover needs the port the running server listens on, not 0')
+  const refused = (reason: string) => new StorageOpenError(`cannot take over: ${reason}; the running server keeps serving`)
+  const pid = runningServerOf(config, refused)
+  if (pid === null) {
+    warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
+    return undefined
+  }
+  let letThrough: (petstore: PetstoreApp | null) => void = () => {}
+  const ready = new Promise<PetstoreApp | null>((resolve) => (letThrough = resolve))
+  let holding: ReturnType<typeof Bun.serve>
+  try {
+    holding = Bun.serve({
+      hostname: config.host,
+      port: config.port,
+      reusePort: true,
+      development: false,
+      // Requests that reach this server before it can serve wait for it; each answer then closes its
+      // connection, so the client's next request goes to the app's own listener.
+      async fetch(request) {
+        const petstore = await ready
+        if (!petstore) return errorResponse(unavailable('The server is restarting; try again.'))
+        const response: Response = await petstore.app.fetch(request)
+        response.headers.set('connection', 'close')
+        return response
+      },
+    })
+  } catch (error) {
+    throw refused(
+      `cannot listen beside it on ${hostInUrl(config.host)}:${config.port} (${(error as Error).message}); ` +
+        'a server that does not share its port (a petstore older than --takeover, or another program) must be stopped instead',
+    )
+  }
+  try {
+    process.kill(pid, 'SIGUSR2')
+  } catch (error) {
+    holding.stop(true)
+    throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
+  }
+  warn(`taking over ${config.dataFile} from process ${pid}`)
+  const settle = (petstore: PetstoreApp | null) => {
+    letThrough(petstore)
+    void holding.stop(petstore === null)
+  }
+  return {
+    lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
+    ready: (petstore) => settle(petstore),
+    fail: () => settle(null),
   }
 }
 

@@ -4,7 +4,7 @@
  * one-line reason (after the usage, on the last line, where a terminal leaves it in view) and a
  * non-zero exit.
  */
-import { VERSION } from '../app'
+import { versionLine } from '../build-info'
 import { ConfigError } from '../config'
 import { KeyInputError } from '../domain/api-key'
 import { StorageOpenError, StorageUnavailableError } from '../domain/repositories'
@@ -29,7 +29,7 @@ Commands:
 
 Options:
   --help                     show usage (also after a command: petstore serve --help)
-  --version                  print the version
+  --version                  print the version, the commit and the build date
 
 Run 'petstore COMMAND --help' for a command's options.`
 
@@ -70,7 +70,7 @@ async function run(argv: string[]): Promise<number> {
   const [command, ...rest] = argv
   if (isBare(command)) return bareUsage(command, USAGE)
   if (command === '--version' || command === '-v') {
-    console.log(`petstore ${VERSION}`)
+    console.log(versionLine())
     return 0
   }
   if (command === 'help') return helpFor(rest)

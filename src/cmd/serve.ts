@@ -1,7 +1,8 @@
 /**
  * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
  * and its stop on SIGTERM or SIGINT: in-flight requests drain for up to the grace period, then the
- * process exits (0, or 1 when storage did not take the last writes in time).
+ * process exits (0, or 1 when storage did not take the last writes in time). SIGUSR2 is the same stop
+ * asked by a server started with --takeover, which hands the rate-limit state on (server.ts).
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
@@ -33,7 +34,9 @@ ${COMMON}
   --usage-minutes-days N     days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)
   --usage-hours-days N       days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)
   --scenarios on|off         let authenticated requests force answers with Prefer: code=429, delay=MS,
-                             fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)`
+                             fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)
+  --takeover                 take over from the server running on the same data file and port,
+                             refusing no request (Linux; see docs/upgrading.md)`
 
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
@@ -54,6 +57,7 @@ export async function serve(args: string[]): Promise<number> {
       'usage-minutes-days': { type: 'string' },
       'usage-hours-days': { type: 'string' },
       scenarios: { type: 'string' },
+      takeover: { type: 'boolean' },
     },
     USAGE,
   )
@@ -61,13 +65,15 @@ export async function serve(args: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
   const config = asUsageError(() => resolveConfig(configInput(values)), USAGE)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop: (reason: string, code?: number) => unknown = (reason) => {
+  let stop: (reason: string, code?: number, handOver?: boolean) => unknown = (reason) => {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
   process.on('SIGTERM', () => stop('SIGTERM received'))
   process.on('SIGINT', () => stop('SIGINT received'))
+  process.on('SIGUSR2', () => stop('SIGUSR2 received: handing over to the server taking over', 0, true))
   const server = await Server.start(config, {
+    takeover: values.takeover === true,
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
@@ -78,11 +84,12 @@ export async function serve(args: string[]): Promise<number> {
   console.error(startupLine(server))
 
   let stopping = false
-  stop = async (reason: string, code = 0) => {
+  stop = async (reason: string, code = 0, handOver = false) => {
     if (stopping) return
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
-    if (!(await server.stop(server.config.shutdownGraceMs))) {
+    const grace = server.config.shutdownGraceMs
+    if (!(await (handOver ? server.handOver(grace) : server.stop(grace)))) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
     }

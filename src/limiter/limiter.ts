@@ -64,10 +64,14 @@ export class RateLimiter {
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
 
-  /** `saved`: day buckets of keys from the data file; only the in-process backend keeps them. */
+  /**
+   * `saved`: day buckets of keys from the data file; `savedMinutes`: minute buckets handed over by the
+   * server this one took over from. Only the in-process backend keeps them.
+   */
   constructor(
     private readonly options: LimiterOptions,
     saved: Map<string, SavedBucket> = new Map(),
+    savedMinutes: Map<string, SavedBucket> = new Map(),
   ) {
     if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
@@ -75,7 +79,7 @@ export class RateLimiter {
       this.memory = null
       this.backend = options.backend(rule)
     } else {
-      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved })
+      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, savedMinutes })
       this.backend = this.memory
     }
     this.local = options.fallback === 'local' ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
@@ -149,6 +153,11 @@ export class RateLimiter {
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */
   unsavedDayBuckets(): Map<string, SavedBucket> {
     return this.memory?.unsavedDayBuckets() ?? new Map()
+  }
+
+  /** Every key's minute bucket, for a takeover; none with a shared backend, which keeps them itself. */
+  minuteBuckets(): Map<string, SavedBucket> {
+    return this.memory?.minuteBuckets() ?? new Map()
   }
 
   /**

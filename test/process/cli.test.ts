@@ -4,9 +4,9 @@
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
-import { existsSync, readdirSync } from 'node:fs'
+import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { cli, tempDir } from '../support/binary'
+import { BINARY, cleanEnv, cli, tempDir } from '../support/binary'
 import { auth, killSpawned, looksLikeStackTrace, reasonLine, spawnServe } from './helpers'
 import pkg from '../../package.json'
 
@@ -42,11 +42,28 @@ describe('usage and version', () => {
     expect(readdirSync(cwd)).toEqual([])
   })
 
-  test('--version prints the package version on stdout and exits 0', () => {
+  test('--version prints the package version, the commit and the build date on stdout and exits 0', () => {
     const result = cli(['--version'], { cwd: tempDir() })
     expect(result.code).toBe(0)
-    expect(result.stdout.trim()).toBe(`petstore ${pkg.version}`)
     expect(result.stderr).toBe('')
+    const [, commit, built] = /^petstore (?:\S+) \(commit ([0-9a-f]{12})(?:-dirty)?, built (\S+)\)\n$/.exec(result.stdout) ?? []
+    expect(result.stdout).toStartWith(`petstore ${pkg.version} (commit `)
+    // A commit of this checkout (the binary may have been built before the latest one), and the time
+    // the binary was written.
+    const root = join(import.meta.dir, '..', '..')
+    expect(Bun.spawnSync(['git', 'cat-file', '-e', `${commit}^{commit}`], { cwd: root }).exitCode).toBe(0)
+    expect(built).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/)
+    expect(Math.abs(Date.parse(built!) - statSync(BINARY).mtimeMs)).toBeLessThan(10 * 60_000)
+  })
+
+  test('--version run from the sources says that it is not a release build, and names the commit', () => {
+    const root = join(import.meta.dir, '..', '..')
+    const result = Bun.spawnSync(['bun', join(root, 'src', 'index.ts'), '--version'], { cwd: tempDir(), env: cleanEnv() })
+    const head = Bun.spawnSync(['git', 'rev-parse', '--short=12', 'HEAD'], { cwd: root }).stdout.toString().trim()
+    expect(result.exitCode).toBe(0)
+    expect(result.stdout.toString()).toMatch(
+      new RegExp(`^petstore ${pkg.version.replace(/\./g, '\\.')} \\(not a release build: run from the sources at commit ${head}(-dirty)?\\)\n$`),
+    )
   })
 })
 

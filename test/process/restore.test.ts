@@ -177,7 +177,7 @@ describe('petstore restore', () => {
         db.run('PRAGMA user_version = 999')
         db.close()
       },
-      /was written by a newer petstore \(schema 999\); upgrade petstore/,
+      /was written by a newer petstore \(schema 999, this one knows up to \d+\); run that newer petstore, or go back to this version by restoring the backup taken before the upgrade \(petstore restore BACKUP/,
     ],
     [
       'another application’s SQLite file',

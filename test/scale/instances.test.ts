@@ -6,14 +6,13 @@
  */
 import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
 import type { Subprocess } from 'bun'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { nginxCommand, severalInstancesSite } from '../support/nginx'
-import { freePort } from '../support/ports'
+import { nginxInFront } from '../support/nginx'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 
@@ -383,18 +382,9 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
 
   test('the README\'s nginx upstream spreads requests over both instances, which share one address bucket', async () => {
     const servers = await instances(2, ['--trust-proxy', 'loopback'], { accessLog: true })
-    const dir = tempDir()
-    const port = await freePort()
     // The file as shipped, with the instances' and nginx's addresses made local.
-    proxy = Bun.spawn(nginxCommand(dir, severalInstancesSite(port, [servers[0]!.port, servers[1]!.port])), { cwd: dir, stdout: 'ignore', stderr: 'pipe' })
-    const origin = `http://127.0.0.1:${port}`
-    await eventually(async () => {
-      try {
-        return (await fetch(`${origin}/healthz`)).status === 200
-      } catch {
-        return false
-      }
-    }, 20_000)
+    let origin: string
+    ;({ origin, proc: proxy } = await nginxInFront([servers[0]!.port, servers[1]!.port]))
     // One keyless client: the Free plan's address bucket, 60 a minute, shared by both instances.
     const statuses: number[] = []
     for (let i = 0; i < 70; i++) statuses.push((await fetch(`${origin}/v1/pets`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status)

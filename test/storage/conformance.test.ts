@@ -420,7 +420,7 @@ describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
       await admin`INSERT INTO petstore_schema (version) VALUES (99)`
       const refused = openPostgresStorage(url, { pool: 1 })
       await expect(refused).rejects.toBeInstanceOf(StorageOpenError)
-      await expect(refused).rejects.toThrow(/^the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/newer_schema was written by a newer petstore \(schema 99\); upgrade petstore$/)
+      await expect(refused).rejects.toThrow(/^the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/newer_schema was written by a newer petstore \(schema 99, this one knows up to \d+\); run that newer petstore, or go back to this version by restoring the dump taken before the upgrade \(pg_restore, every instance stopped; see docs\/upgrading\.md\)$/)
       expect((await admin`SELECT max(version) AS v FROM petstore_schema`)[0].v).toBe(99)
     } finally {
       await admin.close()

@@ -17,6 +17,8 @@ export interface MemoryBackendOptions {
   maxAddresses: number
   /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
   saved?: Map<string, SavedBucket>
+  /** Minute buckets of keys handed over by the server this one took over from; used like `saved`. */
+  savedMinutes?: Map<string, SavedBucket>
 }
 
 interface Subject {
@@ -41,6 +43,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   private previousAddresses = new Map<string, Subject>()
   private readonly saved: Map<string, SavedBucket>
   private readonly tries = new Map<string, { count: number; firstAt: number }>()
+  private readonly savedMinutes: Map<string, SavedBucket>
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -57,6 +60,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   ) {
     if (options.maxAddresses < 1) throw new RangeError('maxAddresses must be positive')
     this.saved = options.saved ?? new Map()
+    this.savedMinutes = options.savedMinutes ?? new Map()
   }
 
   get trackedAddresses(): number {
@@ -117,6 +121,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   forget(id: string): void {
     this.keys.delete(id)
     this.saved.delete(id)
+    this.savedMinutes.delete(id)
   }
 
   async ping(): Promise<boolean> {
@@ -131,6 +136,13 @@ export class MemoryLimiterBackend implements LimiterBackend {
     for (const [id, subject] of this.keys)
       if (subject.dayDirty) dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt })
     return dirty
+  }
+
+  /** Every key's minute bucket, for the server that takes over from this one. */
+  minuteBuckets(): Map<string, SavedBucket> {
+    const buckets = new Map<string, SavedBucket>()
+    for (const [id, subject] of this.keys) buckets.set(id, { tokens: subject.minute.tokens, updatedAt: subject.minute.updatedAt })
+    return buckets
   }
 
   /**
@@ -149,16 +161,18 @@ export class MemoryLimiterBackend implements LimiterBackend {
     if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
+    const savedMinute = isKey ? this.savedMinutes.get(id) : undefined
     subject = {
       limits,
-      minute: fullBucket(shape.minute, now),
-      day: saved ? { tokens: Math.min(saved.tokens, limits.rpd), updatedAt: Math.min(saved.updatedAt, now) } : fullBucket(shape.day, now),
+      minute: savedMinute ? restored(savedMinute, limits.rpm, now) : fullBucket(shape.minute, now),
+      day: saved ? restored(saved, limits.rpd, now) : fullBucket(shape.day, now),
       rejections: null,
       nextRejection: 0,
       bannedUntil: 0,
       dayDirty: false,
     }
     if (saved) this.saved.delete(id)
+    if (savedMinute) this.savedMinutes.delete(id)
     if (isKey) this.keys.set(id, subject)
     else this.rememberAddress(id, subject)
     return subject
@@ -196,4 +210,9 @@ export class MemoryLimiterBackend implements LimiterBackend {
     subject.rejections.fill(-Infinity)
     return true
   }
+}
+
+/** A bucket saved by an earlier run: never above the key's current limit, never dated in the future. */
+function restored(saved: SavedBucket, capacity: number, now: number): Bucket {
+  return { tokens: Math.min(saved.tokens, capacity), updatedAt: Math.min(saved.updatedAt, now) }
 }

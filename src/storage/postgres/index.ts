@@ -74,7 +74,11 @@ async function migrate(sql: Database, location: string): Promise<void> {
     const [row] = (await tx`SELECT coalesce(max(version), 0) AS version FROM petstore_schema`) as { version: number }[]
     const version = Number(row!.version)
     if (version > MIGRATIONS.length)
-      throw new StorageOpenError(`the database at ${location} was written by a newer petstore (schema ${version}); upgrade petstore`)
+      throw new StorageOpenError(
+        `the database at ${location} was written by a newer petstore (schema ${version}, this one knows up to ${MIGRATIONS.length}); ` +
+          'run that newer petstore, or go back to this version by restoring the dump taken before the upgrade ' +
+          '(pg_restore, every instance stopped; see docs/upgrading.md)',
+      )
     for (let next = version; next < MIGRATIONS.length; next++) {
       await tx.unsafe(MIGRATIONS[next]!)
       await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`

@@ -4,15 +4,22 @@
  * exclusive lock on a small companion database (`FILE.lock`) for its whole life; SQLite takes it with
  * the operating system's file locks, which every platform drops when the process ends, `kill -9`
  * included, so a crash never leaves a stale lock. Key commands and backups do not take it.
+ *
+ * The holder writes its process id into the lock file's header (its user_version), where
+ * `petstore serve --takeover` reads it with a plain read: SQLite's locks are advisory, so the bytes
+ * can be read while the lock is held. That is how the new server finds the one to ask to hand over.
  */
 import { Database } from 'bun:sqlite'
-import { accessSync, constants, existsSync } from 'node:fs'
+import { accessSync, closeSync, constants, existsSync, openSync, readSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 
 export interface DataFileLock {
   release(): void
 }
+
+/** Another server holds the lock: the one `--takeover` asks to hand over. */
+export class DataFileBusyError extends StorageOpenError {}
 
 export function lockFileOf(file: string): string {
   return `${file}.lock`
@@ -28,20 +35,54 @@ export function lockDataFile(file: string): DataFileLock | null {
   const db = new Database(path, { create: true, strict: true })
   try {
     // Exclusive locking mode keeps the lock of the first exclusive transaction until the connection
-    // closes; the transaction writes nothing, so a full disk cannot stop a restart here.
+    // closes. The transaction only rewrites the header's process id in place, with its journal in
+    // memory (Bun's defensive mode refuses journal_mode OFF), so a full disk cannot stop a restart here.
     db.run('PRAGMA busy_timeout = 0')
+    db.run('PRAGMA journal_mode = MEMORY')
     db.run('PRAGMA locking_mode = EXCLUSIVE')
     db.run('BEGIN EXCLUSIVE')
+    db.run(`PRAGMA user_version = ${process.pid}`)
     db.run('COMMIT')
   } catch (error) {
     db.close()
     if (/^SQLITE_BUSY/.test((error as { code?: string }).code ?? ''))
-      throw new StorageOpenError(
+      throw new DataFileBusyError(
         `${file} is already served by another petstore; stop that one first`,
       )
     throw new StorageOpenError(`cannot lock ${file} for serving: ${(error as Error).message}`)
   }
   return { release: () => db.close() }
+}
+
+/** The process id the lock's holder wrote (user_version, bytes 60-63 of the header); null when none. */
+export function lockHolder(file: string): number | null {
+  const path = lockFileOf(file)
+  if (!existsSync(path)) return null
+  const fd = openSync(path, 'r')
+  try {
+    const header = Buffer.alloc(4)
+    if (readSync(fd, header, 0, 4, 60) < 4) return null
+    const pid = header.readUInt32BE(0)
+    return pid > 0 ? pid : null
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/**
+ * Takes the lock once its holder has let it go, trying every 20 ms for up to `ms`; the last refusal
+ * after that. For the server that takes over: the old one releases the lock as its last act.
+ */
+export async function lockDataFileWhenFree(file: string, ms: number): Promise<DataFileLock | null> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    try {
+      return lockDataFile(file)
+    } catch (error) {
+      if (!(error instanceof DataFileBusyError) || Date.now() > deadline) throw error
+    }
+    await Bun.sleep(20)
+  }
 }
 
 function canWrite(path: string): boolean {

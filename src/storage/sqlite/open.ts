@@ -99,8 +99,13 @@ export function checkSchema(db: Database, file: string): number {
   const tables = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n
   if (appId !== APPLICATION_ID && (version !== 0 || tables !== 0))
     throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
+  // Most often met when going back to an older binary after an upgrade: say what to do.
   if (version > MIGRATIONS.length)
-    throw new StorageOpenError(`${file} was written by a newer petstore (schema ${version}); upgrade petstore`)
+    throw new StorageOpenError(
+      `${file} was written by a newer petstore (schema ${version}, this one knows up to ${MIGRATIONS.length}); ` +
+        'run that newer petstore, or go back to this version by restoring the backup taken before the upgrade ' +
+        '(petstore restore BACKUP, the server stopped; see docs/upgrading.md)',
+    )
   return version
 }
 
