@@ -387,9 +387,14 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
     ;({ origin, proc: proxy } = await nginxInFront([servers[0]!.port, servers[1]!.port]))
     // One keyless client: the Free plan's address bucket, 60 a minute, shared by both instances.
     const statuses: number[] = []
+    const started = performance.now()
     for (let i = 0; i < 70; i++) statuses.push((await fetch(`${origin}/v1/pets`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status)
-    expect(statuses.filter((status) => status === 401)).toHaveLength(60)
-    expect(statuses.slice(60)).toEqual(Array(10).fill(429))
+    // The bucket refills one token a second: a loop slower than a second earns that many more 401s.
+    const refilled = Math.floor((performance.now() - started) / 1000)
+    expect(statuses.slice(0, 60)).toEqual(Array(60).fill(401))
+    expect(statuses.filter((status) => status !== 401 && status !== 429)).toEqual([])
+    expect(statuses.filter((status) => status === 401).length).toBeLessThanOrEqual(60 + refilled)
+    expect(statuses.slice(60 + refilled)).toEqual(Array(10 - refilled).fill(429))
     // Both instances answered, and each saw the client that nginx named, not nginx.
     await eventually(() => servers.every((server) => server.stdout().includes('"client":"203.0.113.9"')))
     for (const server of servers) {
