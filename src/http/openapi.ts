@@ -5,6 +5,7 @@
  */
 import type { TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
+import { INT64_MAX, INT64_MIN } from '../domain/pet'
 import { BODY_DEADLINE_MS } from './json-body'
 
 // Elysia's generic parameters carry nothing useful across this boundary.
@@ -90,6 +91,22 @@ export function schemaComponents(models: { Pet: TObject; NewPet: TObject; Error:
     Error: models.Error,
   }
 }
+
+/** JSON.rawJSON (Bun has it; TypeScript's lib does not declare it yet): a value JSON.stringify writes as given. */
+const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON
+
+/**
+ * Every int64 schema of the document with int64's bounds where it states none of its own, written as
+ * exact digits: a JS number cannot hold 2^63 − 1, so JSON.stringify would write 9223372036854776000.
+ */
+export function withInt64Bounds<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(withInt64Bounds) as T
+  if (value === null || typeof value !== 'object') return value
+  const object = Object.fromEntries(Object.entries(value).map(([key, v]) => [key, withInt64Bounds(v)]))
+  if (object.type !== 'integer' || object.format !== 'int64') return object as T
+  return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
+}
+
 
 /** What each error code's example says; the first status that uses a code shows it. */
 const ERROR_EXAMPLES: Record<string, [number, string]> = {

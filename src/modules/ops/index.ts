@@ -9,7 +9,7 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
-import { type AnyElysia, components, schemaComponents } from '../../http/openapi'
+import { type AnyElysia, components, schemaComponents, withInt64Bounds } from '../../http/openapi'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
 export interface OpsModuleOptions {
@@ -135,7 +135,7 @@ export function opsModule(options: OpsModuleOptions) {
       hidden('readyz'),
     )
     .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request }) => answerMetrics(request), hidden('metrics')) : ops))
-    .get('/openapi.json', () => json((document ??= JSON.stringify(buildDocument(options)))), hidden('openapi.json'))
+    .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
     .get(
       '/docs/swagger-ui-bundle.js',
