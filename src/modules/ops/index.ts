@@ -29,7 +29,9 @@ const INFO = {
   version: '1.0.0',
   description:
     'A store of animals: list them (filtered by status, paginated by cursor), add one, fetch one. ' +
-    'Every operation needs an API key as a bearer token and is rate limited per plan.',
+    'Every operation needs an API key as a bearer token and is rate limited per plan: click Authorize and ' +
+    'paste a key (the first start writes one to `petstore-bootstrap-key.txt` in the data directory; ' +
+    '`petstore keys create` makes more).',
 }
 
 /** A route left out of the OpenAPI document, recorded in the log and metrics under its own name. */

@@ -5,7 +5,6 @@
  */
 import { type Static, Type } from '@sinclair/typebox'
 import { CONTROL_CHARACTERS, DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, PET_STATUSES } from '../../domain/pet'
-import { encodeCursor } from './cursor'
 
 export const LIMIT_MIN = 1
 export const LIMIT_MAX = 100
@@ -75,12 +74,12 @@ export const PetModel = {
       }),
     ),
     status: Type.Optional({ ...PetStatus, description: 'Filters by availability.', examples: ['available'] }),
+    // No example: Swagger UI would send it as the value, and any cursor skips pets.
     cursor: Type.Optional(
       Type.String({
         minLength: 1,
         maxLength: 64,
-        description: 'Opaque position of the next page; take it from the `Link: rel="next"` URL.',
-        examples: [encodeCursor(LIMIT_DEFAULT)],
+        description: 'Opaque position of the next page; take it from the `Link: rel="next"` URL. Leave it out for the first page.',
       }),
     ),
   }),
