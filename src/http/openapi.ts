@@ -124,7 +124,6 @@ export function withInt64Bounds<T>(value: T): T {
   return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
 }
 
-
 /** What each error code's example says; the first status that uses a code shows it. */
 const ERROR_EXAMPLES: Record<string, [number, string]> = {
   invalid_request: [400, 'limit: must be an integer from 1 to 100'],
