@@ -52,7 +52,7 @@ function samplePets(count: number): NewPet[] {
   const statuses = ['available', 'available', 'available', 'available', 'available', 'available', 'pending', 'pending', 'sold', 'sold'] as const
   return Array.from({ length: count }, (_, i) => ({
     name: SAMPLE_NAMES[i % SAMPLE_NAMES.length]!,
-    categoryId: 1 + Math.floor(Math.random() * 5),
+    categoryId: BigInt(1 + Math.floor(Math.random() * 5)),
     status: statuses[Math.floor(Math.random() * statuses.length)]!,
   }))
 }

@@ -46,9 +46,13 @@ export function judgeIdempotent(previous: IdempotencyRecord, requestHash: string
   return { kind: 'replayed', response: previous }
 }
 
-/** What makes two creates "the same request": the new pet's fields. */
+/**
+ * What makes two creates "the same request": the new pet's fields, as the JSON array
+ * `[name, categoryId, status]` (written by hand, as JSON.stringify cannot write a bigint; the same
+ * bytes it wrote for a number, so hashes stored before categoryId became a bigint still match).
+ */
 export function requestHash(pet: NewPet): string {
   return new Bun.CryptoHasher('sha256')
-    .update(JSON.stringify([pet.name, pet.categoryId, pet.status]))
+    .update(`[${JSON.stringify(pet.name)},${pet.categoryId},${JSON.stringify(pet.status)}]`)
     .digest('hex')
 }

@@ -16,12 +16,16 @@ export const NAME_MAX = 200
 /** Characters no name may hold (C0 and C1 controls), as a pattern's class: API keys' names obey it too. */
 export const CONTROL_CHARACTERS = '\\u0000-\\u001f\\u007f-\\u009f'
 
-/** Integers beyond ±(2^53 − 1) cannot round-trip through JSON numbers, so they are refused, never rounded. */
-export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
+/**
+ * A categoryId is any int64. It is a bigint from the request's digits to storage and back to the
+ * answer's digits: a JS number would round values beyond ±(2^53 − 1).
+ */
+export const INT64_MIN = -(2n ** 63n)
+export const INT64_MAX = 2n ** 63n - 1n
 
 export interface NewPet {
   name: string
-  categoryId: number
+  categoryId: bigint
   status: PetStatus
 }
 
@@ -29,7 +33,7 @@ export interface Pet extends NewPet {
   id: number
 }
 
-/** A pet's JSON, in the contract's field order. */
+/** A pet's JSON, in the contract's field order; the categoryId's digits are written exactly (JSON.stringify cannot write a bigint). */
 export function petJson(pet: Pet): string {
   return `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`
 }

@@ -1,14 +1,15 @@
 /**
  * Reads a JSON request body strictly: the right media type, a size cap enforced while reading, valid
- * UTF-8, valid JSON without repeated member names, no number that JSON.parse would silently round and no
- * string that storage would alter. A body must arrive within a deadline, and the bytes of the bodies
- * being received at once are bounded, so half-sent bodies cannot hold connections and memory.
+ * UTF-8, valid JSON without repeated member names, every number exactly as its digits say (an integer
+ * beyond 2^53 as a bigint) and no string that storage would alter. A body must arrive within a
+ * deadline, and the bytes of the bodies being received at once are bounded, so half-sent bodies cannot
+ * hold connections and memory.
  */
 import { ApiError, badRequest, ClientClosedError, payloadTooLarge, requestTimeout, unsupportedMediaType } from './api-errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
-/** Stands in for a number whose text is not exactly the value JSON.parse produced; fails every schema. */
+/** Stands in for a number whose text is not exactly a value we can hold; fails every schema. */
 class InexactNumber {
   constructor(readonly source: string) {}
 }
@@ -19,11 +20,18 @@ function isJsonMediaType(contentType: string | null): boolean {
   return type === 'application/json'
 }
 
-/** True when a decimal literal such as 1.0 or 1e3 denotes exactly the integer `value`. */
-export function decimalEqualsInteger(source: string, value: number): boolean {
-  if (!Number.isFinite(value)) return false
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
+/** Digits beyond which a literal's integer is out of every range we take: no need to compute it. */
+const MAX_INTEGER_DIGITS = 40
+
+/**
+ * The integer a JSON number literal such as 12, 1.0 or 1e3 denotes, exactly; null when it denotes no
+ * integer (1.5), or one of more than MAX_INTEGER_DIGITS digits (then it is `undefined`: an integer,
+ * too long for any field).
+ */
+export function integerDenoted(source: string): bigint | null | undefined {
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)
-  if (!match) return false
+  if (!match) return null
   const [, sign, whole, fraction = '', exponentText = '0'] = match
   let digits = (whole! + fraction).replace(/^0+(?=\d)/, '')
   let exponent = Number(exponentText) - fraction.length
@@ -31,20 +39,30 @@ export function decimalEqualsInteger(source: string, value: number): boolean {
     digits = digits.slice(0, -1)
     exponent++
   }
-  if (digits === '0') return value === 0
-  if (exponent < 0 || exponent > 400) return false
+  if (digits === '0') return 0n
+  if (exponent < 0) return null
+  if (digits.length + exponent > MAX_INTEGER_DIGITS) return undefined
   const exact = BigInt(digits) * 10n ** BigInt(exponent)
-  return (sign ? -exact : exact) === BigInt(value)
+  return sign ? -exact : exact
 }
 
+/**
+ * Numbers as their literal says, never rounded: an integer literal (1, 1.0, 1e3) is a number when it
+ * is a safe integer and a bigint beyond (schemas that take int64 accept it); a literal that JSON.parse
+ * rounded to an integer although it denotes another value (1.0000000000000001, 1e400) is an
+ * InexactNumber, which fails every schema.
+ */
 function strictValues(this: unknown, key: string, value: unknown, context?: { source?: string }): unknown {
   // A lone surrogate cannot be stored as UTF-8: it would come back as U+FFFD, a silent change.
   if (typeof value === 'string' && !value.isWellFormed())
     throw badRequest(`${key || 'body'}: is not valid Unicode text (lone surrogate)`)
-  if (typeof value !== 'number' || !Number.isInteger(value) || context?.source === undefined) return value
+  if (typeof value !== 'number' || context?.source === undefined) return value
   const source = context.source
-  if (/^-?\d+$/.test(source)) return value
-  return decimalEqualsInteger(source, value) ? value : new InexactNumber(source)
+  if (Number.isSafeInteger(value) && /^-?\d+$/.test(source)) return value
+  const exact = integerDenoted(source)
+  if (exact === undefined) return new InexactNumber(source)
+  if (exact === null) return Number.isInteger(value) ? new InexactNumber(source) : value
+  return exact >= -MAX_SAFE && exact <= MAX_SAFE ? Number(exact) : exact
 }
 
 /** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */

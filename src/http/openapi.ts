@@ -5,6 +5,7 @@
  */
 import type { TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
+import { INT64_MAX, INT64_MIN } from '../domain/pet'
 import { BODY_DEADLINE_MS } from './json-body'
 
 // Elysia's generic parameters carry nothing useful across this boundary.
@@ -63,13 +64,24 @@ const ERROR_NAMES: Record<number, string> = {
   503: 'Unavailable',
 }
 
-/** OpenAPI parameters for each property of a TypeBox object, each with the example its schema gives. */
+/**
+ * OpenAPI parameters for each property of a TypeBox object, each with the example its schema gives (a
+ * docs page sends it as the value, so only meaningful ones are given).
+ */
 export function parametersFrom(schema: TObject, where: 'query' | 'path') {
   const required = new Set(schema.required ?? [])
   return Object.entries(schema.properties).map(([name, property]) => {
     const { description, examples, ...rest } = property as { description?: string; examples?: unknown[] }
-    return { name, in: where, required: where === 'path' || required.has(name), description, example: examples?.[0], schema: rest }
+    return { name, in: where, required: where === 'path' || required.has(name), description, example: examples?.[0], schema: asEnum(rest) }
   })
+}
+
+/** A union of string literals as the plain `enum` it means: Swagger UI offers a choice for an enum, a text box for anyOf. */
+function asEnum(schema: { anyOf?: { const?: unknown; type?: string }[] }): object {
+  const values = schema.anyOf?.map((alternative) => alternative.const)
+  if (!values?.every((value) => typeof value === 'string')) return schema
+  const { anyOf: _, ...rest } = schema
+  return { ...rest, type: 'string', enum: values }
 }
 
 /**
@@ -86,9 +98,30 @@ export function schemaComponents(models: { Pet: TObject; NewPet: TObject; Error:
     PetStatus: models.PetStatus,
     Pet: withStatusRef(models.Pet),
     NewPet: withStatusRef(models.NewPet),
-    Pets: { type: 'array', items: ref('schemas', 'Pet'), maxItems: models.maxPets, description: 'A page of pets, in id order.' },
+    // `type` beside the reference lets Swagger UI name the items' type before it resolves the reference.
+    Pets: {
+      type: 'array',
+      items: { ...ref('schemas', 'Pet'), type: 'object' },
+      maxItems: models.maxPets,
+      description: 'A page of pets: an array of Pet, in id order.',
+    },
     Error: models.Error,
   }
+}
+
+/** JSON.rawJSON (Bun has it; TypeScript's lib does not declare it yet): a value JSON.stringify writes as given. */
+const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON
+
+/**
+ * Every int64 schema of the document with int64's bounds where it states none of its own, written as
+ * exact digits: a JS number cannot hold 2^63 − 1, so JSON.stringify would write 9223372036854776000.
+ */
+export function withInt64Bounds<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(withInt64Bounds) as T
+  if (value === null || typeof value !== 'object') return value
+  const object = Object.fromEntries(Object.entries(value).map(([key, v]) => [key, withInt64Bounds(v)]))
+  if (object.type !== 'integer' || object.format !== 'int64') return object as T
+  return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
 }
 
 /** What each error code's example says; the first status that uses a code shows it. */
@@ -129,7 +162,14 @@ export function components(errorSchema: object) {
   const text = (description: string, required = true) => ({ description, required, schema: { type: 'string' } })
   return {
     securitySchemes: {
-      bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key sent as `Authorization: Bearer <key>`.' },
+      bearerAuth: {
+        type: 'http',
+        scheme: 'bearer',
+        description:
+          'API key sent as `Authorization: Bearer <key>`. The first start with no keys writes a Free key to ' +
+          '`petstore-bootstrap-key.txt` in the data directory (the startup line names the file); ' +
+          '`petstore keys create --plan pro` makes more.',
+      },
     },
     headers: {
       'X-RateLimit-Limit': integer('Capacity of the rate-limit bucket in force (the one with fewer tokens left).'),

@@ -44,7 +44,9 @@ function isValidPet(pet: unknown): boolean {
     [...name].length <= 200 &&
     !/[\u0000-\u001f\u007f-\u009f]/.test(name) &&
     name.isWellFormed() &&
-    Number.isSafeInteger(categoryId) &&
+    // Any int64; read here as a double, so 2^63 − 1 shows as 2^63 (the 201 is also compared as text).
+    Number.isInteger(categoryId) &&
+    Math.abs(categoryId as number) <= 2 ** 63 &&
     STATUSES.includes(status as string)
   )
 }

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
-import type { NewPet } from '../../src/domain/pet'
+import { INT64_MAX, INT64_MIN, type NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
 import { COUNTERS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
 import { openPostgresStorage } from '../../src/storage/postgres'
@@ -120,7 +120,7 @@ function counts(slots: Record<number, number>): number[] {
   return row
 }
 
-const pet = (name: string, categoryId = 1): NewPet => ({ name, categoryId, status: 'available' })
+const pet = (name: string, categoryId = 1n): NewPet => ({ name, categoryId, status: 'available' })
 
 async function create(storage: Storage, commands: CreatePetCommand[], now = NOW): Promise<CreatePetOutcome[]> {
   return storage.pets.createMany({ commands, now, locationPrefix: PREFIX })
@@ -134,18 +134,19 @@ const withKey = (name: string, key: string, requestHash = `hash-of-${name}`): Cr
 function conformance(name: string, backend: Backend) {
   test(`${name}: pets are created in one batch, listed in id order by keyset, and read back exactly`, async () => {
     const { a } = await backend.fresh()
-    const extremes = [Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 0]
+    // int64's ends and the first values a double cannot hold, stored and read back exactly.
+    const extremes = [INT64_MAX, INT64_MIN, 0n, 2n ** 53n + 1n, -(2n ** 53n) - 1n, -INT64_MAX]
     const outcomes = await create(a, extremes.map((categoryId, i) => ({ pet: pet(`p${i}`, categoryId) })))
     const ids = outcomes.map((outcome) => (outcome.kind === 'created' ? outcome.pet.id : -1))
     expect(ids[0]).toBeGreaterThan(0)
     expect(ids).toEqual([...ids].sort((x, y) => x - y))
     expect(outcomes[0]).toMatchObject({ kind: 'created', location: `${PREFIX}${ids[0]}`, body: expect.stringContaining(`"id":${ids[0]}`) })
     expect((await a.pets.list(0, 10, undefined)).map((p) => p.categoryId)).toEqual(extremes)
-    expect(await a.pets.list(ids[0]!, 1, undefined)).toEqual([{ id: ids[1]!, name: 'p1', categoryId: -Number.MAX_SAFE_INTEGER, status: 'available' }])
+    expect(await a.pets.list(ids[0]!, 1, undefined)).toEqual([{ id: ids[1]!, name: 'p1', categoryId: INT64_MIN, status: 'available' }])
     expect(await a.pets.list(0, 10, 'sold')).toEqual([])
-    expect(await a.pets.get(ids[2]!)).toEqual({ id: ids[2]!, name: 'p2', categoryId: 0, status: 'available' })
+    expect(await a.pets.get(ids[2]!)).toEqual({ id: ids[2]!, name: 'p2', categoryId: 0n, status: 'available' })
     expect(await a.pets.get(ids[2]! + 1000)).toBeNull()
-    expect(await a.pets.count()).toBe(3)
+    expect(await a.pets.count()).toBe(extremes.length)
   })
 
   test(`${name}: an Idempotency-Key replays its first answer, refuses a different request, and expires`, async () => {

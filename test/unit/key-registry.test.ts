@@ -32,7 +32,7 @@ test('each reload reads only the keys created or revoked since the previous one'
   expect(rowsRead).toBe(2)
 
   storage.keys.recordLastUsed(new Map([[record.id, NOW + 1]]))
-  storage.pets.createMany({ commands: [{ pet: { name: 'Rex', categoryId: 1, status: 'available' } }], now: NOW, locationPrefix: '' })
+  storage.pets.createMany({ commands: [{ pet: { name: 'Rex', categoryId: 1n, status: 'available' } }], now: NOW, locationPrefix: '' })
   registry.reload()
   expect(rowsRead).toBe(2)
 

@@ -79,10 +79,10 @@ function gatedService() {
 describe('PetService: one batch in flight', () => {
   test('creates arriving while a batch is committed wait, and form the next batch together', async () => {
     const { storage, writer, service } = gatedService()
-    const first = service.create({ name: 'a', categoryId: 1, status: 'available' })
+    const first = service.create({ name: 'a', categoryId: 1n, status: 'available' })
     await turn()
     expect(writer.batches.map((batch) => batch.commands.length)).toEqual([1])
-    const later = ['b', 'c', 'd'].map((name) => service.create({ name, categoryId: 1, status: 'available' }))
+    const later = ['b', 'c', 'd'].map((name) => service.create({ name, categoryId: 1n, status: 'available' }))
     await turn()
     expect(writer.batches).toHaveLength(1)
 
@@ -105,7 +105,7 @@ describe('PetService: one batch in flight', () => {
     const { storage, writer, service } = gatedService()
     const query = { limit: 20, status: undefined, afterId: 0 }
     expect((service.list(query) as Page).body).toBe('[]')
-    const created = service.create({ name: 'a', categoryId: 1, status: 'available' })
+    const created = service.create({ name: 'a', categoryId: 1n, status: 'available' })
     await turn()
     writer.letOneThrough()
     await created
@@ -116,7 +116,7 @@ describe('PetService: one batch in flight', () => {
   test('close waits for the batch in flight to be committed and answered', async () => {
     const { storage, writer, service } = gatedService()
     const events: string[] = []
-    const created = service.create({ name: 'a', categoryId: 1, status: 'available' }).then(() => events.push('201'))
+    const created = service.create({ name: 'a', categoryId: 1n, status: 'available' }).then(() => events.push('201'))
     await turn()
     const closed = service.close().then(() => events.push('closed'))
     await turn()
@@ -130,7 +130,7 @@ describe('PetService: one batch in flight', () => {
 })
 
 describe('WorkerPetWriter', () => {
-  const pet = (name: string) => ({ name, categoryId: 7, status: 'available' as const })
+  const pet = (name: string) => ({ name, categoryId: 7n, status: 'available' as const })
   const idempotent = (key: string, requestHash: string) => ({ keyId: 'key_1', key, requestHash })
   // Created, then replayed and refused within the TTL, then created again under a key that expired.
   const batches: PetBatch[] = [
@@ -200,7 +200,7 @@ describe('WorkerPetWriter', () => {
   test('any other storage failure is an error with the cause, not a refusal', async () => {
     const storage = openSqliteStorage(join(tempDir(), 'petstore.db'))
     const writer = workerWriter(storage.file!)
-    const invalid = { ...batches[0]!, commands: [{ pet: { name: 'a', categoryId: 1, status: 'lost' as never } }] }
+    const invalid = { ...batches[0]!, commands: [{ pet: { name: 'a', categoryId: 1n, status: 'lost' as never } }] }
     const failure = await writer.write(invalid).catch((error) => error)
     expect(failure).toBeInstanceOf(Error)
     expect(failure).not.toBeInstanceOf(StorageUnavailableError)

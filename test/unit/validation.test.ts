@@ -4,7 +4,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { ApiError } from '../../src/http/api-errors'
-import { decimalEqualsInteger, readJsonBody } from '../../src/http/json-body'
+import { integerDenoted, readJsonBody } from '../../src/http/json-body'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { parseListQuery, parsePetId } from '../../src/modules/pets/index'
 
@@ -21,7 +21,7 @@ function expectBadRequest(run: () => unknown, field: string) {
   expect((error as ApiError).message).toContain(field)
 }
 
-describe('decimalEqualsInteger', () => {
+describe('integerDenoted', () => {
   const equal: [string, number][] = [
     ['1.0', 1],
     ['1.000', 1],
@@ -38,7 +38,7 @@ describe('decimalEqualsInteger', () => {
     ['9.007199254740991e15', 9007199254740991],
   ]
   for (const [source, value] of equal)
-    test(`${source} denotes exactly ${value}`, () => expect(decimalEqualsInteger(source, value)).toBe(true))
+    test(`${source} denotes exactly ${value}`, () => expect(integerDenoted(source)).toBe(BigInt(value)))
 
   const notEqual: [string, number][] = [
     ['1.0000000000000001', 1],
@@ -58,7 +58,25 @@ describe('decimalEqualsInteger', () => {
     ['0x10', 16],
   ]
   for (const [source, value] of notEqual)
-    test(`${JSON.stringify(source)} does not denote ${value}`, () => expect(decimalEqualsInteger(source, value)).toBe(false))
+    test(`${JSON.stringify(source)} does not denote ${value}`, () => expect(integerDenoted(source)).not.toBe(BigInt(value)))
+
+  const beyondDoubles: [string, bigint][] = [
+    ['9223372036854775807', 2n ** 63n - 1n],
+    ['-9223372036854775808', -(2n ** 63n)],
+    ['9223372036854775807.000', 2n ** 63n - 1n],
+    ['9.223372036854775807e18', 2n ** 63n - 1n],
+    ['9007199254740993', 2n ** 53n + 1n],
+    ['1e30', 10n ** 30n],
+  ]
+  for (const [source, value] of beyondDoubles)
+    test(`${source} denotes exactly ${value}, beyond what a double holds`, () => expect(integerDenoted(source)).toBe(value))
+
+  test('a non-integer is null, an integer of more than 40 digits is undefined (out of every range)', () => {
+    expect(integerDenoted('1.5')).toBeNull()
+    expect(integerDenoted('1e-1')).toBeNull()
+    expect(integerDenoted('1e400')).toBeUndefined()
+    expect(integerDenoted('1'.repeat(41))).toBeUndefined()
+  })
 })
 
 describe('parseListQuery', () => {

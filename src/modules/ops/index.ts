@@ -9,7 +9,7 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
-import { type AnyElysia, components, errorResponses, schemaComponents } from '../../http/openapi'
+import { type AnyElysia, components, errorResponses, schemaComponents, withInt64Bounds } from '../../http/openapi'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
@@ -32,7 +32,9 @@ const INFO = {
   version: '1.0.0',
   description:
     'A store of animals: list them (filtered by status, paginated by cursor), add one, fetch one. ' +
-    'Every operation needs an API key as a bearer token and is rate limited per plan.',
+    'Every operation needs an API key as a bearer token and is rate limited per plan: click Authorize and ' +
+    'paste a key (the first start writes one to `petstore-bootstrap-key.txt` in the data directory; ' +
+    '`petstore keys create` makes more).',
 }
 
 /** A route left out of the OpenAPI document, recorded in the log and metrics under its own name. */
@@ -146,7 +148,7 @@ export function opsModule(options: OpsModuleOptions) {
       hidden('readyz'),
     )
     .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request }) => answerMetrics(request), hidden('metrics')) : ops))
-    .get('/openapi.json', () => json((document ??= JSON.stringify(buildDocument(options)))), hidden('openapi.json'))
+    .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
     .get(
       '/docs/swagger-ui-bundle.js',

@@ -10,7 +10,7 @@ import { compileValidator } from '../../http/validation'
 import { verifiedKey } from '../../plugins/gate'
 import { type RequestInfo, requestInfo } from '../../plugins/request-context'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
-import { NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
+import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
 import type { ListQuery, Page, PetService } from './service'
@@ -27,7 +27,6 @@ const JSON_TYPE = 'application/json'
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
 const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
-const INT64_MAX = 9223372036854775807n
 
 /** The operation deprecated, as its calls are counted (usage, /metrics). */
 export const DEPRECATED_OPERATION = 'getPet'
@@ -87,7 +86,9 @@ export function parsePetId(text: string): number {
 function parseNewPet(body: unknown): NewPet {
   const input = newPetValidator.parse(body)
   if (input.name.length > NAME_MAX && [...input.name].length > NAME_MAX) throw badRequest(`name: ${FIELD_RULES.name}`)
-  return { name: input.name, categoryId: input.categoryId, status: input.status ?? 'available' }
+  const categoryId = BigInt(input.categoryId)
+  if (categoryId < INT64_MIN || categoryId > INT64_MAX) throw badRequest(`categoryId: ${FIELD_RULES.categoryId}`)
+  return { name: input.name, categoryId, status: input.status ?? 'available' }
 }
 
 function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {

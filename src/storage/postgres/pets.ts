@@ -22,8 +22,9 @@ interface PetRow {
   status: PetStatus
 }
 
+/** int8 arrives as its digits: the id must be a safe integer, the categoryId is any int64. */
 function toPet(row: PetRow): Pet {
-  return { id: exactInteger(row.id), name: row.name, categoryId: exactInteger(row.category_id), status: row.status }
+  return { id: exactInteger(row.id), name: row.name, categoryId: BigInt(row.category_id), status: row.status }
 }
 
 export class PostgresPets implements PetRepository {

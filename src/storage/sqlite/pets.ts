@@ -5,11 +5,16 @@ import type { NewPet, Pet, PetStatus } from '../../domain/pet'
 import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
 import { classified, describeUnavailable, reading } from './failures'
 
+/** A pet as read with safe integers: every INTEGER as a bigint, so a categoryId beyond 2^53 is exact. */
 interface PetRow {
-  id: number
+  id: bigint
   name: string
-  categoryId: number
+  categoryId: bigint
   status: PetStatus
+}
+
+function toPet(row: PetRow): Pet {
+  return { id: Number(row.id), name: row.name, categoryId: row.categoryId, status: row.status }
 }
 
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
@@ -18,7 +23,7 @@ export class SqlitePets implements PetRepository {
   private readonly listAll: Statement<PetRow, [number, number]>
   private readonly listByStatus: Statement<PetRow, [string, number, number]>
   private readonly byId: Statement<PetRow, [number]>
-  private readonly insert: Statement<{ id: number }, [string, number, string, number]>
+  private readonly insert: Statement<{ id: number }, [string, bigint, string, number]>
   private readonly findIdempotent: Statement<IdempotencyRecord, [string, string]>
   private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
   private readonly countAll: Statement<{ n: number }, []>
@@ -29,11 +34,11 @@ export class SqlitePets implements PetRepository {
   }
 
   constructor(private readonly db: Database) {
-    this.listAll = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`)
-    this.listByStatus = db.query(
-      `SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`,
-    )
-    this.byId = db.query(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`)
+    this.listAll = db.query<PetRow, [number, number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`).safeIntegers(true)
+    this.listByStatus = db
+      .query<PetRow, [string, number, number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`)
+      .safeIntegers(true)
+    this.byId = db.query<PetRow, [number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`).safeIntegers(true)
     this.insert = db.query(
       'INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?) RETURNING id',
     )
@@ -54,11 +59,14 @@ export class SqlitePets implements PetRepository {
   }
 
   list(afterId: number, limit: number, status: PetStatus | undefined): Pet[] {
-    return reading(() => (status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)))
+    return reading(() => (status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)).map(toPet))
   }
 
   get(id: number): Pet | null {
-    return reading(() => this.byId.get(id))
+    return reading(() => {
+      const row = this.byId.get(id)
+      return row && toPet(row)
+    })
   }
 
   count(): number {
