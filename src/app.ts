@@ -22,6 +22,7 @@ import { AccessLog, type LogSink } from './observability/access-log'
 import { gauges } from './gauges'
 import { Metrics } from './observability/metrics'
 import { metricsEndpoint } from './observability/metrics-endpoint'
+import { RecentRequests } from './observability/recent-requests'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
@@ -55,6 +56,8 @@ export interface PetstoreApp {
   limiter: RateLimiter
   metrics: Metrics
   pets: PetService
+  /** The API's last answers, for the console. */
+  recent: RecentRequests
   /** The storage fault that holds until a restart (readiness.ts). */
   fault: StorageFault
   /** The /metrics answer, for a listener of its own (--metrics-address). */
@@ -88,6 +91,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     )
   }
   const metrics = new Metrics()
+  const recent = new RecentRequests()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
     {
@@ -171,6 +175,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         server: () => app.server,
         metrics,
         accessLog,
+        recent,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
       }),
@@ -195,6 +200,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     limiter,
     metrics,
     pets,
+    recent,
     fault,
     answerMetrics,
     finishWrites: () => pets.close(),

@@ -4,12 +4,14 @@
  * the background jobs; and stop in reverse. Every start that fails and every stop go through the same
  * teardown.
  */
-import { createApp, type AppDeps, type PetstoreApp } from './app'
+import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
 import { errorResponse, notFound } from './http/api-errors'
+import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
+import { consoleModule } from './modules/console'
 import type { SavedBucket } from './domain/repositories'
 
 export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
@@ -31,6 +33,8 @@ const REDIS_WAIT_MS = 3_000
 
 export class Server {
   private metricsListener: ReturnType<typeof Bun.serve> | undefined
+  /** The operators' console, on its own listener (--console-address). */
+  private console: AnyElysia | undefined
   private stopped: Promise<boolean> | undefined
 
   private constructor(
@@ -39,6 +43,7 @@ export class Server {
     readonly petstore: PetstoreApp,
     readonly backend: StorageBackend,
     private readonly jobs: Jobs,
+    private readonly warn: (message: string) => void,
   ) {}
 
   /** Opens storage, builds the app, loads its state, listens and starts the jobs; or undoes it all. */
@@ -73,7 +78,7 @@ export class Server {
       dataFile: backend.dataFile,
       onDataFileChanged: options.onDataFileChanged,
     })
-    const server = new Server(bound, petstore, backend, jobs)
+    const server = new Server(bound, petstore, backend, jobs, warn)
     try {
       await jobs.load()
       if (bound.redisUrl && !(await waitFor(() => petstore.limiter.ping(), REDIS_WAIT_MS)))
@@ -101,6 +106,10 @@ export class Server {
     return this.metricsListener?.port
   }
 
+  get consolePort(): number | undefined {
+    return this.console?.server?.port
+  }
+
   /**
    * Stops in reverse order of the start, but for one swap: the listener drains first (up to `graceMs`
    * for the requests in flight), then the writes those requests started finish, and only then the jobs
@@ -121,6 +130,7 @@ export class Server {
       await listener.stop(true)
     }
     await this.metricsListener?.stop(true)
+    await this.console?.server?.stop(true)
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
@@ -137,7 +147,7 @@ export class Server {
   }
 
   /**
-   * The API's listener, and /metrics' own when it has an address. Elysia asks for SO_REUSEPORT by
+   * The API's listener, /metrics' own when it has an address, and the console's. Elysia asks for SO_REUSEPORT by
    * default, which would let a second server start on a port in use and split the traffic between two
    * data files; development mode would show Bun's error pages.
    */
@@ -157,9 +167,32 @@ export class Server {
           fetch: () => errorResponse(notFound('This listener serves /metrics only.')),
         })
       }
+      if (config.consoleAddress) {
+        binding = `${hostInUrl(config.consoleAddress.host)}:${config.consoleAddress.port}`
+        this.console = this.buildConsole().listen({
+          hostname: config.consoleAddress.host,
+          port: config.consoleAddress.port,
+          reusePort: false,
+          development: false,
+        })
+      }
     } catch (error) {
       throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
     }
+  }
+
+  private buildConsole(): AnyElysia {
+    const { config, petstore, backend } = this
+    return consoleModule({
+      storage: backend.storage,
+      keys: petstore.keys,
+      limiter: petstore.limiter,
+      recent: petstore.recent,
+      now: Date.now,
+      trustProxy: config.trustProxy,
+      version: VERSION,
+      onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
+    })
   }
 }
 

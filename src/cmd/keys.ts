@@ -1,7 +1,7 @@
-/** `petstore keys create|list|revoke|reset-limits`: API keys, straight in storage; a running server follows. */
+/** `petstore keys create|list|revoke|reset-limits|set-plan`: API keys, straight in storage; a running server follows. */
 import { parseInteger } from '../config'
 import { type ApiKeyRecord, checkKeyName, limitsFor } from '../domain/api-key'
-import { PLAN_LIMITS } from '../domain/plans'
+import { type Plan, PLAN_LIMITS } from '../domain/plans'
 import { createKey } from '../modules/keys/service'
 import { asUsageError, bareUsage, COMMON, help, isBare, openForCommand, parse, UsageError } from './options'
 
@@ -9,8 +9,10 @@ export const USAGE = `Usage: petstore keys create --plan free|pro|business|enter
        petstore keys list [--json]
        petstore keys revoke ID
        petstore keys reset-limits ID
+       petstore keys set-plan ID free|pro|business|enterprise [--rpm N --rpd N]
 
   reset-limits refills the key's buckets and lifts its ban; a running server applies it within a second.
+  set-plan gives the key the plan's limits (enterprise: its own); a running server applies it within a second.
 
   create prints the new key's secret once, alone, as the last line of stdout.
   Plans (requests per minute / per day):
@@ -43,15 +45,20 @@ export async function keys(args: string[]): Promise<number> {
     list: ['json'],
     revoke: [],
     'reset-limits': [],
+    'set-plan': ['rpm', 'rpd'],
   }
   if (!(sub in allowed)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
   for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json'])
     if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
       throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE)
-  const expected = sub === 'revoke' || sub === 'reset-limits' ? 1 : 0
+  const expected = sub === 'set-plan' ? 2 : sub === 'revoke' || sub === 'reset-limits' ? 1 : 0
   if (positionals.length !== expected)
     throw new UsageError(
-      expected ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[0]}"`,
+      expected === 2
+        ? 'keys set-plan needs a key ID and a PLAN'
+        : expected
+          ? `keys ${sub} needs exactly one key ID`
+          : `unexpected argument "${positionals[0]}"`,
       USAGE,
     )
 
@@ -59,7 +66,9 @@ export async function keys(args: string[]): Promise<number> {
   const limit = (flag: 'rpm' | 'rpd') =>
     values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
   const input = asUsageError(() => {
-    const checked = { plan: values.plan as string, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
+    const plan = sub === 'set-plan' ? positionals[1]! : (values.plan as string)
+    const checked = { plan, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
+    if (sub === 'set-plan') limitsFor(checked)
     if (sub === 'create') {
       limitsFor(checked)
       checkKeyName(checked.name)
@@ -78,6 +87,14 @@ export async function keys(args: string[]): Promise<number> {
     } else if (sub === 'list') {
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
       printKeys(await storage.keys.list(), values.json === true)
+    } else if (sub === 'set-plan') {
+      const id = positionals[0]!
+      const limits = limitsFor(input)
+      if (!(await storage.keys.setPlan(id, input.plan as Plan, limits))) {
+        console.error(`petstore: no key with id "${id.slice(0, 64)}" that is not revoked in ${where}`)
+        return 1
+      }
+      console.error(`petstore: ${id} is now ${input.plan} (${limits.rpm}/min, ${limits.rpd}/day) in ${where}; a running server applies it within a second`)
     } else {
       const id = positionals[0]!
       const done = sub === 'revoke' ? await storage.keys.revoke(id, Date.now()) : await storage.keys.resetLimits(id, Date.now())

@@ -7,6 +7,7 @@ import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
 import { Server } from '../server'
 import { bootstrapKey } from './bootstrap-key'
+import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
 
 export const USAGE = `Usage: petstore serve [options]
@@ -20,6 +21,8 @@ ${COMMON}
   --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
                              for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
   --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
+  --console-address HOST:PORT|off  the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
+                             staging 127.0.0.1:8091, a free port with --port 0; off for none)
   --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
                              which keeps it out of the process list)
   --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
@@ -40,6 +43,7 @@ export async function serve(args: string[]): Promise<number> {
       'trust-proxy': { type: 'string', multiple: true },
       'metrics-address': { type: 'string' },
       'metrics-token': { type: 'string' },
+      'console-address': { type: 'string' },
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },
@@ -62,8 +66,10 @@ export async function serve(args: string[]): Promise<number> {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
-    onListening: async ({ backend: { storage }, petstore }) => {
+    onListening: async (started) => {
+      const { backend: { storage }, petstore } = started
       if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
+      if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
   })
   console.error(startupLine(server))
@@ -88,6 +94,12 @@ function startupLine(server: Server): string {
   return (
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
-    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '')
+    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
+    (server.consolePort !== undefined ? `, console at ${consoleUrl(server)}` : '')
   )
+}
+
+function consoleUrl(server: Server): string | undefined {
+  const address = server.config.consoleAddress
+  return address && server.consolePort !== undefined ? `http://${hostInUrl(address.host)}:${server.consolePort}/` : undefined
 }

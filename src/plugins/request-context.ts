@@ -1,6 +1,7 @@
 /**
  * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the path, the client address, and one access-log line and the metrics per answer, under the
+ * made), the path, the client address, and one access-log line, the metrics and the console's recent
+ * requests (observability/recent-requests.ts) per answer, under the
  * operationId of the route matched. The record is declared here once (`requestInfo`, which every instance
  * uses) and closed by one `afterHandle` hook for every answer a route gives (a hook's early answer
  * included); the error handler closes it for errors. Not an `onAfterResponse` hook: that costs a
@@ -18,6 +19,7 @@ import { bodyUnread } from '../http/json-body'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
+import type { RecentRequests } from '../observability/recent-requests'
 
 type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void
 
@@ -76,6 +78,8 @@ export interface RequestContextOptions {
   server: () => Server<unknown> | null | undefined
   metrics: Metrics
   accessLog: AccessLog | null
+  /** The last answers, for the console. */
+  recent: RecentRequests
   proxies: Proxies
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
@@ -166,17 +170,29 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, proxies, operationOf } = options
+  const { server, metrics, accessLog, recent, proxies, operationOf } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     metrics.observe(info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route)), status, seconds)
+    const durationMs = Math.round(seconds * 100_000) / 100
+    const key = info.key
+    recent.add({
+      time: Date.now(),
+      method: info.method,
+      path: info.path,
+      status,
+      keyId: key ? key.id : null,
+      client: key ? null : info.address,
+      durationMs,
+      requestId: info.requestId,
+    })
     if (!accessLog) return
     // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
     // method, path and client are escaped only when they hold a character JSON would escape.
     const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
       `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
-        `"path":${jsonString(info.path)},"status":${status},"durationMs":${Math.round(seconds * 100_000) / 100},${who}}`,
+        `"path":${jsonString(info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }
   return new Elysia({ name: 'request-context' })

@@ -77,7 +77,7 @@ async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string 
   }
 }
 
-const LISTENING = /(\w+) listening on http:\/\/(?:\[[^\]]+\]|[^:]+):(\d+), API at (\S+), data (.+)/
+const LISTENING = /(\w+) listening on http:\/\/(?:\[[^\]]+\]|[^:]+):(\d+), API at (\S+), data (.+?)(?:, (?:rate limits in Redis|metrics|console) at .*)?$/m
 
 export interface RawServer extends Omit<Server, 'dataFile'> {
   /** What the server says it runs as. */

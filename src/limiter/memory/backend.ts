@@ -6,7 +6,7 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, MINUTE_MS, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type LimiterBackend, MINUTE_MS, type Peeked, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
@@ -84,10 +84,20 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return result
   }
 
-  /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
+  /** Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start. */
   forget(id: string): void {
     this.keys.delete(id)
     this.saved.delete(id)
+    this.currentAddresses.delete(id)
+    this.previousAddresses.delete(id)
+  }
+
+  /** Reads without moving an address to the current generation: a look is not a visit. */
+  peek(id: string, isKey: boolean, now: number = Date.now()): Peeked | null {
+    const subject = isKey ? this.keys.get(id) : (this.currentAddresses.get(id) ?? this.previousAddresses.get(id))
+    if (subject) return { limits: subject.limits, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
+    const saved = isKey ? this.saved.get(id) : undefined
+    return saved ? { limits: null, day: { ...saved }, bannedUntil: 0, now } : null
   }
 
   async ping(): Promise<boolean> {

@@ -27,7 +27,7 @@ export interface ActiveKey {
 
 /**
  * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
- * Keys another process (the CLI, another instance) creates or revokes are read from storage's change
+ * Keys another process (the CLI, another instance) creates, revokes or moves to another plan are read from storage's change
  * numbers at each poll, and only those: the change takes effect everywhere in under a second, at a
  * cost that does not grow with the number of keys.
  */
@@ -62,11 +62,12 @@ export class KeyRegistry {
    */
   private apply(from: number, { records, last }: KeyChanges): MaybePromise<void> {
     if (from !== this.applied) return this.reload()
-    const revoked = new Set<string>()
+    // A key revoked or moved to another plan must not be found with what it was before.
+    const changed = new Set<string>()
     for (const record of records) {
+      changed.add(record.id)
       if (record.revokedAt !== null) {
         this.byHash.delete(record.secretHash)
-        revoked.add(record.id)
         continue
       }
       this.byHash.set(record.secretHash, {
@@ -76,7 +77,7 @@ export class KeyRegistry {
         subject: `key:${record.id}`,
       })
     }
-    if (revoked.size > 0) for (const [secret, key] of this.verified) if (revoked.has(key.id)) this.verified.delete(secret)
+    if (changed.size > 0) for (const [secret, key] of this.verified) if (changed.has(key.id)) this.verified.delete(secret)
     this.applied = last
   }
 

@@ -8,6 +8,7 @@ import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { guarded, isUnavailable } from './failures'
 import { PostgresKeys, PostgresLimiterState } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
+import { PostgresOperators } from './operators'
 import { PostgresPets } from './pets'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 
@@ -88,6 +89,7 @@ export class PostgresStorage implements Storage {
   readonly pets: PostgresPets
   readonly keys: PostgresKeys
   readonly limiterState: PostgresLimiterState
+  readonly operators: PostgresOperators
 
   constructor(
     private readonly sql: Database,
@@ -96,6 +98,7 @@ export class PostgresStorage implements Storage {
     this.pets = new PostgresPets(sql)
     this.keys = new PostgresKeys(sql)
     this.limiterState = new PostgresLimiterState(sql)
+    this.operators = new PostgresOperators(sql)
   }
 
   ping(): Promise<void> {

@@ -6,6 +6,7 @@
 import type { SQL } from 'bun'
 import type { Database } from './pool'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { Limits, Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../../domain/repositories'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
@@ -87,6 +88,17 @@ export class PostgresKeys implements KeyRepository {
         const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
         if (key?.revoked_at === null) await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
         return key !== undefined
+      }),
+    )
+  }
+
+  setPlan(id: string, plan: Plan, limits: Limits): Promise<boolean> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
+        if (key?.revoked_at !== null) return false
+        await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
+        return true
       }),
     )
   }

@@ -9,6 +9,7 @@ import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
 import { SqliteKeys } from './keys'
 import { SqliteLimiterState } from './limiter-state'
+import { SqliteOperators } from './operators'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
 import { refuseInterruptedRestore } from './restore'
@@ -89,6 +90,7 @@ export class SqliteStorage implements Storage {
   readonly pets: SqlitePets
   readonly keys: SqliteKeys
   readonly limiterState: SqliteLimiterState
+  readonly operators: SqliteOperators
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
@@ -115,6 +117,7 @@ export class SqliteStorage implements Storage {
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
+    this.operators = new SqliteOperators(db)
   }
 
   /**

@@ -1,10 +1,11 @@
 /**
  * API keys, and the requests from `keys reset-limits` to a running server, in the data file. Every
- * create and revoke of a key takes the next number of the `keys_change` counter in its transaction;
+ * create, revoke and change of plan of a key takes the next number of the `keys_change` counter in its transaction;
  * SQLite commits one writer at a time, so the numbers become visible in order.
  */
 import type { Database, Statement } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { Limits, Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
 
@@ -75,6 +76,21 @@ export class SqliteKeys implements KeyRepository {
         const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
         if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
         return key !== null
+      }).immediate()
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  setPlan(id: string, plan: Plan, limits: Limits): boolean {
+    try {
+      return this.db.transaction(() => {
+        const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
+        if (key?.revokedAt !== null) return false
+        this.db
+          .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
+          .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
+        return true
       }).immediate()
     } catch (error) {
       describeUnavailable(error)
