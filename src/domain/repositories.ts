@@ -118,7 +118,7 @@ export interface OperatorRepository {
    */
   useCredential(hash: string, now: number, idleSince: number): MaybePromise<Credential | null>
   endCredential(hash: string): MaybePromise<void>
-  /** Times of the failed sign-ins for the name since `since`, oldest first; older ones are dropped. */
+  /** Times of the failed sign-ins for the name after `since`, oldest first; the others are dropped. */
   failedSignIns(name: string, since: number): MaybePromise<number[]>
   recordFailedSignIn(name: string, at: number): MaybePromise<void>
   clearFailedSignIns(name: string): MaybePromise<void>

@@ -93,7 +93,7 @@ export class PostgresOperators implements OperatorRepository {
 
   failedSignIns(name: string, since: number): Promise<number[]> {
     return guarded(async () => {
-      await this.sql`DELETE FROM sign_in_failures WHERE at < ${since}`
+      await this.sql`DELETE FROM sign_in_failures WHERE at <= ${since}`
       const rows = (await this.sql`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`) as { at: string }[]
       return rows.map((row) => exactInteger(row.at))
     })

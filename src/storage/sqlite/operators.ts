@@ -81,7 +81,7 @@ export class SqliteOperators implements OperatorRepository {
   }
 
   failedSignIns(name: string, since: number): number[] {
-    this.write(() => this.db.query('DELETE FROM sign_in_failures WHERE at < ?').run(since))
+    this.write(() => this.db.query('DELETE FROM sign_in_failures WHERE at <= ?').run(since))
     return this.db.query<{ at: number }, [string]>('SELECT at FROM sign_in_failures WHERE name = ? ORDER BY at').all(name).map((row) => row.at)
   }
 
