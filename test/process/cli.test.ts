@@ -249,7 +249,7 @@ describe('help for a newcomer', () => {
     expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
     const unknown = cli(['help', 'frob'], { cwd: tempDir() })
     expect(unknown.code).toBe(2)
-    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, restore, healthcheck')
+    expect(unknown.stderr.split('\n')[0]).toBe('petstore: no help for "frob"; commands are serve, keys, operators, pets, backup, restore, healthcheck')
     const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
     expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
     expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)
