@@ -112,7 +112,7 @@ describe('console on its own listener', () => {
           body: method === 'GET' || method === 'DELETE' ? undefined : '{"plan":"free"}',
         })
         expect(`${method} ${path} ${response.status}`).toBe(`${method} ${path} 401`)
-        expect(await response.json()).toMatchObject({ code: 'unauthorized', status: 401 })
+        expect(await response.json() as any).toMatchObject({ code: 'unauthorized', status: 401 })
       }
     }
     // An API key is not an operator's token.
@@ -120,7 +120,7 @@ describe('console on its own listener', () => {
   })
 
   test('a request that changes something, with the cookie but from another origin (or none), is refused and changes nothing', async () => {
-    const before = (await (await call(server.console, cookie, 'GET', '/api/keys')).json()).keys.length
+    const before = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.length
     for (const origin of ['http://evil.example', 'null', server.origin, undefined]) {
       const response = await fetch(`${server.console}/api/keys`, {
         method: 'POST',
@@ -128,9 +128,9 @@ describe('console on its own listener', () => {
         body: JSON.stringify({ plan: 'pro', name: 'csrf' }),
       })
       expect(response.status).toBe(403)
-      expect(await response.json()).toMatchObject({ code: 'forbidden', status: 403 })
+      expect(await response.json() as any).toMatchObject({ code: 'forbidden', status: 403 })
     }
-    const after = (await (await call(server.console, cookie, 'GET', '/api/keys')).json()).keys
+    const after = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys
     expect(after.length).toBe(before)
     expect(after.map((key: { name: string }) => key.name)).not.toContain('csrf')
   })
@@ -163,16 +163,16 @@ describe('console on its own listener', () => {
     ]
     for (const [method, path, body, message] of cases) {
       const response = await call(server.console, cookie, method, path, body)
-      expect(await response.json()).toEqual({ code: 'invalid_request', message, status: 400 })
+      expect(await response.json() as any).toEqual({ code: 'invalid_request', message, status: 400 })
     }
     const query = await call(server.console, cookie, 'GET', '/api/requests?limit=0')
-    expect(await query.json()).toEqual({ code: 'invalid_request', message: 'limit: must be an integer from 1 to 5000', status: 400 })
+    expect(await query.json() as any).toEqual({ code: 'invalid_request', message: 'limit: must be an integer from 1 to 5000', status: 400 })
   })
 
   test('a key created in the console works on the API at once, its secret shown once; revoked in the console, it is refused within a second', async () => {
     const created = await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'from the console' })
     expect(created.status).toBe(201)
-    const { key, secret } = await created.json()
+    const { key, secret } = await created.json() as any
     expect(secret).toMatch(/^psk_/)
     expect(key).toMatchObject({ name: 'from the console', plan: 'pro', rpm: 300, rpd: 10000, dayQuotaLeft: 10000, bannedUntil: null })
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
@@ -183,7 +183,7 @@ describe('console on its own listener', () => {
     // The day quota left, read without taking a token: one request was made.
     const row = JSON.parse(listed).keys.find((k: { id: string }) => k.id === key.id)
     expect(row.dayQuotaLeft).toBe(9999)
-    expect((await call(server.console, cookie, 'GET', '/api/keys').then((r) => r.json())).keys.find((k: { id: string }) => k.id === key.id).dayQuotaLeft).toBe(9999)
+    expect((await call(server.console, cookie, 'GET', '/api/keys').then((r) => r.json() as Promise<any>)).keys.find((k: { id: string }) => k.id === key.id).dayQuotaLeft).toBe(9999)
 
     const revoked = await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
     expect(revoked.status).toBe(204)
@@ -194,22 +194,22 @@ describe('console on its own listener', () => {
   })
 
   test('a plan change in the console applies to the API within a second', async () => {
-    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json()
+    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json() as any
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
     expect((await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'enterprise', rpm: 7, rpd: 70 })).status).toBe(204)
     await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')!.includes('"minute";q=7'), 1_000)
-    const row = (await (await call(server.console, cookie, 'GET', '/api/keys')).json()).keys.find((k: { id: string }) => k.id === key.id)
+    const row = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
     expect(row).toMatchObject({ plan: 'enterprise', rpm: 7, rpd: 70 })
   })
 
   test('a banned key and a banned address are listed, and lifting each in the console gives 200 again', async () => {
-    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })).json()
+    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })).json() as any
     // Two allowed, then 429s: with --ban-after 1, the second rejection starts the ban.
     const statuses: number[] = []
     for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
     expect(statuses).toEqual([200, 200, 429, 429, 429])
     const banned = await fetch(`${server.base}/pets`, { headers: auth(secret) })
-    expect((await banned.json()).code).toBe('key_banned')
+    expect((await banned.json() as any).code).toBe('key_banned')
 
     // The recent requests show the refusals, filtered by key and status, with the key's name and no secret.
     const recent = await (await call(server.console, cookie, 'GET', `/api/requests?key=${key.id}&status=429`)).text()
@@ -224,12 +224,12 @@ describe('console on its own listener', () => {
     while ((await fetch(`${server.base}/pets`)).status !== 429) expect(++noKey).toBeLessThanOrEqual(60)
     // The second rejection within a minute starts the ban (--ban-after 1); the next is refused by it.
     expect((await fetch(`${server.base}/pets`)).status).toBe(429)
-    expect((await (await fetch(`${server.base}/pets`)).json()).code).toBe('key_banned')
+    expect((await (await fetch(`${server.base}/pets`)).json() as any).code).toBe('key_banned')
 
-    const bans = (await (await call(server.console, cookie, 'GET', '/api/bans')).json()).bans
+    const bans = (await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans
     expect(bans).toContainEqual({ kind: 'key', keyId: key.id, keyName: 'noisy', bannedUntil: expect.any(String) })
     expect(bans).toContainEqual({ kind: 'address', address: '127.0.0.1', bannedUntil: expect.any(String) })
-    const keyRow = (await (await call(server.console, cookie, 'GET', '/api/keys')).json()).keys.find((k: { id: string }) => k.id === key.id)
+    const keyRow = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
     expect(Date.parse(keyRow.bannedUntil)).toBeGreaterThan(Date.now() + 500_000)
 
     expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
@@ -237,9 +237,9 @@ describe('console on its own listener', () => {
     expect((await call(server.console, cookie, 'DELETE', '/api/bans/addresses/127.0.0.1')).status).toBe(204)
     // No key after the lift: a 401 (the key is missing), no longer a 429.
     expect((await fetch(`${server.base}/pets`)).status).toBe(401)
-    expect((await (await call(server.console, cookie, 'GET', '/api/bans')).json()).bans).toEqual([])
+    expect((await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans).toEqual([])
 
-    const byAddress = (await (await call(server.console, cookie, 'GET', '/api/requests?status=401&limit=1')).json()).requests
+    const byAddress = (await (await call(server.console, cookie, 'GET', '/api/requests?status=401&limit=1')).json() as any).requests
     expect(byAddress).toEqual([
       { time: expect.any(String), method: 'GET', path: '/v1/pets', status: 401, keyId: null, keyName: null, client: '127.0.0.1', durationMs: expect.any(Number), requestId: expect.any(String) },
     ])
@@ -247,7 +247,7 @@ describe('console on its own listener', () => {
 
   test('the audit log records each action: who, what, when', async () => {
     const since = Date.now()
-    const { key } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'audited' })).json()
+    const { key } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'audited' })).json() as any
     await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'business' })
     await call(server.console, cookie, 'POST', `/api/keys/${key.id}/reset-limits`)
     await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)
@@ -258,7 +258,7 @@ describe('console on its own listener', () => {
     expect((await call(server.console, other, 'DELETE', '/api/session')).status).toBe(204)
     expect((await call(server.console, other, 'GET', '/api/me')).status).toBe(401)
 
-    const entries = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json()).entries.reverse()
+    const entries = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json() as any).entries.reverse()
     expect(entries.map((entry: { action: string; target: string; actor: string }) => [entry.actor, entry.action, entry.target])).toEqual([
       ['admin', 'key.create', key.id],
       ['admin', 'key.set-plan', `${key.id} business`],
@@ -274,9 +274,9 @@ describe('console on its own listener', () => {
   })
 
   test('its OpenAPI document describes every route it serves', async () => {
-    const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()
+    const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
     const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
-    const served = [...ROUTES, ['POST', '/api/session']].map(([method, path]) =>
+    const served = ([...ROUTES, ['POST', '/api/session']] as [string, string][]).map(([method, path]) =>
       `${method} ${path.replace(/key_x/, '{id}').replace('127.0.0.1', '{address}')}`,
     )
     expect(described.sort()).toEqual([...new Set(served)].sort())
@@ -298,7 +298,7 @@ describe('sign-in throttle', () => {
     const retryAfter = Number(throttled.headers.get('retry-after'))
     expect(retryAfter).toBeGreaterThan(880)
     expect(retryAfter).toBeLessThanOrEqual(900)
-    expect(await throttled.json()).toMatchObject({ code: 'rate_limited', status: 429 })
+    expect(await throttled.json() as any).toMatchObject({ code: 'rate_limited', status: 429 })
     // Names that do not exist are throttled alike (nothing tells which names exist) and apart.
     for (let i = 0; i < 5; i++) expect((await attempt('ghost', 'x')).status).toBe(401)
     expect((await attempt('ghost', 'x')).status).toBe(429)
@@ -316,11 +316,11 @@ describe('sessions end', () => {
     const added = cli(['operators', 'add', 'carla', '--data', server.dataFile])
     const first = added.stdout.trim().split('\n').at(-1)!
     const session = await signIn(server.console, 'carla', first)
-    expect(await (await call(server.console, session, 'GET', '/api/me')).json()).toEqual({ name: 'carla', via: 'session' })
+    expect(await (await call(server.console, session, 'GET', '/api/me')).json() as any).toEqual({ name: 'carla', via: 'session' })
     const token = cli(['operators', 'token', 'carla', '--data', server.dataFile]).stdout.trim().split('\n').at(-1)!
     expect(token).toMatch(/^pso_/)
     const byToken = () => fetch(`${server.console}/api/me`, { headers: auth(token) })
-    expect(await (await byToken()).json()).toEqual({ name: 'carla', via: 'token' })
+    expect(await (await byToken()).json() as any).toEqual({ name: 'carla', via: 'token' })
     // A script changes things with its token and no Origin.
     const created = await fetch(`${server.console}/api/keys`, { method: 'POST', headers: { ...auth(token), 'content-type': 'application/json' }, body: '{"plan":"free"}' })
     expect(created.status).toBe(201)
@@ -354,7 +354,7 @@ describe('sessions end', () => {
       const session = await signIn(a.console, 'dana', added.stdout.trim().split('\n').at(-1)!)
       expect((await call(b.console, session, 'GET', '/api/me')).status).toBe(200)
       // A key made through one instance's console works on the other's API within a second.
-      const { secret } = await (await call(a.console, session, 'POST', '/api/keys', { plan: 'pro' })).json()
+      const { secret } = await (await call(a.console, session, 'POST', '/api/keys', { plan: 'pro' })).json() as any
       await eventually(async () => (await fetch(`${b.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
       expect((await cliAsync(['operators', 'reset-password', 'dana'], { env: { PETSTORE_DATABASE_URL: url } })).code).toBe(0)
       expect((await call(a.console, session, 'GET', '/api/me')).status).toBe(401)

@@ -1,13 +1,16 @@
 /**
- * The console's app: its JSON API (and its OpenAPI document) on a listener of its own, never the API's.
+ * The console's app: its page, and the JSON API the page uses (with its OpenAPI document), on a listener
+ * of its own, never the API's. The page (page/: HTML, a TypeScript module and a stylesheet) holds no
+ * data and is served to anyone, so that they can sign in; everything it shows comes from the API.
  * Every answer carries a Content-Security-Policy without inline script and refuses framing. Every route
  * but sign-in needs an operator: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's
  * token (Authorization: Bearer). With the cookie, a request that changes something must also come from
  * the console's own origin (its `Origin` header), so no other site can make a signed-in browser act.
  */
 import { Elysia } from 'elysia'
-import type { Server } from 'bun'
-import { badRequest, forbidden } from '../../http/api-errors'
+import type { HTMLBundle, Server } from 'bun'
+import { basename } from 'node:path'
+import { badRequest, forbidden, notFound } from '../../http/api-errors'
 import { bearerToken } from '../../http/bearer-token'
 import { addressSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { readJsonBody } from '../../http/json-body'
@@ -19,6 +22,7 @@ import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { consoleDocument } from './document'
 import { FIELD_RULES, NewKey, PlanChange, SignIn } from './model'
+import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
 
 export interface ConsoleOptions extends ConsoleServiceDeps {
@@ -89,11 +93,20 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return ''
   }
 
+  let assets: Promise<Map<string, Response>> | undefined
+  const asset = async (path: string) => {
+    const found = (await (assets ??= pageAssets(page))).get(path)
+    if (!found) throw notFound(`No resource at ${path.slice(0, 200)}.`)
+    return found.clone()
+  }
+
   const app = new Elysia({ name: 'console' })
     .use(errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError }))
     .onRequest(({ set }) => {
       set.headers = { ...SECURITY_HEADERS }
     })
+    .get('/', () => asset('/'))
+    .get('/:file', ({ params }) => asset(`/${params.file}`))
     .post(
       '/api/session',
       async (context) => {
@@ -188,6 +201,28 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     })
   routes.read(app.routes)
   return app
+}
+
+/**
+ * The page's files by path, each an answer with the console's security headers. In the binary, `bun
+ * build --compile` has bundled the page (HTML, script, stylesheet) into files of its own; from source,
+ * the page is bundled here, once, in memory.
+ */
+async function pageAssets(bundle: HTMLBundle): Promise<Map<string, Response>> {
+  const files: { path: string; type: string; body: Blob }[] = []
+  const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
+  if (compiled) {
+    for (const file of compiled)
+      files.push({ path: file.loader === 'html' ? '/' : `/${basename(file.path)}`, type: file.headers['content-type']!, body: Bun.file(file.path) })
+  } else {
+    const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
+    if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
+    for (const output of built.outputs)
+      files.push({ path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`, type: output.type, body: output })
+  }
+  const answers = new Map<string, Response>()
+  for (const file of files) answers.set(file.path, new Response(await file.body.arrayBuffer(), { headers: { ...SECURITY_HEADERS, 'content-type': file.type } }))
+  return answers
 }
 
 /** A cookie's value from a Cookie header; undefined when it is not there. */
