@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { checkEveryAnswer } from '../support/contract'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type RedisServer, startRedis } from '../support/redis'
 import { auth, cliAsync, killSpawned } from './helpers'
 
 afterAll(killSpawned)
@@ -363,6 +364,35 @@ describe('sessions end', () => {
       await b.stop()
     } finally {
       await cluster?.destroy()
+    }
+  })
+})
+
+describe('with Redis', () => {
+  test('the day quota left and a key\'s ban are read from Redis without taking a token, and the lift applies there', async () => {
+    let redis: RedisServer | undefined
+    try {
+      redis = await startRedis()
+      const server = await startWithConsole({ args: ['--redis-url', redis.url, '--ban-after', '1'] })
+      const cookie = await signIn(server.console, 'admin', server.password)
+      const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 50 })).json()) as any
+      const row = async () => ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find((k: { id: string }) => k.id === key.id)
+      expect((await row()).dayQuotaLeft).toBe(50)
+      const statuses: number[] = []
+      for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
+      expect(statuses).toEqual([200, 200, 429, 429, 429])
+      // Looking twice takes nothing: two requests were allowed, so 48 are left.
+      expect((await row()).dayQuotaLeft).toBe(48)
+      expect((await row()).dayQuotaLeft).toBe(48)
+      expect((await row()).bannedUntil).not.toBeNull()
+      const bans = ((await (await call(server.console, cookie, 'GET', '/api/bans')).json()) as any).bans
+      expect(bans).toEqual([{ kind: 'key', keyId: key.id, keyName: '', bannedUntil: expect.any(String) }])
+      expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
+      await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
+      expect((await row()).bannedUntil).toBeNull()
+      await server.stop()
+    } finally {
+      await redis?.destroy()
     }
   })
 })
