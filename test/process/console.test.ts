@@ -5,13 +5,13 @@
  * a session made on one instance works on another and ends on both.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { readFileSync, statSync } from 'node:fs'
+import { existsSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { checkEveryAnswer } from '../support/contract'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
-import { auth, cliAsync, killSpawned } from './helpers'
+import { auth, cliAsync, killSpawned, serveExpectingFailure } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(30_000)
@@ -413,5 +413,19 @@ describe('--console-address', () => {
     const bad = cli(['serve', '--console-address', 'localhost', '--data', join(dir, 'petstore.db')])
     expect(bad.code).toBe(2)
     expect(bad.stderr).toContain('--console-address must be HOST:PORT')
+  })
+
+  test('a console port in use stops the start with one line, and leaves no password file behind', async () => {
+    const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const dir = tempDir()
+      const result = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', join(dir, 'petstore.db'), '--console-address', `127.0.0.1:${taken.port}`])
+      expect(result.listened).toBe(false)
+      expect(result.code).toBe(1)
+      expect(result.stderr).toContain(`petstore: cannot listen on 127.0.0.1:${taken.port}:`)
+      expect(existsSync(join(dir, 'petstore-console-password.txt'))).toBe(false)
+    } finally {
+      taken.stop(true)
+    }
   })
 })
