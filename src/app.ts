@@ -23,6 +23,7 @@ import { gauges } from './gauges'
 import { Metrics } from './observability/metrics'
 import { metricsEndpoint } from './observability/metrics-endpoint'
 import { UsageCounter } from './observability/usage'
+import { RecentRequests } from './observability/recent-requests'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
 import { gate } from './plugins/gate'
@@ -61,6 +62,8 @@ export interface PetstoreApp {
   pets: PetService
   /** Per-key usage counted since the last write to storage; null when storage cannot be written. */
   usage: UsageCounter | null
+  /** The API's last answers, for the console. */
+  recent: RecentRequests
   /** The storage fault that holds until a restart (readiness.ts). */
   fault: StorageFault
   /** The /metrics answer, for a listener of its own (--metrics-address). */
@@ -111,6 +114,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         onDropped: (rows) => warn(`storage has not taken the usage counts for a while: dropped the ${rows} oldest minute rows`),
       })
     : null
+  const recent = new RecentRequests()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
     {
@@ -197,6 +201,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         metrics,
         accessLog,
         usage,
+        recent,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
       }),
@@ -228,6 +233,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     metrics,
     pets,
     usage,
+    recent,
     fault,
     answerMetrics,
     closeConnections: () => {

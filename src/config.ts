@@ -11,12 +11,14 @@ export type EnvName = 'production' | 'staging'
 export const ENVIRONMENTS = {
   production: {
     port: 8080,
+    consolePort: 8090,
     baseUrl: 'http://localhost:8080/v1',
     baseUrlVariable: 'PETSTORE_BASE_URL',
     dataFile: './data/petstore.db',
   },
   staging: {
     port: 8081,
+    consolePort: 8091,
     baseUrl: 'http://localhost:8081/v1',
     baseUrlVariable: 'PETSTORE_STAGING_BASE_URL',
     dataFile: './data/petstore-staging.db',
@@ -42,6 +44,11 @@ export interface Config {
   readonly corsOrigins: string[]
   /** Where /metrics is served instead of the API's listener; null to serve it beside the API. */
   readonly metricsAddress: { host: string; port: number } | null
+  /**
+   * Where the operators' console listens (127.0.0.1 on the environment's console port by default, a free
+   * port when the API's is chosen freely); null when it is off.
+   */
+  readonly consoleAddress: { host: string; port: number } | null
   /** Bearer token /metrics asks for; null for none. */
   readonly metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
@@ -89,6 +96,7 @@ export interface ConfigInput {
   trustProxy?: string[]
   metricsAddress?: string
   metricsToken?: string
+  consoleAddress?: string
   banAfter?: string
   banSeconds?: string
   accessLog?: boolean
@@ -175,6 +183,17 @@ function parseListenAddress({ name, value }: { name: string; value: string | und
   if (!match || Number(match[3]) > 65535)
     throw new ConfigError(`${name} must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "${value}"`)
   return { host: match[1] ?? match[2]!, port: Number(match[3]) }
+}
+
+/**
+ * The console's address: `off`, HOST:PORT, or by default the environment's console port on 127.0.0.1
+ * (a free one with `--port 0`, so that servers started that way never contend for it).
+ */
+function parseConsoleAddress(input: ConfigInput, environment: Environment, env: EnvName, port: number): Config['consoleAddress'] {
+  const given = fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment)
+  if (given.value === 'off') return null
+  if (given.value === undefined) return { host: '127.0.0.1', port: port === 0 ? 0 : ENVIRONMENTS[env].consolePort }
+  return parseListenAddress(given)
 }
 
 /** A token a client can send in a bearer header (RFC 6750's token68 characters), long enough to guess at no speed. */
@@ -315,6 +334,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     redisUrl,
     limiterFallback: parseFallback(input, environment, redisUrl !== null),
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
+    consoleAddress: parseConsoleAddress(input, environment, env, port),
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:

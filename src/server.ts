@@ -18,12 +18,14 @@
  *     and lets the held requests through. Connections the kernel had queued on the old socket when it
  *     closed move to the new one only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
  */
-import { createApp, type AppDeps, type PetstoreApp } from './app'
+import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
 import { errorResponse, notFound, unavailable } from './http/api-errors'
+import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
+import { consoleModule } from './modules/console'
 import { StorageOpenError, type SavedBucket } from './domain/repositories'
 
 export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
@@ -56,6 +58,8 @@ const CLOSE_CONNECTIONS_MS = 500
 
 export class Server {
   private metricsListener: ReturnType<typeof Bun.serve> | undefined
+  /** The operators' console, on its own listener (--console-address). */
+  private console: AnyElysia | undefined
   private stopped: Promise<boolean> | undefined
   private handingOver = false
 
@@ -65,6 +69,7 @@ export class Server {
     readonly petstore: PetstoreApp,
     readonly backend: StorageBackend,
     private readonly jobs: Jobs,
+    private readonly warn: (message: string) => void,
   ) {}
 
   /** Opens storage, builds the app, loads its state, listens and starts the jobs; or undoes it all. */
@@ -109,7 +114,7 @@ export class Server {
       usageRetention: bound.usageRetention,
       onDataFileChanged: options.onDataFileChanged,
     })
-    const server = new Server(bound, petstore, backend, jobs)
+    const server = new Server(bound, petstore, backend, jobs, warn)
     try {
       await jobs.load()
       if (bound.redisUrl && !(await waitFor(() => petstore.limiter.ping(), REDIS_WAIT_MS)))
@@ -137,6 +142,10 @@ export class Server {
 
   get metricsPort(): number | undefined {
     return this.metricsListener?.port
+  }
+
+  get consolePort(): number | undefined {
+    return this.console?.server?.port
   }
 
   /**
@@ -169,6 +178,7 @@ export class Server {
       await listener.stop(true)
     }
     await this.metricsListener?.stop(true)
+    await this.console?.server?.stop(true)
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
@@ -193,10 +203,11 @@ export class Server {
   }
 
   /**
-   * The API's listener, and /metrics' own when it has an address. The API's asks for SO_REUSEPORT, so
-   * that a later server can take over beside it; a second server must not start on a port in use and
-   * split the traffic between two data files, so unless this start is a takeover the port is first
-   * checked with a socket that does not share it. Development mode would show Bun's error pages.
+   * The API's listener, /metrics' own when it has an address, and the console's. The API's asks for
+   * SO_REUSEPORT, so that a later server can take over beside it; a second server must not start on a
+   * port in use and split the traffic between two data files, so unless this start is a takeover the
+   * port is first checked with a socket that does not share it. Development mode would show Bun's
+   * error pages.
    */
   private listen(beside: boolean): void {
     const { config, petstore } = this
@@ -216,9 +227,32 @@ export class Server {
           fetch: () => errorResponse(notFound('This listener serves /metrics only.')),
         })
       }
+      if (config.consoleAddress) {
+        binding = `${hostInUrl(config.consoleAddress.host)}:${config.consoleAddress.port}`
+        this.console = this.buildConsole().listen({
+          hostname: config.consoleAddress.host,
+          port: config.consoleAddress.port,
+          reusePort: false,
+          development: false,
+        })
+      }
     } catch (error) {
       throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
     }
+  }
+
+  private buildConsole(): AnyElysia {
+    const { config, petstore, backend } = this
+    return consoleModule({
+      storage: backend.storage,
+      keys: petstore.keys,
+      limiter: petstore.limiter,
+      recent: petstore.recent,
+      now: Date.now,
+      trustProxy: config.trustProxy,
+      version: VERSION,
+      onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
+    })
   }
 }
 

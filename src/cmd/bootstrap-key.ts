@@ -1,59 +1,71 @@
 /**
- * The first key of a server that has none. Its secret goes to a file beside the data file, readable by
- * its owner only, and never to the log (under systemd and Docker, stderr is the log); stderr says where
- * it is. On an interactive terminal, where nothing is logged, the secret is shown as well.
+ * The first key of a server that has none, and the first secrets of a store in general (the console's
+ * first operator uses the same file rule: bootstrap-operator.ts). A first secret goes to a file beside
+ * the data file, readable by its owner only, and never to the log (under systemd and Docker, stderr is
+ * the log); stderr says where it is. On an interactive terminal, where nothing is logged, the secret is
+ * shown as well.
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { type Config, ENVIRONMENTS } from '../config'
 import { makeKey } from '../domain/api-key'
-import { StorageOpenError, type Storage } from '../domain/repositories'
+import { type MaybePromise, StorageOpenError, type Storage } from '../domain/repositories'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
   const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
-  const file = bootstrapKeyFile(config.dataFile)
-  const temporary = `${file}.${process.pid}.tmp`
-  // The secret is on disk before the key exists, so a key is never made whose secret was lost. With
-  // PostgreSQL there is no data file, so the folder may not exist yet.
-  try {
-    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
-    writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
-  } catch (error) {
-    throw new StorageOpenError(`cannot write the bootstrap key's secret to ${temporary}: ${(error as Error).message}`)
-  }
-  let made: boolean
-  try {
-    made = await storage.keys.insertIfNone(record)
-    if (made) renameSync(temporary, file)
-  } finally {
-    rmSync(temporary, { force: true })
-  }
+  const file = fileBesideData(config.dataFile, 'bootstrap-key.txt')
+  const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
   if (made) announceBootstrapKey(config, record.id, secret, file)
 }
 
+/**
+ * Writes `secret` to `file` (owner-only) before `make` stores what it opens, so nothing is ever made
+ * whose secret was lost; the file is kept only when `make` says it made it. True when it did.
+ */
+export async function secretFileFirst(file: string, secret: string, what: string, make: () => MaybePromise<boolean>): Promise<boolean> {
+  const temporary = `${file}.${process.pid}.tmp`
+  // With PostgreSQL there is no data file, so the folder may not exist yet.
+  try {
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+    writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
+  } catch (error) {
+    throw new StorageOpenError(`cannot write the ${what} to ${temporary}: ${(error as Error).message}`)
+  }
+  try {
+    const made = await make()
+    if (made) renameSync(temporary, file)
+    return made
+  } finally {
+    rmSync(temporary, { force: true })
+  }
+}
+
 function announceBootstrapKey(config: Config, id: string, secret: string, file: string): void {
-  // The hint names the store the server uses, so a key made by following it lands there.
-  const where = config.database
+  console.error(
+    `petstore: no API keys yet, so a Free key was created (id ${id}); its secret is in ${file} (readable by this user only)` +
+      (process.stderr.isTTY ? `:\n${secret}` : '') +
+      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
+  )
+}
+
+/** The flags that name the store the server uses, so a command run by following a hint lands there. */
+export function storeFlags(config: Config): string {
+  return config.database
     ? ' (with the same PETSTORE_DATABASE_URL)'
     : ENVIRONMENTS[config.env].dataFile !== config.dataFile
       ? ` --data ${resolve(config.dataFile)}`
       : config.env === 'staging'
         ? ' --env staging'
         : ''
-  console.error(
-    `petstore: no API keys yet, so a Free key was created (id ${id}); its secret is in ${file} (readable by this user only)` +
-      (process.stderr.isTTY ? `:\n${secret}` : '') +
-      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${where}`,
-  )
 }
 
-/** `data/petstore.db` → `data/petstore-bootstrap-key.txt`, absolute. */
-function bootstrapKeyFile(dataFile: string): string {
-  return resolve(dirname(dataFile), `${basename(dataFile).replace(/\.db$/, '')}-bootstrap-key.txt`)
+/** `data/petstore.db` and `bootstrap-key.txt` → `data/petstore-bootstrap-key.txt`, absolute. */
+export function fileBesideData(dataFile: string, suffix: string): string {
+  return resolve(dirname(dataFile), `${basename(dataFile).replace(/\.db$/, '')}-${suffix}`)
 }
 
 /** How the user ran us: the binary by the name they typed, or the sources through Bun. */
-function commandName(): string {
+export function commandName(): string {
   return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
 }

@@ -1,5 +1,5 @@
 /**
- * The `petstore` command line: one file per command (serve, keys, pets, backup, restore, healthcheck),
+ * The `petstore` command line: one file per command (serve, keys, operators, pets, backup, restore, healthcheck),
  * each with its own usage. Flags win over their environment variables; every mistake ends with a
  * one-line reason (after the usage, on the last line, where a terminal leaves it in view) and a
  * non-zero exit.
@@ -11,6 +11,7 @@ import { StorageOpenError, StorageUnavailableError } from '../domain/repositorie
 import * as backup from './backup'
 import * as healthcheck from './healthcheck'
 import * as keys from './keys'
+import * as operators from './operators'
 import { bareUsage, help, isBare, UsageError } from './options'
 import * as pets from './pets'
 import * as restore from './restore'
@@ -22,6 +23,7 @@ Commands:
   serve                      run the server
   help [COMMAND]             show the usage of petstore or of one command
   keys create|list|revoke|reset-limits|set-plan|usage   manage API keys, see their use
+  operators add|list|remove|reset-password|token   manage the console's operators
   pets seed|reset            add sample pets, or delete every pet (keys are kept)
   backup FILE                write a consistent copy of the data file
   restore FILE               put a backup in place of the data file (the server stopped)
@@ -37,6 +39,7 @@ Run 'petstore COMMAND --help' for a command's options.`
 const COMMANDS: Record<string, { USAGE: string; run(args: string[]): Promise<number> }> = {
   serve: { USAGE: serve.USAGE, run: serve.serve },
   keys: { USAGE: keys.USAGE, run: keys.keys },
+  operators: { USAGE: operators.USAGE, run: operators.operators },
   pets: { USAGE: pets.USAGE, run: pets.pets },
   backup: { USAGE: backup.USAGE, run: backup.backup },
   restore: { USAGE: restore.USAGE, run: restore.restore },
@@ -83,6 +86,6 @@ function helpFor(args: string[]): number {
   if (args.length === 0) return help(USAGE)
   const topic = args[0]!
   if (args.length > 1 || !Object.hasOwn(COMMANDS, topic))
-    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, pets, backup, restore, healthcheck`, USAGE)
+    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, operators, pets, backup, restore, healthcheck`, USAGE)
   return help(COMMANDS[topic]!.USAGE)
 }

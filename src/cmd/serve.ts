@@ -9,6 +9,7 @@ import { redactedUrl } from '../domain/redacted-url'
 import { normaliseAddress, TrustedProxies } from '../http/client-address'
 import { Server } from '../server'
 import { bootstrapKey } from './bootstrap-key'
+import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
 
 export const USAGE = `Usage: petstore serve [options]
@@ -23,6 +24,8 @@ ${COMMON}
   --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
                              for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
   --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
+  --console-address HOST:PORT|off  the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
+                             staging 127.0.0.1:8091, a free port with --port 0; off for none)
   --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
                              which keeps it out of the process list)
   --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
@@ -49,6 +52,7 @@ export async function serve(args: string[]): Promise<number> {
       'trust-proxy': { type: 'string', multiple: true },
       'metrics-address': { type: 'string' },
       'metrics-token': { type: 'string' },
+      'console-address': { type: 'string' },
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },
@@ -77,8 +81,10 @@ export async function serve(args: string[]): Promise<number> {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
-    onListening: async ({ backend: { storage }, petstore }) => {
+    onListening: async (started) => {
+      const { backend: { storage }, petstore } = started
       if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
+      if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
   })
   console.error(startupLine(server))
@@ -106,8 +112,14 @@ function startupLine(server: Server): string {
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
     (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
     `, scenarios ${config.scenarios ? 'on (Prefer: code, delay, fail)' : 'off'}` +
+    (server.consolePort !== undefined ? `, console at ${consoleUrl(server)}` : '') +
     (isLoopback(config.host) ? '\npetstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network, best behind a TLS proxy (deploy/)' : '')
   )
+}
+
+function consoleUrl(server: Server): string | undefined {
+  const address = server.config.consoleAddress
+  return address && server.consolePort !== undefined ? `http://${hostInUrl(address.host)}:${server.consolePort}/` : undefined
 }
 
 const LOOPBACK = new TrustedProxies(['loopback'])

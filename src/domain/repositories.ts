@@ -6,8 +6,9 @@
  * serving, watching the file, backups) are on the SQLite adapter, not here.
  */
 import type { ApiKeyRecord, KeyChange } from './api-key'
-import type { Limits } from './plans'
 import type { CreatePetOutcome } from './idempotency'
+import type { AuditEntry, Credential, CredentialKind, OperatorRecord } from './operators'
+import type { Limits, Plan } from './plans'
 import type { NewPet, Pet, PetStatus } from './pet'
 import type { KeyTotals, Resolution, UsageRow } from './usage'
 
@@ -50,6 +51,11 @@ export interface KeyRepository {
   list(): MaybePromise<ApiKeyRecord[]>
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): MaybePromise<boolean>
+  /**
+   * Moves a key that is not revoked to another plan and its limits, taking a change number (so running
+   * servers apply it at their next poll); false when there is no such key, or it is revoked.
+   */
+  setPlan(id: string, plan: Plan, limits: Limits): MaybePromise<boolean>
   /**
    * The keys created or revoked after change number `after` (each create and revoke takes the next
    * number, visible in order), in the order of their changes; `changesSince(-1)` is every key. Costs
@@ -111,6 +117,40 @@ export interface UsageRepository {
   prune(resolution: Resolution, before: number): MaybePromise<number>
 }
 
+/**
+ * The console's operators, their credentials (browser sessions and script tokens, by secret hash), the
+ * failed sign-ins that throttle a name, and the audit log. In storage, so that every instance sharing it
+ * sees the same sessions: removing an operator or resetting a password ends them everywhere.
+ */
+export interface OperatorRepository {
+  /** False when an operator of that name exists already. */
+  add(name: string, passwordHash: string, now: number): MaybePromise<boolean>
+  /** Adds the operator only when there is none at all (the first serve); false when there was one. */
+  addIfNone(name: string, passwordHash: string, now: number): MaybePromise<boolean>
+  list(): MaybePromise<OperatorRecord[]>
+  /** The stored password hash, or null when there is no such operator. */
+  passwordHash(name: string): MaybePromise<string | null>
+  /** Deletes the operator and every credential of theirs; false when there was none. */
+  remove(name: string): MaybePromise<boolean>
+  /** Replaces the password hash and ends the operator's browser sessions (not their token); false when no such operator. */
+  setPassword(name: string, passwordHash: string): MaybePromise<boolean>
+  /** Stores a credential; a token replaces the operator's previous token. False when no such operator. */
+  addCredential(hash: string, operator: string, kind: CredentialKind, now: number): MaybePromise<boolean>
+  /**
+   * The credential with this secret hash, its last use moved to `now`; null when there is none, or
+   * when it is a session idle since before `idleSince` (then it is deleted).
+   */
+  useCredential(hash: string, now: number, idleSince: number): MaybePromise<Credential | null>
+  endCredential(hash: string): MaybePromise<void>
+  /** Times of the failed sign-ins for the name after `since`, oldest first; the others are dropped. */
+  failedSignIns(name: string, since: number): MaybePromise<number[]>
+  recordFailedSignIn(name: string, at: number): MaybePromise<void>
+  clearFailedSignIns(name: string): MaybePromise<void>
+  audit(entry: AuditEntry): MaybePromise<void>
+  /** The newest `limit` entries, newest first. */
+  auditLog(limit: number): MaybePromise<AuditEntry[]>
+}
+
 export interface Storage {
   /** Where the data is, for log lines: a file path, or a database URL without its password. */
   readonly location: string
@@ -125,6 +165,7 @@ export interface Storage {
   keys: KeyRepository
   limiterState: LimiterStateRepository
   usage: UsageRepository
+  operators: OperatorRepository
   /** Throws when storage does not answer. */
   ping(): MaybePromise<void>
   purgeIdempotency(olderThan: number): MaybePromise<void>

@@ -6,6 +6,7 @@
 export type ErrorCode =
   | 'invalid_request'
   | 'unauthorized'
+  | 'forbidden'
   | 'not_found'
   | 'method_not_allowed'
   | 'idempotency_conflict'
@@ -37,6 +38,7 @@ export class ApiError extends Error {
 }
 
 export const badRequest = (message: string) => new ApiError(400, 'invalid_request', message)
+export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
 export const notFound = (message = 'The requested resource could not be found.') =>
   new ApiError(404, 'not_found', message)
 export const petNotFound = (petId: string) => notFound(`No pet with id ${petId}.`)

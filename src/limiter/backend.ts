@@ -62,9 +62,22 @@ export interface LimiterBackend {
    * ask, and never one older than the last it applied; a backend of one process applies every call.
    */
   forget(subject: string, seq?: number): void | Promise<void>
+  /**
+   * A subject's state as the backend holds it, taking nothing and changing nothing (for the console):
+   * null when it holds none. `limits` is null for a day bucket saved by an earlier run.
+   */
+  inspect(subject: string, isKey: boolean): Inspected | null | Promise<Inspected | null>
   /** Whether the backend can answer now (readiness). */
   ping(): Promise<boolean>
   close(): void | Promise<void>
+}
+
+export interface Inspected {
+  limits: Limits | null
+  day: Bucket
+  bannedUntil: number
+  /** The backend's clock when it answered (ms). */
+  now: number
 }
 
 /** The backend could not answer in time (down, unreachable or too slow); nothing was taken late. */

@@ -10,11 +10,12 @@ import {
   type LimiterBackend,
   LimiterUnavailableError,
   type LimitShapes,
+  type Inspected,
   type PeekResult,
   shapesOf,
   type TakeResult,
 } from './backend'
-import { fullBucket, msUntilFull, msUntilToken } from './token-bucket'
+import { fullBucket, msUntilFull, msUntilToken, refill } from './token-bucket'
 import type { Limits } from '../domain/plans'
 import type { SavedBucket } from '../domain/repositories'
 
@@ -57,12 +58,25 @@ export type Decision =
   | { allowed: true; quota: Quota }
   | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
 
+/** What the console shows of a subject, read without taking a token. */
+export interface SubjectLook {
+  /** Whole requests left in the day bucket now. */
+  dayLeft: number
+  /** When its ban ends (ms), or null when it is not banned. */
+  bannedUntil: number | null
+}
+
+/** Most ban starts this process remembers for the console; the oldest are forgotten first. */
+const MAX_BANS_KEPT = 10_000
+
 export class RateLimiter {
   private readonly backend: LimiterBackend
   /** The backend when it is this process's memory: saved day buckets and address counts exist only there. */
   private readonly memory: MemoryLimiterBackend | null
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
+  /** Bans this process started, by subject, with when each ends: the console lists them. */
+  private readonly bansStarted = new Map<string, number>()
 
   /**
    * `saved`: day buckets of keys from the data file; `savedMinutes`: minute buckets handed over by the
@@ -103,11 +117,11 @@ export class RateLimiter {
   check(subjectId: string, limits: Limits, isKey: boolean): Decision | Promise<Decision> {
     const now = this.options.now?.()
     const taken = this.backend.take(subjectId, limits, isKey, now)
-    if (!(taken instanceof Promise)) return this.decide(taken, limits)
+    if (!(taken instanceof Promise)) return this.decide(taken, limits, subjectId)
     return taken.then(
       (result) => {
         if (this.storeUnavailable) this.noteUnavailable(false)
-        return this.decide(result, limits)
+        return this.decide(result, limits, subjectId)
       },
       (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
     )
@@ -147,7 +161,8 @@ export class RateLimiter {
     const shape = shapesOf(limits)
     const empty = { tokens: 0, updatedAt: now }
     const taken = { allowed: false, minute: empty, day: fullBucket(shape.day, now), bannedUntil: 0, bannedNow: false, now }
-    return this.decide(taken, limits) as Extract<Decision, { allowed: false }>
+    // No subject: a forced refusal starts no ban, so there is none to note.
+    return this.decide(taken, limits, '') as Extract<Decision, { allowed: false }>
   }
 
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */
@@ -173,8 +188,45 @@ export class RateLimiter {
    * numbers the reset, so a backend shared by instances applies it once (see LimiterBackend.forget).
    */
   forgetKey(subjectId: string, seq?: number): void | Promise<void> {
+    this.bansStarted.delete(subjectId)
     this.local?.forget(subjectId)
     return this.backend.forget(subjectId, seq)
+  }
+
+  /**
+   * A subject's day quota left and ban, as the backend holds them now, without taking a token. A subject
+   * the backend holds nothing of (or holds under other limits, which a take would start afresh) has a
+   * full day. Rejects with LimiterUnavailableError when a shared backend does not answer.
+   */
+  async look(subjectId: string, limits: Limits, isKey: boolean): Promise<SubjectLook> {
+    const peeked: Inspected | null = await this.backend.inspect(subjectId, isKey)
+    if (!peeked || (peeked.limits && (peeked.limits.rpm !== limits.rpm || peeked.limits.rpd !== limits.rpd)))
+      return { dayLeft: limits.rpd, bannedUntil: null }
+    const now = this.options.now?.() ?? peeked.now
+    const day = { ...peeked.day, tokens: Math.min(peeked.day.tokens, limits.rpd) }
+    refill(day, shapesOf(limits).day, now)
+    return { dayLeft: Math.floor(day.tokens), bannedUntil: peeked.bannedUntil > now ? peeked.bannedUntil : null }
+  }
+
+  /** The subjects whose bans this process started and that have not ended by `now`, with their ends. */
+  bans(now: number): Map<string, number> {
+    for (const [subject, until] of this.bansStarted) if (until <= now) this.bansStarted.delete(subject)
+    return new Map(this.bansStarted)
+  }
+
+  /** Lifts an address's ban (and its buckets) in the backend; a key's goes through storage's limit reset. */
+  async liftAddress(subjectId: string): Promise<void> {
+    this.bansStarted.delete(subjectId)
+    this.local?.forget(subjectId)
+    await this.backend.forget(subjectId)
+  }
+
+  private noteBan(subjectId: string, until: number, now: number): void {
+    if (this.bansStarted.size >= MAX_BANS_KEPT) {
+      for (const [subject, end] of this.bansStarted) if (end <= now) this.bansStarted.delete(subject)
+      if (this.bansStarted.size >= MAX_BANS_KEPT) this.bansStarted.delete(this.bansStarted.keys().next().value!)
+    }
+    this.bansStarted.set(subjectId, until)
   }
 
   /** Whether the backend answers (readiness); always true in process. */
@@ -190,7 +242,7 @@ export class RateLimiter {
     if (!(error instanceof LimiterUnavailableError)) throw error
     if (!this.storeUnavailable) this.noteUnavailable(true)
     if (!this.local) throw error
-    return this.decide(this.local.take(subjectId, limits, isKey, now), limits)
+    return this.decide(this.local.take(subjectId, limits, isKey, now), limits, subjectId)
   }
 
   private noteUnavailable(unavailable: boolean): void {
@@ -198,9 +250,10 @@ export class RateLimiter {
     this.options.onUnavailable?.(unavailable)
   }
 
-  private decide(taken: TakeResult, limits: Limits): Decision {
+  private decide(taken: TakeResult, limits: Limits, subjectId: string): Decision {
     const shape = shapesOf(limits)
     const now = taken.now
+    if (taken.bannedNow) this.noteBan(subjectId, taken.bannedUntil, now)
     if (taken.allowed) return { allowed: true, quota: quotaOf(taken, shape, now) }
     // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
     const wait = msUntilTokens(taken, shape)

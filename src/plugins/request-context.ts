@@ -1,7 +1,8 @@
 /**
  * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the path, the client address, and one access-log line, the metrics and the key's usage per
- * answer, under the operationId of the route matched. The record is declared here once (`requestInfo`, which every instance
+ * made), the path, the client address, and one access-log line, the metrics, the key's usage and the
+ * console's recent requests (observability/recent-requests.ts) per answer, under the operationId of
+ * the route matched. The record is declared here once (`requestInfo`, which every instance
  * uses) and closed by one `afterHandle` hook for every answer a route gives (a hook's early answer
  * included); the error handler closes it for errors. Not an `onAfterResponse` hook: that costs a
  * scheduled task per request, about a fifth of the server's throughput.
@@ -19,6 +20,7 @@ import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
 import type { UsageCounter } from '../observability/usage'
+import type { RecentRequests } from '../observability/recent-requests'
 
 type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void
 
@@ -79,6 +81,8 @@ export interface RequestContextOptions {
   accessLog: AccessLog | null
   /** Per-key usage; null when it is not kept (storage that cannot be written). */
   usage: UsageCounter | null
+  /** The last answers, for the console. */
+  recent: RecentRequests
   proxies: Proxies
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
@@ -169,19 +173,31 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, usage, proxies, operationOf } = options
+  const { server, metrics, accessLog, usage, recent, proxies, operationOf } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
     metrics.observe(operation, status, seconds)
     usage?.count(info.path, info.key?.id, status, seconds, operation)
+    const durationMs = Math.round(seconds * 100_000) / 100
+    const key = info.key
+    recent.add({
+      time: Date.now(),
+      method: info.method,
+      path: info.path,
+      status,
+      keyId: key ? key.id : null,
+      client: key ? null : info.address,
+      durationMs,
+      requestId: info.requestId,
+    })
     if (!accessLog) return
     // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
     // method, path and client are escaped only when they hold a character JSON would escape.
     const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
       `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
-        `"path":${jsonString(info.path)},"status":${status},"durationMs":${Math.round(seconds * 100_000) / 100},${who}}`,
+        `"path":${jsonString(info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }
   return new Elysia({ name: 'request-context' })

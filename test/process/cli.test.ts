@@ -267,7 +267,7 @@ describe('help for a newcomer', () => {
     expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
     const unknown = cli(['help', 'frob'], { cwd: tempDir() })
     expect(unknown.code).toBe(2)
-    expect(reasonLine(unknown.stderr)).toBe('petstore: no help for "frob"; commands are serve, keys, pets, backup, restore, healthcheck')
+    expect(reasonLine(unknown.stderr)).toBe('petstore: no help for "frob"; commands are serve, keys, operators, pets, backup, restore, healthcheck')
     const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
     expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
     expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)

@@ -6,7 +6,7 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 /** Try counts held at once (countTry); the oldest is forgotten first. */
@@ -117,11 +117,21 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return ++entry.count
   }
 
-  /** Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start. */
+  /** Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start. */
   forget(id: string): void {
     this.keys.delete(id)
     this.saved.delete(id)
     this.savedMinutes.delete(id)
+    this.currentAddresses.delete(id)
+    this.previousAddresses.delete(id)
+  }
+
+  /** Reads without moving an address to the current generation: a look is not a visit. */
+  inspect(id: string, isKey: boolean, now: number = Date.now()): Inspected | null {
+    const subject = isKey ? this.keys.get(id) : (this.currentAddresses.get(id) ?? this.previousAddresses.get(id))
+    if (subject) return { limits: subject.limits, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
+    const saved = isKey ? this.saved.get(id) : undefined
+    return saved ? { limits: null, day: { ...saved }, bannedUntil: 0, now } : null
   }
 
   async ping(): Promise<boolean> {

@@ -16,7 +16,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type Inspected, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult } from '../backend'
 import { fullBucket, refill } from '../token-bucket'
 import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
 
@@ -135,6 +135,22 @@ export class RedisLimiterBackend implements LimiterBackend {
     const keys = [...this.keysOf(subject), `${this.prefix}resets`]
     const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [subject, seq === undefined ? '' : String(seq)]))
     return this.bounded(work, giveUpAt).then(() => undefined)
+  }
+
+  /** One HMGET of the subject's hash, on Redis's clock as last measured. */
+  inspect(subject: string, _isKey: boolean): Promise<Inspected | null> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    const work = this.command('HMGET', [this.keysOf(subject)[0]!, 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
+    return this.bounded(work, giveUpAt).then((reply) => {
+      const [rpm, rpd, d, dt, b] = reply as (string | null)[]
+      if (rpm == null || d == null) return null
+      return {
+        limits: { rpm: Number(rpm), rpd: Number(rpd) },
+        day: { tokens: Number(d), updatedAt: Number(dt) },
+        bannedUntil: Number(b ?? 0),
+        now: performance.now() + this.offset!,
+      }
+    })
   }
 
   /** Whether Redis answers a PING within the timeout (readiness). */

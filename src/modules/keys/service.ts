@@ -82,11 +82,12 @@ export class KeyRegistry {
    */
   private apply(from: number, { records, last }: KeyChanges): MaybePromise<void> {
     if (from !== this.applied) return this.reload()
-    // Keys revoked or given another plan: the hits remembered for them hold what no longer is.
-    const stale = new Set<string>()
+    // A key revoked or given another plan must not be found with what it was before; a key added may be
+    // a token remembered as no key.
+    const changed = new Set<string>()
     if (records.some((record) => record.revokedAt === null)) this.misses.clear()
     for (const record of records) {
-      if (record.revokedAt !== null || this.byHash.has(record.secretHash)) stale.add(record.id)
+      changed.add(record.id)
       if (record.revokedAt !== null) {
         this.byHash.delete(record.secretHash)
         continue
@@ -98,7 +99,7 @@ export class KeyRegistry {
         subject: `key:${record.id}`,
       })
     }
-    if (stale.size > 0) for (const [secret, key] of this.verified) if (stale.has(key.id)) this.verified.delete(secret)
+    if (changed.size > 0) for (const [secret, key] of this.verified) if (changed.has(key.id)) this.verified.delete(secret)
     this.applied = last
   }
 

@@ -8,6 +8,7 @@ import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { guarded, isUnavailable } from './failures'
 import { PostgresKeys, PostgresLimiterState } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
+import { PostgresOperators } from './operators'
 import { PostgresPets } from './pets'
 import { PostgresUsage } from './usage'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
@@ -94,6 +95,7 @@ export class PostgresStorage implements Storage {
   readonly keys: PostgresKeys
   readonly limiterState: PostgresLimiterState
   readonly usage: PostgresUsage
+  readonly operators: PostgresOperators
 
   constructor(
     private readonly sql: Database,
@@ -103,6 +105,7 @@ export class PostgresStorage implements Storage {
     this.keys = new PostgresKeys(sql)
     this.limiterState = new PostgresLimiterState(sql)
     this.usage = new PostgresUsage(sql)
+    this.operators = new PostgresOperators(sql)
   }
 
   ping(): Promise<void> {

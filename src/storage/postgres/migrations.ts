@@ -70,4 +70,23 @@ export const MIGRATIONS: string[] = [
    CREATE UNIQUE INDEX api_keys_by_change ON api_keys (change);`,
   // Per-key usage by minute and by hour, to which every instance adds its counts.
   usageTablesSql('bigint'),
+  // The console: operators, their sessions and tokens (by secret hash), failed sign-ins, the audit log.
+  `CREATE TABLE operators (name text PRIMARY KEY, password_hash text NOT NULL, created_at bigint NOT NULL);
+   CREATE TABLE operator_credentials (
+     hash text PRIMARY KEY,
+     operator text NOT NULL REFERENCES operators (name) ON DELETE CASCADE,
+     kind text NOT NULL CHECK (kind IN ('session', 'token')),
+     created_at bigint NOT NULL,
+     last_seen_at bigint NOT NULL
+   );
+   CREATE INDEX operator_credentials_by_operator ON operator_credentials (operator, kind);
+   CREATE TABLE sign_in_failures (name text NOT NULL, at bigint NOT NULL);
+   CREATE INDEX sign_in_failures_by_name ON sign_in_failures (name, at);
+   CREATE TABLE audit_log (
+     id bigserial PRIMARY KEY,
+     at bigint NOT NULL,
+     actor text NOT NULL,
+     action text NOT NULL,
+     target text NOT NULL
+   );`,
 ]

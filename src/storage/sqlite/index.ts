@@ -9,6 +9,7 @@ import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
 import { SqliteKeys } from './keys'
 import { SqliteLimiterState } from './limiter-state'
+import { SqliteOperators } from './operators'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
 import { SqliteUsage } from './usage'
@@ -154,6 +155,7 @@ export class SqliteStorage implements Storage {
   readonly keys: SqliteKeys
   readonly limiterState: SqliteLimiterState
   readonly usage: SqliteUsage
+  readonly operators: SqliteOperators
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
@@ -181,6 +183,7 @@ export class SqliteStorage implements Storage {
     this.keys = new SqliteKeys(db)
     this.limiterState = new SqliteLimiterState(db)
     this.usage = new SqliteUsage(db)
+    this.operators = new SqliteOperators(db)
   }
 
   /**

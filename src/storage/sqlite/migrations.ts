@@ -54,4 +54,23 @@ export const MIGRATIONS: string[] = [
    INSERT INTO meta (name, value) VALUES ('keys_change', 0);`,
   // Per-key usage by minute and by hour, to which the server adds its counts.
   usageTablesSql('INTEGER'),
+  // The console: operators, their sessions and tokens (by secret hash), failed sign-ins, the audit log.
+  `CREATE TABLE operators (name TEXT PRIMARY KEY, password_hash TEXT NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID;
+   CREATE TABLE operator_credentials (
+     hash TEXT PRIMARY KEY,
+     operator TEXT NOT NULL REFERENCES operators (name) ON DELETE CASCADE,
+     kind TEXT NOT NULL CHECK (kind IN ('session', 'token')),
+     created_at INTEGER NOT NULL,
+     last_seen_at INTEGER NOT NULL
+   ) WITHOUT ROWID;
+   CREATE INDEX operator_credentials_by_operator ON operator_credentials (operator, kind);
+   CREATE TABLE sign_in_failures (name TEXT NOT NULL, at INTEGER NOT NULL);
+   CREATE INDEX sign_in_failures_by_name ON sign_in_failures (name, at);
+   CREATE TABLE audit_log (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     at INTEGER NOT NULL,
+     actor TEXT NOT NULL,
+     action TEXT NOT NULL,
+     target TEXT NOT NULL
+   );`,
 ]

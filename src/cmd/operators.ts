@@ -1,0 +1,102 @@
+/**
+ * `petstore operators add|list|remove|reset-password|token`: the people who sign in to the console,
+ * straight in storage. A running server refuses a removed operator's session, or a session from before a
+ * password reset, at its next request. Each change is written to the console's audit log.
+ */
+import {
+  checkOperatorName,
+  COMMAND_LINE_ACTOR,
+  generatePassword,
+  hashPassword,
+  makeCredentialSecret,
+  OperatorInputError,
+} from '../domain/operators'
+import type { Storage } from '../domain/repositories'
+import { bareUsage, COMMON, help, isBare, openForCommand, parse, UsageError } from './options'
+
+export const USAGE = `Usage: petstore operators add NAME
+       petstore operators list [--json]
+       petstore operators remove NAME
+       petstore operators reset-password NAME
+       petstore operators token NAME
+
+  Operators sign in to the console (serve --console-address) with a name and a password.
+  add and reset-password print a generated password once, alone, as the last line of stdout;
+  reset-password ends the operator's console sessions. remove ends their sessions and token.
+  token prints an API token for scripts (Authorization: Bearer) once, as the last line of stdout;
+  it replaces the operator's earlier token.
+  NAME: 1 to 64 characters of A-Z a-z 0-9 . _ @ -
+
+${COMMON}`
+
+const SUBCOMMANDS = ['add', 'list', 'remove', 'reset-password', 'token']
+
+export async function operators(args: string[]): Promise<number> {
+  const [sub, ...rest] = args
+  if (isBare(sub)) return bareUsage(sub, USAGE)
+  const { values, positionals } = parse(rest, { json: { type: 'boolean' } }, USAGE)
+  if (values.help) return help(USAGE)
+  if (!SUBCOMMANDS.includes(sub)) throw new UsageError(`unknown operators command "${sub}"`, USAGE)
+  if (values.json !== undefined && sub !== 'list') throw new UsageError(`--json does not apply to operators ${sub}`, USAGE)
+  const expected = sub === 'list' ? 0 : 1
+  if (positionals.length !== expected)
+    throw new UsageError(expected ? `operators ${sub} needs exactly one NAME` : `unexpected argument "${positionals[0]}"`, USAGE)
+  const name = positionals[0] ?? ''
+  if (expected) {
+    try {
+      checkOperatorName(name)
+    } catch (error) {
+      if (error instanceof OperatorInputError) throw new UsageError(error.message, USAGE)
+      throw error
+    }
+  }
+  const { storage, where } = await openForCommand(values, USAGE, sub === 'add')
+  try {
+    if (sub === 'list') return await list(storage, where, values.json === true)
+    return await change(storage, where, sub, name)
+  } finally {
+    await storage.close()
+  }
+}
+
+async function list(storage: Storage, where: string, json: boolean): Promise<number> {
+  const rows = (await storage.operators.list()).map((operator) => ({ name: operator.name, created: new Date(operator.createdAt).toISOString() }))
+  if (json) {
+    console.log(JSON.stringify(rows, null, 2))
+    return 0
+  }
+  console.error(`petstore: operators in ${where}`)
+  const width = Math.max(4, ...rows.map((row) => row.name.length))
+  console.log(`${'NAME'.padEnd(width)}  CREATED`)
+  for (const row of rows) console.log(`${row.name.padEnd(width)}  ${row.created}`)
+  return 0
+}
+
+async function change(storage: Storage, where: string, sub: string, name: string): Promise<number> {
+  const now = Date.now()
+  let secret: string | undefined
+  let done: boolean
+  if (sub === 'add' || sub === 'reset-password') {
+    secret = generatePassword()
+    const hash = await hashPassword(secret)
+    done = sub === 'add' ? await storage.operators.add(name, hash, now) : await storage.operators.setPassword(name, hash)
+  } else if (sub === 'token') {
+    const made = makeCredentialSecret('token')
+    secret = made.secret
+    done = await storage.operators.addCredential(made.hash, name, 'token', now)
+  } else done = await storage.operators.remove(name)
+  if (!done) {
+    console.error(sub === 'add' ? `petstore: an operator named "${name}" exists already in ${where}` : `petstore: no operator named "${name}" in ${where}`)
+    return 1
+  }
+  await storage.operators.audit({ at: now, actor: COMMAND_LINE_ACTOR, action: `operator.${sub}`, target: name })
+  const said: Record<string, string> = {
+    add: `added operator "${name}" in ${where}. Their password, shown only now, is the next line:`,
+    'reset-password': `reset the password of "${name}" in ${where} and ended their console sessions. The new password, shown only now, is the next line:`,
+    token: `made an API token for "${name}" in ${where} (any earlier one no longer works). It is shown only now, on the next line:`,
+    remove: `removed operator "${name}" from ${where}; their sessions and token no longer work`,
+  }
+  console.error(`petstore: ${said[sub]}`)
+  if (secret !== undefined) console.log(secret)
+  return 0
+}

@@ -1,0 +1,79 @@
+/**
+ * Operators: the people who run the server and sign in to its console. A password is generated (never
+ * chosen) and kept as a `Bun.password` argon2id hash; a session or an API token is a random secret of
+ * which only the SHA-256 hash is kept, as for API keys (random secrets need no slow hash). What they do
+ * in the console is kept in the audit log.
+ */
+import { hashSecret } from './api-key'
+
+export interface OperatorRecord {
+  name: string
+  createdAt: number
+}
+
+/** A browser's sign-in (ends when idle) or a script's token (ends when replaced). */
+export type CredentialKind = 'session' | 'token'
+
+export interface Credential {
+  operator: string
+  kind: CredentialKind
+  lastSeenAt: number
+}
+
+export interface AuditEntry {
+  at: number
+  /** The operator who acted, or `(command line)` for the operators command. */
+  actor: string
+  /** What was done, e.g. `key.revoke`. */
+  action: string
+  /** What it was done to (a key id, an address, an operator), or '' when nothing. */
+  target: string
+}
+
+/** The actor of the audit entries the operators command writes. */
+export const COMMAND_LINE_ACTOR = '(command line)'
+
+export class OperatorInputError extends Error {}
+
+const NAME = /^[A-Za-z0-9._@-]{1,64}$/
+
+export function checkOperatorName(name: string): string {
+  if (!NAME.test(name))
+    throw new OperatorInputError('an operator name is 1 to 64 characters of A-Z a-z 0-9 . _ @ -')
+  return name
+}
+
+function randomToken(bytes: number): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
+}
+
+/** A new password: 128 random bits, readable and typeable. */
+export function generatePassword(): string {
+  return randomToken(16)
+}
+
+export function hashPassword(password: string): Promise<string> {
+  return Bun.password.hash(password, { algorithm: 'argon2id' })
+}
+
+/**
+ * Checks a password against a stored hash; with no hash (no such operator) a hash is still checked, so
+ * the answer takes as long whether or not the name exists.
+ */
+export async function passwordMatches(password: string, hash: string | null): Promise<boolean> {
+  const matches = await Bun.password.verify(password, hash ?? (await decoyHash()))
+  return hash !== null && matches
+}
+
+let decoy: Promise<string> | undefined
+function decoyHash(): Promise<string> {
+  return (decoy ??= hashPassword(generatePassword()))
+}
+
+/** A new session or token secret, with the hash that is stored. */
+export function makeCredentialSecret(kind: CredentialKind): { secret: string; hash: string } {
+  const secret = `${kind === 'token' ? 'pso_' : ''}${randomToken(32)}`
+  return { secret, hash: hashSecret(secret) }
+}
+
+export { hashSecret as hashCredential }

@@ -1,0 +1,227 @@
+/**
+ * What the console does, apart from HTTP: operators sign in (throttled per name) and hold a session or a
+ * token; keys are listed with what the limiter holds of them, created, revoked, moved to another plan and
+ * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
+ * goes through storage (so every instance applies it at its change poll) and into the audit log.
+ */
+import { type ApiKeyRecord, type CreateKeyInput, KeyInputError, limitsFor } from '../../domain/api-key'
+import {
+  type AuditEntry,
+  type Credential,
+  type CredentialKind,
+  checkOperatorName,
+  hashCredential,
+  makeCredentialSecret,
+  OperatorInputError,
+  passwordMatches,
+} from '../../domain/operators'
+import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
+import type { Storage } from '../../domain/repositories'
+import { ApiError, badRequest, notFound } from '../../http/api-errors'
+import { createKey, type KeyRegistry } from '../keys/service'
+
+/** A browser session ends after this long without a request. */
+export const SESSION_IDLE_MS = 30 * 60 * 1000
+/** Failed sign-ins for one name within THROTTLE_WINDOW_MS after which that name is refused. */
+export const THROTTLE_FAILURES = 5
+export const THROTTLE_WINDOW_MS = 15 * 60 * 1000
+
+/** What the console reads of the rate limiter (limiter/limiter.ts's RateLimiter), declared here. */
+export interface LimiterView {
+  look(subjectId: string, limits: Limits, isKey: boolean): Promise<{ dayLeft: number; bannedUntil: number | null }>
+  bans(now: number): Map<string, number>
+  liftAddress(subjectId: string): Promise<void>
+}
+
+export interface ConsoleServiceDeps {
+  storage: Storage
+  keys: KeyRegistry
+  limiter: LimiterView
+  now: () => number
+}
+
+export interface KeyRow {
+  id: string
+  name: string
+  plan: Plan
+  rpm: number
+  rpd: number
+  createdAt: string
+  lastUsedAt: string | null
+  revokedAt: string | null
+  /** Requests left in the day bucket now; null for a revoked key, or when the limiter does not answer. */
+  dayQuotaLeft: number | null
+  bannedUntil: string | null
+}
+
+export type BanRow = { kind: 'key'; keyId: string; keyName: string; bannedUntil: string } | { kind: 'address'; address: string; bannedUntil: string }
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
+
+const UNAUTHORIZED = new ApiError(401, 'unauthorized', 'Sign in first (POST /api/session), or send an operator token as Authorization: Bearer.')
+const BAD_SIGN_IN = new ApiError(401, 'unauthorized', 'Wrong operator name or password.')
+
+/** A key input's complaint, which names command-line flags, as a 400 naming the body's field. */
+function keyInputError(error: unknown): never {
+  if (!(error instanceof KeyInputError)) throw error
+  const field = /--(\w+)/.exec(error.message)?.[1] ?? 'plan'
+  throw badRequest(`${field}: ${error.message.replace(/--(\w+)/g, '$1')}`)
+}
+
+export class ConsoleService {
+  constructor(private readonly deps: ConsoleServiceDeps) {}
+
+  /**
+   * Signs an operator in: a new session's secret. The name is refused with 429 after THROTTLE_FAILURES
+   * failed sign-ins within the window, whether or not it exists, and the password is then not checked.
+   */
+  async signIn(name: string, password: string): Promise<{ secret: string; operator: string }> {
+    const { storage, now } = this.deps
+    try {
+      checkOperatorName(name)
+    } catch (error) {
+      if (error instanceof OperatorInputError) throw badRequest(`name: ${error.message}`)
+      throw error
+    }
+    const at = now()
+    const failures = await storage.operators.failedSignIns(name, at - THROTTLE_WINDOW_MS)
+    if (failures.length >= THROTTLE_FAILURES) {
+      const retryAfter = Math.max(1, Math.ceil((failures[failures.length - THROTTLE_FAILURES]! + THROTTLE_WINDOW_MS - at) / 1000))
+      throw new ApiError(429, 'rate_limited', `Too many failed sign-ins for this name; try again in ${retryAfter} s.`, {
+        'retry-after': String(retryAfter),
+      })
+    }
+    if (!(await passwordMatches(password, await storage.operators.passwordHash(name)))) {
+      await storage.operators.recordFailedSignIn(name, at)
+      await this.audit(name, 'operator.sign-in-refused', '')
+      throw BAD_SIGN_IN
+    }
+    const { secret, hash } = makeCredentialSecret('session')
+    if (!(await storage.operators.addCredential(hash, name, 'session', at))) throw BAD_SIGN_IN
+    await storage.operators.clearFailedSignIns(name)
+    await this.audit(name, 'operator.sign-in', '')
+    return { secret, operator: name }
+  }
+
+  /** The operator a session or token secret belongs to; 401 when it is unknown, ended or idle too long. */
+  async authenticate(secret: string | undefined, kind: CredentialKind): Promise<Credential> {
+    if (!secret) throw UNAUTHORIZED
+    const at = this.deps.now()
+    const found = await this.deps.storage.operators.useCredential(hashCredential(secret), at, at - SESSION_IDLE_MS)
+    if (!found || found.kind !== kind) throw UNAUTHORIZED
+    return found
+  }
+
+  async signOut(operator: string, secret: string): Promise<void> {
+    await this.deps.storage.operators.endCredential(hashCredential(secret))
+    await this.audit(operator, 'operator.sign-out', '')
+  }
+
+  /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken). */
+  async listKeys(): Promise<{ keys: KeyRow[]; limiterAnswered: boolean }> {
+    const records = await this.deps.storage.keys.list()
+    let limiterAnswered = true
+    const keys = await Promise.all(
+      records.map(async (record): Promise<KeyRow> => {
+        let look: { dayLeft: number; bannedUntil: number | null } | null = null
+        if (record.revokedAt === null)
+          look = await this.deps.limiter.look(`key:${record.id}`, record, true).catch(() => {
+            limiterAnswered = false
+            return null
+          })
+        return { ...keyFields(record), dayQuotaLeft: look?.dayLeft ?? null, bannedUntil: iso(look?.bannedUntil ?? null) }
+      }),
+    )
+    return { keys, limiterAnswered }
+  }
+
+  async createKey(operator: string, input: CreateKeyInput): Promise<{ key: KeyRow; secret: string }> {
+    let made: Awaited<ReturnType<typeof createKey>>
+    try {
+      made = await createKey(this.deps.storage.keys, input, this.deps.now())
+    } catch (error) {
+      keyInputError(error)
+    }
+    // Known to this instance at once; other instances read it at their next poll.
+    await this.deps.keys.reload()
+    await this.audit(operator, 'key.create', made.record.id)
+    return { key: { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null }, secret: made.secret }
+  }
+
+  async revokeKey(operator: string, id: string): Promise<void> {
+    if (!(await this.deps.storage.keys.revoke(id, this.deps.now()))) throw noKey(id)
+    await this.deps.keys.reload()
+    await this.audit(operator, 'key.revoke', id)
+  }
+
+  /** Full buckets and no ban: applied by every instance at its next change poll (within a second). */
+  async resetLimits(operator: string, id: string, action = 'key.reset-limits'): Promise<void> {
+    if (!(await this.deps.storage.keys.resetLimits(id, this.deps.now()))) throw noKey(id)
+    await this.audit(operator, action, id)
+  }
+
+  async setPlan(operator: string, id: string, input: { plan: string; rpm?: number; rpd?: number }): Promise<void> {
+    let limits: Limits
+    try {
+      limits = limitsFor(input)
+    } catch (error) {
+      keyInputError(error)
+    }
+    if (!(await this.deps.storage.keys.setPlan(id, input.plan as Plan, limits))) throw noKey(id, ' (or it is revoked)')
+    await this.deps.keys.reload()
+    await this.audit(operator, 'key.set-plan', `${id} ${input.plan}`)
+  }
+
+  /**
+   * Current bans: of keys, as the limiter holds them (every instance's, when Redis is shared); of client
+   * addresses, those this instance started, each looked at again (another instance may have lifted it).
+   */
+  async bans(): Promise<{ bans: BanRow[]; limiterAnswered: boolean }> {
+    const { keys, limiterAnswered } = await this.listKeys()
+    const bans: BanRow[] = keys
+      .filter((key) => key.bannedUntil !== null)
+      .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
+    for (const subject of this.deps.limiter.bans(this.deps.now()).keys()) {
+      if (!subject.startsWith('ip:')) continue
+      const look = await this.deps.limiter.look(subject, PLAN_LIMITS.free, false).catch(() => null)
+      if (look?.bannedUntil) bans.push({ kind: 'address', address: subject.slice(3), bannedUntil: iso(look.bannedUntil)! })
+    }
+    return { bans, limiterAnswered }
+  }
+
+  liftKeyBan(operator: string, id: string): Promise<void> {
+    return this.resetLimits(operator, id, 'ban.lift')
+  }
+
+  /** `subject` is the limiter's (`ip:ADDRESS`); the audit log names the address. */
+  async liftAddressBan(operator: string, subject: string): Promise<void> {
+    await this.deps.limiter.liftAddress(subject)
+    await this.audit(operator, 'ban.lift', subject.slice(3))
+  }
+
+  async auditLog(limit: number): Promise<{ at: string; actor: string; action: string; target: string }[]> {
+    return (await this.deps.storage.operators.auditLog(limit)).map((entry) => ({ ...entry, at: iso(entry.at)! }))
+  }
+
+  private audit(actor: string, action: string, target: string): Promise<void> | void {
+    const entry: AuditEntry = { at: this.deps.now(), actor, action, target }
+    return this.deps.storage.operators.audit(entry)
+  }
+}
+
+function keyFields(record: ApiKeyRecord) {
+  return {
+    id: record.id,
+    name: record.name,
+    plan: record.plan,
+    rpm: record.rpm,
+    rpd: record.rpd,
+    createdAt: iso(record.createdAt)!,
+    lastUsedAt: iso(record.lastUsedAt),
+    revokedAt: iso(record.revokedAt),
+  }
+}
+
+function noKey(id: string, why = ''): ApiError {
+  return notFound(`No key with id "${id.slice(0, 64)}"${why}.`)
+}

@@ -1,0 +1,53 @@
+/**
+ * The last few thousand answers of the API, kept in memory for the console: time, method, path (without
+ * its query), status, the key's id or the client's address, duration and request id. No bodies, no
+ * headers, nothing secret. Filled by the one recorder of answers (plugins/request-context.ts), one slot
+ * per answer in a ring: the request path pays one small object and no search.
+ */
+
+export interface RecentRequest {
+  /** Unix ms. */
+  time: number
+  method: string
+  path: string
+  status: number
+  /** The key's id, when the request carried a valid key. */
+  keyId: string | null
+  /** The client's address, when it did not. */
+  client: string | null
+  durationMs: number
+  requestId: string
+}
+
+export interface RecentFilter {
+  keyId?: string
+  status?: number
+  limit: number
+}
+
+export class RecentRequests {
+  private readonly ring: (RecentRequest | undefined)[]
+  private next = 0
+
+  constructor(readonly capacity = 5_000) {
+    this.ring = new Array(capacity)
+  }
+
+  add(request: RecentRequest): void {
+    this.ring[this.next] = request
+    this.next = (this.next + 1) % this.capacity
+  }
+
+  /** Newest first, at most `limit`, those matching the filter. */
+  list(filter: RecentFilter): RecentRequest[] {
+    const found: RecentRequest[] = []
+    for (let i = 1; i <= this.capacity && found.length < filter.limit; i++) {
+      const entry = this.ring[(this.next - i + this.capacity) % this.capacity]
+      if (!entry) break
+      if (filter.keyId !== undefined && entry.keyId !== filter.keyId) continue
+      if (filter.status !== undefined && entry.status !== filter.status) continue
+      found.push(entry)
+    }
+    return found
+  }
+}

@@ -1,0 +1,431 @@
+/**
+ * The operators' console over the compiled binary: its own listener (and nothing of it on the API's),
+ * sessions and their end, the cross-origin refusal, the sign-in throttle, its security headers, the audit
+ * log, and its key and ban actions taking effect on the API. With PostgreSQL, sessions are in storage:
+ * a session made on one instance works on another and ends on both.
+ */
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, readFileSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { checkEveryAnswer } from '../support/contract'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type RedisServer, startRedis } from '../support/redis'
+import { auth, cliAsync, killSpawned, serveExpectingFailure } from './helpers'
+
+afterAll(killSpawned)
+setDefaultTimeout(30_000)
+
+interface ConsoleServer extends Server {
+  /** http://127.0.0.1:CONSOLE_PORT */
+  console: string
+  password: string
+}
+
+async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
+  const server = await startServer(options)
+  const port = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1]
+  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
+  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
+  return { ...server, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
+}
+
+/** Signs in and returns the session cookie (name=value). */
+async function signIn(origin: string, name: string, password: string): Promise<string> {
+  const response = await fetch(`${origin}/api/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', origin },
+    body: JSON.stringify({ name, password }),
+  })
+  if (response.status !== 200) throw new Error(`sign-in answered ${response.status}: ${await response.text()}`)
+  const cookie = response.headers.get('set-cookie')!
+  expect(cookie).toMatch(/^petstore_console=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict$/)
+  return cookie.split(';')[0]!
+}
+
+/** A console request as its own page makes it: the cookie, and its Origin on a change. */
+function call(origin: string, cookie: string, method: string, path: string, body?: unknown) {
+  return fetch(`${origin}${path}`, {
+    method,
+    headers: { cookie, origin, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+}
+
+const ROUTES: [string, string][] = [
+  ['GET', '/api/me'],
+  ['GET', '/api/keys'],
+  ['POST', '/api/keys'],
+  ['DELETE', '/api/keys/key_x'],
+  ['POST', '/api/keys/key_x/reset-limits'],
+  ['PUT', '/api/keys/key_x/plan'],
+  ['GET', '/api/bans'],
+  ['DELETE', '/api/bans/keys/key_x'],
+  ['DELETE', '/api/bans/addresses/127.0.0.1'],
+  ['GET', '/api/requests'],
+  ['GET', '/api/audit'],
+  ['GET', '/api/openapi.json'],
+  ['DELETE', '/api/session'],
+]
+
+describe('console on its own listener', () => {
+  let server: ConsoleServer
+  let cookie: string
+  beforeAll(async () => {
+    server = await startWithConsole({ args: ['--ban-after', '1', '--ban-seconds', '600'] })
+    cookie = await signIn(server.console, 'admin', server.password)
+  })
+  afterAll(() => server.stop())
+
+  test('the first serve makes an operator whose password is in a 0600 file beside the data file, never in the log', () => {
+    const file = join(server.dataFile, '..', 'petstore-console-password.txt')
+    expect(statSync(file).mode & 0o777).toBe(0o600)
+    expect(server.password).toMatch(/^[A-Za-z0-9_-]{22}$/)
+    expect(server.stderr()).toContain(`"admin" was created; its password is in ${file}`)
+    expect(server.stderr()).not.toContain(server.password)
+    expect(server.stdout()).not.toContain(server.password)
+  })
+
+  test('nothing on the API listener serves the console, and nothing on the console serves the API', async () => {
+    for (const [method, path] of [...ROUTES, ['POST', '/api/session']] as [string, string][]) {
+      const response = await fetch(`${server.origin}${path}`, { method, headers: { cookie, origin: server.origin } })
+      expect([404, 405]).toContain(response.status)
+      expect(await response.text()).not.toContain('petstore_console')
+    }
+    // The suite's contract check would take the console for an API server and ask it for /openapi.json.
+    checkEveryAnswer.enabled = false
+    try {
+      for (const path of ['/v1/pets', '/healthz', '/openapi.json', '/docs', '/metrics']) {
+        const response = await fetch(`${server.console}${path}`, { headers: { cookie, ...auth(server.bootstrapKey!) } })
+        expect(response.status).toBe(404)
+      }
+    } finally {
+      checkEveryAnswer.enabled = true
+    }
+  })
+
+  test('no API answer without a session, or with one that does not exist', async () => {
+    for (const cookieHeader of [undefined, 'petstore_console=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA']) {
+      for (const [method, path] of ROUTES) {
+        const response = await fetch(`${server.console}${path}`, {
+          method,
+          headers: { origin: server.console, 'content-type': 'application/json', ...(cookieHeader ? { cookie: cookieHeader } : {}) },
+          body: method === 'GET' || method === 'DELETE' ? undefined : '{"plan":"free"}',
+        })
+        expect(`${method} ${path} ${response.status}`).toBe(`${method} ${path} 401`)
+        expect(await response.json() as any).toMatchObject({ code: 'unauthorized', status: 401 })
+      }
+    }
+    // An API key is not an operator's token.
+    expect((await fetch(`${server.console}/api/keys`, { headers: auth(server.bootstrapKey!) })).status).toBe(401)
+  })
+
+  test('a request that changes something, with the cookie but from another origin (or none), is refused and changes nothing', async () => {
+    const before = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.length
+    for (const origin of ['http://evil.example', 'null', server.origin, undefined]) {
+      const response = await fetch(`${server.console}/api/keys`, {
+        method: 'POST',
+        headers: { cookie, 'content-type': 'application/json', ...(origin === undefined ? {} : { origin }) },
+        body: JSON.stringify({ plan: 'pro', name: 'csrf' }),
+      })
+      expect(response.status).toBe(403)
+      expect(await response.json() as any).toMatchObject({ code: 'forbidden', status: 403 })
+    }
+    const after = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys
+    expect(after.length).toBe(before)
+    expect(after.map((key: { name: string }) => key.name)).not.toContain('csrf')
+  })
+
+  test('every answer carries the CSP without inline script and refuses framing', async () => {
+    const answers = [
+      await call(server.console, cookie, 'GET', '/api/me'),
+      await fetch(`${server.console}/api/keys`),
+      await fetch(`${server.console}/nowhere`),
+      await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: '{}' }),
+    ]
+    expect(answers.map((response) => response.status)).toEqual([200, 401, 404, 400])
+    for (const response of answers) {
+      const csp = response.headers.get('content-security-policy')!
+      expect(csp).toContain("frame-ancestors 'none'")
+      expect(csp).toContain("script-src 'self'")
+      expect(csp).not.toContain('unsafe-inline')
+      expect(response.headers.get('x-frame-options')).toBe('DENY')
+      expect(response.headers.get('x-content-type-options')).toBe('nosniff')
+    }
+  })
+
+  test('bad input gets a 400 naming its field', async () => {
+    const cases: [string, string, unknown, string][] = [
+      ['POST', '/api/keys', { plan: 'gold' }, 'plan: must be one of free, pro, business, enterprise'],
+      ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: rpm and rpd are only for plan enterprise'],
+      ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs its own limits: rpm N rpd N'],
+      ['POST', '/api/keys', { plan: 'pro', colour: 'red' }, 'colour: is not a known property; allowed are plan, name, rpm, rpd'],
+      ['PUT', '/api/keys/key_x/plan', { plan: 'pro', rpd: 0 }, 'rpd: must be an integer from 1 to 1000000000'],
+    ]
+    for (const [method, path, body, message] of cases) {
+      const response = await call(server.console, cookie, method, path, body)
+      expect(await response.json() as any).toEqual({ code: 'invalid_request', message, status: 400 })
+    }
+    const query = await call(server.console, cookie, 'GET', '/api/requests?limit=0')
+    expect(await query.json() as any).toEqual({ code: 'invalid_request', message: 'limit: must be an integer from 1 to 5000', status: 400 })
+  })
+
+  test('a key created in the console works on the API at once, its secret shown once; revoked in the console, it is refused within a second', async () => {
+    const created = await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'from the console' })
+    expect(created.status).toBe(201)
+    const { key, secret } = await created.json() as any
+    expect(secret).toMatch(/^psk_/)
+    expect(key).toMatchObject({ name: 'from the console', plan: 'pro', rpm: 300, rpd: 10000, dayQuotaLeft: 10000, bannedUntil: null })
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
+    // Never again: the list carries no secret, nor its hash.
+    const listed = await (await call(server.console, cookie, 'GET', '/api/keys')).text()
+    expect(listed).not.toContain(secret)
+    expect(listed).not.toMatch(/secret|hash/i)
+    // The day quota left, read without taking a token: one request was made.
+    const row = JSON.parse(listed).keys.find((k: { id: string }) => k.id === key.id)
+    expect(row.dayQuotaLeft).toBe(9999)
+    expect((await call(server.console, cookie, 'GET', '/api/keys').then((r) => r.json() as Promise<any>)).keys.find((k: { id: string }) => k.id === key.id).dayQuotaLeft).toBe(9999)
+
+    const revoked = await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
+    expect(revoked.status).toBe(204)
+    const start = Date.now()
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 401, 1_000)
+    expect(Date.now() - start).toBeLessThan(1_000)
+    expect((await call(server.console, cookie, 'DELETE', '/api/keys/key_nope')).status).toBe(404)
+  })
+
+  test('a plan change in the console applies to the API within a second', async () => {
+    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json() as any
+    expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
+    expect((await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'enterprise', rpm: 7, rpd: 70 })).status).toBe(204)
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')!.includes('"minute";q=7'), 1_000)
+    const row = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
+    expect(row).toMatchObject({ plan: 'enterprise', rpm: 7, rpd: 70 })
+  })
+
+  test('a banned key and a banned address are listed, and lifting each in the console gives 200 again', async () => {
+    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })).json() as any
+    // Two allowed, then 429s: with --ban-after 1, the second rejection starts the ban.
+    const statuses: number[] = []
+    for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
+    expect(statuses).toEqual([200, 200, 429, 429, 429])
+    const banned = await fetch(`${server.base}/pets`, { headers: auth(secret) })
+    expect((await banned.json() as any).code).toBe('key_banned')
+
+    // The recent requests show the refusals, filtered by key and status, with the key's name and no secret.
+    const recent = await (await call(server.console, cookie, 'GET', `/api/requests?key=${key.id}&status=429`)).text()
+    expect(recent).not.toContain(secret)
+    const requests = JSON.parse(recent).requests
+    expect(requests.length).toBe(4)
+    for (const entry of requests)
+      expect(entry).toMatchObject({ method: 'GET', path: '/v1/pets', status: 429, keyId: key.id, keyName: 'noisy', client: null })
+
+    // An address with no key: the Free plan's 60 a minute (earlier tests spent a few), then a ban.
+    let noKey = 0
+    while ((await fetch(`${server.base}/pets`)).status !== 429) expect(++noKey).toBeLessThanOrEqual(60)
+    // The second rejection within a minute starts the ban (--ban-after 1); the next is refused by it.
+    expect((await fetch(`${server.base}/pets`)).status).toBe(429)
+    expect((await (await fetch(`${server.base}/pets`)).json() as any).code).toBe('key_banned')
+
+    const bans = (await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans
+    expect(bans).toContainEqual({ kind: 'key', keyId: key.id, keyName: 'noisy', bannedUntil: expect.any(String) })
+    expect(bans).toContainEqual({ kind: 'address', address: '127.0.0.1', bannedUntil: expect.any(String) })
+    const keyRow = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
+    expect(Date.parse(keyRow.bannedUntil)).toBeGreaterThan(Date.now() + 500_000)
+
+    expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
+    expect((await call(server.console, cookie, 'DELETE', '/api/bans/addresses/127.0.0.1')).status).toBe(204)
+    // No key after the lift: a 401 (the key is missing), no longer a 429.
+    expect((await fetch(`${server.base}/pets`)).status).toBe(401)
+    expect((await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans).toEqual([])
+
+    const byAddress = (await (await call(server.console, cookie, 'GET', '/api/requests?status=401&limit=1')).json() as any).requests
+    expect(byAddress).toEqual([
+      { time: expect.any(String), method: 'GET', path: '/v1/pets', status: 401, keyId: null, keyName: null, client: '127.0.0.1', durationMs: expect.any(Number), requestId: expect.any(String) },
+    ])
+  })
+
+  test('the audit log records each action: who, what, when', async () => {
+    const since = Date.now()
+    const { key } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'audited' })).json() as any
+    await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'business' })
+    await call(server.console, cookie, 'POST', `/api/keys/${key.id}/reset-limits`)
+    await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)
+    await call(server.console, cookie, 'DELETE', '/api/bans/addresses/10.0.0.9')
+    await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
+    await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'admin', password: 'wrong' }) })
+    const other = await signIn(server.console, 'admin', server.password)
+    expect((await call(server.console, other, 'DELETE', '/api/session')).status).toBe(204)
+    expect((await call(server.console, other, 'GET', '/api/me')).status).toBe(401)
+
+    const entries = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json() as any).entries.reverse()
+    expect(entries.map((entry: { action: string; target: string; actor: string }) => [entry.actor, entry.action, entry.target])).toEqual([
+      ['admin', 'key.create', key.id],
+      ['admin', 'key.set-plan', `${key.id} business`],
+      ['admin', 'key.reset-limits', key.id],
+      ['admin', 'ban.lift', key.id],
+      ['admin', 'ban.lift', '10.0.0.9'],
+      ['admin', 'key.revoke', key.id],
+      ['admin', 'operator.sign-in-refused', ''],
+      ['admin', 'operator.sign-in', ''],
+      ['admin', 'operator.sign-out', ''],
+    ])
+    for (const entry of entries) expect(Date.parse(entry.at)).toBeGreaterThanOrEqual(since - 5)
+  })
+
+  test('its OpenAPI document describes every route it serves', async () => {
+    const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
+    const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
+    const served = ([...ROUTES, ['POST', '/api/session']] as [string, string][]).map(([method, path]) =>
+      `${method} ${path.replace(/key_x/, '{id}').replace('127.0.0.1', '{address}')}`,
+    )
+    expect(described.sort()).toEqual([...new Set(served)].sort())
+  })
+})
+
+describe('sign-in throttle', () => {
+  test('after 5 failed sign-ins for a name within 15 minutes, that name gets 429 with Retry-After, even with the right password; other names do not', async () => {
+    const server = await startWithConsole()
+    const attempt = (name: string, password: string) =>
+      fetch(`${server.console}/api/session`, {
+        method: 'POST',
+        headers: { origin: server.console, 'content-type': 'application/json' },
+        body: JSON.stringify({ name, password }),
+      })
+    for (let i = 0; i < 5; i++) expect((await attempt('admin', `wrong-${i}`)).status).toBe(401)
+    const throttled = await attempt('admin', server.password)
+    expect(throttled.status).toBe(429)
+    const retryAfter = Number(throttled.headers.get('retry-after'))
+    expect(retryAfter).toBeGreaterThan(880)
+    expect(retryAfter).toBeLessThanOrEqual(900)
+    expect(await throttled.json() as any).toMatchObject({ code: 'rate_limited', status: 429 })
+    // Names that do not exist are throttled alike (nothing tells which names exist) and apart.
+    for (let i = 0; i < 5; i++) expect((await attempt('ghost', 'x')).status).toBe(401)
+    expect((await attempt('ghost', 'x')).status).toBe(429)
+    // Another operator is not held back by them.
+    const added = await cliAsync(['operators', 'add', 'bea', '--data', server.dataFile])
+    expect(added.code).toBe(0)
+    expect((await attempt('bea', added.stdout.trim().split('\n').at(-1)!)).status).toBe(200)
+    await server.stop()
+  })
+})
+
+describe('sessions end', () => {
+  test('on a password reset and on removal of the operator; a token works for scripts until the operator is removed', async () => {
+    const server = await startWithConsole()
+    const added = cli(['operators', 'add', 'carla', '--data', server.dataFile])
+    const first = added.stdout.trim().split('\n').at(-1)!
+    const session = await signIn(server.console, 'carla', first)
+    expect(await (await call(server.console, session, 'GET', '/api/me')).json() as any).toEqual({ name: 'carla', via: 'session' })
+    const token = cli(['operators', 'token', 'carla', '--data', server.dataFile]).stdout.trim().split('\n').at(-1)!
+    expect(token).toMatch(/^pso_/)
+    const byToken = () => fetch(`${server.console}/api/me`, { headers: auth(token) })
+    expect(await (await byToken()).json() as any).toEqual({ name: 'carla', via: 'token' })
+    // A script changes things with its token and no Origin.
+    const created = await fetch(`${server.console}/api/keys`, { method: 'POST', headers: { ...auth(token), 'content-type': 'application/json' }, body: '{"plan":"free"}' })
+    expect(created.status).toBe(201)
+
+    const reset = cli(['operators', 'reset-password', 'carla', '--data', server.dataFile])
+    expect(reset.code).toBe(0)
+    const second = reset.stdout.trim().split('\n').at(-1)!
+    expect(second).not.toBe(first)
+    expect((await call(server.console, session, 'GET', '/api/me')).status).toBe(401)
+    expect((await byToken()).status).toBe(200)
+    const old = await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'carla', password: first }) })
+    expect(old.status).toBe(401)
+    const again = await signIn(server.console, 'carla', second)
+    expect((await call(server.console, again, 'GET', '/api/me')).status).toBe(200)
+
+    expect(cli(['operators', 'remove', 'carla', '--data', server.dataFile]).code).toBe(0)
+    expect((await call(server.console, again, 'GET', '/api/me')).status).toBe(401)
+    expect((await byToken()).status).toBe(401)
+    await server.stop()
+  })
+
+  test('with PostgreSQL, a session made on one instance works on another, and a password reset ends it on both', async () => {
+    let cluster: PostgresCluster | undefined
+    try {
+      cluster = await startPostgres()
+      const url = await cluster.createDatabase('console_sessions')
+      const a = await startWithConsole({ databaseUrl: url })
+      const b = await startWithConsole({ databaseUrl: url, cwd: join(a.dataFile, '..', '..') })
+      const added = await cliAsync(['operators', 'add', 'dana'], { env: { PETSTORE_DATABASE_URL: url } })
+      expect(added.code).toBe(0)
+      const session = await signIn(a.console, 'dana', added.stdout.trim().split('\n').at(-1)!)
+      expect((await call(b.console, session, 'GET', '/api/me')).status).toBe(200)
+      // A key made through one instance's console works on the other's API within a second.
+      const { secret } = await (await call(a.console, session, 'POST', '/api/keys', { plan: 'pro' })).json() as any
+      await eventually(async () => (await fetch(`${b.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
+      expect((await cliAsync(['operators', 'reset-password', 'dana'], { env: { PETSTORE_DATABASE_URL: url } })).code).toBe(0)
+      expect((await call(a.console, session, 'GET', '/api/me')).status).toBe(401)
+      expect((await call(b.console, session, 'GET', '/api/me')).status).toBe(401)
+      await a.stop()
+      await b.stop()
+    } finally {
+      await cluster?.destroy()
+    }
+  })
+})
+
+describe('with Redis', () => {
+  test('the day quota left and a key\'s ban are read from Redis without taking a token, and the lift applies there', async () => {
+    let redis: RedisServer | undefined
+    try {
+      redis = await startRedis()
+      const server = await startWithConsole({ args: ['--redis-url', redis.url, '--ban-after', '1'] })
+      const cookie = await signIn(server.console, 'admin', server.password)
+      const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 50 })).json()) as any
+      const row = async () => ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find((k: { id: string }) => k.id === key.id)
+      expect((await row()).dayQuotaLeft).toBe(50)
+      const statuses: number[] = []
+      for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
+      expect(statuses).toEqual([200, 200, 429, 429, 429])
+      // Looking twice takes nothing: two requests were allowed, so 48 are left.
+      expect((await row()).dayQuotaLeft).toBe(48)
+      expect((await row()).dayQuotaLeft).toBe(48)
+      expect((await row()).bannedUntil).not.toBeNull()
+      const bans = ((await (await call(server.console, cookie, 'GET', '/api/bans')).json()) as any).bans
+      expect(bans).toEqual([{ kind: 'key', keyId: key.id, keyName: '', bannedUntil: expect.any(String) }])
+      expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
+      await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
+      expect((await row()).bannedUntil).toBeNull()
+      await server.stop()
+    } finally {
+      await redis?.destroy()
+    }
+  })
+})
+
+describe('--console-address', () => {
+  test('off: no console, and no operator made', async () => {
+    const server = await startServer({ args: ['--console-address', 'off'] })
+    expect(server.stderr()).not.toContain('console')
+    expect(JSON.parse(cli(['operators', 'list', '--json', '--data', server.dataFile]).stdout)).toEqual([])
+    await server.stop()
+  })
+
+  test('PETSTORE_CONSOLE_ADDRESS names it; a bad value stops the start with a usage line', async () => {
+    const dir = tempDir()
+    const server = await startWithConsole({ env: { PETSTORE_CONSOLE_ADDRESS: '127.0.0.1:0' }, dataFile: join(dir, 'petstore.db') })
+    expect((await fetch(`${server.console}/api/me`)).status).toBe(401)
+    await server.stop()
+    const bad = cli(['serve', '--console-address', 'localhost', '--data', join(dir, 'petstore.db')])
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).toContain('--console-address must be HOST:PORT')
+  })
+
+  test('a console port in use stops the start with one line, and leaves no password file behind', async () => {
+    const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const dir = tempDir()
+      const result = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', join(dir, 'petstore.db'), '--console-address', `127.0.0.1:${taken.port}`])
+      expect(result.listened).toBe(false)
+      expect(result.code).toBe(1)
+      expect(result.stderr).toContain(`petstore: cannot listen on 127.0.0.1:${taken.port}:`)
+      expect(existsSync(join(dir, 'petstore-console-password.txt'))).toBe(false)
+    } finally {
+      taken.stop(true)
+    }
+  })
+})

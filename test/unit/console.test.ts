@@ -1,0 +1,71 @@
+/**
+ * The console's rules that need a clock: the sign-in throttle's window passing and a session ending when
+ * idle, over a real SQLite store (in memory) with the clock moved by hand; and the console's address
+ * as the config resolves it.
+ */
+import { describe, expect, test } from 'bun:test'
+import { resolveConfig, withBoundPort } from '../../src/config'
+import { hashPassword } from '../../src/domain/operators'
+import { KeyRegistry } from '../../src/modules/keys/service'
+import { ConsoleService, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from '../../src/modules/console/service'
+import { RateLimiter } from '../../src/limiter/limiter'
+import { openSqliteStorage } from '../../src/storage/sqlite'
+
+async function consoleWithClock() {
+  const storage = openSqliteStorage(':memory:')
+  const clock = { now: 1_800_000_000_000 }
+  const limiter = new RateLimiter({ banAfter: 5, banSeconds: 60, maxAddresses: 100 })
+  const service = new ConsoleService({ storage, keys: new KeyRegistry(storage), limiter, now: () => clock.now })
+  storage.operators.add('eve', await hashPassword('right'), clock.now)
+  return { service, clock, storage }
+}
+
+const refusal = (promise: Promise<unknown>) => promise.then(() => null, (error) => ({ status: error.status, headers: error.headers }))
+
+describe('sign-in throttle', () => {
+  test('5 failures within 15 minutes refuse the name until the oldest of them is 15 minutes old; then it may sign in', async () => {
+    const { service, clock } = await consoleWithClock()
+    const start = clock.now
+    for (let i = 0; i < 5; i++) {
+      expect(await refusal(service.signIn('eve', 'wrong'))).toMatchObject({ status: 401 })
+      clock.now += 60_000
+    }
+    // Four minutes after the fifth failure, the first is nine minutes old: six more to wait.
+    clock.now += 4 * 60_000
+    expect(await refusal(service.signIn('eve', 'right'))).toEqual({ status: 429, headers: { 'retry-after': String(6 * 60) } })
+    clock.now = start + THROTTLE_WINDOW_MS - 1
+    expect(await refusal(service.signIn('eve', 'right'))).toEqual({ status: 429, headers: { 'retry-after': '1' } })
+    clock.now = start + THROTTLE_WINDOW_MS
+    expect((await service.signIn('eve', 'right')).operator).toBe('eve')
+  })
+})
+
+describe('sessions', () => {
+  test('a session ends after SESSION_IDLE_MS without a request; each request moves its end', async () => {
+    const { service, clock } = await consoleWithClock()
+    const { secret } = await service.signIn('eve', 'right')
+    clock.now += SESSION_IDLE_MS - 1
+    expect((await service.authenticate(secret, 'session')).operator).toBe('eve')
+    clock.now += SESSION_IDLE_MS - 1
+    expect((await service.authenticate(secret, 'session')).operator).toBe('eve')
+    clock.now += SESSION_IDLE_MS + 1
+    expect(await refusal(service.authenticate(secret, 'session'))).toMatchObject({ status: 401 })
+    // Ended for good: coming back within the time does not revive it.
+    clock.now -= 2
+    expect(await refusal(service.authenticate(secret, 'session'))).toMatchObject({ status: 401 })
+  })
+})
+
+describe('console address', () => {
+  test('127.0.0.1:8090 in production and :8091 in staging; a free port with --port 0; off; the variable; a bad value', () => {
+    expect(resolveConfig({}, {}).consoleAddress).toEqual({ host: '127.0.0.1', port: 8090 })
+    expect(resolveConfig({ env: 'staging' }, {}).consoleAddress).toEqual({ host: '127.0.0.1', port: 8091 })
+    const free = resolveConfig({ port: '0' }, {})
+    expect(free.consoleAddress).toEqual({ host: '127.0.0.1', port: 0 })
+    expect(withBoundPort(free, 4321).consoleAddress).toEqual({ host: '127.0.0.1', port: 0 })
+    expect(resolveConfig({ consoleAddress: 'off' }, {}).consoleAddress).toBeNull()
+    expect(resolveConfig({}, { PETSTORE_CONSOLE_ADDRESS: '[::1]:9000' }).consoleAddress).toEqual({ host: '::1', port: 9000 })
+    expect(resolveConfig({ consoleAddress: '0.0.0.0:9001' }, { PETSTORE_CONSOLE_ADDRESS: 'off' }).consoleAddress).toEqual({ host: '0.0.0.0', port: 9001 })
+    expect(() => resolveConfig({}, { PETSTORE_CONSOLE_ADDRESS: '9000' })).toThrow('PETSTORE_CONSOLE_ADDRESS must be HOST:PORT')
+  })
+})
