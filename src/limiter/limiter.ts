@@ -10,7 +10,6 @@ import {
   type LimiterBackend,
   LimiterUnavailableError,
   type LimitShapes,
-  type PeekResult,
   shapesOf,
   type TakeResult,
 } from './backend'
@@ -117,25 +116,23 @@ export class RateLimiter {
    * The subject's quota as it stands, nothing taken: what an answer that spends no token reports. Rejects
    * with LimiterUnavailableError when a shared backend does not answer, whichever the fallback.
    */
-  peek(subjectId: string, limits: Limits, isKey: boolean): Quota | Promise<Quota> {
-    const peeked = this.backend.peek(subjectId, limits, isKey, this.options.now?.())
-    const quota = (state: PeekResult) => quotaOf(state, shapesOf(limits), state.now)
-    return peeked instanceof Promise ? peeked.then(quota) : quota(peeked)
+  async peek(subjectId: string, limits: Limits, isKey: boolean): Promise<Quota> {
+    const state = await this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+    return quotaOf(state, shapesOf(limits), state.now)
   }
 
   /**
    * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
    * while a shared backend does not answer and the fallback is local.
    */
-  countTry(group: string, id: string, keepMs: number): number | Promise<number> {
+  async countTry(group: string, id: string, keepMs: number): Promise<number> {
     const now = this.options.now?.()
-    const counted = this.backend.countTry(group, id, keepMs, now)
-    if (!(counted instanceof Promise) || !this.local) return counted
-    const local = this.local
-    return counted.catch((error: unknown) => {
-      if (!(error instanceof LimiterUnavailableError)) throw error
-      return local.countTry(group, id, keepMs, now)
-    })
+    try {
+      return await this.backend.countTry(group, id, keepMs, now)
+    } catch (error) {
+      if (!this.local || !(error instanceof LimiterUnavailableError)) throw error
+      return this.local.countTry(group, id, keepMs, now)
+    }
   }
 
   /**
