@@ -95,21 +95,21 @@ export class RateLimiter {
   }
 
   /**
-   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Answers as the
-   * backend does: at once in process; with a promise from Redis, which rejects with
-   * LimiterUnavailableError when the backend cannot answer and the fallback is 'closed'.
+   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Rejects with
+   * LimiterUnavailableError when a shared backend cannot answer and the fallback is 'closed'. One async
+   * form for both backends: awaiting the in-process answer costs about 0.1 µs a call, which no benchmark
+   * of a request could tell apart.
    */
-  check(subjectId: string, limits: Limits, isKey: boolean): Decision | Promise<Decision> {
+  async check(subjectId: string, limits: Limits, isKey: boolean): Promise<Decision> {
     const now = this.options.now?.()
-    const taken = this.backend.take(subjectId, limits, isKey, now)
-    if (!(taken instanceof Promise)) return this.decide(taken, limits)
-    return taken.then(
-      (result) => {
-        if (this.storeUnavailable) this.noteUnavailable(false)
-        return this.decide(result, limits)
-      },
-      (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
-    )
+    let taken: TakeResult
+    try {
+      taken = await this.backend.take(subjectId, limits, isKey, now)
+    } catch (error) {
+      return this.decideLocally(error, subjectId, limits, isKey, now)
+    }
+    if (this.storeUnavailable) this.noteUnavailable(false)
+    return this.decide(taken, limits)
   }
 
   /**
