@@ -63,7 +63,6 @@ export function readinessCheck(parts: {
 
 /** Rejects when `value` has not settled within `ms`. */
 function withTimeout<T>(value: MaybePromise<T>, ms: number): Promise<T> {
-  if (!(value instanceof Promise)) return Promise.resolve(value)
   let timer: ReturnType<typeof setTimeout> | undefined
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)

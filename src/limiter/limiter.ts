@@ -11,7 +11,6 @@ import {
   LimiterUnavailableError,
   type LimitShapes,
   type Inspected,
-  type PeekResult,
   shapesOf,
   type TakeResult,
 } from './backend'
@@ -110,46 +109,44 @@ export class RateLimiter {
   }
 
   /**
-   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Answers as the
-   * backend does: at once in process; with a promise from Redis, which rejects with
-   * LimiterUnavailableError when the backend cannot answer and the fallback is 'closed'.
+   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Rejects with
+   * LimiterUnavailableError when a shared backend cannot answer and the fallback is 'closed'. One async
+   * form for both backends: awaiting the in-process answer costs about 0.1 µs a call, which no benchmark
+   * of a request could tell apart.
    */
-  check(subjectId: string, limits: Limits, isKey: boolean): Decision | Promise<Decision> {
+  async check(subjectId: string, limits: Limits, isKey: boolean): Promise<Decision> {
     const now = this.options.now?.()
-    const taken = this.backend.take(subjectId, limits, isKey, now)
-    if (!(taken instanceof Promise)) return this.decide(taken, limits, subjectId)
-    return taken.then(
-      (result) => {
-        if (this.storeUnavailable) this.noteUnavailable(false)
-        return this.decide(result, limits, subjectId)
-      },
-      (error: unknown) => this.decideLocally(error, subjectId, limits, isKey, now),
-    )
+    let taken: TakeResult
+    try {
+      taken = await this.backend.take(subjectId, limits, isKey, now)
+    } catch (error) {
+      return this.decideLocally(error, subjectId, limits, isKey, now)
+    }
+    if (this.storeUnavailable) this.noteUnavailable(false)
+    return this.decide(taken, limits, subjectId)
   }
 
   /**
    * The subject's quota as it stands, nothing taken: what an answer that spends no token reports. Rejects
    * with LimiterUnavailableError when a shared backend does not answer, whichever the fallback.
    */
-  peek(subjectId: string, limits: Limits, isKey: boolean): Quota | Promise<Quota> {
-    const peeked = this.backend.peek(subjectId, limits, isKey, this.options.now?.())
-    const quota = (state: PeekResult) => quotaOf(state, shapesOf(limits), state.now)
-    return peeked instanceof Promise ? peeked.then(quota) : quota(peeked)
+  async peek(subjectId: string, limits: Limits, isKey: boolean): Promise<Quota> {
+    const state = await this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+    return quotaOf(state, shapesOf(limits), state.now)
   }
 
   /**
    * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
    * while a shared backend does not answer and the fallback is local.
    */
-  countTry(group: string, id: string, keepMs: number): number | Promise<number> {
+  async countTry(group: string, id: string, keepMs: number): Promise<number> {
     const now = this.options.now?.()
-    const counted = this.backend.countTry(group, id, keepMs, now)
-    if (!(counted instanceof Promise) || !this.local) return counted
-    const local = this.local
-    return counted.catch((error: unknown) => {
-      if (!(error instanceof LimiterUnavailableError)) throw error
-      return local.countTry(group, id, keepMs, now)
-    })
+    try {
+      return await this.backend.countTry(group, id, keepMs, now)
+    } catch (error) {
+      if (!this.local || !(error instanceof LimiterUnavailableError)) throw error
+      return this.local.countTry(group, id, keepMs, now)
+    }
   }
 
   /**

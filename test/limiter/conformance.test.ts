@@ -180,10 +180,6 @@ function conformance(makeLimiter: () => Make) {
 }
 
 describe('limiter conformance: in process', () => {
-  test('answers at once, with no promise', () => {
-    const limiter = memoryLimiter()
-    expect(limiter.check('key:a', FREE, true)).not.toBeInstanceOf(Promise)
-  })
   conformance(() => memoryLimiter)
 })
 
@@ -194,13 +190,6 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
   })
   afterAll(() => redis.destroy())
 
-  test('answers with promises', async () => {
-    const limiter = redisLimiter(redis.url)
-    const answer = limiter.check('key:a', FREE, true)
-    expect(answer).toBeInstanceOf(Promise)
-    expect((await answer).allowed).toBe(true)
-    limiter.close()
-  })
   conformance(() => (settings) => redisLimiter(redis.url, settings))
 
   test('two instances sharing Redis decide one subject exactly, however their requests interleave', async () => {

@@ -10,7 +10,6 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import fc from 'fast-check'
 import type { Limits } from '../../src/domain/plans'
-import type { Decision } from '../../src/limiter/limiter'
 import { MemoryLimiterBackend } from '../../src/limiter/memory/backend'
 import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { DAY_MS, MINUTE_MS, type TakeResult } from '../../src/limiter/backend'
@@ -101,7 +100,7 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
             const redisState = stateOf(await redisStore.take(id, limitsOf[subject]!, isKey, clock.now))
             if (!Bun.deepEquals(redisState, state, true))
               throw new Error(`request ${n} (${id} at ${clock.now}): Redis left ${JSON.stringify(redisState)}, in process ${JSON.stringify(state)}`)
-            const expected = memory.check(id, limitsOf[subject]!, isKey) as Decision
+            const expected = await memory.check(id, limitsOf[subject]!, isKey)
             const actual = await shared.check(id, limitsOf[subject]!, isKey)
             if (!Bun.deepEquals(actual, expected, true))
               throw new Error(`request ${n} (${id} at ${clock.now}): Redis ${JSON.stringify(actual)}, in process ${JSON.stringify(expected)}`)

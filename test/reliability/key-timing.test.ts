@@ -42,7 +42,7 @@ test('a wrong key sharing a long prefix with a real one takes no longer to refus
   const storage = openSqliteStorage(':memory:')
   const { secret } = await createKey(storage.keys, { plan: 'pro' }, Date.now())
   const registry = new KeyRegistry(storage)
-  registry.reload()
+  await registry.reload()
   const { near, far } = wrongKeys(secret)
   for (const guess of [...near, ...far]) expect(registry.find(guess)).toBeUndefined()
 

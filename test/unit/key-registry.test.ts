@@ -21,29 +21,29 @@ test('each reload reads only the keys created or revoked since the previous one'
   }
   const first = await createKey(storage.keys, { plan: 'free' }, NOW)
   const registry = new KeyRegistry(storage)
-  registry.reload()
+  await registry.reload()
   expect(registry.find(first.secret)?.id).toBe(first.record.id)
   expect(rowsRead).toBe(1)
 
   const { secret, record } = await createKey(storage.keys, { plan: 'pro' }, NOW)
   expect(registry.find(secret)).toBeUndefined()
-  registry.reload()
+  await registry.reload()
   expect(registry.find(secret)?.id).toBe(record.id)
   expect(rowsRead).toBe(2)
 
   storage.keys.recordLastUsed(new Map([[record.id, NOW + 1]]))
   storage.pets.createMany({ commands: [{ pet: { name: 'Rex', categoryId: 1n, status: 'available' } }], now: NOW, locationPrefix: '' })
-  registry.reload()
+  await registry.reload()
   expect(rowsRead).toBe(2)
 
   storage.keys.revoke(record.id, NOW + 2)
-  registry.reload()
+  await registry.reload()
   expect(registry.find(secret)).toBeUndefined()
   expect(registry.find(first.secret)?.id).toBe(first.record.id)
   expect(registry.size).toBe(1)
   // Revoking again changes nothing, so nothing is read.
   storage.keys.revoke(record.id, NOW + 3)
-  registry.reload()
+  await registry.reload()
   expect(rowsRead).toBe(3)
   storage.close()
 })
@@ -57,7 +57,7 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
     return changesSince(after)
   }
   const registry = new KeyRegistry(storage)
-  registry.reload()
+  await registry.reload()
   reads = 0
 
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
@@ -77,7 +77,7 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
   // A key made later with a remembered token's secret (impossible with random secrets, but the rule holds) is
   // found as soon as the registry learns of any new key.
   storage.keys.insert({ ...late.record, id: 'key_made_after', secretHash: hashSecret(guesses[1]!) })
-  registry.reload()
+  await registry.reload()
   expect(registry.find(guesses[1]!)?.id).toBe('key_made_after')
   storage.close()
 })

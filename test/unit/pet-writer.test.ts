@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import { InThreadPetWriter } from '../../src/modules/pets/batch'
-import { type Page, PetService } from '../../src/modules/pets/service'
+import { PetService } from '../../src/modules/pets/service'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { WorkerPetWriter } from '../../src/storage/sqlite/writer'
 import { type PetBatch, type PetWriter, StorageUnavailableError } from '../../src/domain/repositories'
@@ -104,12 +104,12 @@ describe('PetService: one batch in flight', () => {
   test('the cached last page is forgotten before a create is answered', async () => {
     const { storage, writer, service } = gatedService()
     const query = { limit: 20, status: undefined, afterId: 0 }
-    expect((service.list(query) as Page).body).toBe('[]')
+    expect((await service.list(query)).body).toBe('[]')
     const created = service.create({ name: 'a', categoryId: 1n, status: 'available' })
     await turn()
     writer.letOneThrough()
     await created
-    expect((service.list(query) as Page).body).toBe('[{"id":1,"name":"a","categoryId":1,"status":"available"}]')
+    expect((await service.list(query)).body).toBe('[{"id":1,"name":"a","categoryId":1,"status":"available"}]')
     storage.close()
   })
 

@@ -4,7 +4,7 @@
  */
 import { type ApiKeyRecord, type CreateKeyInput, hashSecret, limitsFor, makeKey } from '../../domain/api-key'
 import type { Limits, Plan } from '../../domain/plans'
-import type { KeyChanges, KeyRepository, MaybePromise, Storage } from '../../domain/repositories'
+import type { KeyChanges, KeyRepository, Storage } from '../../domain/repositories'
 
 /** Creates and stores a key; returns its one-time secret with the stored record. */
 export async function createKey(
@@ -69,19 +69,19 @@ export class KeyRegistry {
     return this.byHash.size
   }
 
-  /** Applies the keys created or revoked since the last load; the first load reads every key. */
-  reload(): MaybePromise<void> {
+  /**
+   * Applies the keys created or revoked since the last load; the first load reads every key. A read
+   * that another load overtook (two loads in flight) is dropped and read again from where that one
+   * ended, so an older read never undoes a newer one (a revoked key coming back).
+   */
+  async reload(): Promise<void> {
     const from = this.applied
-    const changes = this.storage.keys.changesSince(from)
-    return changes instanceof Promise ? changes.then((read) => this.apply(from, read)) : this.apply(from, changes)
+    const changes = await this.storage.keys.changesSince(from)
+    if (from !== this.applied) return this.reload()
+    this.apply(changes)
   }
 
-  /**
-   * A read that another load overtook (two loads in flight) is dropped and read again from where that
-   * one ended, so an older read never undoes a newer one (a revoked key coming back).
-   */
-  private apply(from: number, { records, last }: KeyChanges): MaybePromise<void> {
-    if (from !== this.applied) return this.reload()
+  private apply({ records, last }: KeyChanges): void {
     // A key revoked or given another plan must not be found with what it was before; a key added may be
     // a token remembered as no key.
     const changed = new Set<string>()
@@ -147,7 +147,7 @@ export class KeyRegistry {
     if (wait > 0) await Bun.sleep(wait)
     this.nextCatchUp = null
     this.lastCatchUpAt = performance.now()
-    const running = (async () => this.reload())()
+    const running = this.reload()
     this.catchUpRunning = running
     try {
       await running

@@ -2,8 +2,8 @@
  * Pet Store logic, free of HTTP. Reads are served from serialised pages (pets never change once
  * created, so a pet's own JSON is kept for good); concurrent creates are committed together, one
  * durable transaction per batch, so durability does not cost one fsync each. One batch is in flight at
- * a time; creates that arrive meanwhile form the next one. Reads answer as storage does: at once (the
- * embedded file) or with a promise (PostgreSQL).
+ * a time; creates that arrive meanwhile form the next one. Storage answers a read at once (the embedded
+ * file) or with a promise (PostgreSQL); the service awaits either, in one async form.
  */
 import { type CreatePetOutcome, requestHash } from '../../domain/idempotency'
 import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'
@@ -109,12 +109,11 @@ export class PetService {
     return { pages: this.pageUnits, pets: this.petUnits }
   }
 
-  list(query: ListQuery): MaybePromise<Page> {
+  async list(query: ListQuery): Promise<Page> {
     const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
     const cached = this.pages.get(cacheKey)
     if (cached) return cached
-    const rows = this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
-    return rows instanceof Promise ? rows.then((found) => this.cachePage(cacheKey, query, found)) : this.cachePage(cacheKey, query, rows)
+    return this.cachePage(cacheKey, query, await this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status)))
   }
 
   private cachePage(cacheKey: string, query: ListQuery, rows: Pet[]): Page {
@@ -138,12 +137,11 @@ export class PetService {
   }
 
   /** The pet's JSON, or null when there is no such pet. */
-  getJson(id: number): MaybePromise<string | null> {
+  async getJson(id: number): Promise<string | null> {
     const cached = this.pets.get(id)
     if (cached) return cached
     if (!Number.isSafeInteger(id)) return null
-    const pet = this.read(() => this.repo.get(id))
-    return pet instanceof Promise ? pet.then((found) => this.cachePet(id, found)) : this.cachePet(id, pet)
+    return this.cachePet(id, await this.read(() => this.repo.get(id)))
   }
 
   private cachePet(id: number, pet: Pet | null): string | null {
@@ -201,10 +199,9 @@ export class PetService {
    * A read whose failure is a 503 when storage cannot answer or its file is damaged (a fault of
    * storage, not a 500), whether the read answers at once or later.
    */
-  private read<T>(read: () => MaybePromise<T>): MaybePromise<T> {
+  private async read<T>(read: () => MaybePromise<T>): Promise<T> {
     try {
-      const result = read()
-      return result instanceof Promise ? result.catch((error) => this.readFailed(error)) : result
+      return await read()
     } catch (error) {
       return this.readFailed(error)
     }
