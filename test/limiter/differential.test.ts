@@ -79,9 +79,9 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
         const { clock, advance } = futureClock()
         const settings = { banAfter, banSeconds, now: () => clock.now }
         const memory = memoryLimiter(settings)
-        const shared = redisLimiter(redis.url, settings)
+        const shared = redisLimiter(redis.url, settings, { timeoutMs: 5_000 })
         const memoryStore = new MemoryLimiterBackend({ banAfter, banSeconds }, { maxAddresses: 100_000 })
-        const redisStore = new RedisLimiterBackend({ banAfter, banSeconds }, { url: redis.url, prefix: uniquePrefix() })
+        const redisStore = new RedisLimiterBackend({ banAfter, banSeconds }, { url: redis.url, prefix: uniquePrefix(), timeoutMs: 5_000 })
         const limitsOf = initialLimits.map((i) => LIMITS[i]!)
         try {
           for (const [n, { subject, limits, forget, step }] of actions.entries()) {
