@@ -89,8 +89,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
       expect(secret).toMatch(/^psk_/)
       const row = page.locator('#key-table tbody tr', { hasText: 'browser key' })
       await row.waitFor()
-      expect(await row.locator('td').nth(3).innerText()).toBe('2 / 100')
-      expect(await row.locator('td').nth(7).innerText()).toBe('100')
+      expect(await row.locator('td').nth(2).innerText()).toBe('2 / 100')
+      expect(await row.locator('td').nth(6).innerText()).toBe('100')
       expect((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status).toBe(200)
 
       // Push it into 429s and a ban (--ban-after 1), then find it in Bans and lift it.
@@ -211,8 +211,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
         // The keys table: requests and 429s today, getPet calls.
         await page.locator('[data-tab=keys]').click()
         const cells = async (name: string) => {
-          const row = page.locator('#key-table tbody tr', { has: page.locator('td:first-child', { hasText: new RegExp(`^${name}$`) }) })
-          return (await row.locator('td').allInnerTexts()).slice(4, 7)
+          const row = page.locator('#key-table tbody tr', { has: page.locator('td:first-child button', { hasText: new RegExp(`^${name}$`) }) })
+          return (await row.locator('td').allInnerTexts()).slice(3, 6)
         }
         await page.locator('#key-table tbody tr', { hasText: 'caller' }).waitFor()
         expect(await cells('limited')).toEqual(['7', '4', '0'])
@@ -223,7 +223,7 @@ describe.skipIf(!available)('the console page in a browser', () => {
         await page.locator('#key-search').fill('')
         await page.locator('[data-sort=limitedToday]').click()
         await page.locator('[data-sort=limitedToday]').click()
-        expect(await page.locator('#key-table tbody tr td:first-child').first().innerText()).toBe('limited')
+        expect(await page.locator('#key-table tbody tr td:first-child button').first().innerText()).toBe('limited')
         await fits()
         await shot('keys-usage')
         // The key: its chart's lines and what they sum to, its refusals.
@@ -255,6 +255,15 @@ describe.skipIf(!available)('the console page in a browser', () => {
           await page.reload()
           await page.locator('#who').waitFor()
           await expectCounts(page, width, shots, withRefusals)
+          if (shots) {
+            // The system's dark scheme: the page and the chart's colours follow it.
+            await page.emulateMedia({ colorScheme: 'dark' })
+            await page.screenshot({ path: join(SCREENSHOTS, `key-dark-${width}.png`), fullPage: true })
+            await page.locator('[data-tab=overview]').click()
+            await page.locator('#overview-chart canvas').first().waitFor()
+            await page.screenshot({ path: join(SCREENSHOTS, `overview-dark-${width}.png`), fullPage: true })
+            await page.emulateMedia({ colorScheme: 'light' })
+          }
           if (withRefusals) expect(await page.locator('#refusal-table tbody tr').allInnerTexts()).toHaveLength(4)
           for (const refusal of withRefusals ? await page.locator('#refusal-table tbody tr td:nth-child(4)').allInnerTexts() : []) expect(refusal).toBe('429')
           // Deprecation: the caller, its calls, the days left until the Sunset header's date.

@@ -108,7 +108,7 @@ async function run(action: () => Promise<unknown>): Promise<void> {
 const APPLIED_WITHIN_MS = 1_000
 const applied = () => new Promise((resolve) => setTimeout(resolve, APPLIED_WITHIN_MS))
 
-const when = (iso: string | null) => (iso === null ? null : new Date(iso).toLocaleString())
+const when = (iso: string | null) => (iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' }))
 
 function showSignIn(): void {
   $<HTMLElement>('#sign-in').hidden = false
@@ -152,8 +152,12 @@ function drawKeys(): void {
   for (const key of shown) {
     const row = body.insertRow()
     row.dataset.keyId = key.id
-    button(cell(row, ''), key.name || '(no name)', () => showKey(key.id))
-    cell(row, key.id)
+    // The name opens the key's view; its id, under it, saves a column.
+    const name = cell(row, '')
+    button(name, key.name || '(no name)', () => showKey(key.id))
+    const id = document.createElement('small')
+    id.textContent = key.id
+    name.append(id)
     cell(row, key.plan)
     cell(row, `${key.rpm} / ${key.rpd}`)
     cell(row, key.requestsToday)
@@ -211,11 +215,15 @@ function figures(list: HTMLElement, items: [label: string, value: string | numbe
 
 const ms = (value: number | null) => (value === null ? null : `${value} ms`)
 
+const steps = uPlot.paths.stepped!({ align: 1 })
+
 /** Draws a series' outcome classes over time in `container`, replacing what was there; says its totals in `caption`. */
 function drawChart(container: HTMLElement, caption: HTMLElement, series: Series, window: Window): void {
   charts.get(container.id)?.chart.destroy()
   const start = Date.parse(series.from) / 1000
-  const times = series.ok.map((_, i) => start + i * series.stepSeconds)
+  // One point more, at the end of the current minute (or hour), so that the last step is drawn as wide as the others.
+  const times = [...series.ok, 0].map((_, i) => start + i * series.stepSeconds)
+  const line = (column: number[]) => [...column, column.at(-1) ?? 0]
   const style = getComputedStyle(document.documentElement)
   const colour = (name: string) => style.getPropertyValue(name).trim()
   const axis = { stroke: colour('--muted'), grid: { stroke: colour('--line'), width: 1 }, ticks: { stroke: colour('--line'), width: 1 } }
@@ -224,14 +232,16 @@ function drawChart(container: HTMLElement, caption: HTMLElement, series: Series,
       width: container.clientWidth,
       height: container.clientWidth < 500 ? 220 : 280,
       scales: { x: { time: true }, y: { range: (_chart, _min, max) => [0, Math.max(4, max)] } },
-      axes: [axis, { ...axis, size: 48 }],
+      // Time labels at least 80 px apart, so that they do not run into each other at 390 px.
+      axes: [{ ...axis, space: 80 }, { ...axis, size: 48 }],
       cursor: { drag: { x: false, y: false } },
       series: [
         { label: 'Time' },
-        ...OUTCOMES.map((outcome) => ({ label: outcome.label, stroke: colour(outcome.color), width: 2, points: { show: false } })),
+        // Steps: a count holds for its whole minute (or hour).
+        ...OUTCOMES.map((outcome) => ({ label: outcome.label, stroke: colour(outcome.color), width: 2, points: { show: false }, paths: steps })),
       ],
     },
-    [times, ...OUTCOMES.map((outcome) => series[outcome.field])],
+    [times, ...OUTCOMES.map((outcome) => line(series[outcome.field]))],
     container,
   )
   charts.set(container.id, { chart, redraw: () => drawChart(container, caption, series, window) })
