@@ -277,6 +277,25 @@ describe('console on its own listener', () => {
     for (const entry of entries) expect(Date.parse(entry.at)).toBeGreaterThanOrEqual(since - 5)
   })
 
+  test('the whole page (HTML, script with uPlot, stylesheets) weighs under 200 KB gzipped, all from the console itself', async () => {
+    const html = await (await fetch(`${server.console}/`)).text()
+    const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!)
+    expect(assets.every((asset) => !/^(https?:)?\/\//.test(asset))).toBe(true)
+    const bodies = [html, ...(await Promise.all(assets.map(async (asset) => {
+      const response = await fetch(new URL(asset, `${server.console}/`))
+      expect(response.status).toBe(200)
+      return response.text()
+    })))]
+    const scripts = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.js'))
+    const styles = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.css'))
+    // uPlot and its stylesheet are in the bundle.
+    expect(scripts.join('')).toContain('"uplot"')
+    expect(styles.join('')).toContain('.u-legend')
+    const gzipped = bodies.reduce((sum, body) => sum + Bun.gzipSync(body).length, 0)
+    console.log(`the console's page: ${bodies.reduce((sum, body) => sum + body.length, 0)} bytes, ${gzipped} gzipped`)
+    expect(gzipped).toBeLessThan(200_000)
+  })
+
   test('its OpenAPI document describes every route it serves', async () => {
     const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
     const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
