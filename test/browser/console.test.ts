@@ -247,7 +247,7 @@ describe.skipIf(!available)('the console page in a browser', () => {
           await signIn(page, operatorPassword)
           // Counts are written every 2 s: wait until both keys' are there.
           await eventually(async () => {
-            const { keys } = await page.evaluate(() => fetch('/api/keys').then((r) => r.json()))
+            const { keys } = (await page.evaluate(() => fetch('/api/keys').then((r) => r.json()))) as { keys: { requestsToday: number }[] }
             const counts = keys.map((k: { requestsToday: number }) => k.requestsToday).filter((count: number) => count > 0)
             return counts.sort().join() === `${1 + GET_PET_CALLS},7`
           }, 15_000)

@@ -325,7 +325,7 @@ describe('usage in the console', () => {
     // "caller": its first listing above, then getPet 4 times (404: no such pet).
     for (let i = 0; i < 4; i++) expect((await fetch(`${server.base}/pets/999999`, { headers: auth(caller) })).status).toBe(404)
 
-    type Usage = { keyId: string | null; name: string | null; today: Record<string, number>; deprecated: { day: number; week: number; last: string | null } }
+    type Usage = { keyId: string | null; name: string | null; today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>; deprecated: { day: number; week: number; last: string | null } }
     const usage = async () => {
       const result = await cliAsync(['keys', 'usage', '--json', '--data', server.dataFile])
       return (JSON.parse(result.stdout) as { keys: Usage[] }).keys
