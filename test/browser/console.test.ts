@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
-import { eventually, type Server, startServer } from '../support/binary'
+import { createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
 const CHROMIUM = '/usr/bin/chromium'
 const available = existsSync(CHROMIUM)
@@ -45,22 +45,22 @@ afterAll(async () => {
 })
 
 /** A page that records every request to another origin and every message of the console (CSP reports). */
-async function openConsole(width: number): Promise<{ page: Page; foreign: string[]; messages: string[] }> {
+async function openConsole(width: number, origin = consoleOrigin): Promise<{ page: Page; foreign: string[]; messages: string[] }> {
   const page = await browser.newPage({ viewport: { width, height: 900 } })
   const foreign: string[] = []
   const messages: string[] = []
   page.on('request', (request) => {
-    if (!request.url().startsWith(consoleOrigin)) foreign.push(request.url())
+    if (!request.url().startsWith(origin)) foreign.push(request.url())
   })
   page.on('console', (message) => messages.push(message.text()))
   page.on('pageerror', (error) => messages.push(error.message))
-  await page.goto(`${consoleOrigin}/`)
+  await page.goto(`${origin}/`)
   return { page, foreign, messages }
 }
 
-async function signIn(page: Page): Promise<void> {
+async function signIn(page: Page, operatorPassword = password): Promise<void> {
   await page.locator('#sign-in input[name=name]').fill('admin')
-  await page.locator('#sign-in input[name=password]').fill(password)
+  await page.locator('#sign-in input[name=password]').fill(operatorPassword)
   await page.locator('#sign-in button[type=submit]').click()
   await page.locator('#who').waitFor()
 }
@@ -78,6 +78,7 @@ describe.skipIf(!available)('the console page in a browser', () => {
       expect(await page.locator('#sign-in').isVisible()).toBe(false)
 
       // Create a key: its secret is shown once, and works on the API.
+      await page.locator('[data-tab=keys]').click()
       await page.locator('#create-key input[name=name]').fill('browser key')
       await page.locator('#create-key select[name=plan]').selectOption('enterprise')
       await page.locator('#create-key input[name=rpm]').fill('2')
@@ -88,8 +89,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
       expect(secret).toMatch(/^psk_/)
       const row = page.locator('#key-table tbody tr', { hasText: 'browser key' })
       await row.waitFor()
-      expect(await row.locator('td').nth(3).innerText()).toBe('2 / 100')
-      expect(await row.locator('td').nth(4).innerText()).toBe('100')
+      expect(await row.locator('td').nth(2).innerText()).toBe('2 / 100')
+      expect(await row.locator('td').nth(6).innerText()).toBe('100')
       expect((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status).toBe(200)
 
       // Push it into 429s and a ban (--ban-after 1), then find it in Bans and lift it.
@@ -113,7 +114,9 @@ describe.skipIf(!available)('the console page in a browser', () => {
       await page.locator('#request-filter input[name=status]').fill('429')
       await page.locator('#request-filter button[type=submit]').click()
       await page.locator('#request-table tbody tr', { hasText: 'browser key' }).first().waitFor()
-      expect(await page.locator('#request-table tbody tr').count()).toBe(statuses.filter((status) => status === 429).length)
+      // The unfiltered list, loaded with the tab, may still be drawn: wait for the filtered one.
+      const refused = statuses.filter((status) => status === 429).length
+      await eventually(async () => (await page.locator('#request-table tbody tr').count()) === refused, 5_000)
       expect(await page.locator('#request-table').innerText()).not.toContain(secret)
       await page.screenshot({ path: join(SCREENSHOTS, 'requests-1280.png'), fullPage: true })
 
@@ -149,7 +152,7 @@ describe.skipIf(!available)('the console page in a browser', () => {
       await page.screenshot({ path: join(SCREENSHOTS, 'sign-in-390.png'), fullPage: true })
       await signIn(page)
       expect(await page.locator('#sign-in').isVisible()).toBe(false)
-      for (const tab of ['keys', 'bans', 'requests', 'audit']) {
+      for (const tab of ['overview', 'keys', 'deprecation', 'bans', 'requests', 'audit']) {
         await page.locator(`[data-tab=${tab}]`).click()
         await page.locator(`#${tab}`).waitFor()
         expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390)
@@ -160,6 +163,136 @@ describe.skipIf(!available)('the console page in a browser', () => {
       await page.close()
     }
   }, 60_000)
+
+  test('usage: known traffic from two keys shows exactly its counts in the keys table, the key\'s chart and the deprecation page, also after a restart; screenshots at both widths', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    // Made before the start, so that no request is needed to wait for the server to know them.
+    const limited = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '3', '--rpd', '1000', '--name', 'limited'])
+    const caller = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'caller'])
+    const args = ['--ban-after', '1', '--no-access-log']
+    let usageServer = await startServer({ dataFile, args })
+    const origin = () => `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(usageServer.stderr())![1]}`
+    const operatorPassword = readFileSync(/its password is in (\S+) \(readable/.exec(usageServer.stderr())![1]!, 'utf8').trim()
+    const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' })
+    try {
+      // "limited": 3 a minute, then refused and banned (--ban-after 1): 3 answered, 4 refused.
+      const statuses: number[] = []
+      for (let i = 0; i < 7; i++) statuses.push((await fetch(`${usageServer.base}/pets`, { headers: headers(limited) })).status)
+      expect(statuses).toEqual([200, 200, 200, 429, 429, 429, 429])
+      // "caller": adds a pet, then calls the deprecated getPet 5 times.
+      const pet = await fetch(`${usageServer.base}/pets`, { method: 'POST', headers: headers(caller), body: JSON.stringify({ name: 'Rex', categoryId: 1, status: 'available' }) })
+      expect(pet.status).toBe(201)
+      const { id } = (await pet.json()) as { id: number }
+      const GET_PET_CALLS = 5
+      let sunset = Number.NaN
+      for (let i = 0; i < GET_PET_CALLS; i++) {
+        const answer = await fetch(`${usageServer.base}/pets/${id}`, { headers: headers(caller) })
+        expect(answer.status).toBe(200)
+        sunset = Date.parse(answer.headers.get('sunset')!)
+      }
+      expect(new Date(sunset).toISOString()).toBe('2030-12-05T00:00:00.000Z')
+
+      const expectCounts = async (page: Page, width: number, shots: boolean, sameProcess: boolean) => {
+        const shot = (name: string) => (shots ? page.screenshot({ path: join(SCREENSHOTS, `${name}-${width}.png`), fullPage: true }) : undefined)
+        const fits = async () => expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(width)
+        // The overview: every request of both keys, the ban, two active keys.
+        await page.locator('[data-tab=overview]').click()
+        await page.locator('#overview-caption', { hasText: 'over the last hour' }).waitFor()
+        const overview = await page.locator('#overview-figures').innerText()
+        const figure = (text: string, label: string) => new RegExp(`(^|\\n)${label}\\n([^\\n]+)`).exec(text)?.[2]
+        expect(figure(overview, 'Requests')).toBe(String(7 + 1 + GET_PET_CALLS))
+        // The ban is the limiter's, in this process's memory (SQLite mode): not there after a restart.
+        if (sameProcess) expect(figure(overview, 'Bans now')).toBe('1')
+        expect(figure(overview, 'Active keys today')).toBe('2')
+        expect(figure(overview, '429')).toBe('4')
+        expect(await page.locator('#overview-chart canvas').count()).toBeGreaterThan(0)
+        await fits()
+        await shot('overview')
+        // The keys table: requests and 429s today, getPet calls.
+        await page.locator('[data-tab=keys]').click()
+        const cells = async (name: string) => {
+          const row = page.locator('#key-table tbody tr', { has: page.locator('td:first-child button', { hasText: new RegExp(`^${name}$`) }) })
+          return (await row.locator('td').allInnerTexts()).slice(3, 6)
+        }
+        await page.locator('#key-table tbody tr', { hasText: 'caller' }).waitFor()
+        expect(await cells('limited')).toEqual(['7', '4', '0'])
+        expect(await cells('caller')).toEqual([String(1 + GET_PET_CALLS), '0', String(GET_PET_CALLS)])
+        // Searching by name, and sorting by 429s.
+        await page.locator('#key-search').fill('lim')
+        expect(await page.locator('#key-table tbody tr').count()).toBe(1)
+        await page.locator('#key-search').fill('')
+        await page.locator('[data-sort=limitedToday]').click()
+        await page.locator('[data-sort=limitedToday]').click()
+        expect(await page.locator('#key-table tbody tr td:first-child button').first().innerText()).toBe('limited')
+        await fits()
+        await shot('keys-usage')
+        // The key: its chart's lines and what they sum to, its refusals.
+        await page.locator('#key-table tbody tr td:first-child button', { hasText: 'limited' }).click()
+        await page.locator('#key-caption', { hasText: 'in all' }).waitFor()
+        expect(await page.locator('#key-caption').innerText()).toStartWith('Requests per minute over the last day: 7 in all, 3 2xx, 0 4xx (not 429), 4 429, 0 5xx.')
+        expect(await page.locator('#key-chart .u-legend th').allInnerTexts()).toEqual(['Time', '2xx', '4xx (not 429)', '429', '5xx'])
+        const keyFigures = await page.locator('#key-figures').innerText()
+        expect(figure(keyFigures, 'Requests today')).toBe('7')
+        expect(figure(keyFigures, '429s today')).toBe('4')
+        await page.locator('[data-key-window=hour]').click()
+        await page.locator('#key-caption', { hasText: 'over the last hour: 7 in all' }).waitFor()
+        await fits()
+        await shot('key')
+        return page
+      }
+
+      const look = async (width: number, shots: boolean, withRefusals: boolean) => {
+        const { page, foreign, messages } = await openConsole(width, origin())
+        try {
+          await signIn(page, operatorPassword)
+          // Counts are written every 2 s: wait until both keys' are there.
+          await eventually(async () => {
+            const { keys } = (await page.evaluate(() => fetch('/api/keys').then((r) => r.json()))) as { keys: { requestsToday: number }[] }
+            const counts = keys.map((k: { requestsToday: number }) => k.requestsToday).filter((count: number) => count > 0)
+            return counts.sort().join() === `${1 + GET_PET_CALLS},7`
+          }, 15_000)
+          // Drawn again from now on (the sections drawn at sign-in may predate the counts).
+          await page.reload()
+          await page.locator('#who').waitFor()
+          await expectCounts(page, width, shots, withRefusals)
+          if (shots) {
+            // The system's dark scheme: the page and the chart's colours follow it.
+            await page.emulateMedia({ colorScheme: 'dark' })
+            await page.screenshot({ path: join(SCREENSHOTS, `key-dark-${width}.png`), fullPage: true })
+            await page.locator('[data-tab=overview]').click()
+            await page.locator('#overview-chart canvas').first().waitFor()
+            await page.screenshot({ path: join(SCREENSHOTS, `overview-dark-${width}.png`), fullPage: true })
+            await page.emulateMedia({ colorScheme: 'light' })
+          }
+          if (withRefusals) expect(await page.locator('#refusal-table tbody tr').allInnerTexts()).toHaveLength(4)
+          for (const refusal of withRefusals ? await page.locator('#refusal-table tbody tr td:nth-child(4)').allInnerTexts() : []) expect(refusal).toBe('429')
+          // Deprecation: the caller, its calls, the days left until the Sunset header's date.
+          await page.locator('[data-tab=deprecation]').click()
+          const row = page.locator('#deprecation-table tbody tr', { hasText: 'caller' })
+          await row.waitFor()
+          expect((await row.locator('td').allInnerTexts()).slice(0, 3)).toEqual(['caller', String(GET_PET_CALLS), String(GET_PET_CALLS)])
+          expect(await page.locator('#deprecation-table tbody tr').count()).toBe(1)
+          const days = Math.ceil((sunset - Date.now()) / 86_400_000)
+          expect(await page.locator('#sunset-note').innerText()).toContain(`is removed on December 5, 2030: ${days} days left`)
+          expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(width)
+          if (shots) await page.screenshot({ path: join(SCREENSHOTS, `deprecation-${width}.png`), fullPage: true })
+          expect(foreign).toEqual([])
+          expect(messages.filter((message) => /Content Security Policy|Refused|error/i.test(message))).toEqual([])
+        } finally {
+          await page.close()
+        }
+      }
+      await look(1280, true, true)
+      await look(390, true, true)
+
+      // A restart: the same counts, read from the data file (the recent refusals were this process's).
+      expect(await usageServer.stop()).toBe(0)
+      usageServer = await startServer({ dataFile, args })
+      await look(1280, false, false)
+    } finally {
+      await usageServer.stop()
+    }
+  }, 120_000)
 
   test('another site cannot frame the console', async () => {
     // A page on another local origin that frames the console, as a hostile site would.

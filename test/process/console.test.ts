@@ -64,6 +64,9 @@ const ROUTES: [string, string][] = [
   ['DELETE', '/api/bans/addresses/127.0.0.1'],
   ['GET', '/api/requests'],
   ['GET', '/api/audit'],
+  ['GET', '/api/overview'],
+  ['GET', '/api/keys/key_x/usage'],
+  ['GET', '/api/deprecation'],
   ['GET', '/api/openapi.json'],
   ['DELETE', '/api/session'],
 ]
@@ -274,6 +277,25 @@ describe('console on its own listener', () => {
     for (const entry of entries) expect(Date.parse(entry.at)).toBeGreaterThanOrEqual(since - 5)
   })
 
+  test('the whole page (HTML, script with uPlot, stylesheets) weighs under 200 KB gzipped, all from the console itself', async () => {
+    const html = await (await fetch(`${server.console}/`)).text()
+    const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!)
+    expect(assets.every((asset) => !/^(https?:)?\/\//.test(asset))).toBe(true)
+    const bodies = [html, ...(await Promise.all(assets.map(async (asset) => {
+      const response = await fetch(new URL(asset, `${server.console}/`))
+      expect(response.status).toBe(200)
+      return response.text()
+    })))]
+    const scripts = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.js'))
+    const styles = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.css'))
+    // uPlot and its stylesheet are in the bundle.
+    expect(scripts.join('')).toContain('"uplot"')
+    expect(styles.join('')).toContain('.u-legend')
+    const gzipped = bodies.reduce((sum, body) => sum + Bun.gzipSync(body).length, 0)
+    console.log(`the console's page: ${bodies.reduce((sum, body) => sum + body.length, 0)} bytes, ${gzipped} gzipped`)
+    expect(gzipped).toBeLessThan(200_000)
+  })
+
   test('its OpenAPI document describes every route it serves', async () => {
     const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
     const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
@@ -281,6 +303,90 @@ describe('console on its own listener', () => {
       `${method} ${path.replace(/key_x/, '{id}').replace('127.0.0.1', '{address}')}`,
     )
     expect(described.sort()).toEqual([...new Set(served)].sort())
+  })
+})
+
+describe('usage in the console', () => {
+  test('known traffic from two keys: the console API gives exactly the figures of `keys usage --json`', async () => {
+    const server = await startWithConsole({ args: ['--no-access-log', '--ban-after', '1', '--ban-seconds', '600'] })
+    const cookie = await signIn(server.console, 'admin', server.password)
+    const make = async (name: string, args: string[]) => {
+      const result = await cliAsync(['keys', 'create', '--data', server.dataFile, '--name', name, ...args])
+      return result.stdout.trim().split('\n').at(-1)!
+    }
+    const limited = await make('limited', ['--plan', 'enterprise', '--rpm', '3', '--rpd', '1000'])
+    const caller = await make('caller', ['--plan', 'pro'])
+    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(caller) })).status === 200, 2_000)
+
+    // "limited": 3 a minute, then refused and (--ban-after 1) banned: 3 answered, 4 refused.
+    const statuses: number[] = []
+    for (let i = 0; i < 7; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(limited) })).status)
+    expect(statuses).toEqual([200, 200, 200, 429, 429, 429, 429])
+    // "caller": its first listing above, then getPet 4 times (404: no such pet).
+    for (let i = 0; i < 4; i++) expect((await fetch(`${server.base}/pets/999999`, { headers: auth(caller) })).status).toBe(404)
+
+    type Usage = { keyId: string | null; name: string | null; today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>; deprecated: { day: number; week: number; last: string | null } }
+    const usage = async () => {
+      const result = await cliAsync(['keys', 'usage', '--json', '--data', server.dataFile])
+      return (JSON.parse(result.stdout) as { keys: Usage[] }).keys
+    }
+    const byName = (rows: Usage[], name: string) => rows.find((row) => row.name === name)!
+    await eventually(async () => {
+      const rows = await usage()
+      return byName(rows, 'limited').today.requests === 7 && byName(rows, 'caller').today.requests >= 5
+    }, 15_000)
+    const rows = await usage()
+    const limitedRow = byName(rows, 'limited')
+    const callerRow = byName(rows, 'caller')
+    expect(limitedRow.today).toEqual({ requests: 7, ok: 3, clientErrors: 0, limited: 4, serverErrors: 0 })
+    expect(callerRow.deprecated).toMatchObject({ day: 4, week: 4 })
+
+    const get = async (path: string) => {
+      const response = await call(server.console, cookie, 'GET', path)
+      expect(response.status).toBe(200)
+      return (await response.json()) as any
+    }
+    // The keys list: requests and 429s today, getPet calls, as `keys usage` says.
+    const { keys } = await get('/api/keys')
+    for (const row of [limitedRow, callerRow]) {
+      const key = keys.find((k: any) => k.id === row.keyId)
+      expect({ requestsToday: key.requestsToday, limitedToday: key.limitedToday, deprecatedWeek: key.deprecatedWeek }).toEqual({
+        requestsToday: row.today.requests,
+        limitedToday: row.today.limited,
+        deprecatedWeek: row.deprecated.week,
+      })
+    }
+    // One key: its figures, its series (summed) and its refusals.
+    const one = await get(`/api/keys/${limitedRow.keyId}/usage?window=hour`)
+    expect(one.key.today).toEqual(limitedRow.today)
+    expect(one.series.resolution).toBe('minute')
+    expect(one.series.ok.length).toBeGreaterThanOrEqual(60)
+    const sum = (column: number[]) => column.reduce((a, b) => a + b, 0)
+    expect([sum(one.series.ok), sum(one.series.limited)]).toEqual([3, 4])
+    expect(one.series.total).toMatchObject({ requests: 7, ok: 3, limited: 4 })
+    expect(one.refusals.map((r: any) => [r.status, r.keyName, r.path])).toEqual(Array(4).fill([429, 'limited', '/v1/pets']))
+    // Deprecation: the caller, with the API's Sunset date.
+    const deprecation = await get('/api/deprecation')
+    expect(deprecation.callers).toEqual([{ keyId: callerRow.keyId, name: 'caller', day: 4, week: 4, lastCall: callerRow.deprecated.last }])
+    const sunset = (await fetch(`${server.base}/pets/999999`, { headers: auth(caller) })).headers.get('sunset')!
+    expect(deprecation.sunset).toBe(new Date(sunset).toISOString())
+    expect(deprecation.daysLeft).toBe(Math.ceil((Date.parse(sunset) - Date.now()) / 86_400_000))
+    // The overview: the fleet's hour, with the ban.
+    const overview = await get('/api/overview')
+    const everyone = rows.reduce((total, row) => total + row.today.requests, 0)
+    expect(sum(overview.hour.ok) + sum(overview.hour.clientErrors) + sum(overview.hour.limited) + sum(overview.hour.serverErrors)).toBe(everyone)
+    expect(overview.hour.total.requests).toBe(everyone)
+    expect(overview.activeKeysToday).toBe(rows.filter((row) => row.keyId !== null && row.today.requests > 0).length)
+    expect(overview.bansNow).toBe(1)
+    expect(overview.week.resolution).toBe('hour')
+    // Bad input: a 400 naming the field; an unknown key: 404.
+    expect(await (await call(server.console, cookie, 'GET', `/api/keys/${limitedRow.keyId}/usage?window=year`)).json()).toEqual({
+      code: 'invalid_request',
+      message: 'window: must be one of hour, day, week',
+      status: 400,
+    })
+    expect((await call(server.console, cookie, 'GET', '/api/keys/key_nope/usage')).status).toBe(404)
+    await server.stop()
   })
 })
 

@@ -1,6 +1,7 @@
 /**
  * Two instances of the binary on one PostgreSQL: each adds its usage counts to the same rows, so
- * `keys usage` gives the sums of the traffic sent to both, while they serve and after they stop.
+ * `keys usage` gives the sums of the traffic sent to both, while they serve and after they stop; and
+ * each instance's console API gives those same sums.
  */
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { cli, eventually, startServer } from '../support/binary'
@@ -59,6 +60,25 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
     }
     await eventually(() => JSON.stringify(figures()) === JSON.stringify(expected), 15_000)
     expect(figures()).toEqual(expected)
+
+    // Each instance's console API: the same sums, for a script with an operator token.
+    expect(cli(['operators', 'add', 'ops', '--database-url', databaseUrl]).code).toBe(0)
+    const token = cli(['operators', 'token', 'ops', '--database-url', databaseUrl]).stdout.trim().split('\n').at(-1)!
+    for (const server of servers) {
+      const consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
+      const read = async (path: string) => (await (await fetch(`${consoleOrigin}${path}`, { headers: auth(token) })).json()) as any
+      const { keys } = await read('/api/keys')
+      const row = (name: string) => keys.find((key: { name: string }) => key.name === name)
+      expect([row('limited').requestsToday, row('limited').limitedToday, row('limited').deprecatedWeek]).toEqual([10, 4, 0])
+      expect([row('caller').requestsToday, row('caller').limitedToday, row('caller').deprecatedWeek]).toEqual([6, 0, 6])
+      const { callers } = await read('/api/deprecation')
+      expect(callers.map((caller: { name: string; day: number; week: number }) => [caller.name, caller.day, caller.week])).toEqual([['caller', 6, 6]])
+      const one = await read(`/api/keys/${row('limited').id}/usage?window=hour`)
+      expect(one.series.total).toMatchObject({ requests: 10, ok: 6, limited: 4 })
+      const overview = await read('/api/overview')
+      expect(overview.hour.total.requests).toBe(10 + 6 + 2)
+      expect(overview.activeKeysToday).toBe(2)
+    }
 
     // One more from each, written at their stops.
     for (const server of servers) expect((await fetch(`${server.base}/pets/1`, { headers: auth(caller) })).status).toBe(404)

@@ -32,7 +32,8 @@ export function consoleDocument(version: string) {
       title: 'Pet Store console',
       version,
       description:
-        'What the console does, for people who run the server: keys, bans, recent requests and the audit log. ' +
+        'What the console does, for people who run the server: usage, keys, bans, deprecated calls, recent requests and the audit log. ' +
+        'Usage figures are those of `petstore keys usage`: written to storage every 2 s, so they lag the traffic by up to about 2 s. ' +
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
         'something must carry this console\'s own `Origin`.',
@@ -73,6 +74,26 @@ export function consoleDocument(version: string) {
           { 204: noContent, ...errors(400, 401, 403, 404, 503) },
           { parameters: [keyId], requestBody: body('PlanChange') },
         ),
+      },
+      '/api/overview': {
+        get: operation('The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', {
+          200: json('The overview.', 'Overview'),
+          ...errors(401),
+        }),
+      },
+      '/api/keys/{id}/usage': {
+        get: operation('One key\'s figures, its requests over a window by outcome, and its recent refusals', { 200: json('The key\'s usage.', 'KeyUsage'), ...errors(400, 401, 404) }, {
+          parameters: [
+            keyId,
+            { name: 'window', in: 'query', schema: { type: 'string', enum: ['hour', 'day', 'week'], default: 'day' }, description: 'hour and day by the minute, week by the hour.' },
+          ],
+        }),
+      },
+      '/api/deprecation': {
+        get: operation('Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', {
+          200: json('The callers.', 'Deprecation'),
+          ...errors(401),
+        }),
       },
       '/api/bans': { get: operation('Current bans of keys and client addresses', { 200: json('The bans.', 'BanList'), ...errors(401) }) },
       '/api/bans/keys/{id}': {

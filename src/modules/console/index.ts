@@ -20,6 +20,8 @@ import { compileValidator } from '../../http/validation'
 import type { Credential } from '../../domain/operators'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
+import { DEPRECATED_OPERATION, SUNSET } from '../pets'
+import { type Window, WINDOWS } from '../usage/service'
 import { consoleDocument } from './document'
 import { FIELD_RULES, NewKey, PlanChange, SignIn } from './model'
 import page from './page/index.html'
@@ -53,6 +55,11 @@ const signInValidator = compileValidator(SignIn, FIELD_RULES)
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
 const SAFE_METHODS = new Set(['GET', 'HEAD'])
+/** The deprecated operation's sunset, from the same text the API's Sunset header sends. */
+const SUNSET_MS = Date.parse(SUNSET)
+/** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
+const REFUSALS = [429, 401]
+const REFUSALS_SHOWN = 100
 
 type Context = { request: Request; server: Server<unknown> | null; set: { status?: number | string; headers: Record<string, unknown> } }
 
@@ -98,6 +105,13 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     const found = (await (assets ??= pageAssets(page))).get(path)
     if (!found) throw notFound(`No resource at ${path.slice(0, 200)}.`)
     return found.clone()
+  }
+
+  /** Recent answers as the API gives them: ISO times, the key's name beside its id. */
+  const recentRows = async (filter: Parameters<RecentRequests['list']>[0]) => {
+    const requests = options.recent.list(filter)
+    const names = new Map((await options.storage.keys.list()).map((key) => [key.id, key.name]))
+    return requests.map((entry) => ({ ...entry, time: new Date(entry.time).toISOString(), keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null }))
   }
 
   const app = new Elysia({ name: 'console' })
@@ -191,9 +205,25 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
       const query = new URL(context.request.url).searchParams
       const status = query.has('status') ? integerParameter(query, 'status', 100, 599) : undefined
       const keyId = query.get('key') ?? undefined
-      const requests = options.recent.list({ keyId, status, limit: limitOf(query) })
-      const names = new Map((await options.storage.keys.list()).map((key) => [key.id, key.name]))
-      return { requests: requests.map((entry) => ({ ...entry, time: new Date(entry.time).toISOString(), keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null })) }
+      return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
+    })
+    .get('/api/overview', async (context) => {
+      await operator(context)
+      return service.overview()
+    })
+    .get('/api/keys/:id/usage', async (context) => {
+      await operator(context)
+      const { id } = context.params
+      const usage = await service.keyUsage(id, windowOf(new URL(context.request.url).searchParams))
+      const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
+        .flat()
+        .sort((a, b) => b.time.localeCompare(a.time))
+        .slice(0, REFUSALS_SHOWN)
+      return { ...usage, refusals }
+    })
+    .get('/api/deprecation', async (context) => {
+      await operator(context)
+      return { operation: DEPRECATED_OPERATION, method: 'GET', path: '/pets/{petId}', ...(await service.deprecation(SUNSET_MS)) }
     })
     .get('/api/audit', async (context) => {
       await operator(context)
@@ -239,6 +269,12 @@ function integerParameter(query: URLSearchParams, name: string, min: number, max
   const text = query.get(name)!
   if (!/^\d{1,10}$/.test(text) || Number(text) < min || Number(text) > max) throw badRequest(`${name}: must be an integer from ${min} to ${max}`)
   return Number(text)
+}
+
+function windowOf(query: URLSearchParams): Window {
+  const window = query.get('window') ?? 'day'
+  if (!Object.hasOwn(WINDOWS, window)) throw badRequest(`window: must be one of ${Object.keys(WINDOWS).join(', ')}`)
+  return window as Window
 }
 
 function limitOf(query: URLSearchParams): number {

@@ -61,7 +61,39 @@ const Key = Type.Object({
     description: 'Requests left in the day bucket now, as the limiter holds it (read without taking a token); null for a revoked key or when the limiter does not answer.',
   }),
   bannedUntil: NullableTime('When the key\'s ban ends; null when it is not banned.'),
+  requestsToday: Type.Integer({ description: 'Requests with the key in the UTC day so far (every instance\'s), as written to storage every 2 s.' }),
+  limitedToday: Type.Integer({ description: 'Of those, refused with 429.' }),
+  deprecatedWeek: Type.Integer({ description: 'Calls of the deprecated getPet (GET /pets/{petId}) in the last 7 days, from the start of the hour.' }),
 })
+
+const Count = (description: string) => Type.Integer({ minimum: 0, description })
+const Outcomes = Type.Object({
+  requests: Count('Every request.'),
+  ok: Count('Answered 2xx.'),
+  clientErrors: Count('Answered 4xx other than 429 (a bad request, no key, no such pet).'),
+  limited: Count('Refused with 429 (a rate limit or a ban).'),
+  serverErrors: Count('Answered 5xx.'),
+})
+const Millis = Type.Union([Type.Number(), Type.Null()], {
+  description: 'Milliseconds: the upper bound of the duration histogram\'s bucket (within 2x); null without requests.',
+})
+const Counts = (description: string) => Type.Array(Type.Integer({ minimum: 0 }), { description })
+
+const Series = Type.Object(
+  {
+    resolution: Type.Union([Type.Literal('minute'), Type.Literal('hour')]),
+    from: Time('Start of the first minute (or hour).'),
+    stepSeconds: Type.Integer({ description: 'The points are from, from + step, ... up to now; 60 or 3600.' }),
+    ok: Counts('2xx per point.'),
+    clientErrors: Counts('4xx other than 429 per point.'),
+    limited: Counts('429 per point.'),
+    serverErrors: Counts('5xx per point.'),
+    p50: Type.Array(Millis, { description: 'Median duration per point.' }),
+    p99: Type.Array(Millis, { description: '99th percentile duration per point.' }),
+    total: Type.Composite([Outcomes, Type.Object({ p50: Millis, p99: Millis })], { description: 'The whole window.' }),
+  },
+  { description: 'Requests by outcome over a window, as columns; exactly the figures of `keys usage`.' },
+)
 
 const Ban = Type.Object({
   kind: Type.Union([Type.Literal('key'), Type.Literal('address')]),
@@ -97,6 +129,50 @@ const Error = Type.Object({
 })
 
 export const SCHEMAS: Record<string, TSchema> = {
+  Outcomes,
+  Series,
+  Overview: Type.Object({
+    activeKeysToday: Type.Integer({ description: 'Keys with at least one request in the UTC day so far.' }),
+    bansNow: Type.Integer({ description: 'Keys and client addresses banned now.' }),
+    limiterAnswered: Type.Boolean({ description: 'false when the rate limiter did not answer: bansNow may then miss some.' }),
+    hour: Series,
+    day: Series,
+    week: Series,
+  }),
+  KeyUsage: Type.Object({
+    key: Type.Object({
+      id: Type.String(),
+      name: Type.String(),
+      plan: Plan,
+      today: Outcomes,
+      lastUsedAt: NullableTime('The key\'s last request.'),
+      deprecated: Type.Object({
+        day: Count('getPet calls in the last 24 hours.'),
+        week: Count('getPet calls in the last 7 days.'),
+        last: NullableTime('Start of the minute (or hour, past a day) of the last getPet call.'),
+      }),
+    }),
+    window: Type.Union([Type.Literal('hour'), Type.Literal('day'), Type.Literal('week')]),
+    series: Series,
+    refusals: Type.Array(RecentRequest, { description: 'The key\'s 429s and 401s among this instance\'s recent requests, newest first (at most 100).' }),
+  }),
+  Deprecation: Type.Object({
+    operation: Type.Literal('getPet'),
+    method: Type.Literal('GET'),
+    path: Type.Literal('/pets/{petId}'),
+    sunset: Time('When the operation is removed: the date of its Sunset header.'),
+    daysLeft: Type.Integer({ description: 'Whole days from now to the sunset, rounded up.' }),
+    callers: Type.Array(
+      Type.Object({
+        keyId: Type.String(),
+        name: Type.String(),
+        day: Count('Calls in the last 24 hours.'),
+        week: Count('Calls in the last 7 days.'),
+        lastCall: NullableTime('Start of the minute (or hour, past a day) of the last call.'),
+      }),
+      { description: 'Every key with a call in the last 7 days, most calls first.' },
+    ),
+  }),
   SignIn,
   NewKey,
   PlanChange,

@@ -17,8 +17,10 @@ import {
 } from '../../domain/operators'
 import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
+import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
+import { type Outcomes, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 
 /** A browser session ends after this long without a request. */
 export const SESSION_IDLE_MS = 30 * 60 * 1000
@@ -52,6 +54,27 @@ export interface KeyRow {
   /** Requests left in the day bucket now; null for a revoked key, or when the limiter does not answer. */
   dayQuotaLeft: number | null
   bannedUntil: string | null
+  /** The usage service's figures (written every few seconds): requests and 429s in the UTC day so far, getPet calls in the last 7 days. */
+  requestsToday: number
+  limitedToday: number
+  deprecatedWeek: number
+}
+
+/**
+ * A usage series as columns (what a chart draws): the points are `from`, `from + step`, ... up to now,
+ * zeros included; the numbers are exactly the usage service's.
+ */
+export interface SeriesColumns {
+  resolution: 'minute' | 'hour'
+  from: string
+  stepSeconds: number
+  ok: number[]
+  clientErrors: number[]
+  limited: number[]
+  serverErrors: number[]
+  p50: (number | null)[]
+  p99: (number | null)[]
+  total: Outcomes & { p50: number | null; p99: number | null }
 }
 
 export type BanRow = { kind: 'key'; keyId: string; keyName: string; bannedUntil: string } | { kind: 'address'; address: string; bannedUntil: string }
@@ -69,7 +92,11 @@ function keyInputError(error: unknown): never {
 }
 
 export class ConsoleService {
-  constructor(private readonly deps: ConsoleServiceDeps) {}
+  private readonly usage: UsageService
+
+  constructor(private readonly deps: ConsoleServiceDeps) {
+    this.usage = new UsageService(deps.storage, deps.now)
+  }
 
   /**
    * Signs an operator in: a new session's secret. The name is refused with 429 after THROTTLE_FAILURES
@@ -117,12 +144,80 @@ export class ConsoleService {
     await this.audit(operator, 'operator.sign-out', '')
   }
 
-  /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken). */
+  /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken), and its usage. */
   async listKeys(): Promise<{ keys: KeyRow[]; limiterAnswered: boolean }> {
+    const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
+    const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
+    return {
+      keys: keys.map((key) => {
+        const figures = byId.get(key.id)
+        return {
+          ...key,
+          requestsToday: figures?.today.requests ?? 0,
+          limitedToday: figures?.today.limited ?? 0,
+          deprecatedWeek: figures?.deprecated.week ?? 0,
+        }
+      }),
+      limiterAnswered,
+    }
+  }
+
+  /** The fleet's requests over the last hour, day and week by outcome, active keys today and the current bans. */
+  async overview() {
+    const [usage, { bans, limiterAnswered }] = await Promise.all([this.usage.overview(), this.bans()])
+    return {
+      activeKeysToday: usage.activeKeysToday,
+      bansNow: bans.length,
+      limiterAnswered,
+      hour: columns(usage.hour),
+      day: columns(usage.day),
+      week: columns(usage.week),
+    }
+  }
+
+  /** One key's figures and its series over a window; 404 when there is no such key. */
+  async keyUsage(id: string, window: Window) {
+    const [figures, series] = await Promise.all([this.usage.key(id), this.usage.series(WINDOWS[window].ms, id)])
+    if (!figures || figures.keyId === null) throw noKey(id)
+    return {
+      key: {
+        id: figures.keyId,
+        name: figures.name ?? '',
+        plan: figures.plan,
+        today: figures.today,
+        lastUsedAt: iso(figures.lastUsed),
+        deprecated: { day: figures.deprecated.day, week: figures.deprecated.week, last: iso(figures.deprecated.last) },
+      },
+      window,
+      series: columns(series),
+    }
+  }
+
+  /**
+   * Who still calls the deprecated operation: every key with a call in the last 7 days, most calls first,
+   * and the whole days left until `sunsetMs` (the API's Sunset header's date).
+   */
+  async deprecation(sunsetMs: number) {
+    const now = this.deps.now()
+    const callers = (await this.usage.keys())
+      .filter((figures) => figures.keyId !== null && figures.deprecated.week > 0)
+      .map((figures) => ({
+        keyId: figures.keyId!,
+        name: figures.name ?? '',
+        day: figures.deprecated.day,
+        week: figures.deprecated.week,
+        lastCall: iso(figures.deprecated.last),
+      }))
+      .sort((a, b) => b.week - a.week || a.name.localeCompare(b.name))
+    return { sunset: iso(sunsetMs)!, daysLeft: Math.max(0, Math.ceil((sunsetMs - now) / DAY_MS)), callers }
+  }
+
+  /** Every key with what the limiter holds of it. */
+  private async limiterRows(): Promise<{ keys: Omit<KeyRow, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
     const records = await this.deps.storage.keys.list()
     let limiterAnswered = true
     const keys = await Promise.all(
-      records.map(async (record): Promise<KeyRow> => {
+      records.map(async (record) => {
         let look: { dayLeft: number; bannedUntil: number | null } | null = null
         if (record.revokedAt === null)
           look = await this.deps.limiter.look(`key:${record.id}`, record, true).catch(() => {
@@ -145,7 +240,8 @@ export class ConsoleService {
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
-    return { key: { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null }, secret: made.secret }
+    const key: KeyRow = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
+    return { key, secret: made.secret }
   }
 
   async revokeKey(operator: string, id: string): Promise<void> {
@@ -177,7 +273,7 @@ export class ConsoleService {
    * addresses, those this instance started, each looked at again (another instance may have lifted it).
    */
   async bans(): Promise<{ bans: BanRow[]; limiterAnswered: boolean }> {
-    const { keys, limiterAnswered } = await this.listKeys()
+    const { keys, limiterAnswered } = await this.limiterRows()
     const bans: BanRow[] = keys
       .filter((key) => key.bannedUntil !== null)
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
@@ -219,6 +315,23 @@ function keyFields(record: ApiKeyRecord) {
     createdAt: iso(record.createdAt)!,
     lastUsedAt: iso(record.lastUsedAt),
     revokedAt: iso(record.revokedAt),
+  }
+}
+
+function columns(series: UsageSeries): SeriesColumns {
+  const column = <F extends keyof UsageSeries['points'][number]>(field: F) => series.points.map((point) => point[field])
+  const { at: _at, ...total } = series.total
+  return {
+    resolution: series.resolution,
+    from: iso(series.from)!,
+    stepSeconds: RESOLUTION_MS[series.resolution] / 1000,
+    ok: column('ok'),
+    clientErrors: column('clientErrors'),
+    limited: column('limited'),
+    serverErrors: column('serverErrors'),
+    p50: column('p50'),
+    p99: column('p99'),
+    total,
   }
 }
 

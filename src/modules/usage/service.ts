@@ -77,7 +77,7 @@ export interface UsageSeries {
 }
 
 export type Window = 'hour' | 'day' | 'week'
-const WINDOWS: Record<Window, { ms: number; resolution: Resolution }> = {
+export const WINDOWS: Record<Window, { ms: number; resolution: Resolution }> = {
   hour: { ms: HOUR_MS, resolution: 'minute' },
   day: { ms: DAY_MS, resolution: 'minute' },
   week: { ms: 7 * DAY_MS, resolution: 'hour' },

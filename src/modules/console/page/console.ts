@@ -2,8 +2,10 @@
  * The console's page script: everything it shows and does goes through the console's JSON API, with the
  * session cookie (sent by the browser, never read here) and the page's own Origin. Text from the server is
  * put in the page as text, never as markup. Bundled from index.html by the build (and by the server when run
- * from source).
+ * from source), with uPlot and its stylesheet: nothing is loaded from elsewhere.
  */
+import uPlot from 'uplot'
+import 'uplot/dist/uPlot.min.css'
 
 interface Key {
   id: string
@@ -15,12 +17,51 @@ interface Key {
   revokedAt: string | null
   dayQuotaLeft: number | null
   bannedUntil: string | null
+  requestsToday: number
+  limitedToday: number
+  deprecatedWeek: number
 }
+
+interface Outcomes {
+  requests: number
+  ok: number
+  clientErrors: number
+  limited: number
+  serverErrors: number
+}
+
+/** The console API's series: columns from `from`, one point per `stepSeconds`. */
+interface Series {
+  resolution: 'minute' | 'hour'
+  from: string
+  stepSeconds: number
+  ok: number[]
+  clientErrors: number[]
+  limited: number[]
+  serverErrors: number[]
+  total: Outcomes & { p50: number | null; p99: number | null }
+}
+
+type Window = 'hour' | 'day' | 'week'
+const WINDOW_WORDS: Record<Window, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
+
+/** The chart's lines: an outcome class each, with its colour (console.css) and what it means. */
+const OUTCOMES = [
+  { field: 'ok', label: '2xx', color: '--ok', means: 'answered' },
+  { field: 'clientErrors', label: '4xx (not 429)', color: '--client', means: 'bad request, no valid key, no such pet' },
+  { field: 'limited', label: '429', color: '--limited', means: 'refused: over a limit, or banned' },
+  { field: 'serverErrors', label: '5xx', color: '--server', means: 'the server failed' },
+] as const
 
 const $ = <T extends Element>(selector: string) => document.querySelector<T>(selector)!
 let keys: Key[] = []
 let sortBy: keyof Key = 'name'
 let ascending = true
+let overviewWindow: Window = 'hour'
+let keyWindow: Window = 'day'
+let shownKey = ''
+/** The charts drawn, by container id, with their data, to redraw on a resize or a change of colour scheme. */
+const charts = new Map<string, { chart: uPlot; redraw: () => void }>()
 
 /** Calls the console API; a 401 shows the sign-in form again. */
 async function api(method: string, path: string, body?: unknown): Promise<any> {
@@ -67,7 +108,7 @@ async function run(action: () => Promise<unknown>): Promise<void> {
 const APPLIED_WITHIN_MS = 1_000
 const applied = () => new Promise((resolve) => setTimeout(resolve, APPLIED_WITHIN_MS))
 
-const when = (iso: string | null) => (iso === null ? null : new Date(iso).toLocaleString())
+const when = (iso: string | null) => (iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' }))
 
 function showSignIn(): void {
   $<HTMLElement>('#sign-in').hidden = false
@@ -82,13 +123,15 @@ async function showConsole(name: string): Promise<void> {
   $('#who').textContent = `Signed in as ${name}`
   $<HTMLElement>('#who').hidden = false
   $<HTMLElement>('#sign-out').hidden = false
-  await showTab('keys')
+  await showTab('overview')
 }
 
 async function showTab(name: string): Promise<void> {
   for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]')) tab.setAttribute('aria-pressed', String(tab.dataset.tab === name))
   for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== name
-  if (name === 'keys') await loadKeys()
+  if (name === 'overview') await loadOverview()
+  else if (name === 'keys') await loadKeys()
+  else if (name === 'deprecation') await loadDeprecation()
   else if (name === 'bans') await loadBans()
   else if (name === 'requests') await loadRequests()
   else await loadAudit()
@@ -105,14 +148,21 @@ function drawKeys(): void {
   body.replaceChildren()
   const shown = keys
     .filter((key) => key.revokedAt === null && key.name.toLowerCase().includes(search))
-    .sort((a, b) => (String(a[sortBy] ?? '') < String(b[sortBy] ?? '') ? -1 : String(a[sortBy] ?? '') > String(b[sortBy] ?? '') ? 1 : 0) * (ascending ? 1 : -1))
+    .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
   for (const key of shown) {
     const row = body.insertRow()
     row.dataset.keyId = key.id
-    cell(row, key.name || '(no name)')
-    cell(row, key.id)
+    // The name opens the key's view; its id, under it, saves a column.
+    const name = cell(row, '')
+    button(name, key.name || '(no name)', () => showKey(key.id))
+    const id = document.createElement('small')
+    id.textContent = key.id
+    name.append(id)
     cell(row, key.plan)
     cell(row, `${key.rpm} / ${key.rpd}`)
+    cell(row, key.requestsToday)
+    cell(row, key.limitedToday)
+    cell(row, key.deprecatedWeek)
     cell(row, key.dayQuotaLeft)
     cell(row, when(key.lastUsedAt))
     cell(row, when(key.bannedUntil))
@@ -135,6 +185,141 @@ function drawKeys(): void {
       await loadKeys()
     })
   }
+}
+
+/** Numbers by value, text alphabetically; no value (null) sorts first. */
+function compare(a: unknown, b: unknown): number {
+  if (a === b) return 0
+  if (a === null || a === undefined) return -1
+  if (b === null || b === undefined) return 1
+  if (typeof a === 'number' && typeof b === 'number') return a - b
+  return String(a).localeCompare(String(b))
+}
+
+/** A list of figures, each with what it means. */
+function figures(list: HTMLElement, items: [label: string, value: string | number | null, means: string][]): void {
+  list.replaceChildren()
+  for (const [label, value, means] of items) {
+    const item = document.createElement('div')
+    const term = document.createElement('dt')
+    term.textContent = label
+    const figure = document.createElement('dd')
+    figure.textContent = value === null ? '-' : String(value)
+    const hint = document.createElement('dd')
+    hint.className = 'hint'
+    hint.textContent = means
+    item.append(term, figure, hint)
+    list.append(item)
+  }
+}
+
+const ms = (value: number | null) => (value === null ? null : `${value} ms`)
+
+const steps = uPlot.paths.stepped!({ align: 1 })
+
+/** Draws a series' outcome classes over time in `container`, replacing what was there; says its totals in `caption`. */
+function drawChart(container: HTMLElement, caption: HTMLElement, series: Series, window: Window): void {
+  charts.get(container.id)?.chart.destroy()
+  const start = Date.parse(series.from) / 1000
+  // One point more, at the end of the current minute (or hour), so that the last step is drawn as wide as the others.
+  const times = [...series.ok, 0].map((_, i) => start + i * series.stepSeconds)
+  const line = (column: number[]) => [...column, column.at(-1) ?? 0]
+  const style = getComputedStyle(document.documentElement)
+  const colour = (name: string) => style.getPropertyValue(name).trim()
+  const axis = { stroke: colour('--muted'), grid: { stroke: colour('--line'), width: 1 }, ticks: { stroke: colour('--line'), width: 1 } }
+  const chart = new uPlot(
+    {
+      width: container.clientWidth,
+      height: container.clientWidth < 500 ? 220 : 280,
+      scales: { x: { time: true }, y: { range: (_chart, _min, max) => [0, Math.max(4, max)] } },
+      // Time labels at least 80 px apart, so that they do not run into each other at 390 px.
+      axes: [{ ...axis, space: 80 }, { ...axis, size: 48 }],
+      cursor: { drag: { x: false, y: false } },
+      series: [
+        { label: 'Time' },
+        // Steps: a count holds for its whole minute (or hour).
+        ...OUTCOMES.map((outcome) => ({ label: outcome.label, stroke: colour(outcome.color), width: 2, points: { show: false }, paths: steps })),
+      ],
+    },
+    [times, ...OUTCOMES.map((outcome) => line(series[outcome.field]))],
+    container,
+  )
+  charts.set(container.id, { chart, redraw: () => drawChart(container, caption, series, window) })
+  // The caption sums the lines drawn, so that it says what the chart shows.
+  const sums = OUTCOMES.map((outcome) => series[outcome.field].reduce((sum, count) => sum + count, 0))
+  caption.textContent =
+    `Requests per ${series.resolution} over ${WINDOW_WORDS[window]}: ${sums.reduce((a, b) => a + b, 0)} in all, ` +
+    OUTCOMES.map((outcome, i) => `${sums[i]} ${outcome.label}`).join(', ') +
+    '. Hover or touch the chart for one point\'s figures; choose a name in the legend to hide its line.'
+}
+
+function pressed(selector: string, value: string, attribute: string): void {
+  for (const choice of document.querySelectorAll<HTMLButtonElement>(selector)) choice.setAttribute('aria-pressed', String(choice.getAttribute(attribute) === value))
+}
+
+async function loadOverview(): Promise<void> {
+  const overview = await api('GET', '/api/overview')
+  const series: Series = overview[overviewWindow]
+  pressed('[data-window]', overviewWindow, 'data-window')
+  const { total } = series
+  figures($('#overview-figures'), [
+    ['Requests', total.requests, `in ${WINDOW_WORDS[overviewWindow]}, every instance`],
+    ...OUTCOMES.map((outcome): [string, number, string] => [outcome.label, total[outcome.field], outcome.means]),
+    ['Median time', ms(total.p50), 'half the requests took at most this (within 2x)'],
+    ['p99 time', ms(total.p99), '99 in 100 took at most this (within 2x)'],
+    ['Active keys today', overview.activeKeysToday, 'keys with a request in the UTC day so far'],
+    ['Bans now', overview.bansNow, overview.limiterAnswered ? 'keys and addresses banned right now' : 'the rate limiter did not answer: there may be more'],
+  ])
+  drawChart($('#overview-chart'), $('#overview-caption'), series, overviewWindow)
+}
+
+async function showKey(id: string): Promise<void> {
+  shownKey = id
+  for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== 'key'
+  pressed('[data-tab]', 'keys', 'data-tab')
+  await loadKey()
+}
+
+async function loadKey(): Promise<void> {
+  const { key, series, refusals } = await api('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
+  $('#key-title').textContent = `Key ${key.name || '(no name)'} (${key.id}, ${key.plan})`
+  pressed('[data-key-window]', keyWindow, 'data-key-window')
+  figures($('#key-figures'), [
+    ['Requests today', key.today.requests, 'the UTC day so far'],
+    ['429s today', key.today.limited, 'refused: over a limit, or banned'],
+    ['getPet calls, last day', key.deprecated.day, 'calls of the deprecated GET /pets/{petId}'],
+    ['getPet calls, last 7 days', key.deprecated.week, 'the same over a week'],
+    ['Last used', when(key.lastUsedAt), 'its last request'],
+  ])
+  drawChart($('#key-chart'), $('#key-caption'), series, keyWindow)
+  const body = $<HTMLTableSectionElement>('#refusal-table tbody')
+  body.replaceChildren()
+  for (const entry of refusals) {
+    const row = body.insertRow()
+    for (const value of [when(entry.time), entry.method, entry.path, entry.status, entry.durationMs, entry.requestId]) cell(row, value)
+  }
+  if (refusals.length === 0) cell(body.insertRow(), 'No refusals among the recent requests.')
+}
+
+async function loadDeprecation(): Promise<void> {
+  const deprecation = await api('GET', '/api/deprecation')
+  const sunset = new Date(deprecation.sunset).toLocaleDateString(undefined, { dateStyle: 'long', timeZone: 'UTC' })
+  $('#sunset-note').textContent =
+    `${deprecation.method} ${deprecation.path} (${deprecation.operation}) is deprecated and is removed on ${sunset}: ` +
+    `${deprecation.daysLeft} days left. Clients should list pets with GET /pets instead.`
+  const body = $<HTMLTableSectionElement>('#deprecation-table tbody')
+  body.replaceChildren()
+  for (const caller of deprecation.callers) {
+    const row = body.insertRow()
+    button(cell(row, ''), caller.name || caller.keyId, () => showKey(caller.keyId))
+    for (const value of [caller.day, caller.week, when(caller.lastCall)]) cell(row, value)
+  }
+  if (deprecation.callers.length === 0) cell(body.insertRow(), 'No key called it in the last 7 days.')
+}
+
+/** Redraws the charts at their containers' width (a resize, a turned phone) and in the current colours. */
+function redrawCharts(): void {
+  for (const [id, { redraw }] of charts) if (document.getElementById(id)!.offsetParent !== null) redraw()
 }
 
 async function loadBans(): Promise<void> {
@@ -201,6 +386,23 @@ function wire(): void {
       drawKeys()
     })
   $('#key-search').addEventListener('input', drawKeys)
+  for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-window]'))
+    choice.addEventListener('click', () => {
+      overviewWindow = choice.dataset.window as Window
+      run(loadOverview)
+    })
+  for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-key-window]'))
+    choice.addEventListener('click', () => {
+      keyWindow = choice.dataset.keyWindow as Window
+      run(loadKey)
+    })
+  $('#back-to-keys').addEventListener('click', () => run(() => showTab('keys')))
+  let resizing: ReturnType<typeof setTimeout> | undefined
+  addEventListener('resize', () => {
+    clearTimeout(resizing)
+    resizing = setTimeout(redrawCharts, 200)
+  })
+  matchMedia('(prefers-color-scheme: dark)').addEventListener('change', redrawCharts)
   $('#create-key').addEventListener('submit', (event) => {
     event.preventDefault()
     const form = new FormData(event.target as HTMLFormElement)
