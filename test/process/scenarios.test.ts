@@ -67,7 +67,7 @@ describe('scenarios: on in staging, off in production, and said so at startup', 
     ]
     for (const [args, env, mode] of cases) {
       const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', join(tempDir(), 'p.db'), ...args], { env })
-      expect(server.stderr()).toMatch(mode === 'on' ? /, scenarios on \(Prefer: code, delay, fail\)\n/ : /, scenarios off\n/)
+      expect(server.stderr()).toMatch(mode === 'on' ? /, scenarios on \(Prefer: code, delay, fail\)[,\n]/ : /, scenarios off[,\n]/)
       const answer = await fetch(`${server.base}/pets`, { headers: prefer(server.bootstrapKey!, 'code=429') })
       expect(answer.status).toBe(mode === 'on' ? 429 : 200)
       expect(await server.stop()).toBe(0)
