@@ -1,7 +1,9 @@
 /**
- * One JSON line per request on stdout. Lines go straight into the sink's native buffer, which is
- * flushed every 50 ms (and by the sink itself when it fills): no request waits on the terminal or the
- * pipe, and no large string is built in JavaScript (one would cost a garbage collection per flush).
+ * One JSON line per request on stdout. Lines are gathered into one string and handed to the sink every
+ * 50 ms (or once 64 K characters are waiting): no request waits on the terminal or the pipe. Bun's
+ * file sink writes what it was given at the end of every event-loop turn, so a line handed over per
+ * request cost a write(2) per request (strace: 20,441 writes for 20,378 requests), about 6 µs of the
+ * server's CPU each on this project's bench host; gathered, a line costs under 1 µs.
  *
  * What the log may hold is bounded: when stdout is slow or nobody reads it, lines past the cap are
  * dropped and counted instead of piling up in memory, and the server keeps serving. When stdout is
@@ -25,9 +27,15 @@ export interface AccessLogOptions {
   onClosed?: (reason: string) => void
 }
 
+/** Characters gathered before they are handed to the sink without waiting for the timer. */
+const BATCH_CHARS = 64 * 1024
+
 export class AccessLog {
   /** Lines dropped because the reader was behind, or because stdout was closed. */
   dropped = 0
+  /** Lines not yet handed to the sink, each with its newline, and how many. */
+  private batch = ''
+  private batchLines = 0
   private unflushed = false
   /** Bytes written since the last flush that completed: an upper bound of what the sink holds. */
   private pending = 0
@@ -53,17 +61,31 @@ export class AccessLog {
       return
     }
     this.pending += line.length + 1
+    this.batch += `${line}\n`
+    this.batchLines++
+    if (this.batch.length >= BATCH_CHARS) this.handOver()
+  }
+
+  /** Gives the gathered lines to the sink in one write; false once the sink failed. */
+  private handOver(): boolean {
+    if (!this.batch) return true
+    const text = this.batch
+    this.batch = ''
     try {
-      this.sink.write(`${line}\n`)
+      this.sink.write(text)
     } catch (error) {
+      this.dropped += this.batchLines
       this.stop(error)
-      return
+      return false
     }
+    this.batchLines = 0
     this.unflushed = true
+    return true
   }
 
   flush(): void {
-    if (!this.unflushed || this.flushing || this.closed) return
+    if (this.closed || !this.handOver()) return
+    if (!this.unflushed || this.flushing) return
     this.unflushed = false
     let result: unknown
     try {

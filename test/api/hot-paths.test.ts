@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { auth, postPet, startApp, type TestApp } from '../support/app'
+import { eventually } from '../support/binary'
 
 const RATE_FIELDS = ['ratelimit', 'ratelimit-policy', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']
 const ALWAYS = ['content-length', 'content-type', 'date', 'x-request-id', ...RATE_FIELDS]
@@ -27,6 +28,8 @@ afterAll(() => app.stop())
 async function answer(res: Response) {
   const body = await res.text()
   const requestId = res.headers.get('x-request-id')!
+  // The log hands its lines over every 50 ms (observability/access-log.ts).
+  await eventually(() => app.logLines.some((line) => line.includes(`"${requestId}"`)))
   const logged = app.logLines.map((line) => JSON.parse(line)).filter((entry) => entry.requestId === requestId)
   expect(logged.map((entry) => entry.status)).toEqual([res.status])
   return { status: res.status, fields: [...res.headers.keys()].sort(), body }

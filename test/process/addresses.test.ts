@@ -13,6 +13,7 @@ function loggedClients(stdout: string): string[] {
   return stdout
     .trim()
     .split('\n')
+    .filter((line) => line !== '') // nothing logged yet
     .map((line) => JSON.parse(line) as { path: string; client: string })
     .filter((line) => line.path.endsWith('/pets'))
     .map((line) => line.client)

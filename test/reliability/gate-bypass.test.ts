@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { connect } from 'node:net'
-import { cli, startServer, type Server } from '../support/binary'
+import { cli, eventually, startServer, type Server } from '../support/binary'
 import { listAll, parseRawResponse, type RawResponse } from '../process/helpers'
 
 const HOSTS = [
@@ -142,6 +142,9 @@ describe('no Host or path shape reaches an API handler without a valid key', () 
       // Nothing was created, and the server is healthy and serving the right key.
       const pets = await listAll(`${server.origin}${basePath}`, server.bootstrapKey!)
       expect(pets).toEqual([])
+      // The log hands its lines over every 50 ms: a last request's whole line shows every earlier one is in.
+      await (await fetch(`${server.origin}/healthz`, { headers: { 'x-request-id': 'sweep-last' } })).arrayBuffer()
+      await eventually(() => server.stdout().includes('"sweep-last"') && server.stdout().endsWith('\n'))
       const log = server.stdout().trim().split('\n').map((line) => JSON.parse(line) as { status: number })
       expect(log.filter((line) => line.status >= 500)).toEqual([])
       expect(await server.stop()).toBe(0)

@@ -27,17 +27,48 @@ describe('jsonString', () => {
 })
 
 describe('AccessLog', () => {
-  test('hands each line to the sink at once and flushes on close', () => {
+  test('gathers lines and hands them to the sink in one write per flush, and on close', () => {
     const written: string[] = []
     let flushes = 0
     const log = new AccessLog({ write: (text) => written.push(text), flush: () => flushes++ }, { flushEveryMs: 60_000 })
     log.write('{"a":1}')
     log.write('{"b":2}')
-    expect(written).toEqual(['{"a":1}\n', '{"b":2}\n'])
-    log.close()
+    expect(written).toEqual([])
+    log.flush()
+    expect(written).toEqual(['{"a":1}\n{"b":2}\n'])
     expect(flushes).toBe(1)
+    log.write('{"c":3}')
     log.close()
-    expect(flushes).toBe(1)
+    expect(written).toEqual(['{"a":1}\n{"b":2}\n', '{"c":3}\n'])
+    expect(flushes).toBe(2)
+    log.close()
+    expect(flushes).toBe(2)
+  })
+
+  test('hands lines over without waiting for the timer once 64 K characters are gathered', () => {
+    const written: string[] = []
+    const log = new AccessLog({ write: (text) => written.push(text), flush: () => 0 }, { flushEveryMs: 60_000 })
+    const line = `{"pad":"${'x'.repeat(1000)}"}`
+    for (let i = 0; i < 70; i++) log.write(line)
+    expect(written.length).toBe(1)
+    expect(written[0]!.split('\n').length - 1).toBeGreaterThanOrEqual(64)
+    log.close()
+    expect(written.join('')).toBe(`${line}\n`.repeat(70))
+  })
+
+  test('a sink whose write throws stops the log, and the lines it refused are counted as dropped', () => {
+    const closed: string[] = []
+    const log = new AccessLog(
+      { write: () => { throw Object.assign(new Error('broken pipe'), { code: 'EPIPE' }) }, flush: () => 0 },
+      { flushEveryMs: 60_000, onClosed: (reason) => closed.push(reason) },
+    )
+    log.write('{"a":1}')
+    log.write('{"b":2}')
+    log.flush()
+    log.write('{"c":3}')
+    expect(closed).toEqual(['stdout was closed by its reader'])
+    expect(log.dropped).toBe(3)
+    log.close()
   })
 })
 
@@ -51,12 +82,13 @@ describe('AccessLog bounds', () => {
     )
     // Eleven characters a line with its newline: nine fit under 100.
     for (let i = 0; i < 20; i++) log.write(`{"line":${i % 10}}`)
-    expect(written.length).toBe(9)
     expect(log.dropped).toBe(11)
     log.flush()
+    expect(written.join('').split('\n').length - 1).toBe(9)
     release()
     await Bun.sleep(0)
     log.write('{"after":1}')
+    log.flush()
     expect(written.at(-1)).toBe('{"after":1}\n')
     log.close()
   })
