@@ -13,7 +13,8 @@ import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe,
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
 
-const serveArgs = (port: number, dataFile: string) => ['--port', String(port), '--host', '127.0.0.1', '--data', dataFile, '--no-access-log']
+// No console: its default port is fixed; the test that moves the console gives it a free one.
+const serveArgs = (port: number, dataFile: string) => ['--port', String(port), '--host', '127.0.0.1', '--data', dataFile, '--no-access-log', '--console-address', 'off']
 
 interface Outcome {
   status: number | string
@@ -92,6 +93,25 @@ describe('serve --takeover', () => {
     expect(more).toBeLessThanOrEqual(10 + refilled)
     expect(more).toBeLessThan(60)
 
+    expect(await next.stop()).toBe(0)
+  })
+
+  test('the /metrics and console listeners move to the new server too, and a plain start still refuses their ports in use', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const [port, metricsPort, consolePort] = [await unusedPort(), await unusedPort(), await unusedPort()]
+    const args = [
+      ...serveArgs(port, dataFile).slice(0, -2),
+      '--metrics-address', `127.0.0.1:${metricsPort}`,
+      '--console-address', `127.0.0.1:${consolePort}`,
+    ]
+    const old = await spawnServe(args)
+    const other = await serveExpectingFailure([...serveArgs(await unusedPort(), join(tempDir(), 'other.db')).slice(0, -2), '--console-address', `127.0.0.1:${consolePort}`])
+    expect(other.stderr).toContain(`cannot listen on 127.0.0.1:${consolePort}`)
+    const next = await spawnServe([...args, '--takeover'])
+    expect(await old.proc.exited).toBe(0)
+    expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200)
+    expect((await fetch(`http://127.0.0.1:${consolePort}/`)).status).toBe(200)
     expect(await next.stop()).toBe(0)
   })
 

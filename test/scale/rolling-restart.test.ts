@@ -35,7 +35,7 @@ describeWithEngines(['postgresql', 'nginx-light'], 'a rolling restart behind ngi
     const key = made.stdout.trim().split('\n').at(-1)!
     const ports = [await freePort(), await freePort()]
     const start = (port: number) =>
-      spawnServe(['--port', String(port), '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log', '--trust-proxy', 'loopback'], {
+      spawnServe(['--port', String(port), '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log', '--trust-proxy', 'loopback', '--console-address', 'off'], {
         cwd: tempDir(),
       })
     const servers: RawServer[] = await Promise.all(ports.map(start))
