@@ -116,8 +116,10 @@ describe('the compiled binary', () => {
     const res = await fetch(`${server.base}/pets`, { headers: { 'x-request-id': 'binary-anon-1' } })
     expect(res.status).toBe(401)
     expect(res.headers.get('x-ratelimit-limit')).toBe('60')
-    await eventually(() => server.stdout().includes('"binary-anon-1"'))
-    const line = server.stdout().split('\n').find((l) => l.includes('"binary-anon-1"'))!
+    // Whole lines only: the log hands its lines over in batches, which a read may catch half way.
+    const logged = () => server.stdout().split('\n').find((l) => l.includes('"binary-anon-1"') && l.endsWith('}'))
+    await eventually(() => logged() !== undefined)
+    const line = logged()!
     expect(JSON.parse(line)).toMatchObject({ status: 401, client: '127.0.0.1' })
   })
 

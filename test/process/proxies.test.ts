@@ -81,9 +81,11 @@ async function expectServedThrough(target: Awaited<ReturnType<typeof behind>>) {
     '<https://pets.example.com/v1/pets>; rel="successor-version"',
   )
   // The proxy set X-Forwarded-For: no warning, and the keyless client is logged by its address.
-  await eventually(() => server.stdout().includes('"status":401'))
+  // Whole lines only: the log hands its lines over in batches, which a read may catch half way.
+  const logged = () => server.stdout().split('\n').find((l) => l.includes('"status":401') && l.endsWith('}'))
+  await eventually(() => logged() !== undefined)
   expect(server.stderr()).not.toContain('carried no X-Forwarded-For')
-  const line = server.stdout().split('\n').find((l) => l.includes('"status":401'))!
+  const line = logged()!
   // The test's client reaches the proxy on loopback (IPv4 or IPv6, as the proxy listens).
   expect(['127.0.0.1', '::1']).toContain(JSON.parse(line).client)
   expect(await server.stop()).toBe(0)
