@@ -203,7 +203,7 @@ export class Server {
     let binding = `${hostInUrl(config.host)}:${config.port}`
     try {
       // A listener that does not share the port binds only while nothing else listens there.
-      if (!beside) void Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response() }).stop(true)
+      if (!beside) bindUnshared(config.host, config.port)
       petstore.app.listen({ hostname: config.host, port: config.port, reusePort: true, development: false })
       if (config.metricsAddress) {
         binding = `${hostInUrl(config.metricsAddress.host)}:${config.metricsAddress.port}`
@@ -238,6 +238,11 @@ function freePort(host: string): number {
   }
 }
 
+/** Binds the address without sharing it, and lets it go: throws while anything listens there. */
+function bindUnshared(host: string, port: number): void {
+  void Bun.serve({ hostname: host, port, reusePort: false, fetch: () => new Response() }).stop(true)
+}
+
 /** A takeover under way, from the new server's side (see the header). */
 interface Takeover {
   /** How long to wait for the old server to release the data file. */
@@ -265,6 +270,17 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
     warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
     return undefined
   }
+  // The lock names the process, not where it listens: a port nobody listens on would stop the running
+  // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
+  let nobodyListens = false
+  try {
+    bindUnshared(config.host, config.port)
+    nobodyListens = true
+  } catch {}
+  if (nobodyListens)
+    throw refused(
+      `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
+    )
   let letThrough: (petstore: PetstoreApp | null) => void = () => {}
   const ready = new Promise<PetstoreApp | null>((resolve) => (letThrough = resolve))
   let holding: ReturnType<typeof Bun.serve>

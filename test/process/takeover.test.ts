@@ -154,6 +154,23 @@ describe('serve --takeover', () => {
     expect(await old.stop()).toBe(0)
   })
 
+  test('given a port the running server does not listen on, it refuses in one line and leaves the old server serving', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const wrongPort = await unusedPort()
+    const refused = await serveExpectingFailure([...serveArgs(wrongPort, dataFile), '--takeover'])
+    expect(refused.listened).toBe(false)
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toBe(
+      `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
+    )
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect(await old.stop()).toBe(0)
+  })
+
   test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet', async () => {
     const dataFile = join(tempDir(), 'data', 'petstore.db')
     const server = await spawnServe([...serveArgs(await unusedPort(), dataFile), '--takeover'])
