@@ -19,7 +19,7 @@
  *     closed move to the new one only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
  */
 import { createApp, type AppDeps, type PetstoreApp } from './app'
-import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
+import { claimDataFile, limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
 import { errorResponse, notFound, unavailable } from './http/api-errors'
@@ -75,7 +75,7 @@ export class Server {
     try {
       backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: takeover?.lockWaitMs }))
     } catch (error) {
-      takeover?.fail()
+      await takeover?.fail()
       throw error
     }
     if (config.database && !config.redisUrl)
@@ -86,7 +86,7 @@ export class Server {
       bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
       savedLimits = await backend.storage.limiterState.load()
     } catch (error) {
-      takeover?.fail()
+      await takeover?.fail()
       await backend.close()
       backend.undo()
       throw error
@@ -122,7 +122,7 @@ export class Server {
       await options.onListening?.(server)
     } catch (error) {
       // Nothing is served half started: the listeners go, and the start fails with one line.
-      takeover?.fail()
+      await takeover?.fail()
       await server.stop()
       backend.undo()
       throw error
@@ -155,6 +155,11 @@ export class Server {
    * Stops for a server that takes over (see the header): as stop, and the minute buckets are handed
    * over before the lock is released.
    */
+  /** Whether a live server claims this one's data file to take over: SIGUSR2 is acted on only then. */
+  get takeoverAsked(): boolean {
+    return this.backend.takeoverClaimed?.() ?? false
+  }
+
   handOver(graceMs: number): Promise<boolean> {
     if (!this.stopped) this.handingOver = true
     return this.stop(graceMs)
@@ -250,7 +255,7 @@ interface Takeover {
   /** The app listens: the held requests go to it, and the holding listener closes. */
   ready(petstore: PetstoreApp): void
   /** The start failed after the old server was asked to stop: held requests get 503. */
-  fail(): void
+  fail(): Promise<void>
 }
 
 /**
@@ -290,6 +295,9 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
       port: config.port,
       reusePort: true,
       development: false,
+      // They may wait longer than Bun's default of 10 s, which would reset them (the old server answers
+      // its in-flight requests for up to its grace period first); the wait is bounded by lockWaitMs.
+      idleTimeout: 0,
       // Requests that reach this server before it can serve wait for it; each answer then closes its
       // connection, so the client's next request goes to the app's own listener.
       async fetch(request) {
@@ -306,21 +314,30 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
         'a server that does not share its port (a petstore older than --takeover, or another program) must be stopped instead',
     )
   }
+  let dropClaim = () => {}
   try {
+    dropClaim = claimDataFile(config)
     process.kill(pid, 'SIGUSR2')
   } catch (error) {
+    dropClaim()
     holding.stop(true)
     throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
   }
   warn(`taking over ${config.dataFile} from process ${pid}`)
-  const settle = (petstore: PetstoreApp | null) => {
-    letThrough(petstore)
-    void holding.stop(petstore === null)
-  }
   return {
     lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
-    ready: (petstore) => settle(petstore),
-    fail: () => settle(null),
+    ready(petstore) {
+      dropClaim()
+      letThrough(petstore)
+      void holding.stop(false)
+    },
+    // The held requests' 503s are sent before the process ends, rather than reset with it.
+    async fail() {
+      dropClaim()
+      letThrough(null)
+      await Promise.race([holding.stop(false), Bun.sleep(CLOSE_CONNECTIONS_MS)])
+      await holding.stop(true)
+    },
   }
 }
 

@@ -6,9 +6,10 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { connect } from 'node:net'
 import { join } from 'node:path'
-import { createKeyWithCli, tempDir } from '../support/binary'
-import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
+import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
+import { auth, killSpawned, listAll, parseRawResponse, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -47,6 +48,19 @@ function steadyLoad(base: string, key: string) {
       await Promise.all(clients)
     },
   }
+}
+
+/** A GET on a connection of its own: the status, or 'reset' when the connection ends without an answer. */
+function rawGet(port: number, path: string, key: string): Promise<number | string> {
+  return new Promise((resolve) => {
+    let text = ''
+    const socket = connect(port, '127.0.0.1', () =>
+      socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`),
+    )
+    socket.on('data', (chunk) => (text += chunk.toString()))
+    socket.on('error', () => {})
+    socket.on('close', () => resolve(parseRawResponse(text)?.status ?? 'reset'))
+  })
 }
 
 async function until(check: () => boolean, ms = 30_000): Promise<void> {
@@ -166,6 +180,36 @@ describe('serve --takeover', () => {
     expect(refused.stderr).toBe(
       `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
     )
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('from a frozen server, it gives up; the requests it held get 503, not a reset; the old one, resumed, keeps serving', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    old.proc.kill('SIGSTOP')
+    const next = Bun.spawn([BINARY, 'serve', ...serveArgs(port, dataFile), '--takeover'], { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' })
+    let nextErr = ''
+    const reading = (async () => {
+      for await (const chunk of next.stderr) nextErr += Buffer.from(chunk).toString()
+    })()
+    await until(() => nextErr.includes('taking over'))
+    // New connections: the kernel gives some to the frozen server, which answers none yet, and some
+    // to the new one, which holds them until it gives up (longer than Bun's default idle timeout).
+    const answers = Array.from({ length: 12 }, () => rawGet(port, '/v1/pets', key))
+    expect(await next.exited).toBe(1)
+    await reading
+    expect(nextErr).toMatch(/^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m)
+    const settled = await Promise.all(answers.map((answer) => Promise.race([answer, Bun.sleep(2_000).then(() => 'pending')])))
+    old.proc.kill('SIGCONT')
+    // Those the new server held are 503s; the frozen server's are answered once it runs again.
+    expect(settled.filter((status) => status !== 'pending').length).toBeGreaterThan(0)
+    expect(settled.filter((status) => status !== 'pending' && status !== 503)).toEqual([])
+    expect((await Promise.all(answers)).filter((status) => status !== 503 && status !== 200)).toEqual([])
+    await until(() => old.stderr().includes('no server is taking over'))
     expect(old.proc.exitCode).toBeNull()
     expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
     expect(await old.stop()).toBe(0)

@@ -62,3 +62,40 @@ export function takeHandover(file: string): Map<string, SavedBucket> {
     rmSync(path, { force: true })
   }
 }
+
+/**
+ * The claim of a server taking over (`FILE.takeover`, its process id), written before it sends
+ * SIGUSR2 and removed once it has the file or has given up. A signal is delivered late to a process
+ * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
+ * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take over.
+ */
+function claimFileOf(file: string): string {
+  return `${file}.takeover`
+}
+
+export function claimTakeover(file: string): () => void {
+  const path = claimFileOf(file)
+  writeFileSync(path, String(process.pid), { mode: 0o600 })
+  return function dropClaim() {
+    try {
+      if (readFileSync(path, 'utf8') === String(process.pid)) rmSync(path, { force: true })
+    } catch {}
+  }
+}
+
+export function takeoverClaimed(file: string): boolean {
+  let pid: number
+  try {
+    pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+  } catch {
+    return false
+  }
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: alive, under another user.
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
