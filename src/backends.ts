@@ -15,7 +15,7 @@ import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimTakeover, takeHandover, takeoverClaimed, writeHandover } from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, takeHandover, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { StorageOpenError, type PetWriter, type SavedBucket, type Storage } from './domain/repositories'
@@ -94,7 +94,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     dataFile: storage,
     handedOver: takeHandover(file),
     handOver: (minutes) => writeHandover(file, minutes),
-    takeoverClaimed: () => takeoverClaimed(file),
+    takeoverClaimed: () => claimantOf(file) !== null,
     async close() {
       storage.close()
       lock?.release()
@@ -128,9 +128,16 @@ export function runningServerOf(config: Config, refused: (reason: string) => Err
   return pid
 }
 
-/** Claims the data file for a takeover, before the running server is signalled; returns the claim's removal. */
-export function claimDataFile(config: Config): () => void {
-  return claimTakeover(resolve(config.dataFile))
+/**
+ * Claims the data file for a takeover, before listening beside the running server; returns the
+ * claim's removal. Refused (`refused` makes the error) while another live process claims it.
+ */
+export function claimDataFile(config: Config, refused: (reason: string) => Error): () => void {
+  try {
+    return claimTakeover(resolve(config.dataFile))
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
 }
 
 /** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */

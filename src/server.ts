@@ -286,6 +286,7 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
     throw refused(
       `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
     )
+  const dropClaim = claimDataFile(config, refused)
   let letThrough: (petstore: PetstoreApp | null) => void = () => {}
   const ready = new Promise<PetstoreApp | null>((resolve) => (letThrough = resolve))
   let holding: ReturnType<typeof Bun.serve>
@@ -309,14 +310,13 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
       },
     })
   } catch (error) {
+    dropClaim()
     throw refused(
       `cannot listen beside it on ${hostInUrl(config.host)}:${config.port} (${(error as Error).message}); ` +
         'a server that does not share its port (a petstore older than --takeover, or another program) must be stopped instead',
     )
   }
-  let dropClaim = () => {}
   try {
-    dropClaim = claimDataFile(config)
     process.kill(pid, 'SIGUSR2')
   } catch (error) {
     dropClaim()

@@ -215,6 +215,31 @@ describe('serve --takeover', () => {
     expect(await old.stop()).toBe(0)
   })
 
+  test('two takeovers started together: one takes over, the other is refused at once, and no request fails', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const load = steadyLoad(old.base, key)
+    await until(() => load.outcomes.length >= 60)
+    const takers = [0, 1].map(() =>
+      spawnServe([...serveArgs(port, dataFile), '--takeover']).then(
+        (server) => ({ server, refusal: '' }),
+        (error: Error) => ({ server: undefined, refusal: error.message }),
+      ),
+    )
+    const [first, second] = await Promise.all(takers)
+    const winner = (first!.server ?? second!.server)!
+    const refusal = first!.server ? second!.refusal : first!.refusal
+    expect(refusal).toMatch(/petstore: cannot take over: process \d+ is taking over .* already; the running server keeps serving/)
+    expect(await old.proc.exited).toBe(0)
+    const atHandover = load.outcomes.length
+    await until(() => load.outcomes.length >= atHandover + 60)
+    await load.stop()
+    expect(load.outcomes.filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
+    expect(await winner.stop()).toBe(0)
+  })
+
   test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet', async () => {
     const dataFile = join(tempDir(), 'data', 'petstore.db')
     const server = await spawnServe([...serveArgs(await unusedPort(), dataFile), '--takeover'])

@@ -64,10 +64,12 @@ export function takeHandover(file: string): Map<string, SavedBucket> {
 }
 
 /**
- * The claim of a server taking over (`FILE.takeover`, its process id), written before it sends
- * SIGUSR2 and removed once it has the file or has given up. A signal is delivered late to a process
- * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
- * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take over.
+ * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
+ * beside the running server and removed once it has the file or has given up. One claim at a time, so
+ * of two takeovers started together the second is refused before it holds any request. A signal is
+ * delivered late to a process that was stopped (SIGSTOP, a frozen VM): the running server hands over
+ * only while a live process other than itself claims the file, so a late or stray SIGUSR2 does not
+ * stop it with nobody to take over.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`
@@ -75,7 +77,18 @@ function claimFileOf(file: string): string {
 
 export function claimTakeover(file: string): () => void {
   const path = claimFileOf(file)
-  writeFileSync(path, String(process.pid), { mode: 0o600 })
+  for (;;) {
+    try {
+      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
+      break
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      const claimant = claimantOf(file)
+      if (claimant !== null) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
+      // Left by a process that is gone.
+      rmSync(path, { force: true })
+    }
+  }
   return function dropClaim() {
     try {
       if (readFileSync(path, 'utf8') === String(process.pid)) rmSync(path, { force: true })
@@ -83,19 +96,20 @@ export function claimTakeover(file: string): () => void {
   }
 }
 
-export function takeoverClaimed(file: string): boolean {
+/** The live process, other than this one, that claims the file; null when none. */
+export function claimantOf(file: string): number | null {
   let pid: number
   try {
     pid = Number(readFileSync(claimFileOf(file), 'utf8'))
   } catch {
-    return false
+    return null
   }
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null
   try {
     process.kill(pid, 0)
-    return true
+    return pid
   } catch (error) {
     // EPERM: alive, under another user.
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
+    return (error as NodeJS.ErrnoException).code === 'EPERM' ? pid : null
   }
 }
