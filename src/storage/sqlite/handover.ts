@@ -79,7 +79,8 @@ export function claimTakeover(file: string): () => void {
   const path = claimFileOf(file)
   for (;;) {
     try {
-      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
+      // Readable by all: it holds a process id only, and the running server may run as another user.
+      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o644 })
       break
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
