@@ -132,9 +132,9 @@ export function runningServerOf(config: Config, refused: (reason: string) => Err
  * Claims the data file for a takeover, before listening beside the running server; returns the
  * claim's removal. Refused (`refused` makes the error) while another live process claims it.
  */
-export function claimDataFile(config: Config, refused: (reason: string) => Error): () => void {
+export function claimDataFile(config: Config, holder: number, refused: (reason: string) => Error): () => void {
   try {
-    return claimTakeover(resolve(config.dataFile))
+    return claimTakeover(resolve(config.dataFile), holder)
   } catch (error) {
     throw refused((error as Error).message)
   }

@@ -117,7 +117,7 @@ export class Server {
           `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet; ` +
             (bound.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
         )
-      server.listen(takeover !== undefined)
+      server.listen(takeover !== undefined, warn)
       takeover?.ready(petstore)
       await options.onListening?.(server)
     } catch (error) {
@@ -203,7 +203,7 @@ export class Server {
    * split the traffic between two data files, so unless this start is a takeover the port is first
    * checked with a socket that does not share it. Development mode would show Bun's error pages.
    */
-  private listen(beside: boolean): void {
+  private listen(beside: boolean, warn: (message: string) => void): void {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
     try {
@@ -222,7 +222,10 @@ export class Server {
         })
       }
     } catch (error) {
-      throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
+      const reason = `cannot listen on ${binding}: ${(error as Error).message}`
+      // Taking over, the server handing over is gone by now: serving without /metrics beats not serving.
+      if (beside && petstore.app.server) return warn(`${reason}; serving without /metrics`)
+      throw new ConfigError(reason)
     }
   }
 }
@@ -286,7 +289,7 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
     throw refused(
       `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
     )
-  const dropClaim = claimDataFile(config, refused)
+  const dropClaim = claimDataFile(config, pid, refused)
   let letThrough: (petstore: PetstoreApp | null) => void = () => {}
   const ready = new Promise<PetstoreApp | null>((resolve) => (letThrough = resolve))
   let holding: ReturnType<typeof Bun.serve>
@@ -327,7 +330,6 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
   return {
     lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
     ready(petstore) {
-      dropClaim()
       letThrough(petstore)
       void holding.stop(false)
     },

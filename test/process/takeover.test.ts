@@ -215,7 +215,7 @@ describe('serve --takeover', () => {
     expect(await old.stop()).toBe(0)
   })
 
-  test('two takeovers started together: one takes over, the other is refused at once, and no request fails', async () => {
+  test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
     const port = await unusedPort()
@@ -237,7 +237,28 @@ describe('serve --takeover', () => {
     await until(() => load.outcomes.length >= atHandover + 60)
     await load.stop()
     expect(load.outcomes.filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
-    expect(await winner.stop()).toBe(0)
+    // The winner's claim stays, naming the running server: the next takeover, from it, goes ahead.
+    const third = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
+    expect(await winner.proc.exited).toBe(0)
+    expect(await third.stop()).toBe(0)
+  })
+
+  test('a --metrics-address another program holds does not leave the port with no server: it serves, without /metrics', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const other = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const next = await spawnServe([...serveArgs(port, dataFile), '--takeover', '--metrics-address', `127.0.0.1:${other.port}`])
+      expect(await old.proc.exited).toBe(0)
+      expect(next.stderr()).toContain(`petstore: cannot listen on 127.0.0.1:${other.port}: `)
+      expect(next.stderr()).toContain('; serving without /metrics')
+      expect((await postPet(next.base, key, { name: 'served', categoryId: 1 })).status).toBe(201)
+      expect(await next.stop()).toBe(0)
+    } finally {
+      other.stop(true)
+    }
   })
 
   test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet', async () => {

@@ -65,7 +65,8 @@ export function takeHandover(file: string): Map<string, SavedBucket> {
 
 /**
  * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
- * beside the running server and removed once it has the file or has given up. One claim at a time, so
+ * beside the running server; removed when it gives up, and kept once it has the file (until the next
+ * takeover replaces it), so a takeover started a moment later is refused. One claim at a time, so
  * of two takeovers started together the second is refused before it holds any request. A signal is
  * delivered late to a process that was stopped (SIGSTOP, a frozen VM): the running server hands over
  * only while a live process other than itself claims the file, so a late or stray SIGUSR2 does not
@@ -75,7 +76,8 @@ function claimFileOf(file: string): string {
   return `${file}.takeover`
 }
 
-export function claimTakeover(file: string): () => void {
+/** `holder` is the running server's process id: a claim naming it is the one it took over with. */
+export function claimTakeover(file: string, holder: number): () => void {
   const path = claimFileOf(file)
   for (;;) {
     try {
@@ -85,8 +87,8 @@ export function claimTakeover(file: string): () => void {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
       const claimant = claimantOf(file)
-      if (claimant !== null) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
-      // Left by a process that is gone.
+      if (claimant !== null && claimant !== holder) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
+      // Left by a process that is gone, or by the running server when it took over.
       rmSync(path, { force: true })
     }
   }
