@@ -15,7 +15,7 @@ import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, takeHandover, writeHandover } from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, takeHandover, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { StorageOpenError, type PetWriter, type SavedBucket, type Storage } from './domain/repositories'
@@ -32,6 +32,8 @@ export interface StorageBackend {
   handedOver?: Map<string, SavedBucket>
   /** Hands the minute buckets to the server taking over; before close, which lets it in. */
   handOver?(minutes: Map<string, SavedBucket>): void
+  /** A live server claims the file to take over (handover.ts): a SIGUSR2 without one is ignored. */
+  takeoverClaimed?(): boolean
 }
 
 export interface OpenOptions {
@@ -92,6 +94,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     dataFile: storage,
     handedOver: takeHandover(file),
     handOver: (minutes) => writeHandover(file, minutes),
+    takeoverClaimed: () => claimantOf(file) !== null,
     async close() {
       storage.close()
       lock?.release()
@@ -123,6 +126,18 @@ export function runningServerOf(config: Config, refused: (reason: string) => Err
   const pid = lockHolder(file)
   if (pid === null) throw refused(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
   return pid
+}
+
+/**
+ * Claims the data file for a takeover, before listening beside the running server; returns the
+ * claim's removal. Refused (`refused` makes the error) while another live process claims it.
+ */
+export function claimDataFile(config: Config, holder: number, refused: (reason: string) => Error): () => void {
+  try {
+    return claimTakeover(resolve(config.dataFile), holder)
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
 }
 
 /** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */

@@ -19,7 +19,7 @@
  *     closed move to the new one only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
  */
 import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
-import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
+import { claimDataFile, limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
 import { errorResponse, notFound, unavailable } from './http/api-errors'
@@ -80,7 +80,7 @@ export class Server {
     try {
       backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: takeover?.lockWaitMs }))
     } catch (error) {
-      takeover?.fail()
+      await takeover?.fail()
       throw error
     }
     if (config.database && !config.redisUrl)
@@ -91,7 +91,7 @@ export class Server {
       bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
       savedLimits = await backend.storage.limiterState.load()
     } catch (error) {
-      takeover?.fail()
+      await takeover?.fail()
       await backend.close()
       backend.undo()
       throw error
@@ -122,12 +122,12 @@ export class Server {
           `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet; ` +
             (bound.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
         )
-      server.listen(takeover !== undefined)
+      server.listen(takeover !== undefined, warn)
       takeover?.ready(petstore)
       await options.onListening?.(server)
     } catch (error) {
       // Nothing is served half started: the listeners go, and the start fails with one line.
-      takeover?.fail()
+      await takeover?.fail()
       await server.stop()
       backend.undo()
       throw error
@@ -164,6 +164,11 @@ export class Server {
    * Stops for a server that takes over (see the header): as stop, and the minute buckets are handed
    * over before the lock is released.
    */
+  /** Whether a live server claims this one's data file to take over: SIGUSR2 is acted on only then. */
+  get takeoverAsked(): boolean {
+    return this.backend.takeoverClaimed?.() ?? false
+  }
+
   handOver(graceMs: number): Promise<boolean> {
     if (!this.stopped) this.handingOver = true
     return this.stop(graceMs)
@@ -209,15 +214,17 @@ export class Server {
    * port is first checked with a socket that does not share it. Development mode would show Bun's
    * error pages.
    */
-  private listen(beside: boolean): void {
+  private listen(beside: boolean, warn: (message: string) => void): void {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
+    let listener = 'the API'
     try {
       // A listener that does not share the port binds only while nothing else listens there.
-      if (!beside) void Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response() }).stop(true)
+      if (!beside) bindUnshared(config.host, config.port)
       petstore.app.listen({ hostname: config.host, port: config.port, reusePort: true, development: false })
       if (config.metricsAddress) {
         binding = `${hostInUrl(config.metricsAddress.host)}:${config.metricsAddress.port}`
+        listener = '/metrics'
         this.metricsListener = Bun.serve({
           hostname: config.metricsAddress.host,
           port: config.metricsAddress.port,
@@ -229,6 +236,7 @@ export class Server {
       }
       if (config.consoleAddress) {
         binding = `${hostInUrl(config.consoleAddress.host)}:${config.consoleAddress.port}`
+        listener = 'the console'
         this.console = this.buildConsole().listen({
           hostname: config.consoleAddress.host,
           port: config.consoleAddress.port,
@@ -237,7 +245,11 @@ export class Server {
         })
       }
     } catch (error) {
-      throw new ConfigError(`cannot listen on ${binding}: ${(error as Error).message}`)
+      const reason = `cannot listen on ${binding}: ${(error as Error).message}`
+      // Taking over, the server handing over is gone by now: serving without /metrics or the console
+      // beats not serving.
+      if (beside && petstore.app.server) return warn(`${reason}; serving without ${listener}`)
+      throw new ConfigError(reason)
     }
   }
 
@@ -272,6 +284,11 @@ function freePort(host: string): number {
   }
 }
 
+/** Binds the address without sharing it, and lets it go: throws while anything listens there. */
+function bindUnshared(host: string, port: number): void {
+  void Bun.serve({ hostname: host, port, reusePort: false, fetch: () => new Response() }).stop(true)
+}
+
 /** A takeover under way, from the new server's side (see the header). */
 interface Takeover {
   /** How long to wait for the old server to release the data file. */
@@ -279,7 +296,7 @@ interface Takeover {
   /** The app listens: the held requests go to it, and the holding listener closes. */
   ready(petstore: PetstoreApp): void
   /** The start failed after the old server was asked to stop: held requests get 503. */
-  fail(): void
+  fail(): Promise<void>
 }
 
 /**
@@ -299,6 +316,18 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
     warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
     return undefined
   }
+  // The lock names the process, not where it listens: a port nobody listens on would stop the running
+  // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
+  let nobodyListens = false
+  try {
+    bindUnshared(config.host, config.port)
+    nobodyListens = true
+  } catch {}
+  if (nobodyListens)
+    throw refused(
+      `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
+    )
+  const dropClaim = claimDataFile(config, pid, refused)
   let letThrough: (petstore: PetstoreApp | null) => void = () => {}
   const ready = new Promise<PetstoreApp | null>((resolve) => (letThrough = resolve))
   let holding: ReturnType<typeof Bun.serve>
@@ -308,6 +337,9 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
       port: config.port,
       reusePort: true,
       development: false,
+      // They may wait longer than Bun's default of 10 s, which would reset them (the old server answers
+      // its in-flight requests for up to its grace period first); the wait is bounded by lockWaitMs.
+      idleTimeout: 0,
       // Requests that reach this server before it can serve wait for it; each answer then closes its
       // connection, so the client's next request goes to the app's own listener.
       async fetch(request) {
@@ -319,6 +351,7 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
       },
     })
   } catch (error) {
+    dropClaim()
     throw refused(
       `cannot listen beside it on ${hostInUrl(config.host)}:${config.port} (${(error as Error).message}); ` +
         'a server that does not share its port (a petstore older than --takeover, or another program) must be stopped instead',
@@ -327,18 +360,24 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
   try {
     process.kill(pid, 'SIGUSR2')
   } catch (error) {
+    dropClaim()
     holding.stop(true)
     throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
   }
   warn(`taking over ${config.dataFile} from process ${pid}`)
-  const settle = (petstore: PetstoreApp | null) => {
-    letThrough(petstore)
-    void holding.stop(petstore === null)
-  }
   return {
     lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
-    ready: (petstore) => settle(petstore),
-    fail: () => settle(null),
+    ready(petstore) {
+      letThrough(petstore)
+      void holding.stop(false)
+    },
+    // The held requests' 503s are sent before the process ends, rather than reset with it.
+    async fail() {
+      dropClaim()
+      letThrough(null)
+      await Promise.race([holding.stop(false), Bun.sleep(CLOSE_CONNECTIONS_MS)])
+      await holding.stop(true)
+    },
   }
 }
 

@@ -58,18 +58,19 @@ export async function keys(args: string[]): Promise<number> {
   for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json', 'since'])
     if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
       throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE)
+  // A secret pasted among the words: refused without repeating it, as every message may end up in a
+  // log; checked before their count, whose complaint may quote one.
+  if (positionals.some(looksLikeSecret))
+    throw new UsageError(
+      `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
+      USAGE,
+    )
   const expected = sub === 'revoke' || sub === 'reset-limits' ? [1] : sub === 'set-plan' ? [2] : sub === 'usage' ? [0, 1] : [0]
   if (!expected.includes(positionals.length))
     throw new UsageError(
       sub === 'set-plan'
         ? 'keys set-plan needs a key ID and a plan'
         : expected[0] ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[expected.at(-1)!]}"`,
-      USAGE,
-    )
-  // A secret pasted where the id goes: refused without repeating it, as every message may end up in a log.
-  if (positionals.length > 0 && looksLikeSecret(positionals[0]!))
-    throw new UsageError(
-      `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
       USAGE,
     )
   if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE)

@@ -92,6 +92,8 @@ export async function serve(args: string[]): Promise<number> {
   let stopping = false
   stop = async (reason: string, code = 0, handOver = false) => {
     if (stopping) return
+    if (handOver && !server.takeoverAsked)
+      return console.error(`petstore: SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
     const grace = server.config.shutdownGraceMs

@@ -36,6 +36,12 @@ export interface PeekResult {
 }
 
 /**
+ * Try ids (countTry) one group (one API key) may hold at once: a client making up Idempotency-Keys
+ * forgets its own oldest counts, never another key's.
+ */
+export const TRIES_PER_KEY = 1_000
+
+/**
  * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
  * process) and with a promise when it cannot (Redis); its callers handle both the same way.
  */

@@ -197,6 +197,19 @@ describe('keys revoke given a secret', () => {
     // Nothing was revoked.
     expect(cli(['keys', 'list', '--json', '--data', dataFile]).stdout).toContain('"revoked": null')
   })
+
+  // Wherever a secret lands among the words, and however many there are, it is not printed back.
+  test.each([['list SECRET'], ['usage key_x SECRET'], ['revoke key_x SECRET'], ['set-plan key_x pro SECRET']])(
+    'keys %s refuses the secret without printing it',
+    (words: string) => {
+      const dataFile = join(tempDir(), 'p.db')
+      const secret = createKeyWithCli(dataFile, ['--plan', 'free'])
+      const result = cli(['keys', ...words.split(' ').map((word) => (word === 'SECRET' ? secret : word)), '--data', dataFile])
+      expect(result.code).toBe(2)
+      expect(reasonLine(result.stderr)).toContain("shaped like a key's secret (psk_…), which is not repeated here")
+      expect(result.stderr + result.stdout).not.toContain(secret.slice(4, 12))
+    },
+  )
 })
 
 describe('a usage error ends with its reason', () => {

@@ -208,6 +208,20 @@ describe('fail=N with an Idempotency-Key', () => {
     expect((await send('b')).status).toBe(200)
   })
 
+  test("another key's flood of Idempotency-Keys does not reset a key's count of tries", async () => {
+    const { server, keys } = await staging({ mine: 100, flood: 100 })
+    const send = (key: string, idempotencyKey: string) =>
+      fetch(`${server.base}/pets`, { headers: prefer(key, 'fail=2, code=503', { 'idempotency-key': idempotencyKey }) }).then((r) => r.status)
+    expect(await send(keys.mine!, 'mine')).toBe(503)
+    // Forced answers cost no token, so a key may send as many as it likes, each under a new id.
+    let next = 0
+    const flood = async () => {
+      while (next < 10_000) expect(await send(keys.flood!, `flood-${next++}`)).toBe(503)
+    }
+    await Promise.all(Array.from({ length: 16 }, flood))
+    expect([await send(keys.mine!, 'mine'), await send(keys.mine!, 'mine')]).toEqual([503, 200])
+  })
+
   test('a forced 503 is the 503 of a limiter that does not answer, as a real one from a stopped Redis', async () => {
     // The comparison with a real one is in the Redis suite below; here, its shape without Redis.
     const { server, keys } = await staging({ key: 100 })

@@ -6,9 +6,10 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { connect } from 'node:net'
 import { join } from 'node:path'
-import { createKeyWithCli, tempDir } from '../support/binary'
-import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
+import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
+import { auth, killSpawned, listAll, parseRawResponse, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -48,6 +49,19 @@ function steadyLoad(base: string, key: string) {
       await Promise.all(clients)
     },
   }
+}
+
+/** A GET on a connection of its own: the status, or 'reset' when the connection ends without an answer. */
+function rawGet(port: number, path: string, key: string): Promise<number | string> {
+  return new Promise((resolve) => {
+    let text = ''
+    const socket = connect(port, '127.0.0.1', () =>
+      socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`),
+    )
+    socket.on('data', (chunk) => (text += chunk.toString()))
+    socket.on('error', () => {})
+    socket.on('close', () => resolve(parseRawResponse(text)?.status ?? 'reset'))
+  })
 }
 
 async function until(check: () => boolean, ms = 30_000): Promise<void> {
@@ -172,6 +186,99 @@ describe('serve --takeover', () => {
     expect(old.proc.exitCode).toBeNull()
     expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
     expect(await old.stop()).toBe(0)
+  })
+
+  test('given a port the running server does not listen on, it refuses in one line and leaves the old server serving', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const wrongPort = await unusedPort()
+    const refused = await serveExpectingFailure([...serveArgs(wrongPort, dataFile), '--takeover'])
+    expect(refused.listened).toBe(false)
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toBe(
+      `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
+    )
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('from a frozen server, it gives up; the requests it held get 503, not a reset; the old one, resumed, keeps serving', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    old.proc.kill('SIGSTOP')
+    const next = Bun.spawn([BINARY, 'serve', ...serveArgs(port, dataFile), '--takeover'], { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' })
+    let nextErr = ''
+    const reading = (async () => {
+      for await (const chunk of next.stderr) nextErr += Buffer.from(chunk).toString()
+    })()
+    await until(() => nextErr.includes('taking over'))
+    // New connections: the kernel gives some to the frozen server, which answers none yet, and some
+    // to the new one, which holds them until it gives up (longer than Bun's default idle timeout).
+    const answers = Array.from({ length: 12 }, () => rawGet(port, '/v1/pets', key))
+    expect(await next.exited).toBe(1)
+    await reading
+    expect(nextErr).toMatch(/^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m)
+    const settled = await Promise.all(answers.map((answer) => Promise.race([answer, Bun.sleep(2_000).then(() => 'pending')])))
+    old.proc.kill('SIGCONT')
+    // Those the new server held are 503s; the frozen server's are answered once it runs again.
+    expect(settled.filter((status) => status !== 'pending').length).toBeGreaterThan(0)
+    expect(settled.filter((status) => status !== 'pending' && status !== 503)).toEqual([])
+    expect((await Promise.all(answers)).filter((status) => status !== 503 && status !== 200)).toEqual([])
+    await until(() => old.stderr().includes('no server is taking over'))
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const load = steadyLoad(old.base, key)
+    await until(() => load.outcomes.length >= 60)
+    const takers = [0, 1].map(() =>
+      spawnServe([...serveArgs(port, dataFile), '--takeover']).then(
+        (server) => ({ server, refusal: '' }),
+        (error: Error) => ({ server: undefined, refusal: error.message }),
+      ),
+    )
+    const [first, second] = await Promise.all(takers)
+    const winner = (first!.server ?? second!.server)!
+    const refusal = first!.server ? second!.refusal : first!.refusal
+    expect(refusal).toMatch(/petstore: cannot take over: process \d+ is taking over .* already; the running server keeps serving/)
+    expect(await old.proc.exited).toBe(0)
+    const atHandover = load.outcomes.length
+    await until(() => load.outcomes.length >= atHandover + 60)
+    await load.stop()
+    expect(load.outcomes.filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
+    // The winner's claim stays, naming the running server: the next takeover, from it, goes ahead.
+    const third = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
+    expect(await winner.proc.exited).toBe(0)
+    expect(await third.stop()).toBe(0)
+  })
+
+  test('a --metrics-address another program holds does not leave the port with no server: it serves, without /metrics', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const other = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const next = await spawnServe([...serveArgs(port, dataFile), '--takeover', '--metrics-address', `127.0.0.1:${other.port}`])
+      expect(await old.proc.exited).toBe(0)
+      expect(next.stderr()).toContain(`petstore: cannot listen on 127.0.0.1:${other.port}: `)
+      expect(next.stderr()).toContain('; serving without /metrics')
+      expect((await postPet(next.base, key, { name: 'served', categoryId: 1 })).status).toBe(201)
+      expect(await next.stop()).toBe(0)
+    } finally {
+      other.stop(true)
+    }
   })
 
   test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet', async () => {

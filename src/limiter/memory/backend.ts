@@ -6,10 +6,10 @@
  */
 import type { SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
-/** Try counts held at once (countTry); the oldest is forgotten first. */
+/** Try counts held at once (countTry), all keys together; beyond, the first key's oldest is forgotten. */
 const TRIES_KEPT = 10_000
 
 export interface MemoryBackendOptions {
@@ -42,7 +42,9 @@ export class MemoryLimiterBackend implements LimiterBackend {
   private currentAddresses = new Map<string, Subject>()
   private previousAddresses = new Map<string, Subject>()
   private readonly saved: Map<string, SavedBucket>
-  private readonly tries = new Map<string, { count: number; firstAt: number }>()
+  /** Try counts by group, then by id, oldest first; `triesHeld` counts them all. */
+  private readonly tries = new Map<string, Map<string, { count: number; firstAt: number }>>()
+  private triesHeld = 0
   private readonly savedMinutes: Map<string, SavedBucket>
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
@@ -101,20 +103,36 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return { minute: { ...subject.minute }, day: { ...subject.day }, now }
   }
 
-  /** At most TRIES_KEPT counts at once, each forgotten `keepMs` after its first try. */
+  /**
+   * At most TRIES_PER_KEY counts per group and TRIES_KEPT in all, each forgotten `keepMs` after its
+   * first try; a group that is full forgets its own oldest, so one key's ids never push out another's.
+   */
   countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
-    const id = `${group} ${tryId}`
-    let entry = this.tries.get(id)
+    let counts = this.tries.get(group)
+    if (!counts) this.tries.set(group, (counts = new Map()))
+    let entry = counts.get(tryId)
     if (entry && now - entry.firstAt >= keepMs) {
-      this.tries.delete(id)
+      counts.delete(tryId)
+      this.triesHeld--
       entry = undefined
     }
     if (!entry) {
-      if (this.tries.size >= TRIES_KEPT) this.tries.delete(this.tries.keys().next().value!)
+      if (counts.size >= TRIES_PER_KEY) this.forgetOldestTry(group)
+      else if (this.triesHeld >= TRIES_KEPT) this.forgetOldestTry(this.tries.keys().next().value!)
       entry = { count: 0, firstAt: now }
-      this.tries.set(id, entry)
+      counts.set(tryId, entry)
+      this.tries.set(group, counts)
+      this.triesHeld++
     }
     return ++entry.count
+  }
+
+  /** Forgets the oldest count of a group, and the group once it holds none. */
+  private forgetOldestTry(group: string): void {
+    const counts = this.tries.get(group)!
+    counts.delete(counts.keys().next().value!)
+    this.triesHeld--
+    if (counts.size === 0) this.tries.delete(group)
   }
 
   /** Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start. */

@@ -16,7 +16,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type Inspected, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult } from '../backend'
+import { type BanRule, type Inspected, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
 import { fullBucket, refill } from '../token-bucket'
 import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
 
@@ -46,8 +46,6 @@ interface Taken {
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
 const SCRIPTS = [LIMITER_SCRIPT, PEEK_SCRIPT, COUNT_SCRIPT, UNDO_SCRIPT, FORGET_SCRIPT]
-/** Try ids one API key may hold in Redis at once (COUNT_SCRIPT). */
-const TRIES_PER_KEY = 1_000
 const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.

@@ -79,7 +79,12 @@ export async function lockDataFileWhenFree(file: string, ms: number): Promise<Da
     try {
       return lockDataFile(file)
     } catch (error) {
-      if (!(error instanceof DataFileBusyError) || Date.now() > deadline) throw error
+      if (!(error instanceof DataFileBusyError)) throw error
+      if (Date.now() > deadline)
+        throw new DataFileBusyError(
+          `cannot take over: ${file} was not let go within ${Math.round(ms / 1000)} s (is the running server stopped, by SIGSTOP or a frozen machine?); ` +
+            'the takeover is withdrawn, so it keeps serving once it runs',
+        )
     }
     await Bun.sleep(20)
   }

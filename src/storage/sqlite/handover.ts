@@ -62,3 +62,57 @@ export function takeHandover(file: string): Map<string, SavedBucket> {
     rmSync(path, { force: true })
   }
 }
+
+/**
+ * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
+ * beside the running server; removed when it gives up, and kept once it has the file (until the next
+ * takeover replaces it), so a takeover started a moment later is refused. One claim at a time, so
+ * of two takeovers started together the second is refused before it holds any request. A signal is
+ * delivered late to a process that was stopped (SIGSTOP, a frozen VM): the running server hands over
+ * only while a live process other than itself claims the file, so a late or stray SIGUSR2 does not
+ * stop it with nobody to take over.
+ */
+function claimFileOf(file: string): string {
+  return `${file}.takeover`
+}
+
+/** `holder` is the running server's process id: a claim naming it is the one it took over with. */
+export function claimTakeover(file: string, holder: number): () => void {
+  const path = claimFileOf(file)
+  for (;;) {
+    try {
+      // Readable by all: it holds a process id only, and the running server may run as another user.
+      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o644 })
+      break
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      const claimant = claimantOf(file)
+      if (claimant !== null && claimant !== holder) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
+      // Left by a process that is gone, or by the running server when it took over.
+      rmSync(path, { force: true })
+    }
+  }
+  return function dropClaim() {
+    try {
+      if (readFileSync(path, 'utf8') === String(process.pid)) rmSync(path, { force: true })
+    } catch {}
+  }
+}
+
+/** The live process, other than this one, that claims the file; null when none. */
+export function claimantOf(file: string): number | null {
+  let pid: number
+  try {
+    pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+  } catch {
+    return null
+  }
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null
+  try {
+    process.kill(pid, 0)
+    return pid
+  } catch (error) {
+    // EPERM: alive, under another user.
+    return (error as NodeJS.ErrnoException).code === 'EPERM' ? pid : null
+  }
+}
