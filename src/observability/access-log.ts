@@ -11,6 +11,7 @@
  */
 
 export interface LogSink {
+  /** Bun's file sink: the bytes taken, or a promise of them when the write could not finish at once. */
   write(text: string): unknown
   /**
    * The bytes flushed, or a promise of them while the reader is behind; nothing (undefined) once the
@@ -71,13 +72,17 @@ export class AccessLog {
     if (!this.batch) return true
     const text = this.batch
     this.batch = ''
+    let written: unknown
     try {
-      this.sink.write(text)
+      written = this.sink.write(text)
     } catch (error) {
       this.dropped += this.batchLines
       this.stop(error)
       return false
     }
+    // Bun's file sink answers a write it cannot finish at once (a batch larger than the pipe takes) with
+    // a promise, which rejects once the reader is gone (EPIPE): unheard, that rejection ends the process.
+    if (written instanceof Promise) written.catch((error: unknown) => this.stop(error))
     this.batchLines = 0
     this.unflushed = true
     return true
