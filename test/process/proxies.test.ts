@@ -12,7 +12,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { eventually, type Server, startServer, tempDir } from '../support/binary'
-import { nginxCommand, severalInstancesSite } from '../support/nginx'
+import { nginxCommand, nginxInFront } from '../support/nginx'
 import { unusedPort } from './helpers'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -120,18 +120,8 @@ describe.skipIf(!available)('behind the README\'s proxies', () => {
 
   test('nginx for several instances (deploy/several-instances/nginx.conf): /metrics only from each instance', async () => {
     const servers = [await startServer(), await startServer()]
-    const dir = tempDir()
-    const port = await unusedPort()
-    const command = nginxCommand(dir, severalInstancesSite(port, [servers[0]!.port, servers[1]!.port]))
-    proxies.push(Bun.spawn(command, { cwd: dir, stdout: 'ignore', stderr: 'pipe' }))
-    const origin = `http://127.0.0.1:${port}`
-    await eventually(async () => {
-      try {
-        return (await fetch(`${origin}/healthz`)).status === 200
-      } catch {
-        return false
-      }
-    }, 20_000)
+    const { origin, proc } = await nginxInFront([servers[0]!.port, servers[1]!.port])
+    proxies.push(proc)
     for (const server of servers) await expectMetricsKeptFromPublic(origin, server)
     for (const server of servers) expect(await server.stop()).toBe(0)
   }, 60_000)

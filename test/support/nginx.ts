@@ -23,7 +23,7 @@ export function nginxCommand(dir: string, site: string): string[] {
 }
 
 /** deploy/several-instances/nginx.conf as shipped, with nginx's and the two instances' addresses made local. */
-export function severalInstancesSite(port: number, instances: [number, number]): string {
+function severalInstancesSite(port: number, instances: [number, number]): string {
   return readFileSync(join(import.meta.dir, '..', '..', 'deploy', 'several-instances', 'nginx.conf'), 'utf8')
     .replace('listen 80;', `listen 127.0.0.1:${port};`)
     .replace(/\bpetstore-1:8080\b/, `127.0.0.1:${instances[0]}`)
