@@ -14,7 +14,7 @@ import { RateLimiter } from './limiter/limiter'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
-import { DEPRECATED_OPERATION, petsModule } from './modules/pets'
+import { petsModule } from './modules/pets'
 import { InThreadPetWriter } from './modules/pets/batch'
 import { PetService } from './modules/pets/service'
 import { ordersModule } from './modules/orders'
@@ -109,7 +109,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const usage = storage.writable
     ? new UsageCounter({
         basePath: config.basePath,
-        deprecatedOperation: DEPRECATED_OPERATION,
         now,
         onDropped: (rows) => warn(`storage has not taken the usage counts for a while: dropped the ${rows} oldest minute rows`),
       })
@@ -185,7 +184,11 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         service: pets,
         baseUrl: config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
-        onDeprecatedCall: (keyId) => metrics.deprecatedCall(keyId),
+        // One fact, two records: /metrics' counter and the key's usage.
+        onDeprecatedCall: (keyId) => {
+          metrics.deprecatedCall(keyId)
+          usage?.deprecatedCall(keyId)
+        },
       }),
     )
     .use(ordersModule())

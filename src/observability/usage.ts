@@ -19,8 +19,6 @@ const MAX_UNWRITTEN_ROWS = 30_000
 export interface UsageCounterOptions {
   /** Only answers under the API's base path are usage (not /healthz, /metrics, the docs). */
   basePath: string
-  /** The operation whose calls are counted as deprecated ones (getPet). */
-  deprecatedOperation: string
   now?: () => number
   /** Said when unwritten rows had to be dropped. */
   onDropped?: (rows: number) => void
@@ -40,23 +38,29 @@ export class UsageCounter {
     this.now = options.now ?? Date.now
   }
 
-  /**
-   * Counts one answer. `keyId` is the valid key's, undefined without one; a deprecated call is one the
-   * gate let through (not refused with 429), as /metrics counts it.
-   */
-  count(path: string, keyId: string | undefined, status: number, seconds: number, operation: string): void {
+  /** Counts one answer. `keyId` is the valid key's, undefined without one. */
+  count(path: string, keyId: string | undefined, status: number, seconds: number): void {
     if (!path.startsWith(this.apiPrefix) && path !== this.options.basePath) return
+    const counts = this.countsOf(keyId ?? NO_KEY)
+    counts[outcomeOf(status)]!++
+    counts[latencySlot(seconds * 1000)]!++
+  }
+
+  /** Counts a call of the deprecated operation, told by its handler, as /metrics counts it. */
+  deprecatedCall(keyId: string): void {
+    this.countsOf(keyId)[DEPRECATED]!++
+  }
+
+  /** The current minute's counts of a key (or NO_KEY), the minute closed first when it has passed. */
+  private countsOf(id: string): number[] {
     const minute = Math.floor(this.now() / MINUTE_MS)
     if (minute !== this.minute) this.closeMinute(minute)
-    const id = keyId ?? NO_KEY
     let counts = this.current.get(id)
     if (counts === undefined) {
       counts = emptyCounts()
       this.current.set(id, counts)
     }
-    counts[outcomeOf(status)]!++
-    counts[latencySlot(seconds * 1000)]!++
-    if (operation === this.options.deprecatedOperation && keyId !== undefined && status !== 429) counts[DEPRECATED]!++
+    return counts
   }
 
   /** Everything counted since the last take, as minute rows; the counts start again from zero. */

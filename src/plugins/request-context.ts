@@ -178,7 +178,7 @@ export function requestContext(options: RequestContextOptions) {
     const seconds = (performance.now() - info.startedAt) / 1000
     const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
     metrics.observe(operation, status, seconds)
-    usage?.count(info.path, info.key?.id, status, seconds, operation)
+    usage?.count(info.path, info.key?.id, status, seconds)
     const durationMs = Math.round(seconds * 100_000) / 100
     const key = info.key
     recent.add({
