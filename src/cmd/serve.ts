@@ -1,8 +1,9 @@
 /**
  * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
- * and its stop on SIGTERM or SIGINT: in-flight requests drain for up to the grace period, then the
- * process exits (0, or 1 when storage did not take the last writes in time). SIGUSR2 is the same stop
- * asked by a server started with --takeover, which hands the rate-limit state on (server.ts).
+ * and what each signal does. Every signal a process manager, a terminal or a stray `kill` commonly
+ * sends is handled here, from one table, so none ends the process without its last save (a signal
+ * with no handler would end it at once, in-flight requests cut and the last seconds' usage and day
+ * quota lost). See docs/operations.md#signals.
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
@@ -41,6 +42,21 @@ ${COMMON}
   --takeover                 take over from the server running on the same data file and port,
                              refusing no request (Linux; see docs/upgrading.md)`
 
+/**
+ * Signals that stop the server exactly as SIGTERM does: in-flight requests drain for up to the grace
+ * period, the last usage counts and day buckets are saved, then the process exits 0 (1 when storage
+ * did not take them in time). SIGHUP is among them: petstore has nothing a reload could reopen (its
+ * log is stdout), and a closing terminal means stop; so the systemd units have no ExecReload.
+ * SIGQUIT is a terminal's Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
+ */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as const
+/**
+ * Signals petstore has no use for, whose default would end the process at once: the server keeps
+ * serving and says so once per signal. (SIGPIPE, a reader gone, Bun already ignores: each write
+ * reports its own failure. SIGUSR2 is the takeover's, below.)
+ */
+const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
+
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
     args,
@@ -73,9 +89,15 @@ export async function serve(args: string[]): Promise<number> {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
-  process.on('SIGTERM', () => stop('SIGTERM received'))
-  process.on('SIGINT', () => stop('SIGINT received'))
+  for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
   process.on('SIGUSR2', () => stop('SIGUSR2 received: handing over to the server taking over', 0, true))
+  const heard = new Set<string>()
+  for (const signal of IGNORED_SIGNALS)
+    process.on(signal, () => {
+      if (heard.has(signal)) return
+      heard.add(signal)
+      console.error(`petstore: ${signal} received: petstore has no use for it, still serving (later ones are ignored without a word)`)
+    })
   const server = await Server.start(config, {
     takeover: values.takeover === true,
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
