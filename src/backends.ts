@@ -18,7 +18,7 @@ import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lock
 import { checkServable, claimantOf, claimTakeover, takeHandover, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
-import { StorageOpenError, type PetWriter, type SavedBucket, type Storage } from './domain/repositories'
+import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
 
 /** The storage a server runs on, with what only that kind of storage needs. */
 export interface StorageBackend {
@@ -28,10 +28,10 @@ export interface StorageBackend {
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void
-  /** Minute buckets the server this one took over from handed over (embedded mode). */
-  handedOver?: Map<string, SavedBucket>
-  /** Hands the minute buckets to the server taking over; before close, which lets it in. */
-  handOver?(minutes: Map<string, SavedBucket>): void
+  /** Rate-limit state the server this one took over from handed over (embedded mode). */
+  handedOver?: LimiterHandover
+  /** Hands the rate-limit state to the server taking over; before close, which lets it in. */
+  handOver?(state: LimiterHandover): void
   /** A live server claims the file to take over (handover.ts): a SIGUSR2 without one is ignored. */
   takeoverClaimed?(): boolean
 }
@@ -93,7 +93,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         : undefined,
     dataFile: storage,
     handedOver: takeHandover(file),
-    handOver: (minutes) => writeHandover(file, minutes),
+    handOver: (state) => writeHandover(file, state),
     takeoverClaimed: () => claimantOf(file) !== null,
     async close() {
       storage.close()

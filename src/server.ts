@@ -103,7 +103,7 @@ export class Server {
       warn,
       limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
       savedLimits,
-      savedMinutes: backend.handedOver,
+      handedOver: backend.handedOver,
       petWriter: backend.petWriter,
       dataFile: backend.dataFile,
     })
@@ -187,7 +187,7 @@ export class Server {
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
-      if (this.handingOver) this.backend.handOver?.(this.petstore.limiter.minuteBuckets())
+      if (this.handingOver) this.backend.handOver?.(this.petstore.limiter.handover())
       await this.petstore.close()
       await this.backend.close()
       return true

@@ -110,6 +110,51 @@ describe('serve --takeover', () => {
     expect(await next.stop()).toBe(0)
   })
 
+  test('bans and address buckets carry over: a banned key and a banned address stay banned for the rest of their ban, a spent address stays spent', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '2', '--rpd', '1000'])
+    const port = await unusedPort()
+    const args = [...serveArgs(port, dataFile), '--ban-after', '3', '--ban-seconds', '600', '--trust-proxy', 'loopback']
+    const old = await spawnServe(args)
+    const from = (address: string, headers: Record<string, string> = {}) => ({ ...headers, 'x-forwarded-for': address })
+    const answer = async (base: string, headers: Record<string, string>) => {
+      const response = await fetch(`${base}/pets`, { headers })
+      const body = (await response.json()) as { code?: string }
+      return { status: response.status, code: body.code ?? 'ok', retryAfter: Number(response.headers.get('retry-after') ?? 0) }
+    }
+    // The key: its 2 a minute, then 429s until the fourth starts the ban.
+    const bannedAt = Date.now()
+    const keyCodes: string[] = []
+    while (keyCodes.at(-1) !== 'key_banned' && keyCodes.length < 10) keyCodes.push((await answer(old.base, auth(key, from('198.51.100.1')))).code)
+    expect(keyCodes).toEqual(['ok', 'ok', 'rate_limited', 'rate_limited', 'rate_limited', 'rate_limited', 'key_banned'])
+    // Two addresses spend their keyless 60 a minute at once, 30 requests at a time; the second then
+    // keeps going until it is banned.
+    for (const address of ['203.0.113.5', '203.0.113.6']) {
+      for (let round = 0; round < 2; round++) {
+        const statuses = await Promise.all(Array.from({ length: 30 }, () => answer(old.base, from(address)).then((a) => a.status)))
+        expect(statuses).toEqual(statuses.map(() => 401))
+      }
+      expect((await answer(old.base, from(address))).code).toBe('rate_limited')
+    }
+    for (let i = 0; i < 3; i++) await answer(old.base, from('203.0.113.6'))
+    expect((await answer(old.base, from('203.0.113.6'))).code).toBe('key_banned')
+
+    const next = await spawnServe([...args, '--takeover'])
+    expect(await old.proc.exited).toBe(0)
+    const banLeft = 600 - Math.floor((Date.now() - bannedAt) / 1000)
+    const keyNow = await answer(next.base, auth(key, from('198.51.100.1')))
+    expect(keyNow).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(keyNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
+    expect(keyNow.retryAfter).toBeLessThanOrEqual(600)
+    const addressNow = await answer(next.base, from('203.0.113.6'))
+    expect(addressNow).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(addressNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
+    expect(await answer(next.base, from('203.0.113.5'))).toMatchObject({ status: 429, code: 'rate_limited' })
+    // An address the old server never saw starts with its full allowance.
+    expect(await answer(next.base, from('203.0.113.7'))).toMatchObject({ status: 401 })
+    expect(await next.stop()).toBe(0)
+  })
+
   test('the /metrics and console listeners move to the new server too, and a plain start still refuses their ports in use', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     createKeyWithCli(dataFile, ['--plan', 'pro'])
