@@ -75,6 +75,8 @@ export interface PetstoreApp {
    * arrived, which tell when its clients have gone quiet.
    */
   closeConnections(): () => number
+  /** Undoes closeConnections: a hand-over was withdrawn, the server goes on serving. */
+  keepConnections(): void
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -243,6 +245,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       closingConnections = true
       lastRequestAt = performance.now()
       return () => performance.now() - lastRequestAt
+    },
+    keepConnections: () => {
+      closingConnections = false
     },
     finishWrites: () => pets.close(),
     async close() {

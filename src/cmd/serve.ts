@@ -8,7 +8,7 @@
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
 import { normaliseAddress, TrustedProxies } from '../http/client-address'
-import { Server } from '../server'
+import { Server, type ServerOptions } from '../server'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
@@ -57,6 +57,12 @@ const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as co
  */
 const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
 
+/**
+ * How long a server that handed over waits for its successor to serve (or to die, and then it serves
+ * again): its lock wait (about 17 s) plus the time to open the file.
+ */
+const SUCCESSOR_WAIT_MS = 30_000
+
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
     args,
@@ -98,8 +104,7 @@ export async function serve(args: string[]): Promise<number> {
       heard.add(signal)
       console.error(`petstore: ${signal} received: petstore has no use for it, still serving (later ones are ignored without a word)`)
     })
-  const server = await Server.start(config, {
-    takeover: values.takeover === true,
+  const options: ServerOptions = {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
@@ -108,20 +113,42 @@ export async function serve(args: string[]): Promise<number> {
       if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
       if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
-  })
+  }
+  let server = await Server.start(config, { ...options, takeover: values.takeover === true })
   console.error(startupLine(server))
 
   let stopping = false
+  /** A stop asked while this server was starting to serve again; acted on once it does. */
+  let stopAsked: string | undefined
   stop = async (reason: string, code = 0, handOver = false) => {
-    if (stopping) return
+    if (stopping) return handOver ? undefined : (stopAsked ??= reason)
     if (handOver && !server.takeoverAsked)
       return console.error(`petstore: SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
     const grace = server.config.shutdownGraceMs
-    if (!(await (handOver ? server.handOver(grace) : server.stop(grace)))) {
+    const stopped = handOver ? await server.handOver(grace) : await server.stop(grace)
+    if (stopped === 'withdrawn') {
+      stopping = false
+      return console.error('petstore: the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
+    }
+    if (!stopped) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
+    }
+    if (handOver && (await server.awaitSuccessor(SUCCESSOR_WAIT_MS)) === 'gone') {
+      // The file and the port are free again, with the state just handed over beside the file.
+      console.error('petstore: the server taking over died before it served: serving again')
+      try {
+        server = await Server.start(server.config, options)
+      } catch (error) {
+        console.error(`petstore: cannot serve again: ${(error as Error).message}`)
+        process.exit(1)
+      }
+      console.error(startupLine(server))
+      stopping = false
+      if (stopAsked !== undefined) void stop(stopAsked)
+      return
     }
     console.error('petstore: stopped')
     process.exit(code)

@@ -103,12 +103,13 @@ function isBucket(value: unknown): value is SavedBucket {
 
 /**
  * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
- * beside the running server; removed when it gives up, and kept once it has the file (until the next
- * takeover replaces it), so a takeover started a moment later is refused. One claim at a time, so
- * of two takeovers started together the second is refused before it holds any request. A signal is
- * delivered late to a process that was stopped (SIGSTOP, a frozen VM): the running server hands over
- * only while a live process other than itself claims the file, so a late or stray SIGUSR2 does not
- * stop it with nobody to take over.
+ * beside the running server; removed when it gives up, and once it serves, which tells the server
+ * that handed over that its successor made it. One claim at a time, so of two takeovers started
+ * together the second is refused before it holds any request. A signal is delivered late to a process
+ * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
+ * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take
+ * over. The claim of a process that died (`kill -9`) is removed by whoever notices: the running
+ * server, or the next start.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`
@@ -119,8 +120,8 @@ export function claimTakeover(file: string, holder: number): () => void {
   const path = claimFileOf(file)
   for (;;) {
     try {
-      // Readable by all: it holds a process id only, and the running server may run as another user.
-      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o644 })
+      // The data file's mode: only the user that serves it (and so can take it over) reads it.
+      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
       break
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
@@ -139,18 +140,43 @@ export function claimTakeover(file: string, holder: number): () => void {
 
 /** The live process, other than this one, that claims the file; null when none. */
 export function claimantOf(file: string): number | null {
-  let pid: number
+  const pid = claimedBy(file)
+  return pid !== null && pid !== process.pid && isAlive(pid) ? pid : null
+}
+
+/** Removes the claim of a process that is gone (killed while taking over); a live one's stays. */
+export function dropDeadClaim(file: string): void {
+  const pid = claimedBy(file)
+  if (pid !== null && !isAlive(pid)) rmSync(claimFileOf(file), { force: true })
+}
+
+/**
+ * How the takeover by `pid` stands, for the server that handed over to it: 'serving' once it has let
+ * its claim go, 'gone' when it died first (its claim is then removed), else 'starting'.
+ */
+export function takeoverProgress(file: string, pid: number): 'starting' | 'serving' | 'gone' {
+  if (!isAlive(pid)) {
+    dropDeadClaim(file)
+    return 'gone'
+  }
+  return claimedBy(file) === pid ? 'starting' : 'serving'
+}
+
+function claimedBy(file: string): number | null {
   try {
-    pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+    const pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+    return Number.isInteger(pid) && pid > 0 ? pid : null
   } catch {
     return null
   }
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null
+}
+
+function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0)
-    return pid
+    return true
   } catch (error) {
     // EPERM: alive, under another user.
-    return (error as NodeJS.ErrnoException).code === 'EPERM' ? pid : null
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
   }
 }
