@@ -5,7 +5,9 @@
  * for. See docs/upgrading.md.
  */
 import { Database } from 'bun:sqlite'
+import type { Subprocess } from 'bun'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
@@ -62,6 +64,20 @@ function rawGet(port: number, path: string, key: string): Promise<number | strin
     socket.on('error', () => {})
     socket.on('close', () => resolve(parseRawResponse(text)?.status ?? 'reset'))
   })
+}
+
+/** `serve --takeover` without waiting for it to listen, its stderr collected. */
+const takers: Subprocess[] = []
+afterAll(() => takers.forEach((taker) => taker.kill('SIGKILL')))
+
+function spawnTaker(args: string[]) {
+  const proc = Bun.spawn([BINARY, 'serve', ...args, '--takeover'], { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' })
+  takers.push(proc)
+  let text = ''
+  void (async () => {
+    for await (const chunk of proc.stderr) text += Buffer.from(chunk).toString()
+  })()
+  return { proc, stderr: () => text }
 }
 
 async function until(check: () => boolean, ms = 30_000): Promise<void> {
@@ -278,6 +294,66 @@ describe('serve --takeover', () => {
     expect(old.proc.exitCode).toBeNull()
     expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
     expect(await old.stop()).toBe(0)
+  })
+
+  test('kill -9 of the server taking over right after it says so: the old one keeps serving, and the dead claim is removed', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const load = steadyLoad(old.base, key)
+    await until(() => load.outcomes.length >= 60)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    await until(() => taker.stderr().includes('taking over'))
+    expect(statSync(`${dataFile}.takeover`).mode & 0o777).toBe(0o600)
+    taker.proc.kill('SIGKILL')
+    await until(() => /still serving|serving again/.test(old.stderr()) || old.proc.exitCode !== null)
+    expect(old.proc.exitCode).toBeNull()
+    // Requests the kernel had given the dead process's socket are lost with it; every one after is answered.
+    const noticed = load.outcomes.length
+    await until(() => load.outcomes.length >= noticed + 120)
+    await load.stop()
+    expect(load.outcomes.slice(noticed).filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('a server taking over that dies after the old one let go: the old one serves again, with the state it handed over', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const freeKey = createKeyWithCli(dataFile, ['--plan', 'free'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    for (let i = 0; i < 50; i++) expect((await fetch(`${old.base}/pets`, { headers: auth(freeKey) })).status).toBe(200)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    await until(() => taker.stderr().includes('taking over'))
+    // Frozen, it cannot take the file the old one lets go; the old one writes its state and waits.
+    taker.proc.kill('SIGSTOP')
+    await until(() => existsSync(`${dataFile}.handover`))
+    expect(statSync(`${dataFile}.handover`).mode & 0o777).toBe(0o600)
+    taker.proc.kill('SIGKILL')
+    await until(() => (old.stderr().includes('serving again') && old.stderr().split('listening on').length === 3) || old.proc.exitCode !== null)
+    expect(old.proc.exitCode).toBeNull()
+    // The same process serves the port, with the minute bucket it handed over: 10 left, not 60.
+    let more = 0
+    while ((await fetch(`${old.base}/pets`, { headers: auth(freeKey) })).status === 200) more++
+    expect(more).toBeGreaterThanOrEqual(10)
+    expect(more).toBeLessThan(30)
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('a claim and a half-written hand-over left by killed processes are removed at the next start', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const gone = Bun.spawn(['true'])
+    await gone.exited
+    writeFileSync(`${dataFile}.takeover`, String(gone.pid), { mode: 0o644 })
+    writeFileSync(`${dataFile}.handover.tmp`, '{"minutes":', { mode: 0o644 })
+    const server = await spawnServe(serveArgs(await unusedPort(), dataFile))
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover.tmp`)]).toEqual([false, false])
+    expect(await server.stop()).toBe(0)
   })
 
   test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {
