@@ -187,16 +187,22 @@ export class MemoryLimiterBackend implements LimiterBackend {
       for (const [id, subject] of generation) {
         const handed = this.handed(subject, true, now)
         const fresh =
-          subject.minute.tokens >= subject.limits.rpm && subject.day.tokens >= subject.limits.rpd && !handed.bannedUntil && !handed.rejections
+          handed.minute.tokens >= subject.limits.rpm && handed.day!.tokens >= subject.limits.rpd && !handed.bannedUntil && !handed.rejections
         if (fresh) addresses.delete(id)
         else addresses.set(id, handed)
       }
     return { keys, addresses }
   }
 
+  /** The subject's state brought up to `now` (copies: handing over changes nothing here). */
   private handed(subject: Subject, withDay: boolean, now: number): HandedSubject {
+    const shape = shapesOf(subject.limits)
     const handed: HandedSubject = { minute: { ...subject.minute } }
-    if (withDay) handed.day = { ...subject.day }
+    refill(handed.minute, shape.minute, now)
+    if (withDay) {
+      handed.day = { ...subject.day }
+      refill(handed.day, shape.day, now)
+    }
     if (subject.bannedUntil > now) handed.bannedUntil = subject.bannedUntil
     const recent = subject.rejections ? [...subject.rejections].filter((at) => now - at < MINUTE_MS).sort((a, b) => a - b) : []
     if (recent.length) handed.rejections = recent
