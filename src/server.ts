@@ -194,16 +194,16 @@ export class Server {
   /**
    * Once handed over (the lock released), waits until the successor serves, or dies before it does:
    * then 'gone', and the caller starts serving again. 'late' when it has neither served nor died
-   * within `ms` (a successor older than this check never says that it serves).
+   * within `ms` (a successor older than this check never says that it serves), or once `given up`.
    */
-  async awaitSuccessor(ms: number): Promise<'serving' | 'gone' | 'late'> {
+  async awaitSuccessor(ms: number, givenUp: () => boolean): Promise<'serving' | 'gone' | 'late'> {
     const pid = this.successor
     if (pid === null || !this.backend.takeoverProgress) return 'serving'
     const deadline = Date.now() + ms
     for (;;) {
       const progress = this.backend.takeoverProgress(pid)
       if (progress !== 'starting') return progress
-      if (Date.now() > deadline) return 'late'
+      if (Date.now() > deadline || givenUp()) return 'late'
       await Bun.sleep(20)
     }
   }

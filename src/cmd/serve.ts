@@ -118,7 +118,7 @@ export async function serve(args: string[]): Promise<number> {
   console.error(startupLine(server))
 
   let stopping = false
-  /** A stop asked while this server was starting to serve again; acted on once it does. */
+  /** A stop asked during a hand-over that then did not happen; acted on once this process serves again. */
   let stopAsked: string | undefined
   stop = async (reason: string, code = 0, handOver = false) => {
     if (stopping) return handOver ? undefined : (stopAsked ??= reason)
@@ -129,14 +129,17 @@ export async function serve(args: string[]): Promise<number> {
     const grace = server.config.shutdownGraceMs
     const stopped = handOver ? await server.handOver(grace) : await server.stop(grace)
     if (stopped === 'withdrawn') {
+      console.error('petstore: the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
       stopping = false
-      return console.error('petstore: the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
+      if (stopAsked !== undefined) void stop(stopAsked)
+      return
     }
     if (!stopped) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
     }
-    if (handOver && (await server.awaitSuccessor(SUCCESSOR_WAIT_MS)) === 'gone') {
+    // A stop asked meanwhile ends the wait: everything is saved and handed over already.
+    if (handOver && (await server.awaitSuccessor(SUCCESSOR_WAIT_MS, () => stopAsked !== undefined)) === 'gone') {
       // The file and the port are free again, with the state just handed over beside the file.
       console.error('petstore: the server taking over died before it served: serving again')
       try {
