@@ -177,8 +177,9 @@ export class Server {
    * serving ('withdrawn'). After that, awaitSuccessor tells whether it made it.
    */
   async handOver(graceMs: number): Promise<boolean | 'withdrawn'> {
+    if (this.stopped) return this.stopped
     const claimant = this.backend.claimant?.() ?? null
-    if (this.stopped || claimant === null) return this.stop(graceMs)
+    if (claimant === null) return 'withdrawn'
     this.handingOver = true
     this.successor = claimant
     if (this.petstore.app.server && !(await this.letConnectionsGo(claimant))) {
