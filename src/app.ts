@@ -30,7 +30,7 @@ import { gate } from './plugins/gate'
 import { scenarios } from './plugins/scenarios'
 import { type RequestInfo, requestContext, requestInfo, routedPath } from './plugins/request-context'
 import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
-import type { PetWriter, SavedBucket, Storage } from './domain/repositories'
+import type { LimiterHandover, PetWriter, SavedBucket, Storage } from './domain/repositories'
 
 /** The server's version: package.json's, so a release's files say the version they are. */
 export const VERSION: string = pkg.version
@@ -48,8 +48,8 @@ export interface AppDeps {
   limiterBackend?: (rule: BanRule) => LimiterBackend
   /** Day buckets saved by the last run (storage.limiterState), for the in-process limiter. */
   savedLimits?: Map<string, SavedBucket>
-  /** Minute buckets handed over by the server this one took over from (serve --takeover). */
-  savedMinutes?: Map<string, SavedBucket>
+  /** Rate-limit state handed over by the server this one took over from (serve --takeover). */
+  handedOver?: LimiterHandover
   /** The embedded data file, watched for being replaced. */
   dataFile?: DataFileWatch
 }
@@ -75,6 +75,8 @@ export interface PetstoreApp {
    * arrived, which tell when its clients have gone quiet.
    */
   closeConnections(): () => number
+  /** Undoes closeConnections: a hand-over was withdrawn, the server goes on serving. */
+  keepConnections(): void
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -135,7 +137,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         ),
     },
     deps.savedLimits,
-    deps.savedMinutes,
+    deps.handedOver,
   )
   const fault = new StorageFault(deps.dataFile, warn)
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
@@ -243,6 +245,9 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       closingConnections = true
       lastRequestAt = performance.now()
       return () => performance.now() - lastRequestAt
+    },
+    keepConnections: () => {
+      closingConnections = false
     },
     finishWrites: () => pets.close(),
     async close() {

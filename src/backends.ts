@@ -15,10 +15,10 @@ import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, takeHandover, writeHandover } from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeHandover, takeoverProgress, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
-import { StorageOpenError, type PetWriter, type SavedBucket, type Storage } from './domain/repositories'
+import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
 
 /** The storage a server runs on, with what only that kind of storage needs. */
 export interface StorageBackend {
@@ -28,12 +28,16 @@ export interface StorageBackend {
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void
-  /** Minute buckets the server this one took over from handed over (embedded mode). */
-  handedOver?: Map<string, SavedBucket>
-  /** Hands the minute buckets to the server taking over; before close, which lets it in. */
-  handOver?(minutes: Map<string, SavedBucket>): void
-  /** A live server claims the file to take over (handover.ts): a SIGUSR2 without one is ignored. */
-  takeoverClaimed?(): boolean
+  /** Rate-limit state the server this one took over from handed over (embedded mode). */
+  handedOver?: LimiterHandover
+  /** Hands the rate-limit state to the server taking over; before close, which lets it in. */
+  handOver?(state: LimiterHandover): void
+  /** The live server that claims the file to take over (handover.ts), or null: a SIGUSR2 without one is ignored. */
+  claimant?(): number | null
+  /** Removes the claim of a server that died while taking over. */
+  dropDeadClaim?(): void
+  /** How the takeover by `pid` stands, for the server that handed over (handover.ts takeoverProgress). */
+  takeoverProgress?(pid: number): 'starting' | 'serving' | 'gone'
 }
 
 export interface OpenOptions {
@@ -68,6 +72,8 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
   prepareDataFolder(config.dataFile)
   const file = resolve(config.dataFile)
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
+  // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
+  if (lock) dropDeadClaim(file)
   let storage: SqliteStorage
   try {
     storage = openSqliteStorage(config.dataFile, { verify: true })
@@ -93,8 +99,10 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         : undefined,
     dataFile: storage,
     handedOver: takeHandover(file),
-    handOver: (minutes) => writeHandover(file, minutes),
-    takeoverClaimed: () => claimantOf(file) !== null,
+    handOver: (state) => writeHandover(file, state),
+    claimant: () => claimantOf(file),
+    dropDeadClaim: () => dropDeadClaim(file),
+    takeoverProgress: (pid) => takeoverProgress(file, pid),
     async close() {
       storage.close()
       lock?.release()

@@ -12,11 +12,14 @@
  *  3. it sends SIGUSR2, a signal petstore has no other use for and that needs no socket or file
  *     protocol of its own: the old server answers every request from then on with
  *     `Connection: close` (see CLOSE_CONNECTIONS_MS), so kept-alive clients leave after their current
- *     answer, then stops as on SIGTERM (in-flight answers sent, day buckets saved), writes its minute
- *     buckets beside the data file, releases the lock and exits 0;
- *  4. the new server takes the lock (waiting for it, bounded), loads the state, listens with its app
- *     and lets the held requests through. Connections the kernel had queued on the old socket when it
- *     closed move to the new one only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
+ *     answer, then stops as on SIGTERM (in-flight answers sent, day buckets saved), writes the rest of
+ *     the rate-limit state (buckets, bans) beside the data file and releases the lock. It checks that
+ *     the new server lives until its listener closes, and withdraws (keeps serving) if it died;
+ *  4. the new server takes the lock (waiting for it, bounded), loads the state, listens with its app,
+ *     lets the held requests through and drops its claim. The old one exits 0 once it sees the claim
+ *     go, or opens the file and serves again if the new one died first. Connections the kernel had
+ *     queued on the old socket when it closed move to the new one only with net.ipv4.tcp_migrate_req=1
+ *     (docs/upgrading.md).
  */
 import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
 import { claimDataFile, limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, runningServerOf, type StorageBackend } from './backends'
@@ -62,6 +65,8 @@ export class Server {
   private console: AnyElysia | undefined
   private stopped: Promise<boolean> | undefined
   private handingOver = false
+  /** The process this server is handing over to. */
+  private successor: number | null = null
 
   private constructor(
     /** The config the app was built from: with `--port 0`, the port bound. */
@@ -103,7 +108,7 @@ export class Server {
       warn,
       limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
       savedLimits,
-      savedMinutes: backend.handedOver,
+      handedOver: backend.handedOver,
       petWriter: backend.petWriter,
       dataFile: backend.dataFile,
     })
@@ -160,22 +165,51 @@ export class Server {
     return this.stopped
   }
 
-  /**
-   * Stops for a server that takes over (see the header): as stop, and the minute buckets are handed
-   * over before the lock is released.
-   */
   /** Whether a live server claims this one's data file to take over: SIGUSR2 is acted on only then. */
   get takeoverAsked(): boolean {
-    return this.backend.takeoverClaimed?.() ?? false
+    return (this.backend.claimant?.() ?? null) !== null
   }
 
-  handOver(graceMs: number): Promise<boolean> {
-    if (!this.stopped) this.handingOver = true
+  /**
+   * Stops for a server that takes over (see the header): as stop, and the rate-limit state is handed
+   * over before the lock is released. Only while the claimant lives: it is checked until the listener
+   * closes, and if it died meanwhile (`kill -9`) this server withdraws, removes its claim and keeps
+   * serving ('withdrawn'). After that, awaitSuccessor tells whether it made it.
+   */
+  async handOver(graceMs: number): Promise<boolean | 'withdrawn'> {
+    if (this.stopped) return this.stopped
+    const claimant = this.backend.claimant?.() ?? null
+    if (claimant === null) return 'withdrawn'
+    this.handingOver = true
+    this.successor = claimant
+    if (this.petstore.app.server && !(await this.letConnectionsGo(claimant))) {
+      this.handingOver = false
+      this.successor = null
+      this.petstore.keepConnections()
+      this.backend.dropDeadClaim?.()
+      return 'withdrawn'
+    }
     return this.stop(graceMs)
   }
 
+  /**
+   * Once handed over (the lock released), waits until the successor serves, or dies before it does:
+   * then 'gone', and the caller starts serving again. 'late' when it has neither served nor died
+   * within `ms` (a successor older than this check never says that it serves), or once `given up`.
+   */
+  async awaitSuccessor(ms: number, givenUp: () => boolean): Promise<'serving' | 'gone' | 'late'> {
+    const pid = this.successor
+    if (pid === null || !this.backend.takeoverProgress) return 'serving'
+    const deadline = Date.now() + ms
+    for (;;) {
+      const progress = this.backend.takeoverProgress(pid)
+      if (progress !== 'starting') return progress
+      if (Date.now() > deadline || givenUp()) return 'late'
+      await Bun.sleep(20)
+    }
+  }
+
   private async teardown(graceMs: number): Promise<boolean> {
-    if (this.handingOver && this.petstore.app.server) await this.letConnectionsGo()
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {
@@ -187,7 +221,7 @@ export class Server {
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
-      if (this.handingOver) this.backend.handOver?.(this.petstore.limiter.minuteBuckets())
+      if (this.handingOver) this.backend.handOver?.(this.petstore.limiter.handover())
       await this.petstore.close()
       await this.backend.close()
       return true
@@ -200,11 +234,18 @@ export class Server {
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
   }
 
-  /** Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS). */
-  private async letConnectionsGo(): Promise<void> {
+  /**
+   * Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS); false as soon as
+   * the claimant is no longer alive, the last check right before the listener would close.
+   */
+  private async letConnectionsGo(claimant: number): Promise<boolean> {
     const idleMs = this.petstore.closeConnections()
     const deadline = Date.now() + CLOSE_CONNECTIONS_MS
-    while (idleMs() < QUIET_MS && Date.now() < deadline) await Bun.sleep(10)
+    for (;;) {
+      if (this.backend.claimant?.() !== claimant) return false
+      if (idleMs() >= QUIET_MS || Date.now() >= deadline) return true
+      await Bun.sleep(10)
+    }
   }
 
   /**
@@ -367,9 +408,11 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
   warn(`taking over ${config.dataFile} from process ${pid}`)
   return {
     lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
+    // Serving: the claim goes, which tells the old server that this one made it.
     ready(petstore) {
       letThrough(petstore)
       void holding.stop(false)
+      dropClaim()
     },
     // The held requests' 503s are sent before the process ends, rather than reset with it.
     async fail() {

@@ -1,13 +1,14 @@
 /**
  * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
- * and its stop on SIGTERM or SIGINT: in-flight requests drain for up to the grace period, then the
- * process exits (0, or 1 when storage did not take the last writes in time). SIGUSR2 is the same stop
- * asked by a server started with --takeover, which hands the rate-limit state on (server.ts).
+ * and what each signal does. Every signal a process manager, a terminal or a stray `kill` commonly
+ * sends is handled here, from one table, so none ends the process without its last save (a signal
+ * with no handler would end it at once, in-flight requests cut and the last seconds' usage and day
+ * quota lost). See docs/operations.md#signals.
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
 import { normaliseAddress, TrustedProxies } from '../http/client-address'
-import { Server } from '../server'
+import { Server, type ServerOptions } from '../server'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
@@ -41,6 +42,27 @@ ${COMMON}
   --takeover                 take over from the server running on the same data file and port,
                              refusing no request (Linux; see docs/upgrading.md)`
 
+/**
+ * Signals that stop the server exactly as SIGTERM does: in-flight requests drain for up to the grace
+ * period, the last usage counts and day buckets are saved, then the process exits 0 (1 when storage
+ * did not take them in time). SIGHUP is among them: petstore has nothing a reload could reopen (its
+ * log is stdout), and a closing terminal means stop; so the systemd units have no ExecReload.
+ * SIGQUIT is a terminal's Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
+ */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as const
+/**
+ * Signals petstore has no use for, whose default would end the process at once: the server keeps
+ * serving and says so once per signal. (SIGPIPE, a reader gone, Bun already ignores: each write
+ * reports its own failure. SIGUSR2 is the takeover's, below.)
+ */
+const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
+
+/**
+ * How long a server that handed over waits for its successor to serve (or to die, and then it serves
+ * again): its lock wait (about 17 s) plus the time to open the file.
+ */
+const SUCCESSOR_WAIT_MS = 30_000
+
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
     args,
@@ -73,11 +95,16 @@ export async function serve(args: string[]): Promise<number> {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
-  process.on('SIGTERM', () => stop('SIGTERM received'))
-  process.on('SIGINT', () => stop('SIGINT received'))
+  for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
   process.on('SIGUSR2', () => stop('SIGUSR2 received: handing over to the server taking over', 0, true))
-  const server = await Server.start(config, {
-    takeover: values.takeover === true,
+  const heard = new Set<string>()
+  for (const signal of IGNORED_SIGNALS)
+    process.on(signal, () => {
+      if (heard.has(signal)) return
+      heard.add(signal)
+      console.error(`petstore: ${signal} received: petstore has no use for it, still serving (later ones are ignored without a word)`)
+    })
+  const options: ServerOptions = {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
@@ -86,20 +113,45 @@ export async function serve(args: string[]): Promise<number> {
       if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
       if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
-  })
+  }
+  let server = await Server.start(config, { ...options, takeover: values.takeover === true })
   console.error(startupLine(server))
 
   let stopping = false
+  /** A stop asked during a hand-over that then did not happen; acted on once this process serves again. */
+  let stopAsked: string | undefined
   stop = async (reason: string, code = 0, handOver = false) => {
-    if (stopping) return
+    if (stopping) return handOver ? undefined : (stopAsked ??= reason)
     if (handOver && !server.takeoverAsked)
       return console.error(`petstore: SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
     stopping = true
     console.error(`petstore: ${reason}, finishing in-flight requests`)
     const grace = server.config.shutdownGraceMs
-    if (!(await (handOver ? server.handOver(grace) : server.stop(grace)))) {
+    const stopped = handOver ? await server.handOver(grace) : await server.stop(grace)
+    if (stopped === 'withdrawn') {
+      console.error('petstore: the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
+      stopping = false
+      if (stopAsked !== undefined) void stop(stopAsked)
+      return
+    }
+    if (!stopped) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
+    }
+    // A stop asked meanwhile ends the wait: everything is saved and handed over already.
+    if (handOver && (await server.awaitSuccessor(SUCCESSOR_WAIT_MS, () => stopAsked !== undefined)) === 'gone') {
+      // The file and the port are free again, with the state just handed over beside the file.
+      console.error('petstore: the server taking over died before it served: serving again')
+      try {
+        server = await Server.start(server.config, options)
+      } catch (error) {
+        console.error(`petstore: cannot serve again: ${(error as Error).message}`)
+        process.exit(1)
+      }
+      console.error(startupLine(server))
+      stopping = false
+      if (stopAsked !== undefined) void stop(stopAsked)
+      return
     }
     console.error('petstore: stopped')
     process.exit(code)

@@ -94,6 +94,27 @@ export interface SavedBucket {
   updatedAt: number
 }
 
+/**
+ * One subject's rate-limit state that lives only in memory, handed from a server that stops to the one
+ * taking over from it (embedded mode): without it every upgrade would give abusers a fresh start.
+ */
+export interface HandedSubject {
+  minute: SavedBucket
+  /** Addresses only: keys' day buckets are saved in storage at every stop. */
+  day?: SavedBucket
+  /** When its ban ends (ms); absent when it is not banned. */
+  bannedUntil?: number
+  /** Times (ms) of its recent rejections, oldest first: the count toward a ban. */
+  rejections?: number[]
+}
+
+export interface LimiterHandover {
+  /** By key subject (`key:ID`). */
+  keys: Map<string, HandedSubject>
+  /** By address subject (`ip:ADDR`). */
+  addresses: Map<string, HandedSubject>
+}
+
 export interface LimiterStateRepository {
   load(): MaybePromise<Map<string, SavedBucket>>
   save(buckets: Map<string, SavedBucket>): MaybePromise<void>

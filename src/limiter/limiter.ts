@@ -16,7 +16,7 @@ import {
 } from './backend'
 import { fullBucket, msUntilFull, msUntilToken, refill } from './token-bucket'
 import type { Limits } from '../domain/plans'
-import type { SavedBucket } from '../domain/repositories'
+import type { LimiterHandover, SavedBucket } from '../domain/repositories'
 
 export interface LimiterOptions {
   banAfter: number
@@ -78,13 +78,13 @@ export class RateLimiter {
   private readonly bansStarted = new Map<string, number>()
 
   /**
-   * `saved`: day buckets of keys from the data file; `savedMinutes`: minute buckets handed over by the
-   * server this one took over from. Only the in-process backend keeps them.
+   * `saved`: day buckets of keys from the data file; `handedOver`: what the server this one took over
+   * from handed over (buckets, bans, rejections). Only the in-process backend keeps them.
    */
   constructor(
     private readonly options: LimiterOptions,
     saved: Map<string, SavedBucket> = new Map(),
-    savedMinutes: Map<string, SavedBucket> = new Map(),
+    handedOver?: LimiterHandover,
   ) {
     if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
@@ -92,8 +92,13 @@ export class RateLimiter {
       this.memory = null
       this.backend = options.backend(rule)
     } else {
-      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, savedMinutes })
+      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
       this.backend = this.memory
+      // The console lists the bans handed over as it lists its own.
+      const now = options.now?.() ?? Date.now()
+      for (const subjects of [handedOver?.keys, handedOver?.addresses])
+        for (const [subject, { bannedUntil }] of subjects ?? [])
+          if (bannedUntil !== undefined && bannedUntil > now) this.noteBan(subject, bannedUntil, now)
     }
     this.local = options.fallback === 'local' ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
   }
@@ -167,9 +172,9 @@ export class RateLimiter {
     return this.memory?.unsavedDayBuckets() ?? new Map()
   }
 
-  /** Every key's minute bucket, for a takeover; none with a shared backend, which keeps them itself. */
-  minuteBuckets(): Map<string, SavedBucket> {
-    return this.memory?.minuteBuckets() ?? new Map()
+  /** What a takeover hands to the next server (buckets, bans); nothing with a shared backend, which keeps it. */
+  handover(): LimiterHandover {
+    return this.memory?.handover(this.options.now?.()) ?? { keys: new Map(), addresses: new Map() }
   }
 
   /**

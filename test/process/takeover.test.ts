@@ -5,7 +5,9 @@
  * for. See docs/upgrading.md.
  */
 import { Database } from 'bun:sqlite'
+import type { Subprocess } from 'bun'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
@@ -64,6 +66,20 @@ function rawGet(port: number, path: string, key: string): Promise<number | strin
   })
 }
 
+/** `serve --takeover` without waiting for it to listen, its stderr collected. */
+const takers: Subprocess[] = []
+afterAll(() => takers.forEach((taker) => taker.kill('SIGKILL')))
+
+function spawnTaker(args: string[]) {
+  const proc = Bun.spawn([BINARY, 'serve', ...args, '--takeover'], { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' })
+  takers.push(proc)
+  let text = ''
+  void (async () => {
+    for await (const chunk of proc.stderr) text += Buffer.from(chunk).toString()
+  })()
+  return { proc, stderr: () => text }
+}
+
 async function until(check: () => boolean, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms
   while (!check()) {
@@ -107,6 +123,51 @@ describe('serve --takeover', () => {
     expect(more).toBeLessThanOrEqual(10 + refilled)
     expect(more).toBeLessThan(60)
 
+    expect(await next.stop()).toBe(0)
+  })
+
+  test('bans and address buckets carry over: a banned key and a banned address stay banned for the rest of their ban, a spent address stays spent', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '2', '--rpd', '1000'])
+    const port = await unusedPort()
+    const args = [...serveArgs(port, dataFile), '--ban-after', '3', '--ban-seconds', '600', '--trust-proxy', 'loopback']
+    const old = await spawnServe(args)
+    const from = (address: string, headers: Record<string, string> = {}) => ({ ...headers, 'x-forwarded-for': address })
+    const answer = async (base: string, headers: Record<string, string>) => {
+      const response = await fetch(`${base}/pets`, { headers })
+      const body = (await response.json()) as { code?: string }
+      return { status: response.status, code: body.code ?? 'ok', retryAfter: Number(response.headers.get('retry-after') ?? 0) }
+    }
+    // The key: its 2 a minute, then 429s until the fourth starts the ban.
+    const bannedAt = Date.now()
+    const keyCodes: string[] = []
+    while (keyCodes.at(-1) !== 'key_banned' && keyCodes.length < 10) keyCodes.push((await answer(old.base, auth(key, from('198.51.100.1')))).code)
+    expect(keyCodes).toEqual(['ok', 'ok', 'rate_limited', 'rate_limited', 'rate_limited', 'rate_limited', 'key_banned'])
+    // Two addresses spend their keyless 60 a minute at once, 30 requests at a time; the second then
+    // keeps going until it is banned.
+    for (const address of ['203.0.113.5', '203.0.113.6']) {
+      for (let round = 0; round < 2; round++) {
+        const statuses = await Promise.all(Array.from({ length: 30 }, () => answer(old.base, from(address)).then((a) => a.status)))
+        expect(statuses).toEqual(statuses.map(() => 401))
+      }
+      expect((await answer(old.base, from(address))).code).toBe('rate_limited')
+    }
+    for (let i = 0; i < 3; i++) await answer(old.base, from('203.0.113.6'))
+    expect((await answer(old.base, from('203.0.113.6'))).code).toBe('key_banned')
+
+    const next = await spawnServe([...args, '--takeover'])
+    expect(await old.proc.exited).toBe(0)
+    const banLeft = 600 - Math.floor((Date.now() - bannedAt) / 1000)
+    const keyNow = await answer(next.base, auth(key, from('198.51.100.1')))
+    expect(keyNow).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(keyNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
+    expect(keyNow.retryAfter).toBeLessThanOrEqual(600)
+    const addressNow = await answer(next.base, from('203.0.113.6'))
+    expect(addressNow).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(addressNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
+    expect(await answer(next.base, from('203.0.113.5'))).toMatchObject({ status: 429, code: 'rate_limited' })
+    // An address the old server never saw starts with its full allowance.
+    expect(await answer(next.base, from('203.0.113.7'))).toMatchObject({ status: 401 })
     expect(await next.stop()).toBe(0)
   })
 
@@ -233,6 +294,66 @@ describe('serve --takeover', () => {
     expect(old.proc.exitCode).toBeNull()
     expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
     expect(await old.stop()).toBe(0)
+  })
+
+  test('kill -9 of the server taking over right after it says so: the old one keeps serving, and the dead claim is removed', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    const load = steadyLoad(old.base, key)
+    await until(() => load.outcomes.length >= 60)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    await until(() => taker.stderr().includes('taking over'))
+    expect(statSync(`${dataFile}.takeover`).mode & 0o777).toBe(0o600)
+    taker.proc.kill('SIGKILL')
+    await until(() => /still serving|serving again/.test(old.stderr()) || old.proc.exitCode !== null)
+    expect(old.proc.exitCode).toBeNull()
+    // Requests the kernel had given the dead process's socket are lost with it; every one after is answered.
+    const noticed = load.outcomes.length
+    await until(() => load.outcomes.length >= noticed + 120)
+    await load.stop()
+    expect(load.outcomes.slice(noticed).filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
+    expect(old.proc.exitCode).toBeNull()
+    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('a server taking over that dies after the old one let go: the old one serves again, with the state it handed over', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const freeKey = createKeyWithCli(dataFile, ['--plan', 'free'])
+    const port = await unusedPort()
+    const old = await spawnServe(serveArgs(port, dataFile))
+    for (let i = 0; i < 50; i++) expect((await fetch(`${old.base}/pets`, { headers: auth(freeKey) })).status).toBe(200)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    await until(() => taker.stderr().includes('taking over'))
+    // Frozen, it cannot take the file the old one lets go; the old one writes its state and waits.
+    taker.proc.kill('SIGSTOP')
+    await until(() => existsSync(`${dataFile}.handover`))
+    expect(statSync(`${dataFile}.handover`).mode & 0o777).toBe(0o600)
+    taker.proc.kill('SIGKILL')
+    await until(() => (old.stderr().includes('serving again') && old.stderr().split('listening on').length === 3) || old.proc.exitCode !== null)
+    expect(old.proc.exitCode).toBeNull()
+    // The same process serves the port, with the minute bucket it handed over: 10 left, not 60.
+    let more = 0
+    while ((await fetch(`${old.base}/pets`, { headers: auth(freeKey) })).status === 200) more++
+    expect(more).toBeGreaterThanOrEqual(10)
+    expect(more).toBeLessThan(30)
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('a claim and a half-written hand-over left by killed processes are removed at the next start', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const gone = Bun.spawn(['true'])
+    await gone.exited
+    writeFileSync(`${dataFile}.takeover`, String(gone.pid), { mode: 0o644 })
+    writeFileSync(`${dataFile}.handover.tmp`, '{"minutes":', { mode: 0o644 })
+    const server = await spawnServe(serveArgs(await unusedPort(), dataFile))
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover.tmp`)]).toEqual([false, false])
+    expect(await server.stop()).toBe(0)
   })
 
   test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {

@@ -4,7 +4,7 @@
  * day buckets of keys can be saved to the data file and loaded back, so a restart does not refill them.
  * It answers at once and allocates nothing per request for a subject it already knows.
  */
-import type { SavedBucket } from '../../domain/repositories'
+import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
 import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
@@ -17,8 +17,11 @@ export interface MemoryBackendOptions {
   maxAddresses: number
   /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
   saved?: Map<string, SavedBucket>
-  /** Minute buckets of keys handed over by the server this one took over from; used like `saved`. */
-  savedMinutes?: Map<string, SavedBucket>
+  /**
+   * What the server this one took over from handed over (buckets, bans, rejections of keys and
+   * addresses); each subject's is used once, when it is first seen, like `saved`.
+   */
+  handedOver?: LimiterHandover
 }
 
 interface Subject {
@@ -45,7 +48,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   /** Try counts by group, then by id, oldest first; `triesHeld` counts them all. */
   private readonly tries = new Map<string, Map<string, { count: number; firstAt: number }>>()
   private triesHeld = 0
-  private readonly savedMinutes: Map<string, SavedBucket>
+  private readonly handedOver: LimiterHandover
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -62,7 +65,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   ) {
     if (options.maxAddresses < 1) throw new RangeError('maxAddresses must be positive')
     this.saved = options.saved ?? new Map()
-    this.savedMinutes = options.savedMinutes ?? new Map()
+    this.handedOver = options.handedOver ?? { keys: new Map(), addresses: new Map() }
   }
 
   get trackedAddresses(): number {
@@ -139,7 +142,8 @@ export class MemoryLimiterBackend implements LimiterBackend {
   forget(id: string): void {
     this.keys.delete(id)
     this.saved.delete(id)
-    this.savedMinutes.delete(id)
+    this.handedOver.keys.delete(id)
+    this.handedOver.addresses.delete(id)
     this.currentAddresses.delete(id)
     this.previousAddresses.delete(id)
   }
@@ -149,7 +153,11 @@ export class MemoryLimiterBackend implements LimiterBackend {
     const subject = isKey ? this.keys.get(id) : (this.currentAddresses.get(id) ?? this.previousAddresses.get(id))
     if (subject) return { limits: subject.limits, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
     const saved = isKey ? this.saved.get(id) : undefined
-    return saved ? { limits: null, day: { ...saved }, bannedUntil: 0, now } : null
+    const handed = (isKey ? this.handedOver.keys : this.handedOver.addresses).get(id)
+    if (!saved && !handed) return null
+    // No limits: the day is capped by the subject's limits when looked at (a full one when none was kept).
+    const day = saved ?? handed?.day ?? { tokens: Infinity, updatedAt: now }
+    return { limits: null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }
 
   async ping(): Promise<boolean> {
@@ -166,11 +174,39 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return dirty
   }
 
-  /** Every key's minute bucket, for the server that takes over from this one. */
-  minuteBuckets(): Map<string, SavedBucket> {
-    const buckets = new Map<string, SavedBucket>()
-    for (const [id, subject] of this.keys) buckets.set(id, { tokens: subject.minute.tokens, updatedAt: subject.minute.updatedAt })
-    return buckets
+  /**
+   * For the server that takes over from this one: every key's minute bucket, ban and recent rejections
+   * (its day bucket is saved in storage), and every address's buckets, ban and rejections unless it is
+   * as a new one would be; plus what was handed to this one and not used yet.
+   */
+  handover(now: number = Date.now()): LimiterHandover {
+    const keys = new Map(this.handedOver.keys)
+    const addresses = new Map(this.handedOver.addresses)
+    for (const [id, subject] of this.keys) keys.set(id, this.handed(subject, false, now))
+    for (const generation of [this.previousAddresses, this.currentAddresses])
+      for (const [id, subject] of generation) {
+        const handed = this.handed(subject, true, now)
+        const fresh =
+          handed.minute.tokens >= subject.limits.rpm && handed.day!.tokens >= subject.limits.rpd && !handed.bannedUntil && !handed.rejections
+        if (fresh) addresses.delete(id)
+        else addresses.set(id, handed)
+      }
+    return { keys, addresses }
+  }
+
+  /** The subject's state brought up to `now` (copies: handing over changes nothing here). */
+  private handed(subject: Subject, withDay: boolean, now: number): HandedSubject {
+    const shape = shapesOf(subject.limits)
+    const handed: HandedSubject = { minute: { ...subject.minute } }
+    refill(handed.minute, shape.minute, now)
+    if (withDay) {
+      handed.day = { ...subject.day }
+      refill(handed.day, shape.day, now)
+    }
+    if (subject.bannedUntil > now) handed.bannedUntil = subject.bannedUntil
+    const recent = subject.rejections ? [...subject.rejections].filter((at) => now - at < MINUTE_MS).sort((a, b) => a - b) : []
+    if (recent.length) handed.rejections = recent
+    return handed
   }
 
   /**
@@ -189,18 +225,28 @@ export class MemoryLimiterBackend implements LimiterBackend {
     if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
-    const savedMinute = isKey ? this.savedMinutes.get(id) : undefined
+    const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
+    const handed = handedOver.get(id)
+    const day = saved ?? handed?.day
     subject = {
       limits,
-      minute: savedMinute ? restored(savedMinute, limits.rpm, now) : fullBucket(shape.minute, now),
-      day: saved ? restored(saved, limits.rpd, now) : fullBucket(shape.day, now),
+      minute: handed ? restored(handed.minute, limits.rpm, now) : fullBucket(shape.minute, now),
+      day: day ? restored(day, limits.rpd, now) : fullBucket(shape.day, now),
       rejections: null,
       nextRejection: 0,
-      bannedUntil: 0,
+      bannedUntil: handed?.bannedUntil ?? 0,
       dayDirty: false,
     }
+    if (handed?.rejections?.length) {
+      // As the ring would hold them had they happened here: the newest banAfter + 1, oldest first.
+      const size = this.rule.banAfter + 1
+      const times = handed.rejections.slice(-size)
+      subject.rejections = new Float64Array(size).fill(-Infinity)
+      subject.rejections.set(times)
+      subject.nextRejection = times.length % size
+    }
     if (saved) this.saved.delete(id)
-    if (savedMinute) this.savedMinutes.delete(id)
+    if (handed) handedOver.delete(id)
     if (isKey) this.keys.set(id, subject)
     else this.rememberAddress(id, subject)
     return subject

@@ -1,12 +1,13 @@
 /**
  * What `petstore serve --takeover` needs from the data file besides its lock (data-file-lock.ts):
  * a check, made before the running server is asked to hand over, that this binary can serve the file
- * at all; and the keys' minute buckets, which live only in memory, handed from the server that stops
- * to the one that takes over in a small file beside the data file (`FILE.handover`). Day buckets need
- * no such file: every stop saves them in the data file itself.
+ * at all; and the rate-limit state that lives only in memory (keys' minute buckets, bans and recent
+ * rejections; addresses' buckets, bans and rejections), handed from the server that stops to the one
+ * that takes over in a small file beside the data file (`FILE.handover`). Keys' day buckets need no
+ * such file: every stop saves them in the data file itself.
  */
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
-import type { SavedBucket } from '../../domain/repositories'
+import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { checkHeader, checkSchema, openReadOnly } from './open'
 
@@ -36,41 +37,79 @@ export function checkServable(file: string): void {
   }
 }
 
-/** Written by the stopping server once its last request is answered, before it releases the lock. */
-export function writeHandover(file: string, minutes: Map<string, SavedBucket>): void {
+/**
+ * Written by the stopping server once its last request is answered, before it releases the lock.
+ * `minutes` repeats the keys' minute buckets as a petstore from before bans were handed over reads
+ * them, so a rollback by takeover keeps those.
+ */
+export function writeHandover(file: string, state: LimiterHandover): void {
   const path = handoverFileOf(file)
-  // Whole or absent: the new server may read it the moment the lock is free.
-  writeFileSync(`${path}.tmp`, JSON.stringify({ minutes: Object.fromEntries(minutes) }), { mode: 0o600 })
+  const minutes = Object.fromEntries([...state.keys].map(([id, subject]) => [id, subject.minute]))
+  const text = JSON.stringify({ minutes, keys: Object.fromEntries(state.keys), addresses: Object.fromEntries(state.addresses) })
+  // Whole or absent: the new server may read it the moment the lock is free. A .tmp left by a process
+  // killed while writing is replaced, so the mode given here is the one the file gets.
+  rmSync(`${path}.tmp`, { force: true })
+  writeFileSync(`${path}.tmp`, text, { mode: 0o600 })
   renameSync(`${path}.tmp`, path)
 }
 
 /**
- * The minute buckets a stopped server handed over, read once and removed; none when there is no file
- * or it cannot be read (minute buckets refill within a minute, so losing them costs little).
+ * The state a stopped server handed over, read once and removed (with a .tmp a killed writer left);
+ * none when there is no file or it cannot be read. Bans are what matter; buckets refill within a minute
+ * (a day, for an address's day bucket).
  */
-export function takeHandover(file: string): Map<string, SavedBucket> {
+export function takeHandover(file: string): LimiterHandover {
   const path = handoverFileOf(file)
-  if (!existsSync(path)) return new Map()
+  const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })
+  rmSync(`${path}.tmp`, { force: true })
+  if (!existsSync(path)) return none()
   try {
-    const { minutes } = JSON.parse(readFileSync(path, 'utf8')) as { minutes: Record<string, SavedBucket> }
-    return new Map(
-      Object.entries(minutes).filter(([, b]) => Number.isFinite(b?.tokens) && Number.isFinite(b?.updatedAt)),
-    )
+    const parsed = JSON.parse(readFileSync(path, 'utf8')) as { minutes?: unknown; keys?: unknown; addresses?: unknown }
+    // A file from a petstore that handed over only the keys' minute buckets has `minutes` alone.
+    const keys = parsed.keys !== undefined ? subjects(parsed.keys) : subjects(mapValues(parsed.minutes, (minute) => ({ minute })))
+    return { keys, addresses: subjects(parsed.addresses) }
   } catch {
-    return new Map()
+    return none()
   } finally {
     rmSync(path, { force: true })
   }
 }
 
+function mapValues(record: unknown, f: (value: unknown) => unknown): Record<string, unknown> {
+  if (typeof record !== 'object' || record === null) return {}
+  return Object.fromEntries(Object.entries(record).map(([id, value]) => [id, f(value)]))
+}
+
+/** The entries that are whole: anything else in the file is dropped, never trusted. */
+function subjects(record: unknown): Map<string, HandedSubject> {
+  const out = new Map<string, HandedSubject>()
+  if (typeof record !== 'object' || record === null) return out
+  for (const [id, value] of Object.entries(record)) {
+    const entry = value as Partial<HandedSubject> | null
+    if (!isBucket(entry?.minute)) continue
+    const subject: HandedSubject = { minute: { tokens: entry.minute.tokens, updatedAt: entry.minute.updatedAt } }
+    if (isBucket(entry.day)) subject.day = { tokens: entry.day.tokens, updatedAt: entry.day.updatedAt }
+    if (Number.isFinite(entry.bannedUntil)) subject.bannedUntil = entry.bannedUntil
+    if (Array.isArray(entry.rejections) && entry.rejections.every(Number.isFinite)) subject.rejections = entry.rejections
+    out.set(id, subject)
+  }
+  return out
+}
+
+function isBucket(value: unknown): value is SavedBucket {
+  const bucket = value as SavedBucket | null | undefined
+  return Number.isFinite(bucket?.tokens) && Number.isFinite(bucket?.updatedAt)
+}
+
 /**
  * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
- * beside the running server; removed when it gives up, and kept once it has the file (until the next
- * takeover replaces it), so a takeover started a moment later is refused. One claim at a time, so
- * of two takeovers started together the second is refused before it holds any request. A signal is
- * delivered late to a process that was stopped (SIGSTOP, a frozen VM): the running server hands over
- * only while a live process other than itself claims the file, so a late or stray SIGUSR2 does not
- * stop it with nobody to take over.
+ * beside the running server; removed when it gives up, and once it serves, which tells the server
+ * that handed over that its successor made it. One claim at a time, so of two takeovers started
+ * together the second is refused before it holds any request. A signal is delivered late to a process
+ * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
+ * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take
+ * over. The claim of a process that died (`kill -9`) is removed by whoever notices: the running
+ * server, or the next start.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`
@@ -81,8 +120,8 @@ export function claimTakeover(file: string, holder: number): () => void {
   const path = claimFileOf(file)
   for (;;) {
     try {
-      // Readable by all: it holds a process id only, and the running server may run as another user.
-      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o644 })
+      // The data file's mode: only the user that serves it (and so can take it over) reads it.
+      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
       break
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
@@ -101,18 +140,43 @@ export function claimTakeover(file: string, holder: number): () => void {
 
 /** The live process, other than this one, that claims the file; null when none. */
 export function claimantOf(file: string): number | null {
-  let pid: number
+  const pid = claimedBy(file)
+  return pid !== null && pid !== process.pid && isAlive(pid) ? pid : null
+}
+
+/** Removes the claim of a process that is gone (killed while taking over); a live one's stays. */
+export function dropDeadClaim(file: string): void {
+  const pid = claimedBy(file)
+  if (pid !== null && !isAlive(pid)) rmSync(claimFileOf(file), { force: true })
+}
+
+/**
+ * How the takeover by `pid` stands, for the server that handed over to it: 'serving' once it has let
+ * its claim go, 'gone' when it died first (its claim is then removed), else 'starting'.
+ */
+export function takeoverProgress(file: string, pid: number): 'starting' | 'serving' | 'gone' {
+  if (!isAlive(pid)) {
+    dropDeadClaim(file)
+    return 'gone'
+  }
+  return claimedBy(file) === pid ? 'starting' : 'serving'
+}
+
+function claimedBy(file: string): number | null {
   try {
-    pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+    const pid = Number(readFileSync(claimFileOf(file), 'utf8'))
+    return Number.isInteger(pid) && pid > 0 ? pid : null
   } catch {
     return null
   }
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null
+}
+
+function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0)
-    return pid
+    return true
   } catch (error) {
     // EPERM: alive, under another user.
-    return (error as NodeJS.ErrnoException).code === 'EPERM' ? pid : null
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
   }
 }

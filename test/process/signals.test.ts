@@ -1,0 +1,125 @@
+/**
+ * Signals over the compiled binary, under load: each signal a process manager, a terminal or a stray
+ * `kill` commonly sends either stops the server as SIGTERM does (the request in flight answered, every
+ * answered request in `keys usage` after a restart, the day quota spent before the signal still
+ * spent), or leaves it serving. And the shipped systemd units never send a signal that stops it for a
+ * reload. See docs/operations.md#signals.
+ */
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { auth, cliAsync, killSpawned, startSlowPost } from './helpers'
+
+afterAll(killSpawned)
+setDefaultTimeout(60_000)
+
+const DAY_LIMIT = 1_000
+const args = ['--no-access-log', '--console-address', 'off']
+
+/** 30 clients, each a new connection per request, until told to stop or refused: the answers they got. */
+function load(server: Server, key: string) {
+  const statuses: number[] = []
+  let running = true
+  const clients = Array.from({ length: 30 }, async () => {
+    while (running) {
+      try {
+        const response = await fetch(`${server.base}/pets?limit=1`, { headers: auth(key, { connection: 'close' }), keepalive: false })
+        await response.text()
+        statuses.push(response.status)
+      } catch {
+        // Refused once the listener closed (or reset before an answer): this client is done.
+        return
+      }
+    }
+  })
+  return {
+    statuses,
+    async stop() {
+      running = false
+      await Promise.all(clients)
+    },
+  }
+}
+
+/** Whether the process has ended, by exiting or by a signal. */
+const ended = (server: Server) => server.proc.exitCode !== null || server.proc.signalCode !== null
+
+/** Requests counted for the key in the last hour, as `keys usage --json` reads them from the data file. */
+async function requestsOf(dataFile: string, keyId: string): Promise<number> {
+  const result = await cliAsync(['keys', 'usage', keyId, '--since', '1h', '--json', '--data', dataFile])
+  if (result.code !== 0) throw new Error(result.stderr)
+  return (JSON.parse(result.stdout) as { window: { requests: number } }).window.requests
+}
+
+async function primed(name: string) {
+  const dataFile = join(tempDir(), 'petstore.db')
+  const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '100000', '--rpd', String(DAY_LIMIT), '--name', name])
+  const keyId = (JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string }[])[0]!.id
+  const server = await startServer({ dataFile, args })
+  // 300 answered requests, 30 at a time, right before the signal: within the 2 s between usage writes
+  // and the 5 s between saves of the day buckets, so only the stop's last save can keep them.
+  for (let round = 0; round < 10; round++) {
+    const statuses = await Promise.all(Array.from({ length: 30 }, () => fetch(`${server.base}/pets`, { headers: auth(key) }).then((r) => r.status)))
+    expect(statuses).toEqual(statuses.map(() => 200))
+  }
+  return { dataFile, key, keyId, server }
+}
+
+describe('signals', () => {
+  test.each(['SIGHUP', 'SIGQUIT', 'SIGXCPU', 'SIGTERM', 'SIGINT'] as const)(
+    '%s under load stops as SIGTERM does: the request in flight answered, usage and day quota kept over a restart',
+    async (signal) => {
+      const { dataFile, key, keyId, server } = await primed(signal)
+      const slow = await startSlowPost(server.port, '/v1', key, { name: 'in flight', categoryId: 1 })
+      const traffic = load(server, key)
+      await eventually(() => traffic.statuses.length >= 60)
+      server.proc.kill(signal)
+      await eventually(() => server.stderr().includes(`${signal} received`) || ended(server))
+      await traffic.stop()
+      slow.finish()
+      expect(await slow.response.then((answer) => answer.status, (error: Error) => error.message)).toBe(201)
+      slow.close()
+      expect({ exitCode: await server.proc.exited, signalCode: server.proc.signalCode }).toEqual({ exitCode: 0, signalCode: null })
+      expect(server.stderr()).toContain('petstore: stopped')
+      // Every answer the clients got was a whole 200 (the others were refused before reaching it).
+      expect(traffic.statuses.filter((status) => status !== 200)).toEqual([])
+
+      const answered = 300 + traffic.statuses.length + 1
+      expect(await requestsOf(dataFile, keyId)).toBe(answered)
+      const again = await startServer({ dataFile, args })
+      const response = await fetch(`${again.base}/pets`, { headers: auth(key) })
+      expect(response.status).toBe(200)
+      // The day bucket is the one in force: what was spent before the signal (and this request) is gone.
+      expect(response.headers.get('x-ratelimit-limit')).toBe(String(DAY_LIMIT))
+      expect(Number(response.headers.get('x-ratelimit-remaining'))).toBe(DAY_LIMIT - answered - 1)
+      expect(await again.stop()).toBe(0)
+    },
+  )
+
+  test.each(['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO', 'SIGPIPE', 'SIGWINCH'] as const)(
+    '%s under load: the server keeps serving every request and says so at most once',
+    async (signal) => {
+      const { key, server } = await primed(signal)
+      const traffic = load(server, key)
+      await eventually(() => traffic.statuses.length >= 60)
+      server.proc.kill(signal)
+      server.proc.kill(signal)
+      const atSignal = traffic.statuses.length
+      await eventually(() => traffic.statuses.length >= atSignal + 300 || ended(server), 15_000)
+      expect({ exitCode: server.proc.exitCode, signalCode: server.proc.signalCode }).toEqual({ exitCode: null, signalCode: null })
+      await traffic.stop()
+      expect(traffic.statuses.filter((status) => status !== 200)).toEqual([])
+      expect(server.stderr().split('\n').filter((line) => line.includes(signal)).length).toBeLessThanOrEqual(1)
+      expect(await server.stop()).toBe(0)
+    },
+  )
+
+  test('the shipped systemd units send no stopping signal to reload', () => {
+    const folder = join(import.meta.dir, '..', '..', 'deploy', 'systemd')
+    for (const unit of readdirSync(folder).filter((name) => name.endsWith('.service'))) {
+      const text = readFileSync(join(folder, unit), 'utf8')
+      expect({ unit, reload: text.match(/^ExecReload=.*$/m)?.[0] ?? null }).toEqual({ unit, reload: null })
+    }
+  })
+})

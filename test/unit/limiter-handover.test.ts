@@ -1,0 +1,63 @@
+/**
+ * The in-process limiter's state handed over in a takeover, through the file the data file's folder
+ * holds (handover.ts), on an injected clock: bans, the rejections toward one, and addresses' buckets
+ * arrive as they left; the console lists the bans; a file from a petstore that handed over only the
+ * keys' minute buckets is still read. The binary's takeover is tested in test/process/takeover.test.ts.
+ */
+import { describe, expect, test } from 'bun:test'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Limits } from '../../src/domain/plans'
+import { RateLimiter } from '../../src/limiter/limiter'
+import { takeHandover, writeHandover } from '../../src/storage/sqlite/handover'
+import { tempDir } from '../support/binary'
+
+const T0 = Date.UTC(2026, 0, 1)
+const TINY: Limits = { rpm: 2, rpd: 1000 }
+const FREE: Limits = { rpm: 60, rpd: 1000 }
+
+function make(clock: { now: number }, handedOver?: ReturnType<RateLimiter['handover']>) {
+  return new RateLimiter({ banAfter: 3, banSeconds: 600, maxAddresses: 1000, now: () => clock.now }, new Map(), handedOver)
+}
+
+describe('limiter hand-over', () => {
+  test('bans, rejections toward a ban and address buckets arrive as they left, through the file', async () => {
+    const clock = { now: T0 }
+    const old = make(clock)
+    // The key: 2 allowed, then the fourth refusal starts its ban.
+    for (let i = 0; i < 6; i++) await old.check('key:a', TINY, true)
+    expect(await old.check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'key_banned' })
+    // One address spends its 60 and is refused twice: two of the four refusals a ban needs.
+    for (let i = 0; i < 62; i++) await old.check('ip:203.0.113.5', FREE, false)
+    // Another address is seen once: handed over until its buckets are full again.
+    await old.check('ip:203.0.113.9', FREE, false)
+    clock.now += 500
+
+    const file = join(tempDir(), 'petstore.db')
+    writeHandover(file, old.handover())
+    const state = takeHandover(file)
+    expect([...state.addresses.keys()]).toEqual(['ip:203.0.113.5', 'ip:203.0.113.9'])
+    const next = make(clock, state)
+    expect(next.bans(clock.now)).toEqual(new Map([['key:a', T0 + 600_000]]))
+    expect(await next.check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 600 })
+    // Two more refusals make four within the minute: the ban starts on the second.
+    expect(await next.check('ip:203.0.113.5', FREE, false)).toMatchObject({ allowed: false, bannedNow: false })
+    expect(await next.check('ip:203.0.113.5', FREE, false)).toMatchObject({ allowed: false, bannedNow: true })
+    // The file is read once.
+    expect(takeHandover(file)).toEqual({ keys: new Map(), addresses: new Map() })
+    // 100 s on, the address seen once has refilled its day's one token (1,000 a day): as a new one.
+    clock.now += 100_000
+    expect([...old.handover().addresses.keys()]).toEqual(['ip:203.0.113.5'])
+  })
+
+  test('a file from a petstore that handed over only minute buckets gives those; a damaged one gives nothing', async () => {
+    const clock = { now: T0 }
+    const file = join(tempDir(), 'petstore.db')
+    writeFileSync(`${file}.handover`, JSON.stringify({ minutes: { 'key:a': { tokens: 0, updatedAt: T0 }, 'key:b': { tokens: 'x' } } }))
+    const state = takeHandover(file)
+    expect(state).toEqual({ keys: new Map([['key:a', { minute: { tokens: 0, updatedAt: T0 } }]]), addresses: new Map() })
+    expect(await make(clock, state).check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'rate_limited' })
+    writeFileSync(`${file}.handover`, '{"minutes":')
+    expect(takeHandover(file)).toEqual({ keys: new Map(), addresses: new Map() })
+  })
+})
