@@ -414,9 +414,10 @@ function prepareTakeover(config: Config, warn: (message: string) => void): Takeo
       void holding.stop(false)
       dropClaim()
     },
-    // The held requests' 503s are sent before the process ends, rather than reset with it.
+    // The held requests' 503s are sent before the process ends, rather than reset with it. The claim
+    // stays until this process is gone: the old server, if it let go, then sees a dead claimant and
+    // serves again, where a claim dropped by a live process would read as "the new one serves".
     async fail() {
-      dropClaim()
       letThrough(null)
       await Promise.race([holding.stop(false), Bun.sleep(CLOSE_CONNECTIONS_MS)])
       await holding.stop(true)
