@@ -135,6 +135,7 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
   unsupported_media_type: [415, 'Content-Type must be application/json.'],
   rate_limited: [429, 'Rate limit exceeded; retry after 1 s.'],
   key_banned: [429, 'Too many requests after being rate limited; banned for 600 s.'],
+  address_banned: [429, 'Your address is banned for 600 s after too many requests without a valid key were rate limited.'],
   internal_error: [500, 'The server failed to handle this request.'],
   not_implemented: [501, 'GET /store/orders is not implemented by this server.'],
   unavailable: [503, 'Storage cannot accept writes right now; reads still work.'],
@@ -195,8 +196,9 @@ export function components(errorSchema: object) {
       PayloadTooLarge: error('The body is larger than 64 KiB.', ['payload_too_large']),
       UnsupportedMediaType: error('The body is not application/json.', ['unsupported_media_type']),
       TooManyRequests: error(
-        'Rate limit exceeded, or the key (or address) is banned for ignoring 429s.',
-        ['rate_limited', 'key_banned'],
+        'Rate limit exceeded, or the key (`key_banned`) or the client address (`address_banned`) is banned for ignoring 429s; ' +
+          'while banned, `X-RateLimit-Remaining` is 0 and `X-RateLimit-Reset` is the ban\'s end.',
+        ['rate_limited', 'key_banned', 'address_banned'],
         ['Retry-After'],
       ),
       InternalError: error('The server failed; details are in its log under the request id.', ['internal_error']),

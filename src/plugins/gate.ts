@@ -64,15 +64,19 @@ export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limit
   headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
 }
 
-export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>): ApiError {
-  const id = `${reason} ${retryAfter}`
+/** A refusal; `byAddress` when the request was limited as its client address (no valid key). */
+export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
+  const code = reason === 'key_banned' && byAddress ? 'address_banned' : reason
+  const id = `${code} ${retryAfter}`
   let error = refusals.get(id)
   if (!error) {
     const headers = { 'retry-after': String(retryAfter) }
     error =
-      reason === 'key_banned'
-        ? new ApiError(429, reason, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
-        : new ApiError(429, reason, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
+      code === 'key_banned'
+        ? new ApiError(429, code, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
+        : code === 'address_banned'
+          ? new ApiError(429, code, `Your address is banned for ${retryAfter} s after too many requests without a valid key were rate limited.`, headers)
+          : new ApiError(429, code, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
   }
@@ -112,7 +116,7 @@ export function gate(options: GateOptions) {
         metrics.banned()
         onBan(key ? `key ${key.id}` : `address ${info.addressSubject.slice(3)}`, decision.retryAfter)
       }
-      return refusal(decision)
+      return refusal(decision, !key)
     }
     if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
   }
