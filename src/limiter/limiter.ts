@@ -118,7 +118,10 @@ export class RateLimiter {
     const now = this.options.now?.()
     let taken: TakeResult
     try {
-      taken = await this.backend.take(subjectId, limits, isKey, now)
+      // The in-process backend's answer is one object every take refills: it is decided on before any
+      // other request's take can run (requests resumed together by one key look-up take in turn).
+      const answer = this.backend.take(subjectId, limits, isKey, now)
+      taken = answer instanceof Promise ? await answer : answer
     } catch (error) {
       return this.decideLocally(error, subjectId, limits, isKey, now)
     }

@@ -126,17 +126,18 @@ export function gate(options: GateOptions) {
   // decide which context fields to build. Refusals are answered here, not thrown, as they are the hot
   // path under abuse and a throw costs a trip through the error handler.
   // The request is limited as its key when the token names one, else as its address (the Free plan's
-  // numbers), before the key is judged. A token the registry does not know is looked for in storage
-  // only once its address's bucket let it through (a key made a moment ago works at once, and every
-  // guess still costs the guesser), and then limited as that key.
+  // numbers), before the key is judged. A token the registry does not know is first looked for in
+  // storage (a key made a moment ago by the CLI or another instance): requests carrying the same token
+  // share one look-up, and look-ups share reads (modules/keys/service.ts), so a flood of guesses is not
+  // a flood of reads. A token found is limited as its key and never costs its address; only a token
+  // that stays unknown is counted against the address, so every guess still costs the guesser.
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    let key = token ? keys.find(token) : undefined
+    let key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
     let refused: ApiError | undefined
     try {
       let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free, false)
-      if (decision?.allowed && token) key = await keys.findLate(token)
       if (key) {
         const forced = scenario?.(key, request, set, info)
         if (forced) {

@@ -300,7 +300,7 @@ describe('bans', () => {
     await burst(60, () => list(app))
     await burst(4, () => list(app))
     const banned = await list(app, auth('psk_wrong'))
-    const body = await banned.clone().json()
+    const body = await jsonOf(banned.clone() as Response)
     await expect429(banned, 'address_banned')
     expect(body.message).toContain('address is banned')
   })
