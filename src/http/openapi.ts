@@ -181,8 +181,18 @@ export function components(errorSchema: object) {
       'X-Request-Id': text('The request id: the client\'s own when sane, else one the server made.'),
       'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
       'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
-      Location: { description: 'Absolute URL of the created pet.', required: true, schema: { type: 'string', format: 'uri' } },
-      Link: text('RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet.', false),
+      Location: {
+        description:
+          'URL of the created pet: absolute under the base URL, or a relative reference (`/v1/pets/42`) when the server was given ' +
+          'no base URL and listens beyond loopback.',
+        required: true,
+        schema: { type: 'string', format: 'uri-reference' },
+      },
+      Link: text(
+        'RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet. Their targets are ' +
+          'relative references when the server was given no base URL and listens beyond loopback.',
+        false,
+      ),
       Deprecation: text('RFC 9745: when the operation was deprecated, as `@<unix seconds>`.'),
       Sunset: text('RFC 8594: when the operation will be removed.'),
       'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.', false),
