@@ -53,6 +53,8 @@ export interface Config {
    * port when the API's is chosen freely); null when it is off.
    */
   readonly consoleAddress: { host: string; port: number } | null
+  /** True when the console's address is the default: the server then starts without it when it is taken. */
+  readonly consoleByDefault: boolean
   /** Bearer token /metrics asks for; null for none. */
   readonly metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
@@ -343,6 +345,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     limiterFallback: parseFallback(input, environment, redisUrl !== null),
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
     consoleAddress: parseConsoleAddress(input, environment, env, port),
+    consoleByDefault: fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment).value === undefined,
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:
