@@ -3,7 +3,8 @@
  * own routes (the fallback for unknown paths under the base included), so whichever router matched a
  * request, no API handler runs without it. Requests without a valid key are limited per client
  * address with the Free plan's numbers, so keys cannot be guessed at speed; the limit is checked before
- * the key is judged, and every answer carries the rate-limit fields of the bucket in force.
+ * the 401 is given (a key made a moment ago is looked for in storage first and, found, never costs its
+ * address), and every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
 import { ApiError } from '../http/api-errors'
