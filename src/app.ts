@@ -21,7 +21,7 @@ import { ordersModule } from './modules/orders'
 import { AccessLog, type LogSink } from './observability/access-log'
 import { gauges } from './gauges'
 import { Metrics } from './observability/metrics'
-import { metricsEndpoint } from './observability/metrics-endpoint'
+import { metricsBesideApi, metricsEndpoint } from './observability/metrics-endpoint'
 import { UsageCounter } from './observability/usage'
 import { RecentRequests } from './observability/recent-requests'
 import { cors, preflight } from './plugins/cors'
@@ -224,7 +224,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         servers: config.servers,
         version: VERSION,
         notReady,
-        metrics: config.metricsAddress ? null : answerMetrics,
+        metrics: config.metricsAddress ? null : metricsBesideApi(answerMetrics, config.metricsToken),
         scenarios: config.scenarios,
       }),
     )

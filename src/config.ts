@@ -4,7 +4,7 @@
  * variable is read through `variable`: an empty one counts as unset.
  */
 
-import { TrustedProxies } from './http/client-address'
+import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
 export type EnvName = 'production' | 'staging'
 
@@ -33,11 +33,15 @@ export interface Config {
   readonly dataFile: string
   readonly host: string
   readonly port: number
-  /** Absolute base URL of the served environment, no trailing slash. */
+  /**
+   * Base URL of the served environment, no trailing slash: absolute, or its path alone (`/v1`: links are
+   * then relative references, RFC 3986 §4.2) when none was given and the server listens beyond loopback,
+   * where `localhost` would send remote clients to their own machine.
+   */
   readonly baseUrl: string
   /** Path part of `baseUrl` where the API is mounted ('' when at the root). */
   readonly basePath: string
-  /** True when no base URL was given: it then follows the port bound (`--port 0`: see withBoundPort). */
+  /** True when no base URL was given on loopback: it then follows the port bound (`--port 0`: see withBoundPort). */
   readonly baseUrlFollowsPort: boolean
   /** Base URLs of both environments, for the OpenAPI document's `servers`. */
   readonly servers: Readonly<{ production: string; staging: string }>
@@ -49,6 +53,8 @@ export interface Config {
    * port when the API's is chosen freely); null when it is off.
    */
   readonly consoleAddress: { host: string; port: number } | null
+  /** True when the console's address is the default: the server then starts without it when it is taken. */
+  readonly consoleByDefault: boolean
   /** Bearer token /metrics asks for; null for none. */
   readonly metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
@@ -310,23 +316,27 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     production: variable(environment, 'PETSTORE_BASE_URL') ?? ENVIRONMENTS.production.baseUrl,
     staging: variable(environment, 'PETSTORE_STAGING_BASE_URL') ?? ENVIRONMENTS.staging.baseUrl,
   }
+  // This machine only until told otherwise: a first run puts nothing on the network.
+  const host = fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? DEFAULT_HOST
   const explicitBase = input.baseUrl ?? variable(environment, defaults.baseUrlVariable)
-  const { baseUrl, basePath } = explicitBase
+  const linksFollowPort = !explicitBase && isLoopbackHost(host)
+  const parsed = explicitBase
     ? parseBaseUrl(input.baseUrl ? '--base-url' : defaults.baseUrlVariable, explicitBase)
     : parseBaseUrl('base URL', `http://localhost:${port}${new URL(defaults.baseUrl).pathname}`)
+  const { basePath } = parsed
+  const baseUrl = explicitBase || linksFollowPort ? parsed.baseUrl : basePath
   servers[env] = baseUrl
   for (const name of ['production', 'staging'] as const)
-    servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
+    if (name !== env) servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
 
   return freeze({
     env,
     dataFile: resolveDataFile(input, environment),
-    // This machine only until told otherwise: a first run puts nothing on the network.
-    host: fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? DEFAULT_HOST,
+    host,
     port,
     baseUrl,
     basePath,
-    baseUrlFollowsPort: !explicitBase,
+    baseUrlFollowsPort: linksFollowPort,
     servers,
     corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
     trustProxy: parseProxies(input, environment),
@@ -335,6 +345,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     limiterFallback: parseFallback(input, environment, redisUrl !== null),
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
     consoleAddress: parseConsoleAddress(input, environment, env, port),
+    consoleByDefault: fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment).value === undefined,
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:

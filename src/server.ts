@@ -259,6 +259,7 @@ export class Server {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
     let listener = 'the API'
+    let flag = ''
     try {
       // A listener that does not share the port binds only while nothing else listens there.
       if (!beside) bindUnshared(config.host, config.port)
@@ -276,17 +277,24 @@ export class Server {
         })
       }
       if (config.consoleAddress) {
-        binding = `${hostInUrl(config.consoleAddress.host)}:${config.consoleAddress.port}`
+        const { host, port } = config.consoleAddress
+        binding = `${hostInUrl(host)}:${port}`
         listener = 'the console'
-        this.console = this.buildConsole().listen({
-          hostname: config.consoleAddress.host,
-          port: config.consoleAddress.port,
-          reusePort: false,
-          development: false,
-        })
+        flag = "; it is the console's address (--console-address)"
+        try {
+          this.console = this.buildConsole().listen({ hostname: host, port, reusePort: false, development: false })
+        } catch (error) {
+          // The default is a fixed port another program (or a second petstore) may hold: that must not
+          // keep the API from serving. An address the operator gave still stops the start.
+          if (!config.consoleByDefault) throw error
+          warn(
+            `the console's default address ${hostInUrl(host)}:${port} is taken (${(error as Error).message}); ` +
+              'serving the API without the console: --console-address HOST:PORT puts it elsewhere',
+          )
+        }
       }
     } catch (error) {
-      const reason = `cannot listen on ${binding}: ${(error as Error).message}`
+      const reason = `cannot listen on ${binding}: ${(error as Error).message}${flag}`
       // Taking over, the server handing over is gone by now: serving without /metrics or the console
       // beats not serving.
       if (beside && petstore.app.server) return warn(`${reason}; serving without ${listener}`)

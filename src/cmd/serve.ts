@@ -7,7 +7,7 @@
  */
 import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import { normaliseAddress, TrustedProxies } from '../http/client-address'
+import { isLoopbackHost } from '../http/client-address'
 import { Server, type ServerOptions } from '../server'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
@@ -167,8 +167,23 @@ function startupLine(server: Server): string {
     (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
     `, scenarios ${config.scenarios ? 'on (Prefer: code, delay, fail)' : 'off'}` +
     (server.consolePort !== undefined ? `, console at ${consoleUrl(server)}` : '') +
-    (isLoopback(config.host) ? '\npetstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network, best behind a TLS proxy (deploy/)' : '')
+    hints(config).map((hint) => `\npetstore: ${hint}`).join('')
   )
+}
+
+/** What a listener reaches and what its links and /metrics give, said where the operator starts it. */
+function hints(config: Config): string[] {
+  if (isLoopbackHost(config.host))
+    return [
+      'only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network, best behind a TLS proxy (deploy/), ' +
+        'with --base-url for absolute links, and --metrics-address or --metrics-token for /metrics (beside the API it answers only this machine)',
+    ]
+  const lines: string[] = []
+  if (config.baseUrl.startsWith('/'))
+    lines.push(`no --base-url: links are relative (${config.baseUrl}/pets/42); --base-url https://pets.example.com${config.basePath} makes them absolute`)
+  if (!config.metricsAddress && !config.metricsToken)
+    lines.push('/metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it')
+  return lines
 }
 
 function consoleUrl(server: Server): string | undefined {
@@ -176,9 +191,3 @@ function consoleUrl(server: Server): string | undefined {
   return address && server.consolePort !== undefined ? `http://${hostInUrl(address.host)}:${server.consolePort}/` : undefined
 }
 
-const LOOPBACK = new TrustedProxies(['loopback'])
-
-/** A host only this machine reaches: 127.0.0.0/8, ::1 or localhost. */
-function isLoopback(host: string): boolean {
-  return host === 'localhost' || LOOPBACK.has(normaliseAddress(host) ?? '')
-}

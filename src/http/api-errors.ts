@@ -15,6 +15,7 @@ export type ErrorCode =
   | 'unsupported_media_type'
   | 'rate_limited'
   | 'key_banned'
+  | 'address_banned'
   | 'internal_error'
   | 'not_implemented'
   | 'unavailable'

@@ -117,6 +117,18 @@ export class TrustedProxies {
   }
 }
 
+const LOOPBACK = new TrustedProxies(['loopback'])
+
+/** A normalised client address of this machine: 127.0.0.0/8 or ::1. */
+export function isLoopbackAddress(address: string): boolean {
+  return LOOPBACK.has(address)
+}
+
+/** A listening host only this machine reaches: 127.0.0.0/8, ::1 or localhost. */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || LOOPBACK.has(normaliseAddress(host) ?? '')
+}
+
 /**
  * The client behind trusted proxies (as Express and nginx's realip read `X-Forwarded-For`): from the
  * right, the first entry that is not itself a trusted proxy; the leftmost when all are. An entry that

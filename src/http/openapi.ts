@@ -135,6 +135,7 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
   unsupported_media_type: [415, 'Content-Type must be application/json.'],
   rate_limited: [429, 'Rate limit exceeded; retry after 1 s.'],
   key_banned: [429, 'Too many requests after being rate limited; banned for 600 s.'],
+  address_banned: [429, 'Your address is banned for 600 s after too many requests without a valid key were rate limited.'],
   internal_error: [500, 'The server failed to handle this request.'],
   not_implemented: [501, 'GET /store/orders is not implemented by this server.'],
   unavailable: [503, 'Storage cannot accept writes right now; reads still work.'],
@@ -180,8 +181,18 @@ export function components(errorSchema: object) {
       'X-Request-Id': text('The request id: the client\'s own when sane, else one the server made.'),
       'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
       'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
-      Location: { description: 'Absolute URL of the created pet.', required: true, schema: { type: 'string', format: 'uri' } },
-      Link: text('RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet.', false),
+      Location: {
+        description:
+          'URL of the created pet: absolute under the base URL, or a relative reference (`/v1/pets/42`) when the server was given ' +
+          'no base URL and listens beyond loopback.',
+        required: true,
+        schema: { type: 'string', format: 'uri-reference' },
+      },
+      Link: text(
+        'RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet. Their targets are ' +
+          'relative references when the server was given no base URL and listens beyond loopback.',
+        false,
+      ),
       Deprecation: text('RFC 9745: when the operation was deprecated, as `@<unix seconds>`.'),
       Sunset: text('RFC 8594: when the operation will be removed.'),
       'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.', false),
@@ -195,8 +206,9 @@ export function components(errorSchema: object) {
       PayloadTooLarge: error('The body is larger than 64 KiB.', ['payload_too_large']),
       UnsupportedMediaType: error('The body is not application/json.', ['unsupported_media_type']),
       TooManyRequests: error(
-        'Rate limit exceeded, or the key (or address) is banned for ignoring 429s.',
-        ['rate_limited', 'key_banned'],
+        'Rate limit exceeded, or the key (`key_banned`) or the client address (`address_banned`) is banned for ignoring 429s; ' +
+          'while banned, `X-RateLimit-Remaining` is 0 and `X-RateLimit-Reset` is the ban\'s end.',
+        ['rate_limited', 'key_banned', 'address_banned'],
         ['Retry-After'],
       ),
       InternalError: error('The server failed; details are in its log under the request id.', ['internal_error']),

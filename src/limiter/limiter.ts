@@ -123,7 +123,10 @@ export class RateLimiter {
     const now = this.options.now?.()
     let taken: TakeResult
     try {
-      taken = await this.backend.take(subjectId, limits, isKey, now)
+      // The in-process backend's answer is one object every take refills: it is decided on before any
+      // other request's take can run (requests resumed together by one key look-up take in turn).
+      const answer = this.backend.take(subjectId, limits, isKey, now)
+      taken = answer instanceof Promise ? await answer : answer
     } catch (error) {
       return this.decideLocally(error, subjectId, limits, isKey, now)
     }
@@ -260,23 +263,27 @@ export class RateLimiter {
     // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
     const wait = msUntilTokens(taken, shape)
     if (!taken.bannedNow && taken.bannedUntil > now) {
-      return {
-        allowed: false,
-        reason: 'key_banned',
-        retryAfter: Math.max(1, Math.ceil(Math.max(taken.bannedUntil - now, wait) / 1000)),
-        quota: quotaOf(taken, shape, now),
-        bannedNow: false,
-      }
+      const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedUntil - now, wait) / 1000))
+      return { allowed: false, reason: 'key_banned', retryAfter, quota: bannedQuota(taken, shape, now, retryAfter), bannedNow: false }
     }
+    // The rejection that starts a ban is still a plain 429; its Retry-After already covers the ban.
+    const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedNow ? this.options.banSeconds * 1000 : 0, wait) / 1000))
     return {
       allowed: false,
-      // The rejection that starts a ban is still a plain 429; its Retry-After already covers the ban.
       reason: 'rate_limited',
-      retryAfter: Math.max(1, Math.ceil(Math.max(taken.bannedNow ? this.options.banSeconds * 1000 : 0, wait) / 1000)),
-      quota: quotaOf(taken, shape, now),
+      retryAfter,
+      quota: taken.bannedNow ? bannedQuota(taken, shape, now, retryAfter) : quotaOf(taken, shape, now),
       bannedNow: taken.bannedNow,
     }
   }
+}
+
+/**
+ * While banned, nothing is left whatever the buckets hold, until the ban ends: Remaining is 0 and
+ * Reset says the same time as Retry-After.
+ */
+function bannedQuota(taken: TakeResult, shape: LimitShapes, now: number, retryAfter: number): Quota {
+  return { ...quotaOf(taken, shape, now), remaining: 0, resetAt: Math.ceil(now / 1000) + retryAfter, resetIn: retryAfter }
 }
 
 /** Milliseconds until both buckets hold a whole token. */

@@ -3,7 +3,8 @@
  * own routes (the fallback for unknown paths under the base included), so whichever router matched a
  * request, no API handler runs without it. Requests without a valid key are limited per client
  * address with the Free plan's numbers, so keys cannot be guessed at speed; the limit is checked before
- * the key is judged, and every answer carries the rate-limit fields of the bucket in force.
+ * the 401 is given (a key made a moment ago is looked for in storage first and, found, never costs its
+ * address), and every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
 import { ApiError } from '../http/api-errors'
@@ -64,15 +65,19 @@ export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limit
   headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
 }
 
-export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>): ApiError {
-  const id = `${reason} ${retryAfter}`
+/** A refusal; `byAddress` when the request was limited as its client address (no valid key). */
+export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
+  const code = reason === 'key_banned' && byAddress ? 'address_banned' : reason
+  const id = `${code} ${retryAfter}`
   let error = refusals.get(id)
   if (!error) {
     const headers = { 'retry-after': String(retryAfter) }
     error =
-      reason === 'key_banned'
-        ? new ApiError(429, reason, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
-        : new ApiError(429, reason, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
+      code === 'key_banned'
+        ? new ApiError(429, code, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
+        : code === 'address_banned'
+          ? new ApiError(429, code, `Your address is banned for ${retryAfter} s after too many requests without a valid key were rate limited.`, headers)
+          : new ApiError(429, code, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
   }
@@ -112,7 +117,7 @@ export function gate(options: GateOptions) {
         metrics.banned()
         onBan(key ? `key ${key.id}` : `address ${info.addressSubject.slice(3)}`, decision.retryAfter)
       }
-      return refusal(decision)
+      return refusal(decision, !key)
     }
     if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
   }
@@ -122,17 +127,18 @@ export function gate(options: GateOptions) {
   // decide which context fields to build. Refusals are answered here, not thrown, as they are the hot
   // path under abuse and a throw costs a trip through the error handler.
   // The request is limited as its key when the token names one, else as its address (the Free plan's
-  // numbers), before the key is judged. A token the registry does not know is looked for in storage
-  // only once its address's bucket let it through (a key made a moment ago works at once, and every
-  // guess still costs the guesser), and then limited as that key.
+  // numbers), before the key is judged. A token the registry does not know is first looked for in
+  // storage (a key made a moment ago by the CLI or another instance): requests carrying the same token
+  // share one look-up, and look-ups share reads (modules/keys/service.ts), so a flood of guesses is not
+  // a flood of reads. A token found is limited as its key and never costs its address; only a token
+  // that stays unknown is counted against the address, so every guess still costs the guesser.
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    let key = token ? keys.find(token) : undefined
+    let key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
     let refused: ApiError | undefined
     try {
       let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free, false)
-      if (decision?.allowed && token) key = await keys.findLate(token)
       if (key) {
         const forced = scenario?.(key, request, set, info)
         if (forced) {

@@ -47,7 +47,7 @@ function rl(res: Response) {
   }
 }
 
-async function expect429(res: Response, code: 'rate_limited' | 'key_banned') {
+async function expect429(res: Response, code: 'rate_limited' | 'key_banned' | 'address_banned') {
   expect(res.status).toBe(429)
   expect(res.headers.get('content-type')).toStartWith('application/json')
   expect(await jsonOf(res)).toEqual({ code, message: expect.any(String), status: 429 })
@@ -295,11 +295,31 @@ describe('bans', () => {
     expect((await list(app, auth(key))).status).toBe(200)
   })
 
-  test('an address without a valid key is banned the same way', async () => {
+  test('an address without a valid key is banned the same way, and the answer says the address is banned', async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     await burst(60, () => list(app))
     await burst(4, () => list(app))
-    await expect429(await list(app), 'key_banned')
+    const banned = await list(app, auth('psk_wrong'))
+    const body = await jsonOf(banned.clone() as Response)
+    await expect429(banned, 'address_banned')
+    expect(body.message).toContain('address is banned')
+  })
+
+  test('while banned, X-RateLimit-Remaining is 0 and X-RateLimit-Reset is the ban\'s end, as Retry-After says', async () => {
+    const app = await fresh({ banAfter: '3', banSeconds: '60' })
+    const key = await app.key('free')
+    // 60 allowed and 3 refusals; the 4th refusal starts the ban.
+    await burst(63, () => list(app, auth(key)))
+    const starts = await list(app, auth(key))
+    expect(await expect429(starts, 'rate_limited')).toBe(60)
+    expect(rl(starts)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + 60) })
+    // Half-way through the ban the minute bucket holds 30 tokens again: none of them can be spent.
+    app.clock.advance(30_000)
+    const banned = await list(app, auth(key))
+    const retryAfter = await expect429(banned, 'key_banned')
+    expect(retryAfter).toBe(30)
+    expect(rl(banned)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + retryAfter) })
+    expect(banned.headers.get('ratelimit')).toBe(`"minute";r=0;t=${retryAfter}`)
   })
 
   test('a banned key does not ban other keys', async () => {

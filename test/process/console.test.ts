@@ -228,7 +228,7 @@ describe('console on its own listener', () => {
     while ((await fetch(`${server.base}/pets`)).status !== 429) expect(++noKey).toBeLessThanOrEqual(60)
     // The second rejection within a minute starts the ban (--ban-after 1); the next is refused by it.
     expect((await fetch(`${server.base}/pets`)).status).toBe(429)
-    expect((await (await fetch(`${server.base}/pets`)).json() as any).code).toBe('key_banned')
+    expect((await (await fetch(`${server.base}/pets`)).json() as any).code).toBe('address_banned')
 
     const bans = (await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans
     expect(bans).toContainEqual({ kind: 'key', keyId: key.id, keyName: 'noisy', bannedUntil: expect.any(String) })

@@ -54,6 +54,59 @@ describe('serve listens on loopback unless told otherwise', () => {
     expect(await server.stop()).toBe(0)
   })
 
+  test('open without --base-url: links are relative, so a remote client can follow them; /metrics answers this machine only', async () => {
+    if (!outside) {
+      console.error('SKIPPED: open-listener test: this machine has no IPv4 address other than loopback to come from')
+      return
+    }
+    const server = await spawnServe(['--port', '0', '--host', '0.0.0.0', '--data', join(tempDir(), 'p.db')])
+    const stderr = server.stderr()
+    expect(server.apiBase).toBe('/v1')
+    expect(stderr).toContain('petstore: no --base-url: links are relative (/v1/pets/42); --base-url https://pets.example.com/v1 makes them absolute')
+    expect(stderr).toContain('petstore: /metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it')
+    // A client on another machine, as the network address makes it.
+    const remote = `http://${outside}:${server.port}`
+    const key = { authorization: `Bearer ${server.bootstrapKey}` }
+    const pets = []
+    for (const name of ['a', 'b']) {
+      const created = await fetch(`${remote}/v1/pets`, { method: 'POST', headers: { ...key, 'content-type': 'application/json' }, body: JSON.stringify({ name, categoryId: 1 }) })
+      expect(created.status).toBe(201)
+      const location = created.headers.get('location')!
+      expect(location).toMatch(/^\/v1\/pets\/\d+$/)
+      // Resolved against the URL the client asked, as RFC 9110 §10.2.2 says: the pet itself.
+      const followed = await fetch(new URL(location, `${remote}/v1/pets`), { headers: key })
+      expect(followed.status).toBe(200)
+      pets.push(await followed.json())
+    }
+    const page = await fetch(`${remote}/v1/pets?limit=1`, { headers: key })
+    const next = /^<([^>]+)>; rel="next"$/.exec(page.headers.get('link') ?? '')?.[1]
+    expect(next).toStartWith('/v1/pets?limit=1&cursor=')
+    expect((await fetch(new URL(next!, `${remote}/v1/pets?limit=1`), { headers: key })).status).toBe(200)
+
+    const outsideMetrics = await fetch(`${remote}/metrics`)
+    expect(outsideMetrics.status).toBe(403)
+    const refusal = (await outsideMetrics.json()) as { code: string; message: string }
+    expect(refusal.code).toBe('forbidden')
+    expect(refusal.message).toContain('--metrics-address or --metrics-token')
+    expect((await fetch(`${server.origin}/metrics`)).status).toBe(200)
+    expect(await server.stop()).toBe(0)
+
+    // With a token, /metrics is opened to whoever has it.
+    const token = 'metrics-token-0123456789abcdef'
+    const withToken = await spawnServe(['--port', '0', '--host', '0.0.0.0', '--data', join(tempDir(), 'p.db'), '--metrics-token', token])
+    const remoteToken = `http://${outside}:${withToken.port}/metrics`
+    expect((await fetch(remoteToken)).status).toBe(401)
+    expect((await fetch(remoteToken, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
+    expect(withToken.stderr()).not.toContain('/metrics beside the API')
+    expect(await withToken.stop()).toBe(0)
+  })
+
+  test('the startup hint on loopback names --base-url, --metrics-address and --metrics-token', async () => {
+    const server = await spawnServe(['--port', '0', '--data', join(tempDir(), 'p.db')])
+    expect(server.stderr()).toContain('with --base-url for absolute links, and --metrics-address or --metrics-token for /metrics')
+    expect(await server.stop()).toBe(0)
+  })
+
   test('the Dockerfile and the several-instances compose file open it, as a container must', async () => {
     // The image's environment and command, as `docker run` would give them (the port made free).
     const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8')

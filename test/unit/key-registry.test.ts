@@ -81,3 +81,22 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
   expect(registry.find(guesses[1]!)?.id).toBe('key_made_after')
   storage.close()
 })
+
+test("a new key's burst: 64 requests carrying the same token at once share one look-up and one read", async () => {
+  const storage = openSqliteStorage(':memory:')
+  let reads = 0
+  const changesSince = storage.keys.changesSince.bind(storage.keys)
+  storage.keys.changesSince = (after) => {
+    reads++
+    return changesSince(after)
+  }
+  const registry = new KeyRegistry(storage)
+  await registry.reload()
+  reads = 0
+  const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
+  const lookups = Array.from({ length: 64 }, () => registry.findLate(late.secret))
+  expect(new Set(lookups).size).toBe(1)
+  expect((await Promise.all(lookups)).map((key) => key?.id)).toEqual(Array(64).fill(late.record.id))
+  expect(reads).toBe(1)
+  storage.close()
+})

@@ -55,6 +55,8 @@ export class KeyRegistry {
    * a hash nor a read. Forgotten whenever the registry gains a key, so none can hide a new key.
    */
   private misses = new Set<string>()
+  /** The look-ups under way, by token: at most one per token at a time. */
+  private readonly lookups = new Map<string, { read: Promise<void>; lookup: Promise<ActiveKey | undefined> }>()
   /** The catch-up read misses are waiting for, not begun yet; and when the last one began. */
   private nextCatchUp: Promise<void> | null = null
   private catchUpRunning: Promise<void> | null = null
@@ -120,7 +122,12 @@ export class KeyRegistry {
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
     if (this.misses.has(secret)) return undefined
-    return this.catchUp().then(
+    // Requests carrying the same token (a new key's first burst) share its look-up while that look-up's
+    // read has not begun; a later one waits for the next read, which a key made meanwhile is in.
+    const read = this.catchUp()
+    const pending = this.lookups.get(secret)
+    if (pending?.read === read) return pending.lookup
+    const lookup = read.then(
       () => {
         const key = this.find(secret)
         if (!key) this.rememberMiss(secret)
@@ -129,6 +136,12 @@ export class KeyRegistry {
       // Storage does not answer: the token is refused as unknown, and the poll says why.
       () => undefined,
     )
+    if (this.lookups.size < MAX_REMEMBERED_MISSES) {
+      const entry = { read, lookup }
+      this.lookups.set(secret, entry)
+      void lookup.finally(() => this.lookups.get(secret) === entry && this.lookups.delete(secret))
+    }
+    return lookup
   }
 
   private rememberMiss(secret: string): void {

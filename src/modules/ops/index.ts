@@ -10,6 +10,7 @@ import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'f
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
 import { type AnyElysia, components, errorResponses, schemaComponents, withInt64Bounds } from '../../http/openapi'
+import { requestInfo } from '../../plugins/request-context'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 
@@ -21,8 +22,8 @@ export interface OpsModuleOptions {
   version: string
   /** Why the server cannot serve now (storage or the limiter does not answer), or null when it can. */
   notReady: () => Promise<string | null>
-  /** The /metrics answer, or null when the metrics are served on a listener of their own. */
-  metrics: ((request: Request) => Response) | null
+  /** The /metrics answer for a request and its client's address, or null when the metrics are served on a listener of their own. */
+  metrics: ((request: Request, client: string) => Response) | null
   /** Whether requests may force answers with Prefer: then every operation describes the header. */
   scenarios: boolean
 }
@@ -137,6 +138,7 @@ export function opsModule(options: OpsModuleOptions) {
 
   const answerMetrics = options.metrics
   return new Elysia({ name: 'ops' })
+    .use(requestInfo)
     .get('/', () => json(root), hidden('root'))
     .get('/healthz', () => json('{"status":"ok"}'), hidden('healthz'))
     .get(
@@ -147,7 +149,7 @@ export function opsModule(options: OpsModuleOptions) {
       },
       hidden('readyz'),
     )
-    .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request }) => answerMetrics(request), hidden('metrics')) : ops))
+    .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request, info }) => answerMetrics(request, info.address), hidden('metrics')) : ops))
     .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
     .get(
