@@ -127,7 +127,7 @@ describe('sign-in on the data file', () => {
       expect(answers.map((answer) => answer.status)).toEqual(Array(10).fill(401))
     }
     const { entries } = (await (await fetch(`${server.console}/api/audit?limit=200`, { headers: { cookie } })).json()) as {
-      entries: { actor: string; action: string; target: string }[]
+      entries: { at: string; actor: string; action: string; target: string }[]
     }
     console.log(`audit entries after 210 made-up names: ${entries.length}; newest ${JSON.stringify(entries[0])}`)
     expect(entries.some((entry) => entry.action === 'key.create')).toBe(true)
