@@ -2,7 +2,8 @@
  * A server's background work, started by the server lifecycle (server.ts) once it listens and stopped
  * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
  * reset by other processes; the read-only data file's watch), rate-limit state saves, usage writes
- * (every few seconds, and a last one at the stop), idempotency purges and usage pruning. Each job
+ * (every few seconds, and a last one at the stop), idempotency purges, usage pruning, and the pruning
+ * of idle sessions, sign-in attempts and old refused sign-ins. Each job
  * runs alone: a turn still running when the next comes is not started twice.
  */
 import type { PetstoreApp } from './app'
@@ -10,6 +11,7 @@ import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
 import type { MaybePromise, Storage } from './domain/repositories'
 import { DAY_MS } from './domain/usage'
+import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from './domain/operators'
 import type { UsageRetention } from './config'
 
 const KEY_POLL_MS = 250
@@ -18,6 +20,8 @@ const PURGE_MS = 60 * 60 * 1000
 /** How often usage counted in memory is added to storage: what a `kill -9` can lose. */
 const USAGE_WRITE_MS = 2_000
 const USAGE_PRUNE_MS = 10 * 60 * 1000
+/** Idle sessions, sign-in attempts out of the throttle's window and old refused sign-ins go this often. */
+const OPERATORS_PRUNE_MS = 60_000
 
 export interface JobOptions {
   now: () => number
@@ -71,6 +75,8 @@ export class Jobs {
     this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
     // Once at the start as well: a server restarted more often than the prune runs still prunes.
     void this.afterUsageWork(() => this.pruneUsage())
+    this.every(OPERATORS_PRUNE_MS, () => this.pruneOperators())
+    void this.pruneOperators()
     this.every(PURGE_MS, async () => {
       if (!storage.writable) return
       try {
@@ -163,6 +169,18 @@ export class Jobs {
       usage.giveBack(rows)
       if (!this.usageFailing) this.options.warn(`could not write the usage counts (kept, tried again): ${(error as Error).message}`)
       this.usageFailing = true
+    }
+  }
+
+  /** Every instance may do it; it is the same delete. */
+  private async pruneOperators(): Promise<void> {
+    const { storage, options } = this
+    if (!storage.writable) return
+    const now = options.now()
+    try {
+      await storage.operators.prune(now - SESSION_IDLE_MS, now - THROTTLE_WINDOW_MS, now - REFUSED_SIGN_IN_RETENTION_MS)
+    } catch (error) {
+      options.warn(`could not prune ended sessions and old sign-in attempts: ${(error as Error).message}`)
     }
   }
 

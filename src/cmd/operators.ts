@@ -89,7 +89,8 @@ async function change(storage: Storage, where: string, sub: string, name: string
     console.error(sub === 'add' ? `petstore: an operator named "${name}" exists already in ${where}` : `petstore: no operator named "${name}" in ${where}`)
     return 1
   }
-  await storage.operators.audit({ at: now, actor: COMMAND_LINE_ACTOR, action: `operator.${sub}`, target: name })
+  // Stamped when the change took effect, not when the command started (a password's hash takes a while).
+  await storage.operators.audit({ at: Date.now(), actor: COMMAND_LINE_ACTOR, action: `operator.${sub}`, target: name })
   const said: Record<string, string> = {
     add: `added operator "${name}" in ${where}. Their password, shown only now, is the next line:`,
     'reset-password': `reset the password of "${name}" in ${where} and ended their console sessions. The new password, shown only now, is the next line:`,

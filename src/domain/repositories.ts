@@ -140,7 +140,7 @@ export interface UsageRepository {
 
 /**
  * The console's operators, their credentials (browser sessions and script tokens, by secret hash), the
- * failed sign-ins that throttle a name, and the audit log. In storage, so that every instance sharing it
+ * sign-in attempts that throttle a name, and the audit log. In storage, so that every instance sharing it
  * sees the same sessions: removing an operator or resetting a password ends them everywhere.
  */
 export interface OperatorRepository {
@@ -155,18 +155,37 @@ export interface OperatorRepository {
   remove(name: string): MaybePromise<boolean>
   /** Replaces the password hash and ends the operator's browser sessions (not their token); false when no such operator. */
   setPassword(name: string, passwordHash: string): MaybePromise<boolean>
-  /** Stores a credential; a token replaces the operator's previous token. False when no such operator. */
-  addCredential(hash: string, operator: string, kind: CredentialKind, now: number): MaybePromise<boolean>
   /**
-   * The credential with this secret hash, its last use moved to `now`; null when there is none, or
-   * when it is a session idle since before `idleSince` (then it is deleted).
+   * Stores a credential; a token replaces the operator's previous token. False when no such operator,
+   * or when `checkedHash` is given and is no longer the operator's password hash (a reset came first):
+   * compared in the transaction that stores it.
    */
-  useCredential(hash: string, now: number, idleSince: number): MaybePromise<Credential | null>
+  addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): MaybePromise<boolean>
+  /** The credential with this secret hash (read only); null when there is none. */
+  credential(hash: string): MaybePromise<Credential | null>
+  /** Moves the credential's last use to `now` if it is before `before`: one write per interval, however many ask. */
+  touchCredential(hash: string, now: number, before: number): MaybePromise<void>
   endCredential(hash: string): MaybePromise<void>
-  /** Times of the failed sign-ins for the name after `since`, oldest first; the others are dropped. */
-  failedSignIns(name: string, since: number): MaybePromise<number[]>
-  recordFailedSignIn(name: string, at: number): MaybePromise<void>
-  clearFailedSignIns(name: string): MaybePromise<void>
+  /**
+   * Reserves a sign-in attempt for the name before its password is checked, atomically with the count
+   * (every handle, every instance): null when reserved (the attempt counts as a failure at `at` until
+   * released), or, when `limit` attempts after `since` are counted already, the time of the one whose
+   * leaving the window frees a place.
+   */
+  reserveSignIn(name: string, at: number, since: number, limit: number): MaybePromise<number | null>
+  /** Forgets the reservation made at `at` (the sign-in succeeded). */
+  releaseSignIn(name: string, at: number): MaybePromise<void>
+  /**
+   * Counts a refused sign-in for a name that is no operator in the one audit entry of UNKNOWN_NAMES_ACTOR
+   * since `since` (its target the count), which becomes the newest entry: a flood of made-up names adds
+   * one entry a day.
+   */
+  countUnknownSignIn(at: number, since: number): MaybePromise<void>
+  /**
+   * Background pruning: sessions last used before `idleSince`, sign-in attempts before `failuresBefore`,
+   * refused sign-ins in the audit log before `refusalsBefore`.
+   */
+  prune(idleSince: number, failuresBefore: number, refusalsBefore: number): MaybePromise<void>
   audit(entry: AuditEntry): MaybePromise<void>
   /** The newest `limit` entries, newest first. */
   auditLog(limit: number): MaybePromise<AuditEntry[]>

@@ -10,7 +10,7 @@ import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import { INT64_MAX, INT64_MIN, type NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
-import { COUNTERS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
+import { COUNTERS, DAY_MS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
 import { BatchRolledBackError, type CreatePetCommand, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/domain/repositories'
@@ -370,6 +370,61 @@ function conformance(name: string, backend: Backend) {
     expect(await other.pets.count()).toBe(0)
     // Idempotency records went with the pets: the key creates again.
     expect((await create(a, [withKey('Rex', 'k')]))[0]!.kind).toBe('created')
+  })
+
+  test(`${name}: sign-in attempts reserved through two handles at once: at most the limit, a release frees one, the window frees the oldest`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const since = NOW - 15 * MINUTE_MS
+    const answers = await Promise.all(Array.from({ length: 32 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.reserveSignIn('eve', NOW + i, since, 5))))
+    expect(answers.filter((answer) => answer === null)).toHaveLength(5)
+    const refused = answers.filter((answer): answer is number => answer !== null)
+    expect(refused).toHaveLength(27)
+    // Refused with the oldest of the five counted: its leaving the window frees a place.
+    const reserved = answers.map((answer, i) => (answer === null ? NOW + i : null)).filter((at): at is number => at !== null)
+    expect(new Set(refused)).toEqual(new Set([reserved[0]!]))
+    // Another name is apart.
+    expect(await a.operators.reserveSignIn('ann', NOW, since, 5)).toBeNull()
+    await other.operators.releaseSignIn('eve', reserved[4]!)
+    expect(await a.operators.reserveSignIn('eve', NOW + 100, since, 5)).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW + 101, since, 5)).toBe(reserved[0]!)
+    // Once the oldest is out of the window, one more is let through.
+    expect(await a.operators.reserveSignIn('eve', NOW + 102, reserved[0]!, 5)).toBeNull()
+  })
+
+  test(`${name}: a session is stored only against the current password hash; unknown names count in one audit entry; pruning`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    expect(await a.operators.add('eve', 'hash-1', NOW)).toBe(true)
+    expect(await other.operators.setPassword('eve', 'hash-2')).toBe(true)
+    expect(await a.operators.addCredential('s-old', 'eve', 'session', NOW, 'hash-1')).toBe(false)
+    expect(await a.operators.addCredential('s-new', 'eve', 'session', NOW, 'hash-2')).toBe(true)
+    expect(await a.operators.addCredential('t', 'eve', 'token', NOW)).toBe(true)
+    expect(await other.operators.credential('s-old')).toBeNull()
+    expect(await other.operators.credential('s-new')).toEqual({ operator: 'eve', kind: 'session', lastSeenAt: NOW })
+    // Touched only when its last use is older than asked: once per interval.
+    await a.operators.touchCredential('s-new', NOW + 1_000, NOW)
+    expect((await other.operators.credential('s-new'))!.lastSeenAt).toBe(NOW)
+    await a.operators.touchCredential('s-new', NOW + 6_000, NOW + 1_000)
+    expect((await other.operators.credential('s-new'))!.lastSeenAt).toBe(NOW + 6_000)
+
+    await a.operators.audit({ at: NOW, actor: 'eve', action: 'key.create', target: 'key_1' })
+    await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.countUnknownSignIn(NOW + i, NOW - 1))))
+    expect(await a.operators.auditLog(200)).toEqual([
+      { at: expect.any(Number), actor: '(unknown names)', action: 'operator.sign-in-refused', target: '30' },
+      { at: NOW, actor: 'eve', action: 'key.create', target: 'key_1' },
+    ])
+    // A new day starts a new entry.
+    await a.operators.countUnknownSignIn(NOW + DAY_MS, NOW + DAY_MS)
+    expect((await a.operators.auditLog(1))[0]).toMatchObject({ target: '1', at: NOW + DAY_MS })
+
+    expect(await a.operators.reserveSignIn('eve', NOW, NOW - 1, 5)).toBeNull()
+    await other.operators.prune(NOW + 6_001, NOW, NOW + DAY_MS)
+    // The idle session went, the token stayed; the attempt went; refused sign-ins before the cut went.
+    expect(await a.operators.credential('s-new')).toBeNull()
+    expect(await a.operators.credential('t')).toMatchObject({ kind: 'token' })
+    expect(await a.operators.reserveSignIn('eve', NOW + 1, NOW - 1, 1)).toBeNull()
+    expect((await a.operators.auditLog(200)).map((entry) => entry.target)).toEqual(['1', 'key_1'])
   })
 }
 

@@ -11,9 +11,14 @@ import {
   type CredentialKind,
   checkOperatorName,
   hashCredential,
+  LAST_SEEN_WRITE_MS,
   makeCredentialSecret,
   OperatorInputError,
   passwordMatches,
+  SESSION_IDLE_MS,
+  SIGN_IN_REFUSED,
+  THROTTLE_FAILURES,
+  THROTTLE_WINDOW_MS,
 } from '../../domain/operators'
 import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
@@ -22,11 +27,7 @@ import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
 import { type Outcomes, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 
-/** A browser session ends after this long without a request. */
-export const SESSION_IDLE_MS = 30 * 60 * 1000
-/** Failed sign-ins for one name within THROTTLE_WINDOW_MS after which that name is refused. */
-export const THROTTLE_FAILURES = 5
-export const THROTTLE_WINDOW_MS = 15 * 60 * 1000
+export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
 /** What the console reads of the rate limiter (limiter/limiter.ts's RateLimiter), declared here. */
 export interface LimiterView {
@@ -93,14 +94,18 @@ function keyInputError(error: unknown): never {
 
 export class ConsoleService {
   private readonly usage: UsageService
+  /** Credentials whose last use is being written now: one write at a time each. */
+  private readonly touching = new Set<string>()
 
   constructor(private readonly deps: ConsoleServiceDeps) {
     this.usage = new UsageService(deps.storage, deps.now)
   }
 
   /**
-   * Signs an operator in: a new session's secret. The name is refused with 429 after THROTTLE_FAILURES
-   * failed sign-ins within the window, whether or not it exists, and the password is then not checked.
+   * Signs an operator in: a new session's secret. Each attempt is reserved in storage before its password
+   * is checked, so at most THROTTLE_FAILURES are ever checked for a name within the window, however many
+   * arrive at once on however many instances; after them the name is refused with 429, whether or not it
+   * exists. A session is stored only if the password it was checked against is still the operator's.
    */
   async signIn(name: string, password: string): Promise<{ secret: string; operator: string }> {
     const { storage, now } = this.deps
@@ -111,31 +116,55 @@ export class ConsoleService {
       throw error
     }
     const at = now()
-    const failures = await storage.operators.failedSignIns(name, at - THROTTLE_WINDOW_MS)
-    if (failures.length >= THROTTLE_FAILURES) {
-      const retryAfter = Math.max(1, Math.ceil((failures[failures.length - THROTTLE_FAILURES]! + THROTTLE_WINDOW_MS - at) / 1000))
+    const blocking = await storage.operators.reserveSignIn(name, at, at - THROTTLE_WINDOW_MS, THROTTLE_FAILURES)
+    if (blocking !== null) {
+      const retryAfter = Math.max(1, Math.ceil((blocking + THROTTLE_WINDOW_MS - at) / 1000))
       throw new ApiError(429, 'rate_limited', `Too many failed sign-ins for this name; try again in ${retryAfter} s.`, {
         'retry-after': String(retryAfter),
       })
     }
-    if (!(await passwordMatches(password, await storage.operators.passwordHash(name)))) {
-      await storage.operators.recordFailedSignIn(name, at)
-      await this.audit(name, 'operator.sign-in-refused', '')
+    // A failed attempt keeps its reservation: it is the failure the throttle counts.
+    const checked = await storage.operators.passwordHash(name)
+    if (!(await passwordMatches(password, checked))) {
+      // An operator's name is throttled, so its refusals are few; other names are counted in one entry a day.
+      if (checked === null) await storage.operators.countUnknownSignIn(now(), Math.floor(now() / DAY_MS) * DAY_MS)
+      else await this.audit(name, SIGN_IN_REFUSED, '')
       throw BAD_SIGN_IN
     }
     const { secret, hash } = makeCredentialSecret('session')
-    if (!(await storage.operators.addCredential(hash, name, 'session', at))) throw BAD_SIGN_IN
-    await storage.operators.clearFailedSignIns(name)
+    if (!(await storage.operators.addCredential(hash, name, 'session', now(), checked!))) throw BAD_SIGN_IN
+    await storage.operators.releaseSignIn(name, at)
     await this.audit(name, 'operator.sign-in', '')
     return { secret, operator: name }
   }
 
-  /** The operator a session or token secret belongs to; 401 when it is unknown, ended or idle too long. */
+  /**
+   * The operator a session or token secret belongs to; 401 when it is unknown, ended or idle too long.
+   * Its last use is written at most every LAST_SEEN_WRITE_MS, and not waited for.
+   */
   async authenticate(secret: string | undefined, kind: CredentialKind): Promise<Credential> {
     if (!secret) throw UNAUTHORIZED
-    const at = this.deps.now()
-    const found = await this.deps.storage.operators.useCredential(hashCredential(secret), at, at - SESSION_IDLE_MS)
+    const { storage, now } = this.deps
+    const at = now()
+    const hash = hashCredential(secret)
+    const found = await storage.operators.credential(hash)
     if (!found || found.kind !== kind) throw UNAUTHORIZED
+    if (kind === 'session' && found.lastSeenAt < at - SESSION_IDLE_MS) {
+      await storage.operators.endCredential(hash)
+      throw UNAUTHORIZED
+    }
+    if (found.lastSeenAt < at - LAST_SEEN_WRITE_MS && !this.touching.has(hash)) {
+      this.touching.add(hash)
+      queueMicrotask(async () => {
+        try {
+          await storage.operators.touchCredential(hash, at, at - LAST_SEEN_WRITE_MS)
+        } catch {
+          // Tried again at the session's next request; a session whose use is not written may end early.
+        } finally {
+          this.touching.delete(hash)
+        }
+      })
+    }
     return found
   }
 

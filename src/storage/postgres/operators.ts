@@ -1,13 +1,16 @@
 /**
- * The console's operators, their sessions and tokens, failed sign-ins and audit log in PostgreSQL,
+ * The console's operators, their sessions and tokens, sign-in attempts and audit log in PostgreSQL,
  * shared by every instance: a session ended on one instance is refused by all of them at once.
  */
 import type { Database } from './pool'
-import type { AuditEntry, Credential, CredentialKind, OperatorRecord } from '../../domain/operators'
+import { type AuditEntry, type Credential, type CredentialKind, type OperatorRecord, SIGN_IN_REFUSED, UNKNOWN_NAMES_ACTOR } from '../../domain/operators'
 import type { OperatorRepository } from '../../domain/repositories'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from './numbers'
+
+/** The first key of the two-key advisory locks that count sign-in attempts ('PETS'); the second is a name's hash. */
+const SIGN_IN_LOCK = 0x50455453
 
 export class PostgresOperators implements OperatorRepository {
   constructor(private readonly sql: Database) {}
@@ -60,10 +63,12 @@ export class PostgresOperators implements OperatorRepository {
     )
   }
 
-  addCredential(hash: string, operator: string, kind: CredentialKind, now: number): Promise<boolean> {
+  /** The operator's row is locked first: a password reset (which updates it) and this come one after the other. */
+  addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): Promise<boolean> {
     return guarded(() =>
       this.sql.begin(async (tx) => {
-        if ((await tx`SELECT 1 FROM operators WHERE name = ${operator} FOR UPDATE`).length === 0) return false
+        const [current] = (await tx`SELECT password_hash FROM operators WHERE name = ${operator} FOR UPDATE`) as { password_hash: string }[]
+        if (!current || (checkedHash !== undefined && current.password_hash !== checkedHash)) return false
         if (kind === 'token') await tx`DELETE FROM operator_credentials WHERE operator = ${operator} AND kind = 'token'`
         await tx`INSERT INTO operator_credentials (hash, operator, kind, created_at, last_seen_at) VALUES (${hash}, ${operator}, ${kind}, ${now}, ${now})`
         return true
@@ -71,17 +76,20 @@ export class PostgresOperators implements OperatorRepository {
     )
   }
 
-  /** One statement: a session idle too long is deleted and not returned; any other is touched and returned. */
-  useCredential(hash: string, now: number, idleSince: number): Promise<Credential | null> {
+  credential(hash: string): Promise<Credential | null> {
     return guarded(async () => {
-      await this.sql`DELETE FROM operator_credentials WHERE hash = ${hash} AND kind = 'session' AND last_seen_at < ${idleSince}`
-      const [row] = (await this.sql`UPDATE operator_credentials SET last_seen_at = greatest(last_seen_at, ${now})
-                                    WHERE hash = ${hash} RETURNING operator, kind, last_seen_at`) as {
+      const [row] = (await this.sql`SELECT operator, kind, last_seen_at FROM operator_credentials WHERE hash = ${hash}`) as {
         operator: string
         kind: CredentialKind
         last_seen_at: string
       }[]
       return row ? { operator: row.operator, kind: row.kind, lastSeenAt: exactInteger(row.last_seen_at) } : null
+    })
+  }
+
+  touchCredential(hash: string, now: number, before: number): Promise<void> {
+    return guarded(async () => {
+      await this.sql`UPDATE operator_credentials SET last_seen_at = ${now} WHERE hash = ${hash} AND last_seen_at < ${before}`
     })
   }
 
@@ -91,23 +99,43 @@ export class PostgresOperators implements OperatorRepository {
     })
   }
 
-  failedSignIns(name: string, since: number): Promise<number[]> {
+  /** Under a transaction lock of the name (two-key advisory locks are apart from LOCKS): instances count one at a time. */
+  reserveSignIn(name: string, at: number, since: number, limit: number): Promise<number | null> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${SIGN_IN_LOCK}::int, hashtext(${name}))`
+        await tx`DELETE FROM sign_in_failures WHERE name = ${name} AND at <= ${since}`
+        const times = ((await tx`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`) as { at: string }[]).map((row) => exactInteger(row.at))
+        if (times.length >= limit) return times[times.length - limit]!
+        await tx`INSERT INTO sign_in_failures (name, at) VALUES (${name}, ${at})`
+        return null
+      }),
+    )
+  }
+
+  releaseSignIn(name: string, at: number): Promise<void> {
     return guarded(async () => {
-      await this.sql`DELETE FROM sign_in_failures WHERE at <= ${since}`
-      const rows = (await this.sql`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`) as { at: string }[]
-      return rows.map((row) => exactInteger(row.at))
+      await this.sql`DELETE FROM sign_in_failures WHERE ctid = (SELECT ctid FROM sign_in_failures WHERE name = ${name} AND at = ${at} LIMIT 1)`
     })
   }
 
-  recordFailedSignIn(name: string, at: number): Promise<void> {
-    return guarded(async () => {
-      await this.sql`INSERT INTO sign_in_failures (name, at) VALUES (${name}, ${at})`
-    })
+  countUnknownSignIn(at: number, since: number): Promise<void> {
+    return guarded(() =>
+      this.sql.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${SIGN_IN_LOCK}::int, 0)`
+        const [found] = (await tx`DELETE FROM audit_log WHERE id = (SELECT id FROM audit_log WHERE actor = ${UNKNOWN_NAMES_ACTOR}
+                                   AND action = ${SIGN_IN_REFUSED} AND at >= ${since} ORDER BY id DESC LIMIT 1) RETURNING target`) as { target: string }[]
+        const count = String(Number(found?.target ?? 0) + 1)
+        await tx`INSERT INTO audit_log (at, actor, action, target) VALUES (${at}, ${UNKNOWN_NAMES_ACTOR}, ${SIGN_IN_REFUSED}, ${count})`
+      }),
+    )
   }
 
-  clearFailedSignIns(name: string): Promise<void> {
+  prune(idleSince: number, failuresBefore: number, refusalsBefore: number): Promise<void> {
     return guarded(async () => {
-      await this.sql`DELETE FROM sign_in_failures WHERE name = ${name}`
+      await this.sql`DELETE FROM operator_credentials WHERE kind = 'session' AND last_seen_at < ${idleSince}`
+      await this.sql`DELETE FROM sign_in_failures WHERE at <= ${failuresBefore}`
+      await this.sql`DELETE FROM audit_log WHERE action = ${SIGN_IN_REFUSED} AND at < ${refusalsBefore}`
     })
   }
 

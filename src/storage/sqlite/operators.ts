@@ -1,9 +1,9 @@
 /**
- * The console's operators, their sessions and tokens, failed sign-ins and audit log in the data file.
+ * The console's operators, their sessions and tokens, sign-in attempts and audit log in the data file.
  * Foreign keys are not enforced by SQLite here, so removing an operator deletes their credentials itself.
  */
 import type { Database } from 'bun:sqlite'
-import type { AuditEntry, Credential, CredentialKind, OperatorRecord } from '../../domain/operators'
+import { type AuditEntry, type Credential, type CredentialKind, type OperatorRecord, SIGN_IN_REFUSED, UNKNOWN_NAMES_ACTOR } from '../../domain/operators'
 import type { OperatorRepository } from '../../domain/repositories'
 import { describeUnavailable } from './failures'
 
@@ -52,9 +52,10 @@ export class SqliteOperators implements OperatorRepository {
     })
   }
 
-  addCredential(hash: string, operator: string, kind: CredentialKind, now: number): boolean {
+  addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): boolean {
     return this.write(() => {
-      if (!this.db.query('SELECT 1 FROM operators WHERE name = ?').get(operator)) return false
+      const current = this.db.query<{ hash: string }, [string]>('SELECT password_hash AS hash FROM operators WHERE name = ?').get(operator)
+      if (!current || (checkedHash !== undefined && current.hash !== checkedHash)) return false
       if (kind === 'token') this.db.query("DELETE FROM operator_credentials WHERE operator = ? AND kind = 'token'").run(operator)
       this.db
         .query('INSERT INTO operator_credentials (hash, operator, kind, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)')
@@ -63,34 +64,55 @@ export class SqliteOperators implements OperatorRepository {
     })
   }
 
-  useCredential(hash: string, now: number, idleSince: number): Credential | null {
-    const found = this.db
+  credential(hash: string): Credential | null {
+    return this.db
       .query<Credential, [string]>('SELECT operator, kind, last_seen_at AS lastSeenAt FROM operator_credentials WHERE hash = ?')
       .get(hash)
-    if (!found) return null
-    if (found.kind === 'session' && found.lastSeenAt < idleSince) {
-      this.endCredential(hash)
-      return null
-    }
-    this.write(() => this.db.query('UPDATE operator_credentials SET last_seen_at = max(last_seen_at, ?) WHERE hash = ?').run(now, hash))
-    return found
+  }
+
+  touchCredential(hash: string, now: number, before: number): void {
+    this.write(() => this.db.query('UPDATE operator_credentials SET last_seen_at = ? WHERE hash = ? AND last_seen_at < ?').run(now, hash, before))
   }
 
   endCredential(hash: string): void {
     this.write(() => this.db.query('DELETE FROM operator_credentials WHERE hash = ?').run(hash))
   }
 
-  failedSignIns(name: string, since: number): number[] {
-    this.write(() => this.db.query('DELETE FROM sign_in_failures WHERE at <= ?').run(since))
-    return this.db.query<{ at: number }, [string]>('SELECT at FROM sign_in_failures WHERE name = ? ORDER BY at').all(name).map((row) => row.at)
+  /** Counted and reserved in one immediate transaction: every handle on the file waits its turn. */
+  reserveSignIn(name: string, at: number, since: number, limit: number): number | null {
+    return this.write(() => {
+      this.db.query('DELETE FROM sign_in_failures WHERE name = ? AND at <= ?').run(name, since)
+      const times = this.db.query<{ at: number }, [string]>('SELECT at FROM sign_in_failures WHERE name = ? ORDER BY at').all(name)
+      if (times.length >= limit) return times[times.length - limit]!.at
+      this.db.query('INSERT INTO sign_in_failures (name, at) VALUES (?, ?)').run(name, at)
+      return null
+    })
   }
 
-  recordFailedSignIn(name: string, at: number): void {
-    this.write(() => this.db.query('INSERT INTO sign_in_failures (name, at) VALUES (?, ?)').run(name, at))
+  releaseSignIn(name: string, at: number): void {
+    this.write(() =>
+      this.db.query('DELETE FROM sign_in_failures WHERE rowid = (SELECT rowid FROM sign_in_failures WHERE name = ? AND at = ? LIMIT 1)').run(name, at),
+    )
   }
 
-  clearFailedSignIns(name: string): void {
-    this.write(() => this.db.query('DELETE FROM sign_in_failures WHERE name = ?').run(name))
+  countUnknownSignIn(at: number, since: number): void {
+    this.write(() => {
+      const found = this.db
+        .query<{ id: number; target: string }, [string, string, number]>('SELECT id, target FROM audit_log WHERE actor = ? AND action = ? AND at >= ? ORDER BY id DESC LIMIT 1')
+        .get(UNKNOWN_NAMES_ACTOR, SIGN_IN_REFUSED, since)
+      if (found) this.db.query('DELETE FROM audit_log WHERE id = ?').run(found.id)
+      this.db
+        .query('INSERT INTO audit_log (at, actor, action, target) VALUES (?, ?, ?, ?)')
+        .run(at, UNKNOWN_NAMES_ACTOR, SIGN_IN_REFUSED, String(Number(found?.target ?? 0) + 1))
+    })
+  }
+
+  prune(idleSince: number, failuresBefore: number, refusalsBefore: number): void {
+    this.write(() => {
+      this.db.query("DELETE FROM operator_credentials WHERE kind = 'session' AND last_seen_at < ?").run(idleSince)
+      this.db.query('DELETE FROM sign_in_failures WHERE at <= ?').run(failuresBefore)
+      this.db.query('DELETE FROM audit_log WHERE action = ? AND at < ?').run(SIGN_IN_REFUSED, refusalsBefore)
+    })
   }
 
   audit(entry: AuditEntry): void {

@@ -1,0 +1,212 @@
+/**
+ * The console's sign-in under races, over the compiled binary, on the data file and on PostgreSQL with
+ * two instances: a burst of wrong passwords has at most 5 checked, a password reset ends the sessions
+ * being made during it, a flood of made-up names cannot push operators' actions out of the audit log,
+ * idle sessions are pruned without being presented, and pollers do not write a session's last use per
+ * request.
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { eventually, type Server, startServer } from '../support/binary'
+import { describeWithEngines } from '../support/engines'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { cliAsync, killSpawned } from './helpers'
+
+afterAll(killSpawned)
+setDefaultTimeout(120_000)
+
+interface ConsoleServer extends Server {
+  console: string
+  password: string
+}
+
+async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
+  const server = await startServer(options)
+  const port = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1]
+  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
+  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
+  return { ...server, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
+}
+
+const attempt = (origin: string, name: string, password: string) =>
+  fetch(`${origin}/api/session`, {
+    method: 'POST',
+    headers: { origin, 'content-type': 'application/json' },
+    body: JSON.stringify({ name, password }),
+  })
+
+const cookieOf = (response: Response) => response.headers.get('set-cookie')?.split(';')[0]
+const me = (origin: string, cookie: string) => fetch(`${origin}/api/me`, { headers: { cookie } })
+
+/**
+ * 40 wrong passwords for `name` at once, spread over the consoles, and the right one sent last: at most
+ * 5 are checked (401), the rest are 429 with Retry-After, and the right one gets no session.
+ */
+async function burst(consoles: string[], name: string, password: string) {
+  const wrong = Array.from({ length: 40 }, (_, i) => attempt(consoles[i % consoles.length]!, name, `wrong-${i}`))
+  const right = attempt(consoles.at(-1)!, name, password)
+  const answers = await Promise.all([...wrong, right])
+  const statuses = answers.map((answer) => answer.status)
+  const counted = { 401: statuses.filter((s) => s === 401).length, 429: statuses.filter((s) => s === 429).length }
+  console.log(`burst of 40 wrong + the right one over ${consoles.length} instance(s): ${JSON.stringify(counted)}, the right one ${statuses.at(-1)}`)
+  expect(counted[401]).toBe(5)
+  expect(counted[429]).toBe(36)
+  expect(statuses.at(-1)).toBe(429)
+  for (const answer of answers.filter((a) => a.status === 429)) {
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(0)
+    expect(await answer.json()).toMatchObject({ code: 'rate_limited', status: 429 })
+    expect(answer.headers.get('set-cookie')).toBeNull()
+  }
+}
+
+/**
+ * 20 tries: sign-ins with an operator's password keep arriving (three at a time) while `operators
+ * reset-password` runs; afterwards no session those sign-ins got works. Each try has its own operator,
+ * so the throttle (the sign-ins after the reset fail) does not carry over.
+ */
+async function resetsDuringSignIns(origins: string[], storageFlags: { args: string[]; env?: Record<string, string> }) {
+  let made = 0
+  let working = 0
+  for (let round = 0; round < 20; round++) {
+    const name = `reset-${round}`
+    const added = await cliAsync(['operators', 'add', name, ...storageFlags.args], { env: storageFlags.env })
+    expect(added.code).toBe(0)
+    const password = added.stdout.trim().split('\n').at(-1)!
+    const cookies: string[] = []
+    let resetDone = false
+    const chain = async (origin: string) => {
+      while (!resetDone) {
+        const answer = await attempt(origin, name, password)
+        if (answer.status === 200) cookies.push(cookieOf(answer)!)
+        else expect([401, 429]).toContain(answer.status)
+      }
+    }
+    const chains = [0, 1, 2].map((i) => chain(origins[i % origins.length]!))
+    const reset = await cliAsync(['operators', 'reset-password', name, ...storageFlags.args], { env: storageFlags.env })
+    resetDone = true
+    await Promise.all(chains)
+    expect(reset.code).toBe(0)
+    made += cookies.length
+    for (const cookie of cookies) for (const origin of origins) if ((await me(origin, cookie)).status === 200) working++
+  }
+  console.log(`20 resets during sign-ins: ${made} sessions made with the old password, ${working} still working (per instance)`)
+  expect(made).toBeGreaterThan(0)
+  expect(working).toBe(0)
+}
+
+describe('sign-in on the data file', () => {
+  test('40 wrong passwords at once and the right one last: 5 checked, 36 answered 429 with Retry-After, no session', async () => {
+    const server = await startWithConsole()
+    await burst([server.console], 'admin', server.password)
+    // The name stays throttled for the right password too; another name is apart.
+    expect((await attempt(server.console, 'admin', server.password)).status).toBe(429)
+    expect((await attempt(server.console, 'other', 'x')).status).toBe(401)
+    await server.stop()
+  })
+
+  test('a password reset while sign-ins with the old password are in flight ends every session they made (20 tries)', async () => {
+    const server = await startWithConsole()
+    await resetsDuringSignIns([server.console], { args: ['--data', server.dataFile] })
+    await server.stop()
+  })
+
+  test('a flood of refused sign-ins for made-up names is one audit entry; the operators\' actions stay in the last 200', async () => {
+    const server = await startWithConsole()
+    const signedIn = await attempt(server.console, 'admin', server.password)
+    const cookie = cookieOf(signedIn)!
+    const created = await fetch(`${server.console}/api/keys`, {
+      method: 'POST',
+      headers: { cookie, origin: server.console, 'content-type': 'application/json' },
+      body: '{"plan":"free","name":"findable"}',
+    })
+    expect(created.status).toBe(201)
+    for (let start = 0; start < 210; start += 10) {
+      const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => attempt(server.console, `made-up-${start + i}`, 'x')))
+      expect(answers.map((answer) => answer.status)).toEqual(Array(10).fill(401))
+    }
+    const { entries } = (await (await fetch(`${server.console}/api/audit?limit=200`, { headers: { cookie } })).json()) as {
+      entries: { at: string; actor: string; action: string; target: string }[]
+    }
+    console.log(`audit entries after 210 made-up names: ${entries.length}; newest ${JSON.stringify(entries[0])}`)
+    expect(entries.some((entry) => entry.action === 'key.create')).toBe(true)
+    expect(entries.filter((entry) => entry.action === 'operator.sign-in-refused')).toEqual([
+      { at: expect.any(String), actor: '(unknown names)', action: 'operator.sign-in-refused', target: '210' },
+    ])
+    await server.stop()
+  })
+
+  test('a session idle for longer than 30 minutes is deleted at the start, without being presented', async () => {
+    const server = await startWithConsole()
+    const cookie = cookieOf(await attempt(server.console, 'admin', server.password))!
+    expect((await me(server.console, cookie)).status).toBe(200)
+    await server.stop()
+    const db = new Database(server.dataFile)
+    db.run('UPDATE operator_credentials SET last_seen_at = last_seen_at - 31 * 60 * 1000')
+    db.close()
+    const again = await startWithConsole({ dataFile: server.dataFile })
+    const left = () => {
+      const reader = new Database(server.dataFile, { readonly: true })
+      const count = reader.query<{ n: number }, []>("SELECT count(*) AS n FROM operator_credentials WHERE kind = 'session'").get()!.n
+      reader.close()
+      return count
+    }
+    await eventually(() => left() === 0)
+    await again.stop()
+  })
+
+  test('two pollers hammering /api/me write a session\'s last use at most once per 5 seconds, not per request', async () => {
+    const server = await startWithConsole()
+    const cookies = [cookieOf(await attempt(server.console, 'admin', server.password))!, cookieOf(await attempt(server.console, 'admin', server.password))!]
+    const reader = new Database(server.dataFile, { readonly: true })
+    const lastSeen = () =>
+      reader.query<{ at: number }, []>("SELECT last_seen_at AS at FROM operator_credentials WHERE kind = 'session' ORDER BY created_at").all().map((row) => row.at)
+    const first = lastSeen()
+    const seen = new Set<string>([JSON.stringify(first)])
+    let requests = 0
+    const until = Date.now() + 7_000
+    await Promise.all(
+      cookies.map(async (cookie) => {
+        while (Date.now() < until) {
+          expect((await me(server.console, cookie)).status).toBe(200)
+          requests++
+          seen.add(JSON.stringify(lastSeen()))
+        }
+      }),
+    )
+    const last = lastSeen()
+    reader.close()
+    const moves = last.map((at, i) => at - first[i]!)
+    console.log(`${requests} requests in 7 s from two pollers: ${seen.size} distinct last-use states; each session moved by ${moves.join(', ')} ms`)
+    // Each session written once at most in 7 s (at 5 s), so at most 3 states: before, one moved, both moved.
+    expect(seen.size).toBeLessThanOrEqual(3)
+    for (const move of moves) expect(move).toBeGreaterThanOrEqual(5_000)
+    await server.stop()
+  })
+})
+
+describeWithEngines(['postgresql'], 'sign-in on PostgreSQL with two instances', () => {
+  let cluster: PostgresCluster
+  afterAll(() => cluster?.destroy())
+
+  test('40 wrong passwords at once over both instances and the right one last: 5 checked, 36 answered 429, no session', async () => {
+    cluster = await startPostgres()
+    const url = await cluster.createDatabase('sign_in_burst')
+    const a = await startWithConsole({ databaseUrl: url })
+    const b = await startWithConsole({ databaseUrl: url, cwd: join(a.dataFile, '..', '..') })
+    await burst([a.console, b.console], 'admin', a.password)
+    await a.stop()
+    await b.stop()
+  })
+
+  test('a password reset while sign-ins on both instances are in flight ends every session they made (20 tries)', async () => {
+    cluster ??= await startPostgres()
+    const url = await cluster.createDatabase('sign_in_reset')
+    const a = await startWithConsole({ databaseUrl: url })
+    const b = await startWithConsole({ databaseUrl: url, cwd: join(a.dataFile, '..', '..') })
+    await resetsDuringSignIns([a.console, b.console], { args: [], env: { PETSTORE_DATABASE_URL: url } })
+    await a.stop()
+    await b.stop()
+  })
+})
