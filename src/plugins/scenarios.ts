@@ -12,7 +12,7 @@
 import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
-import { LimiterUnavailableError } from '../limiter/backend'
+import { LimiterUnavailableError, TriesFullError } from '../limiter/backend'
 import type { RateLimiter } from '../limiter/limiter'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
 import type { ActiveKey } from '../modules/keys/service'
@@ -131,6 +131,16 @@ const TOO_MANY_DELAYS = new ApiError(
   { 'retry-after': '1' },
 )
 
+/** The in-process count of tries is at its bound: a new Idempotency-Key is refused, never another key's count forgotten. */
+function triesFull(retryAfter: number): ApiError {
+  return new ApiError(
+    503,
+    'unavailable',
+    `Too many tries (Prefer: fail) are being counted at once; retry in ${retryAfter} s, when the oldest are forgotten.`,
+    { 'retry-after': String(retryAfter) },
+  )
+}
+
 /**
  * The scenario the gate runs for a request with a valid key: undefined at once without a Prefer header,
  * else a promise of the forced answer's body, or of undefined for the request to go on (delayed, or
@@ -199,7 +209,9 @@ export function scenarios(options: ScenarioOptions) {
     let code = plan.code
     if (plan.fail) {
       // Counted with the rate limits (in Redis, shared by every instance, when they are there).
-      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)).catch((error: unknown) => {
+        throw error instanceof TriesFullError ? triesFull(error.retryAfter) : error
+      })
       if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
       if (tried > plan.fail.tries) code = undefined

@@ -56,6 +56,42 @@ async function staging(limits: Record<string, number>, args: string[] = []): Pro
   return { server, keys }
 }
 
+/**
+ * Ten keys send 1,000 made-up Idempotency-Keys each (forced answers spend no token) while a victim
+ * key's fail=1 try waits for its retry: the retry must be counted as the second, and get the real answer.
+ * Every flood answer is a 503: forced, or refused as one too many tries counted (without Preference-Applied).
+ */
+async function tenFloodsSpareAVictim(args: string[], refusedTries: number): Promise<void> {
+  const floods = Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`flood${i}`, 100]))
+  const { server, keys } = await staging({ victim: 100, ...floods }, args)
+  const send = (key: string, idempotencyKey: string, fail = 100) =>
+    fetch(`${server.base}/pets`, { headers: prefer(key, `fail=${fail}, code=503`, { 'idempotency-key': idempotencyKey }) })
+  expect((await send(keys.victim!, 'victim', 1)).status).toBe(503)
+  const statuses = new Map<number, number>()
+  const refused: Response[] = []
+  await Promise.all(
+    Array.from({ length: 10 }, async (_, i) => {
+      const key = keys[`flood${i}`]!
+      for (let n = 0; n < 1_000; n += 4) {
+        const answers = await Promise.all([0, 1, 2, 3].map((j) => send(key, `flood-${n + j}`)))
+        for (const answer of answers) {
+          statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
+          if (!answer.headers.has('preference-applied')) refused.push(answer)
+        }
+      }
+    }),
+  )
+  expect(statuses.get(503)).toBe(10_000)
+  // In process, 10,000 counts are held in all: the one past them is refused, not counted over another's.
+  expect(refused.length).toBe(refusedTries)
+  for (const answer of refused) {
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(3_500)
+    expect(((await answer.json()) as { message: string }).message).toStartWith('Too many tries (Prefer: fail) are being counted at once')
+  }
+  const retry = await send(keys.victim!, 'victim', 1)
+  expect(`${retry.status} ${retry.headers.get('preference-applied')}`).toBe('200 fail=1')
+}
+
 describe('scenarios: on in staging, off in production, and said so at startup', () => {
   test('the defaults, the flag and the variable', async () => {
     const cases: [string[], Record<string, string>, 'on' | 'off'][] = [
@@ -222,6 +258,10 @@ describe('fail=N with an Idempotency-Key', () => {
     expect([await send(keys.mine!, 'mine'), await send(keys.mine!, 'mine')]).toEqual([503, 200])
   })
 
+  test("ten keys' floods of Idempotency-Keys leave another key's count of tries alone (in process)", async () => {
+    await tenFloodsSpareAVictim([], 1)
+  })
+
   test('a forced 503 is the 503 of a limiter that does not answer, as a real one from a stopped Redis', async () => {
     // The comparison with a real one is in the Redis suite below; here, its shape without Redis.
     const { server, keys } = await staging({ key: 100 })
@@ -357,6 +397,15 @@ describeWithEngines(['redis-server'], 'scenarios with the rate limits in Redis',
     expect(forced.status).toBe(503)
     expectSameHeaders(forced, real, 'code=503')
     expect(await forced.json()).toEqual(await real.json())
+  })
+
+  test("ten keys' floods of Idempotency-Keys leave another key's count of tries alone (in Redis)", async () => {
+    const own = await startRedis()
+    try {
+      await tenFloodsSpareAVictim(['--redis-url', own.url], 0)
+    } finally {
+      await own.destroy()
+    }
   })
 })
 
