@@ -32,6 +32,8 @@ export interface TakeResult {
 export interface PeekResult {
   minute: Bucket
   day: Bucket
+  /** Time (ms) at which the subject's ban ends; not after `now` when it is not banned. */
+  bannedUntil: number
   now: number
 }
 

@@ -7,7 +7,9 @@
  *
  * The gate calls the scenario once it has found the key and before the limiter: a forced answer spends
  * no token and counts toward no ban, and it is built by the constructors the real answers use (the
- * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`.
+ * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`. A key the
+ * limiter would refuse now (spent or banned) gets no scenario, not even a 400 about its Prefer: the gate
+ * goes on to the limiter, whose refusal it answers as for any request.
  */
 import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
@@ -189,6 +191,8 @@ export function scenarios(options: ScenarioOptions) {
   async function run(key: ActiveKey, request: Request, header: string, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
     const operationId = routes.operationAt(request.method, info.path)
     if (operationId === undefined) return undefined
+    // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
+    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits, true))) !== false) return undefined
     info.key = key
     let plan: Plan | undefined
     try {

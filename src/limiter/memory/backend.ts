@@ -115,7 +115,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
     const shape = shapesOf(subject.limits)
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
-    return { minute: { ...subject.minute }, day: { ...subject.day }, now }
+    return { minute: { ...subject.minute }, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
   }
 
   /**

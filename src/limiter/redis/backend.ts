@@ -106,16 +106,16 @@ export class RedisLimiterBackend implements LimiterBackend {
   peek(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<PeekResult> {
     const giveUpAt = performance.now() + this.timeoutMs
     const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(subject).slice(0, 1), []))
-    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt]) => {
+    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
       if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
-        return { minute: fullBucket(shape.minute, at), day: fullBucket(shape.day, at), now: at }
+        return { minute: fullBucket(shape.minute, at), day: fullBucket(shape.day, at), bannedUntil: 0, now: at }
       const minute = { tokens: Number(m), updatedAt: Number(mt) }
       const day = { tokens: Number(d), updatedAt: Number(dt) }
       refill(minute, shape.minute, at)
       refill(day, shape.day, at)
-      return { minute, day, now: at }
+      return { minute, day, bannedUntil: Number(b || 0), now: at }
     })
   }
 
