@@ -32,6 +32,8 @@ export interface TakeResult {
 export interface PeekResult {
   minute: Bucket
   day: Bucket
+  /** Time (ms) at which the subject's ban ends; not after `now` when it is not banned. */
+  bannedUntil: number
   now: number
 }
 
@@ -59,7 +61,8 @@ export interface LimiterBackend {
    * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id,
    * for answers forced on request) and returns its number, 1 for the first; a count lives at least
    * `keepMs` after its first try. A backend shared by instances shares the counts. Takes no token and
-   * counts toward nothing else.
+   * counts toward nothing else. A backend with a bound on all groups' counts together refuses a new id
+   * past it with TriesFullError, rather than forget another group's.
    */
   countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
   /**
@@ -84,6 +87,17 @@ export interface Inspected {
   bannedUntil: number
   /** The backend's clock when it answered (ms). */
   now: number
+}
+
+/** countTry held as many counts as it may, all groups together: this new id was not counted. */
+export class TriesFullError extends Error {
+  override name = 'TriesFullError'
+  constructor(
+    /** Seconds until the oldest count held is forgotten, making room. */
+    readonly retryAfter: number,
+  ) {
+    super('too many tries counted at once')
+  }
 }
 
 /** The backend could not answer in time (down, unreachable or too slow); nothing was taken late. */

@@ -144,6 +144,15 @@ export class RateLimiter {
   }
 
   /**
+   * Whether the subject's next request would be refused (banned, or a bucket without a whole token), as
+   * it stands; nothing taken or recorded. Rejects with LimiterUnavailableError like peek.
+   */
+  async refuses(subjectId: string, limits: Limits, isKey: boolean): Promise<boolean> {
+    const state = await this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+    return state.bannedUntil > state.now || state.minute.tokens < 1 || state.day.tokens < 1
+  }
+
+  /**
    * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
    * while a shared backend does not answer and the fallback is local.
    */

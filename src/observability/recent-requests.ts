@@ -2,8 +2,22 @@
  * The last few thousand answers of the API, kept in memory for the console: time, method, path (without
  * its query), status, the key's id or the client's address, duration and request id. No bodies, no
  * headers, nothing secret. Filled by the one recorder of answers (plugins/request-context.ts), one slot
- * per answer in a ring: the request path pays one small object and no search.
+ * per answer in a ring: the request path pays one small object and no search. A path is kept to its
+ * first RECENT_PATH_CHARS characters, copied, so the ring holds no request's URL alive (a string sliced
+ * from another keeps the whole of it in JSC): 5,000 paths of 16 KB would otherwise hold 80 MB.
  */
+
+/** The characters of a path the ring keeps. */
+export const RECENT_PATH_CHARS = 512
+
+/**
+ * A copy of `text` that shares no storage with the string it was sliced from. Measured in Bun 1.4: a
+ * slice, a template, `(' ' + s).slice(1)` and concatenations all still hold the original; a round trip
+ * through UTF-8 bytes does not (a lone surrogate becomes U+FFFD, which a path shown to an operator can bear).
+ */
+export function detached(text: string): string {
+  return Buffer.from(text).toString()
+}
 
 export interface RecentRequest {
   /** Unix ms. */
@@ -34,6 +48,7 @@ export class RecentRequests {
   }
 
   add(request: RecentRequest): void {
+    if (request.path.length > RECENT_PATH_CHARS) request.path = detached(request.path.slice(0, RECENT_PATH_CHARS))
     this.ring[this.next] = request
     this.next = (this.next + 1) % this.capacity
   }

@@ -20,7 +20,7 @@ import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
 import type { UsageCounter } from '../observability/usage'
-import type { RecentRequests } from '../observability/recent-requests'
+import { detached, type RecentRequests } from '../observability/recent-requests'
 
 type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void
 
@@ -135,6 +135,9 @@ const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
 const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
 
+/** A query longer than this is not kept alive by the path sliced from its URL. */
+const LONG_QUERY = 256
+
 /** Scheme and authority of the last URL found routable, with the slash after them: clients repeat them. */
 let routableOrigin = '\u0000'
 
@@ -147,10 +150,12 @@ export function routedPath(url: string): string | ApiError {
     if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
     if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))
       return BAD_HOST
-    routableOrigin = url.slice(0, start + 1)
+    routableOrigin = detached(url.slice(0, start + 1))
   }
   const query = url.indexOf('?', start)
-  return query < 0 ? url.slice(start) : url.slice(start, query)
+  if (query < 0) return url.slice(start)
+  // The path outlives the request in the records of answers: sliced, it would hold a long query with it.
+  return url.length - query > LONG_QUERY ? detached(url.slice(start, query)) : url.slice(start, query)
 }
 
 /** The path of a target that could not be routed, for the log only. */
@@ -158,7 +163,7 @@ function unroutedPath(url: string): string {
   const start = url.startsWith('/') ? 0 : url.indexOf('/', url.indexOf('//') + 2)
   if (start < 0) return '/'
   const query = url.indexOf('?', start)
-  return (query < 0 ? url.slice(start) : url.slice(start, query)).slice(0, 1024)
+  return detached((query < 0 ? url.slice(start) : url.slice(start, query)).slice(0, 1024))
 }
 
 export function clientAddress(server: Server<unknown> | null | undefined, request: Request, proxies: Proxies): string {

@@ -7,12 +7,14 @@
  *
  * The gate calls the scenario once it has found the key and before the limiter: a forced answer spends
  * no token and counts toward no ban, and it is built by the constructors the real answers use (the
- * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`.
+ * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`. A key the
+ * limiter would refuse now (spent or banned) gets no scenario, not even a 400 about its Prefer: the gate
+ * goes on to the limiter, whose refusal it answers as for any request.
  */
 import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
-import { LimiterUnavailableError } from '../limiter/backend'
+import { LimiterUnavailableError, TriesFullError } from '../limiter/backend'
 import type { RateLimiter } from '../limiter/limiter'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
 import type { ActiveKey } from '../modules/keys/service'
@@ -131,6 +133,16 @@ const TOO_MANY_DELAYS = new ApiError(
   { 'retry-after': '1' },
 )
 
+/** The in-process count of tries is at its bound: a new Idempotency-Key is refused, never another key's count forgotten. */
+function triesFull(retryAfter: number): ApiError {
+  return new ApiError(
+    503,
+    'unavailable',
+    `Too many tries (Prefer: fail) are being counted at once; retry in ${retryAfter} s, when the oldest are forgotten.`,
+    { 'retry-after': String(retryAfter) },
+  )
+}
+
 /**
  * The scenario the gate runs for a request with a valid key: undefined at once without a Prefer header,
  * else a promise of the forced answer's body, or of undefined for the request to go on (delayed, or
@@ -179,6 +191,8 @@ export function scenarios(options: ScenarioOptions) {
   async function run(key: ActiveKey, request: Request, header: string, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
     const operationId = routes.operationAt(request.method, info.path)
     if (operationId === undefined) return undefined
+    // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
+    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits, true))) !== false) return undefined
     info.key = key
     let plan: Plan | undefined
     try {
@@ -199,7 +213,9 @@ export function scenarios(options: ScenarioOptions) {
     let code = plan.code
     if (plan.fail) {
       // Counted with the rate limits (in Redis, shared by every instance, when they are there).
-      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)).catch((error: unknown) => {
+        throw error instanceof TriesFullError ? triesFull(error.retryAfter) : error
+      })
       if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
       if (tried > plan.fail.tries) code = undefined

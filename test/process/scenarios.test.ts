@@ -56,6 +56,68 @@ async function staging(limits: Record<string, number>, args: string[] = []): Pro
   return { server, keys }
 }
 
+/**
+ * Ten keys send 1,000 made-up Idempotency-Keys each (forced answers spend no token) while a victim
+ * key's fail=1 try waits for its retry: the retry must be counted as the second, and get the real answer.
+ * Every flood answer is a 503: forced, or refused as one too many tries counted (without Preference-Applied).
+ */
+async function tenFloodsSpareAVictim(args: string[], refusedTries: number): Promise<void> {
+  const floods = Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`flood${i}`, 100]))
+  const { server, keys } = await staging({ victim: 100, ...floods }, args)
+  const send = (key: string, idempotencyKey: string, fail = 100) =>
+    fetch(`${server.base}/pets`, { headers: prefer(key, `fail=${fail}, code=503`, { 'idempotency-key': idempotencyKey }) })
+  expect((await send(keys.victim!, 'victim', 1)).status).toBe(503)
+  const statuses = new Map<number, number>()
+  const refused: Response[] = []
+  await Promise.all(
+    Array.from({ length: 10 }, async (_, i) => {
+      const key = keys[`flood${i}`]!
+      for (let n = 0; n < 1_000; n += 4) {
+        const answers = await Promise.all([0, 1, 2, 3].map((j) => send(key, `flood-${n + j}`)))
+        for (const answer of answers) {
+          statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
+          if (!answer.headers.has('preference-applied')) refused.push(answer)
+        }
+      }
+    }),
+  )
+  expect(statuses.get(503)).toBe(10_000)
+  // In process, 10,000 counts are held in all: the one past them is refused, not counted over another's.
+  expect(refused.length).toBe(refusedTries)
+  for (const answer of refused) {
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(3_500)
+    expect(((await answer.json()) as { message: string }).message).toStartWith('Too many tries (Prefer: fail) are being counted at once')
+  }
+  const retry = await send(keys.victim!, 'victim', 1)
+  expect(`${retry.status} ${retry.headers.get('preference-applied')}`).toBe('200 fail=1')
+}
+
+/**
+ * A key that has spent its minute, then one that is banned: whatever its Prefer (a forced answer, a bad
+ * value, a fail under an Idempotency-Key), the limiter's refusal comes first, as for any request.
+ */
+async function refusedKeysGetNoScenario(args: string[]): Promise<void> {
+  // Two a minute, banned at the second rejection within a minute.
+  const { server, keys } = await staging({ key: 2 }, ['--ban-after', '1', ...args])
+  const get = (value?: string, extra: Record<string, string> = {}) =>
+    fetch(`${server.base}/pets/1`, { headers: value === undefined ? auth(keys.key!) : prefer(keys.key!, value, extra) })
+  // A forced answer while the key has tokens spends none.
+  expect(remaining(await get('code=500'))).toBe(2)
+  expect((await get()).status).toBe(404)
+  expect((await get()).status).toBe(404)
+  const answer = async (value: string, extra: Record<string, string> = {}) => {
+    const response = await get(value, extra)
+    const body = (await response.json()) as { code: string }
+    return `${value} → ${response.status} ${body.code} ${response.headers.get('preference-applied')}`
+  }
+  // Spent: refused as any request is; the second rejection within a minute starts the ban (still rate_limited).
+  expect(await answer('code=404')).toBe('code=404 → 429 rate_limited null')
+  expect(await answer('code=abc')).toBe('code=abc → 429 rate_limited null')
+  for (const value of ['code=404', 'code=500', 'code=503', 'code=abc', 'delay=-1', 'fail=1; code=503', 'code=404, delay=10'])
+    expect(await answer(value, { 'idempotency-key': 'try-1' })).toBe(`${value} → 429 key_banned null`)
+  expect(await answer('nonsense;;;')).toBe('nonsense;;; → 429 key_banned null')
+}
+
 describe('scenarios: on in staging, off in production, and said so at startup', () => {
   test('the defaults, the flag and the variable', async () => {
     const cases: [string[], Record<string, string>, 'on' | 'off'][] = [
@@ -108,6 +170,10 @@ describe('forced answers look like real ones and cost nothing', () => {
     expect(remaining(next)).toBe(9)
     // The key whose forced 429 came first still has its one token.
     expect((await fetch(`${server.base}/pets`, { headers: auth(keys.other!) })).status).toBe(200)
+  })
+
+  test('a spent or banned key gets its 429 whatever its Prefer: no forced answer, no 400 about Prefer (in process)', async () => {
+    await refusedKeysGetNoScenario([])
   })
 
   test('code=404 on getPet: as a real 404 of a missing pet, with the rate-limit fields as they stand', async () => {
@@ -220,6 +286,10 @@ describe('fail=N with an Idempotency-Key', () => {
     }
     await Promise.all(Array.from({ length: 16 }, flood))
     expect([await send(keys.mine!, 'mine'), await send(keys.mine!, 'mine')]).toEqual([503, 200])
+  })
+
+  test("ten keys' floods of Idempotency-Keys leave another key's count of tries alone (in process)", async () => {
+    await tenFloodsSpareAVictim([], 1)
   })
 
   test('a forced 503 is the 503 of a limiter that does not answer, as a real one from a stopped Redis', async () => {
@@ -357,6 +427,24 @@ describeWithEngines(['redis-server'], 'scenarios with the rate limits in Redis',
     expect(forced.status).toBe(503)
     expectSameHeaders(forced, real, 'code=503')
     expect(await forced.json()).toEqual(await real.json())
+  })
+
+  test('a spent or banned key gets its 429 whatever its Prefer: no forced answer, no 400 about Prefer (in Redis)', async () => {
+    const own = await startRedis()
+    try {
+      await refusedKeysGetNoScenario(['--redis-url', own.url])
+    } finally {
+      await own.destroy()
+    }
+  })
+
+  test("ten keys' floods of Idempotency-Keys leave another key's count of tries alone (in Redis)", async () => {
+    const own = await startRedis()
+    try {
+      await tenFloodsSpareAVictim(['--redis-url', own.url], 0)
+    } finally {
+      await own.destroy()
+    }
   })
 })
 

@@ -6,11 +6,23 @@
  */
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
+import {
+  type BanRule,
+  type Inspected,
+  type LimiterBackend,
+  MINUTE_MS,
+  type PeekResult,
+  shapesOf,
+  type TakeResult,
+  TriesFullError,
+  TRIES_PER_KEY,
+} from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
-/** Try counts held at once (countTry), all keys together; beyond, the first key's oldest is forgotten. */
+/** Try counts held at once (countTry), all keys together; beyond, a new id is refused (TriesFullError). */
 const TRIES_KEPT = 10_000
+/** Least time between two sweeps of expired try counts while they are at their bound. */
+const TRIES_SWEEP_MS = 1_000
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -49,6 +61,9 @@ export class MemoryLimiterBackend implements LimiterBackend {
   private readonly tries = new Map<string, Map<string, { count: number; firstAt: number }>>()
   private triesHeld = 0
   private readonly handedOver: LimiterHandover
+  /** While the counts are at their bound: when expired ones may next be swept, and when the oldest expires. */
+  private nextTriesSweep = 0
+  private oldestTryExpires = 0
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -103,39 +118,60 @@ export class MemoryLimiterBackend implements LimiterBackend {
     const shape = shapesOf(subject.limits)
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
-    return { minute: { ...subject.minute }, day: { ...subject.day }, now }
+    return { minute: { ...subject.minute }, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
   }
 
   /**
    * At most TRIES_PER_KEY counts per group and TRIES_KEPT in all, each forgotten `keepMs` after its
-   * first try; a group that is full forgets its own oldest, so one key's ids never push out another's.
+   * first try; a group that is full forgets its own oldest, so one key's ids never push out another's,
+   * and past TRIES_KEPT a new id of a group that is not full is refused (TriesFullError).
    */
   countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
-    let counts = this.tries.get(group)
-    if (!counts) this.tries.set(group, (counts = new Map()))
-    let entry = counts.get(tryId)
+    const counts = this.tries.get(group)
+    let entry = counts?.get(tryId)
     if (entry && now - entry.firstAt >= keepMs) {
-      counts.delete(tryId)
-      this.triesHeld--
+      this.forgetTry(group, tryId)
       entry = undefined
     }
     if (!entry) {
-      if (counts.size >= TRIES_PER_KEY) this.forgetOldestTry(group)
-      else if (this.triesHeld >= TRIES_KEPT) this.forgetOldestTry(this.tries.keys().next().value!)
+      if (counts && counts.size >= TRIES_PER_KEY) this.forgetTry(group, counts.keys().next().value!)
+      else if (this.triesHeld >= TRIES_KEPT && !this.sweptRoom(keepMs, now))
+        throw new TriesFullError(Math.max(1, Math.ceil((this.oldestTryExpires - now) / 1000)))
       entry = { count: 0, firstAt: now }
-      counts.set(tryId, entry)
-      this.tries.set(group, counts)
+      let held = this.tries.get(group)
+      if (!held) this.tries.set(group, (held = new Map()))
+      held.set(tryId, entry)
       this.triesHeld++
     }
     return ++entry.count
   }
 
-  /** Forgets the oldest count of a group, and the group once it holds none. */
-  private forgetOldestTry(group: string): void {
+  private forgetTry(group: string, tryId: string): void {
     const counts = this.tries.get(group)!
-    counts.delete(counts.keys().next().value!)
+    counts.delete(tryId)
     this.triesHeld--
     if (counts.size === 0) this.tries.delete(group)
+  }
+
+  /**
+   * Forgets expired counts (each group's are oldest first), at most once a TRIES_SWEEP_MS, and notes when
+   * the oldest left expires; whether there is room now.
+   */
+  private sweptRoom(keepMs: number, now: number): boolean {
+    if (now < this.nextTriesSweep) return false
+    this.nextTriesSweep = now + TRIES_SWEEP_MS
+    let oldest = Infinity
+    for (const [group, counts] of this.tries) {
+      for (const [tryId, entry] of counts) {
+        if (now - entry.firstAt < keepMs) {
+          oldest = Math.min(oldest, entry.firstAt)
+          break
+        }
+        this.forgetTry(group, tryId)
+      }
+    }
+    this.oldestTryExpires = oldest + keepMs
+    return this.triesHeld < TRIES_KEPT
   }
 
   /** Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start. */

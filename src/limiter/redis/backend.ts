@@ -10,6 +10,9 @@
  * change nothing (a script sent just before Redis stalled would otherwise still run when Redis resumes).
  * A script that ran in time can still answer after the timeout (our process or the network was slow):
  * what such a take changed is undone, so a call answered 503 spends nothing and counts toward nothing.
+ * For that, a connection that still answers is never replaced, however slow: the answers it carries
+ * would be lost, and the takes Redis ran for them never undone. Only a connection silent for
+ * connectTimeoutMs is; what Redis ran for the takes it carried stays done.
  * The client does not reconnect by itself (Bun's own retries give up for good after about 32 s, and a
  * connect() during them waits for all of them): the backend checks Redis every reconnectEveryMs, idle or
  * not, and reconnects in the background, one attempt at a time, however long Redis was away.
@@ -106,16 +109,16 @@ export class RedisLimiterBackend implements LimiterBackend {
   peek(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<PeekResult> {
     const giveUpAt = performance.now() + this.timeoutMs
     const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(subject).slice(0, 1), []))
-    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt]) => {
+    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
       if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
-        return { minute: fullBucket(shape.minute, at), day: fullBucket(shape.day, at), now: at }
+        return { minute: fullBucket(shape.minute, at), day: fullBucket(shape.day, at), bannedUntil: 0, now: at }
       const minute = { tokens: Number(m), updatedAt: Number(mt) }
       const day = { tokens: Number(d), updatedAt: Number(dt) }
       refill(minute, shape.minute, at)
       refill(day, shape.day, at)
-      return { minute, day, now: at }
+      return { minute, day, bannedUntil: Number(b || 0), now: at }
     })
   }
 
@@ -318,8 +321,11 @@ export class RedisLimiterBackend implements LimiterBackend {
   }
 
   private async attemptConnect(): Promise<void> {
-    // A connection that looks open but stays silent (a dead peer, a lost network) is replaced.
-    if (this.client.connected && !(await this.answers())) this.client.close()
+    // A connection that looks open but stays silent (a dead peer, a lost network) is replaced. One that
+    // answers, however slowly, is kept as it is: closing it would lose the answers of takes it still
+    // carries, which Redis may have run, and which could then never be undone.
+    if (this.client.connected && this.offset !== null && (await this.answers())) return
+    if (this.client.connected && this.offset !== null) this.client.close()
     if (!this.client.connected) {
       await this.client.connect()
       // Perhaps another server, with another clock: its offset is measured afresh.

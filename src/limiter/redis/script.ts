@@ -158,14 +158,14 @@ return 1
 
 /**
  * A subject's state as the next take would read it, and Redis's clock; changes nothing.
- * KEYS: the subject's hash. Answers {clock, rpm, rpd, m, mt, d, dt}, absent fields as ''.
+ * KEYS: the subject's hash. Answers {clock, rpm, rpd, m, mt, d, dt, b}, absent fields as ''.
  */
 export const PEEK_SCRIPT = `
 local time = redis.call('TIME')
 local clock = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
-local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt')
-for i = 1, 6 do state[i] = state[i] or '' end
-return {string.format('%.17g', clock), state[1], state[2], state[3], state[4], state[5], state[6]}
+local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b')
+for i = 1, 7 do state[i] = state[i] or '' end
+return {string.format('%.17g', clock), state[1], state[2], state[3], state[4], state[5], state[6], state[7]}
 `
 
 /**
