@@ -4,14 +4,15 @@
  * data and is served to anyone, so that they can sign in; everything it shows comes from the API.
  * Every answer carries a Content-Security-Policy without inline script and refuses framing.
  *
- * One guard, an onRequest hook, runs before routing and before any body is read, for every request
- * whatever its route (one added later included): a `Host` (or a trusted proxy's X-Forwarded-Host) that
- * is not one of the console's names is refused with 421 (DNS rebinding), a declared body over 8 KiB
- * with 413, and every request but the page's files and sign-in needs an operator: a browser session (an
- * HttpOnly, SameSite=Strict cookie) or a script's token (Authorization: Bearer), else 401. With the
- * cookie, a request that changes something must also come from the console's own origin (`Origin`).
- * Routes never let Elysia parse a body (`parse: 'none'` on all of them); the two that take one read it
- * with the bounded reader, and a body left unread closes its connection.
+ * Every request first passes an onRequest hook, before routing and before any body is read: a `Host`
+ * (or a trusted proxy's X-Forwarded-Host) that is not one of the console's names is refused with 421
+ * (DNS rebinding), a declared body over 8 KiB with 413. Every route is in one guarded group whose
+ * routes never let Elysia parse a body (`parse: 'none'`); after the page's files and sign-in, the
+ * group resolves the operator for every route that follows (one added later included), still before
+ * any body is read: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's token
+ * (Authorization: Bearer), else 401. With the cookie, a request that changes something must also come
+ * from the console's own origin (`Origin`). The routes that take a body read it with the bounded
+ * reader, and a body left unread closes its connection.
  */
 import { Elysia } from 'elysia'
 import type { HTMLBundle, Server } from 'bun'
@@ -74,8 +75,6 @@ const REFUSALS = [429, 401]
 const REFUSALS_SHOWN = 100
 /** Session cookies tried per request, when several of that name arrive (another path's or site's beside ours). */
 const SESSION_COOKIES_TRIED = 4
-/** The page's files (one path segment) are served to anyone, GET or HEAD; sign-in to anyone too. */
-const PAGE_FILE = /^\/[^/]*$/
 
 /** The operator behind a request, as the guard found it. */
 export type Operator = Credential & { secret: string }
@@ -133,17 +132,20 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return credential
   }
 
-  /** The guard (see the header): the operator, or undefined for the page's files and sign-in. */
-  const admit = async (request: Request): Promise<Operator | undefined> => {
+  /** What every request passes first (see the header): the host name, then the declared body's size. */
+  const admit = (request: Request): void => {
     hosts ??= new AllowedHosts({ host: options.address.host, port: server()?.port ?? options.address.port }, options.hosts)
     if (!hosts.has(request.headers.get('host'))) throw MISDIRECTED
     if (viaProxy(request) && request.headers.has('x-forwarded-host') && !hosts.has(forwarded(request, 'x-forwarded-host'))) throw MISDIRECTED
     const declared = request.headers.get('content-length')
     if (declared !== null && !(Number(declared) <= MAX_BODY_BYTES)) throw TOO_LARGE
-    const { method } = request
-    const path = pathOf(request.url)
-    if (method === 'POST' ? path === '/api/session' : (method === 'GET' || method === 'HEAD') && PAGE_FILE.test(path)) return undefined
-    return operator(request)
+  }
+
+  /** The operator of a route that needs one, and its key id checked once: nothing else reaches storage. */
+  const guard = async (request: Request, params: Record<string, string> | undefined): Promise<Operator> => {
+    const who = await operator(request)
+    if (params?.id !== undefined && !KEY_ID.test(params.id)) throw NO_SUCH_KEY
+    return who
   }
 
   const done = (set: Set) => {
@@ -167,21 +169,16 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
 
   const app: AnyElysia = new Elysia({ name: 'console' })
     .use(errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError }))
-    .decorate('who', undefined as unknown as Operator)
-    .onRequest(async (context) => {
-      context.set.headers = { ...SECURITY_HEADERS }
-      context.who = (await admit(context.request))!
+    .onRequest(({ request, set }) => {
+      set.headers = { ...SECURITY_HEADERS }
+      admit(request)
     })
     .onAfterHandle(({ request, set }) => {
       if (bodyUnread(request)) set.headers.connection = 'close'
     })
     .guard({ parse: 'none' }, (guarded) =>
       guarded
-        // Key ids are checked once, here, for every route that takes one: nothing else reaches storage.
-        .onTransform(({ params }) => {
-          const id = (params as Record<string, string> | undefined)?.id
-          if (id !== undefined && !KEY_ID.test(id)) throw NO_SUCH_KEY
-        })
+        // Anyone: the page's files, and sign-in.
         .get('/', () => asset('/'))
         .get('/:file', ({ params }) => asset(`/${params.file}`))
         .post('/api/session', async ({ request, set }) => {
@@ -191,6 +188,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
           return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
         })
+        // Every route from here on, one added later included, needs an operator, found before its body is read.
+        .resolve(async ({ request, params }) => ({ who: await guard(request, params as Record<string, string> | undefined) }))
         .delete('/api/session', async ({ who, set }) => {
           if (who.kind === 'session') await service.signOut(who.operator, who.secret)
           set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
@@ -289,14 +288,6 @@ function sessionCookies(header: string | null): string[] {
 /** The Set-Cookie of a session (or, with maxAge 0, of its end): HttpOnly, SameSite=Strict, for the whole console. */
 function sessionCookie(secret: string, options: { secure?: boolean; maxAge?: number }): string {
   return new Bun.Cookie(SESSION_COOKIE, secret, { path: '/', httpOnly: true, sameSite: 'strict', ...options }).serialize()
-}
-
-/** The path of a request's URL as sent, without its query (not normalised: the router does not either). */
-function pathOf(url: string): string {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start < 0) return '/'
-  const query = url.indexOf('?', start)
-  return query < 0 ? url.slice(start) : url.slice(start, query)
 }
 
 function integerParameter(query: URLSearchParams, name: string, min: number, max: number): number {
