@@ -4,6 +4,7 @@
  * variable is read through `variable`: an empty one counts as unset.
  */
 
+import { HOST_NAME } from './http/allowed-hosts'
 import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
 export type EnvName = 'production' | 'staging'
@@ -55,6 +56,8 @@ export interface Config {
   readonly consoleAddress: { host: string; port: number } | null
   /** True when the console's address is the default: the server then starts without it when it is taken. */
   readonly consoleByDefault: boolean
+  /** Host names the console answers to besides its own address (--console-host), for a proxy in front. */
+  readonly consoleHosts: readonly string[]
   /** Bearer token /metrics asks for; null for none. */
   readonly metricsToken: string | null
   /** Proxies whose X-Forwarded-For names the client. */
@@ -103,6 +106,7 @@ export interface ConfigInput {
   metricsAddress?: string
   metricsToken?: string
   consoleAddress?: string
+  consoleHost?: string[]
   banAfter?: string
   banSeconds?: string
   accessLog?: boolean
@@ -200,6 +204,16 @@ function parseConsoleAddress(input: ConfigInput, environment: Environment, env: 
   if (given.value === 'off') return null
   if (given.value === undefined) return { host: '127.0.0.1', port: port === 0 ? 0 : ENVIRONMENTS[env].consolePort }
   return parseListenAddress(given)
+}
+
+/** The names of --console-host (repeatable) or PETSTORE_CONSOLE_HOST (comma-separated). */
+function parseConsoleHosts(input: ConfigInput, environment: Environment): string[] {
+  const name = input.consoleHost === undefined ? 'PETSTORE_CONSOLE_HOST' : '--console-host'
+  const names = input.consoleHost ?? splitList(variable(environment, 'PETSTORE_CONSOLE_HOST'))
+  for (const value of names)
+    if (value.length > 260 || !HOST_NAME.test(value) || Number(/:(\d+)$/.exec(value)?.[1] ?? 0) > 65535)
+      throw new ConfigError(`${name} must be a host name, optionally with :PORT (such as console.example.com), not "${value.slice(0, 80)}"`)
+  return names.map((value) => value.toLowerCase())
 }
 
 /** A token a client can send in a bearer header (RFC 6750's token68 characters), long enough to guess at no speed. */
@@ -346,6 +360,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
     consoleAddress: parseConsoleAddress(input, environment, env, port),
     consoleByDefault: fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment).value === undefined,
+    consoleHosts: parseConsoleHosts(input, environment),
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
     banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
     banSeconds:
@@ -374,6 +389,7 @@ export function withBoundPort(config: Config, port: number): Config {
 function freeze(config: Config): Config {
   Object.freeze(config.servers)
   Object.freeze(config.corsOrigins)
+  Object.freeze(config.consoleHosts)
   Object.freeze(config.usageRetention)
   return Object.freeze(config)
 }

@@ -311,6 +311,8 @@ export class Server {
       recent: petstore.recent,
       now: Date.now,
       trustProxy: config.trustProxy,
+      address: config.consoleAddress!,
+      hosts: config.consoleHosts,
       version: VERSION,
       onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
     })

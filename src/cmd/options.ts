@@ -92,6 +92,7 @@ export function configInput(values: Record<string, unknown>): ConfigInput {
     metricsAddress: values['metrics-address'] as string | undefined,
     metricsToken: values['metrics-token'] as string | undefined,
     consoleAddress: values['console-address'] as string | undefined,
+    consoleHost: values['console-host'] as string[] | undefined,
     banAfter: values['ban-after'] as string | undefined,
     banSeconds: values['ban-seconds'] as string | undefined,
     accessLog: values['no-access-log'] ? false : undefined,

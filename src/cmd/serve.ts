@@ -27,6 +27,8 @@ ${COMMON}
   --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
   --console-address HOST:PORT|off  the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
                              staging 127.0.0.1:8091, a free port with --port 0; off for none)
+  --console-host NAME        a host name the console also answers to, for a proxy in front (repeatable;
+                             PETSTORE_CONSOLE_HOST, comma-separated); other names get 421
   --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
                              which keeps it out of the process list)
   --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
@@ -75,6 +77,7 @@ export async function serve(args: string[]): Promise<number> {
       'metrics-address': { type: 'string' },
       'metrics-token': { type: 'string' },
       'console-address': { type: 'string' },
+      'console-host': { type: 'string', multiple: true },
       'ban-after': { type: 'string' },
       'ban-seconds': { type: 'string' },
       'no-access-log': { type: 'boolean' },

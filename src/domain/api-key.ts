@@ -67,6 +67,9 @@ export function checkKeyName(name = ''): string {
   return name
 }
 
+/** What a key's id looks like (makeKey's: `key_` and base64url): anything else names no key. */
+export const KEY_ID = /^key_[A-Za-z0-9_-]{1,64}$/
+
 /** A new key's one-time secret and the record to store (only the secret's hash is kept). */
 export function makeKey(input: CreateKeyInput, now: number): { secret: string; record: ApiKeyRecord } {
   const limits = limitsFor(input)

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'request_timeout'
   | 'payload_too_large'
   | 'unsupported_media_type'
+  | 'misdirected_request'
   | 'rate_limited'
   | 'key_banned'
   | 'address_banned'
@@ -60,6 +61,8 @@ export const requestTimeout = (seconds: number) =>
   new ApiError(408, 'request_timeout', `The request body did not arrive within ${seconds} s.`, { connection: 'close' })
 export const unsupportedMediaType = () =>
   new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
+/** RFC 9110 §15.5.20: the request names a host this listener does not answer to. */
+export const misdirectedRequest = (message: string) => new ApiError(421, 'misdirected_request', message)
 export const notImplemented = (what: string) =>
   new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)
 export const unavailable = (message = 'Storage cannot accept writes right now; reads still work.') =>

@@ -7,6 +7,7 @@
  */
 import { Elysia } from 'elysia'
 import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../http/api-errors'
+import { bodyUnread } from '../http/json-body'
 import { answerWith, type RequestInfo } from './request-context'
 
 export interface ErrorHandlerOptions {
@@ -38,6 +39,9 @@ export function errorHandler(options: ErrorHandlerOptions) {
       answer = internalError()
     }
     info?.done(answer.status, ctx.route)
-    return answerWith(set, info, answer)
+    const body = answerWith(set, info, answer)
+    // The console keeps no request record: a refusal there closes a connection whose body is unread all the same.
+    if (!info && bodyUnread(ctx.request)) set.headers.connection = 'close'
+    return body
   })
 }

@@ -16,10 +16,14 @@ const ERRORS = {
   400: error('The request is malformed; the message names the field.'),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
   403: error('A state-changing request with a session cookie but without this console\'s own Origin.'),
-  404: error('No such key.'),
+  404: error('No such key (or an id not shaped like a key id).'),
+  413: error('A body over 8 KiB (by its Content-Length, or as it arrives); the connection is closed.'),
+  421: error('The Host (or a trusted proxy\'s X-Forwarded-Host) is not one of the console\'s names (--console-host).'),
   503: error('Storage cannot serve this now.'),
 }
-const errors = (...statuses: (keyof typeof ERRORS)[]) => Object.fromEntries(statuses.map((status) => [status, ERRORS[status]]))
+/** Every route can answer 413 and 421: the guard that runs before routing gives them. */
+const errors = (...statuses: (keyof typeof ERRORS)[]) =>
+  Object.fromEntries([...statuses, 413, 421].map((status) => [status, ERRORS[status as keyof typeof ERRORS]]))
 
 function operation(summary: string, responses: object, extra: object = {}) {
   return { summary, responses, ...extra }
@@ -36,7 +40,8 @@ export function consoleDocument(version: string) {
         'Usage figures are those of `petstore keys usage`: written to storage every 2 s, so they lag the traffic by up to about 2 s. ' +
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
-        'something must carry this console\'s own `Origin`.',
+        'something must carry this console\'s own `Origin`, and so must sign-in. The console answers only to its own ' +
+        'address and the names given with `--console-host` (421 otherwise), and reads no body over 8 KiB (413).',
     },
     servers: [{ url: '/', description: 'this console' }],
     security: [{ session: [] }, { operatorToken: [] }],

@@ -2,21 +2,30 @@
  * The console's app: its page, and the JSON API the page uses (with its OpenAPI document), on a listener
  * of its own, never the API's. The page (page/: HTML, a TypeScript module and a stylesheet) holds no
  * data and is served to anyone, so that they can sign in; everything it shows comes from the API.
- * Every answer carries a Content-Security-Policy without inline script and refuses framing. Every route
- * but sign-in needs an operator: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's
- * token (Authorization: Bearer). With the cookie, a request that changes something must also come from
- * the console's own origin (its `Origin` header), so no other site can make a signed-in browser act.
+ * Every answer carries a Content-Security-Policy without inline script and refuses framing.
+ *
+ * Every request first passes an onRequest hook, before routing and before any body is read: a `Host`
+ * (or a trusted proxy's X-Forwarded-Host) that is not one of the console's names is refused with 421
+ * (DNS rebinding), a declared body over 8 KiB with 413. Every route is in one guarded group whose
+ * routes never let Elysia parse a body (`parse: 'none'`); after the page's files and sign-in, the
+ * group resolves the operator for every route that follows (one added later included), still before
+ * any body is read: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's token
+ * (Authorization: Bearer), else 401. With the cookie, a request that changes something must also come
+ * from the console's own origin (`Origin`). The routes that take a body read it with the bounded
+ * reader, and a body left unread closes its connection.
  */
 import { Elysia } from 'elysia'
 import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
-import { badRequest, forbidden, notFound } from '../../http/api-errors'
+import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge } from '../../http/api-errors'
+import { AllowedHosts } from '../../http/allowed-hosts'
 import { bearerToken } from '../../http/bearer-token'
 import { addressSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
-import { readJsonBody } from '../../http/json-body'
+import { bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
 import { RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
+import { KEY_ID } from '../../domain/api-key'
 import type { Credential } from '../../domain/operators'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
@@ -31,6 +40,10 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   recent: RecentRequests
   /** Proxies whose X-Forwarded-Proto and X-Forwarded-Host are believed (the API's --trust-proxy). */
   trustProxy: TrustedProxies
+  /** Where the console listens; a port of 0 is read from the listener once it is bound. */
+  address: { host: string; port: number }
+  /** Host names it answers to besides its address (--console-host), for a proxy in front. */
+  hosts: readonly string[]
   version: string
   onInternalError: (error: unknown) => void
 }
@@ -60,42 +73,82 @@ const SUNSET_MS = Date.parse(SUNSET)
 /** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
 const REFUSALS = [429, 401]
 const REFUSALS_SHOWN = 100
+/** Session cookies tried per request, when several of that name arrive (another path's or site's beside ours). */
+const SESSION_COOKIES_TRIED = 4
 
-type Context = { request: Request; server: Server<unknown> | null; set: { status?: number | string; headers: Record<string, unknown> } }
+/** The operator behind a request, as the guard found it. */
+export type Operator = Credential & { secret: string }
+type Set = { status?: number | string; headers: Record<string, unknown> }
+
+const MISDIRECTED = misdirectedRequest('This console does not answer to that host name: use its own address, or a name given with --console-host.')
+const TOO_LARGE = payloadTooLarge(MAX_BODY_BYTES, { connection: 'close' })
+const NO_SUCH_KEY = notFound('No key with this id: a key id is key_ followed by letters, digits, - and _.')
 
 export function consoleModule(options: ConsoleOptions): AnyElysia {
   const service = new ConsoleService(options)
   const routes = new RouteTable()
+  const server = (): Server<unknown> | null => app.server
+  let hosts: AllowedHosts | undefined
 
   /** Whether the request came through a trusted proxy, which then says the scheme and host the browser used. */
-  const viaProxy = ({ request, server }: Context) => {
-    const peer = server?.requestIP(request)?.address
+  const viaProxy = (request: Request) => {
+    const peer = server()?.requestIP(request)?.address
     const normal = peer && normaliseAddress(peer)
     return normal ? options.trustProxy.has(normal) : false
   }
   const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]!.trim() || null
-  const isHttps = (context: Context) => viaProxy(context) && forwarded(context.request, 'x-forwarded-proto') === 'https'
+  const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
 
   /** A request that changes something with the session cookie must come from this console's page. */
-  const checkOrigin = (context: Context) => {
-    const { request } = context
-    const host = (viaProxy(context) && forwarded(request, 'x-forwarded-host')) || request.headers.get('host')
-    const expected = `${isHttps(context) ? 'https' : 'http'}://${host}`.toLowerCase()
+  const checkOrigin = (request: Request) => {
+    const host = (viaProxy(request) && forwarded(request, 'x-forwarded-host')) || request.headers.get('host')
+    const expected = `${isHttps(request) ? 'https' : 'http'}://${host}`.toLowerCase()
     if (request.headers.get('origin')?.toLowerCase() !== expected)
       throw forbidden('A request that changes something must come from this console\'s own page (its Origin).')
   }
 
-  /** The operator behind the request: a token for scripts, else the session cookie. */
-  const operator = async (context: Context): Promise<Credential & { secret: string }> => {
-    const token = bearerToken(context.request.headers.get('authorization'))
-    if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
-    const secret = cookie(context.request.headers.get('cookie'), SESSION_COOKIE)
-    const credential = await service.authenticate(secret, 'session')
-    if (!SAFE_METHODS.has(context.request.method)) checkOrigin(context)
-    return { ...credential, secret: secret! }
+  /**
+   * The session of the cookie. Several cookies of that name can arrive (a sibling site's or another
+   * path's beside ours, listed first by the browser): the first that is a live session is the one.
+   */
+  const session = async (request: Request): Promise<Operator> => {
+    for (const secret of sessionCookies(request.headers.get('cookie'))) {
+      try {
+        return { ...(await service.authenticate(secret, 'session')), secret }
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 401)) throw error
+      }
+    }
+    // No live one: the service's own 401.
+    return { ...(await service.authenticate(undefined, 'session')), secret: '' }
   }
 
-  const done = (set: Context['set']) => {
+  /** The operator behind the request: a token for scripts, else the session cookie. */
+  const operator = async (request: Request): Promise<Operator> => {
+    const token = bearerToken(request.headers.get('authorization'))
+    if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
+    const credential = await session(request)
+    if (!SAFE_METHODS.has(request.method)) checkOrigin(request)
+    return credential
+  }
+
+  /** What every request passes first (see the header): the host name, then the declared body's size. */
+  const admit = (request: Request): void => {
+    hosts ??= new AllowedHosts({ host: options.address.host, port: server()?.port ?? options.address.port }, options.hosts)
+    if (!hosts.has(request.headers.get('host'))) throw MISDIRECTED
+    if (viaProxy(request) && request.headers.has('x-forwarded-host') && !hosts.has(forwarded(request, 'x-forwarded-host'))) throw MISDIRECTED
+    const declared = request.headers.get('content-length')
+    if (declared !== null && !(Number(declared) <= MAX_BODY_BYTES)) throw TOO_LARGE
+  }
+
+  /** The operator of a route that needs one, and its key id checked once: nothing else reaches storage. */
+  const guard = async (request: Request, params: Record<string, string> | undefined): Promise<Operator> => {
+    const who = await operator(request)
+    if (params?.id !== undefined && !KEY_ID.test(params.id)) throw NO_SUCH_KEY
+    return who
+  }
+
+  const done = (set: Set) => {
     set.status = 204
     return ''
   }
@@ -114,121 +167,89 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return requests.map((entry) => ({ ...entry, time: new Date(entry.time).toISOString(), keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null }))
   }
 
-  const app = new Elysia({ name: 'console' })
+  const app: AnyElysia = new Elysia({ name: 'console' })
     .use(errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError }))
-    .onRequest(({ set }) => {
+    .onRequest(({ request, set }) => {
       set.headers = { ...SECURITY_HEADERS }
+      admit(request)
     })
-    .get('/', () => asset('/'))
-    .get('/:file', ({ params }) => asset(`/${params.file}`))
-    .post(
-      '/api/session',
-      async (context) => {
-        checkOrigin(context)
-        const input = signInValidator.parse(await readJsonBody(context.request, MAX_BODY_BYTES))
-        const { secret, operator: name } = await service.signIn(input.name, input.password)
-        context.set.headers['set-cookie'] =
-          `${SESSION_COOKIE}=${secret}; Path=/; HttpOnly; SameSite=Strict${isHttps(context) ? '; Secure' : ''}`
-        return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
-      },
-      { parse: 'none' },
+    .onAfterHandle(({ request, set }) => {
+      if (bodyUnread(request)) set.headers.connection = 'close'
+    })
+    .guard({ parse: 'none' }, (guarded) =>
+      guarded
+        // Anyone: the page's files, and sign-in.
+        .get('/', () => asset('/'))
+        .get('/:file', ({ params }) => asset(`/${params.file}`))
+        .post('/api/session', async ({ request, set }) => {
+          checkOrigin(request)
+          const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+          const { secret, operator: name } = await service.signIn(input.name, input.password)
+          set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
+          return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
+        })
+        // Every route from here on, one added later included, needs an operator, found before its body is read.
+        .resolve(async ({ request, params }) => ({ who: await guard(request, params as Record<string, string> | undefined) }))
+        .delete('/api/session', async ({ who, set }) => {
+          if (who.kind === 'session') await service.signOut(who.operator, who.secret)
+          set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
+          return done(set)
+        })
+        .get('/api/me', ({ who }) => ({ name: who.operator, via: who.kind }))
+        .get('/api/openapi.json', () => consoleDocument(options.version))
+        .get('/api/keys', () => service.listKeys())
+        .post('/api/keys', async ({ who, request, set }) => {
+          const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+          const created = await service.createKey(who.operator, input)
+          set.status = 201
+          return created
+        })
+        .delete('/api/keys/:id', async ({ who, params, set }) => {
+          await service.revokeKey(who.operator, params.id)
+          return done(set)
+        })
+        .post('/api/keys/:id/reset-limits', async ({ who, params, set }) => {
+          await service.resetLimits(who.operator, params.id)
+          return done(set)
+        })
+        .put('/api/keys/:id/plan', async ({ who, params, request, set }) => {
+          const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+          await service.setPlan(who.operator, params.id, input)
+          return done(set)
+        })
+        .get('/api/bans', () => service.bans())
+        .delete('/api/bans/keys/:id', async ({ who, params, set }) => {
+          await service.liftKeyBan(who.operator, params.id)
+          return done(set)
+        })
+        .delete('/api/bans/addresses/:address', async ({ who, params, set }) => {
+          await service.liftAddressBan(who.operator, addressSubjectOf(params.address))
+          return done(set)
+        })
+        .get('/api/requests', async ({ request }) => {
+          const query = new URL(request.url).searchParams
+          const status = query.has('status') ? integerParameter(query, 'status', 100, 599) : undefined
+          const keyId = query.get('key') ?? undefined
+          return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
+        })
+        .get('/api/overview', () => service.overview())
+        .get('/api/keys/:id/usage', async ({ params, request }) => {
+          const { id } = params
+          const usage = await service.keyUsage(id, windowOf(new URL(request.url).searchParams))
+          const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
+            .flat()
+            .sort((a, b) => b.time.localeCompare(a.time))
+            .slice(0, REFUSALS_SHOWN)
+          return { ...usage, refusals }
+        })
+        .get('/api/deprecation', async () => ({
+          operation: DEPRECATED_OPERATION,
+          method: 'GET',
+          path: '/pets/{petId}',
+          ...(await service.deprecation(SUNSET_MS)),
+        }))
+        .get('/api/audit', async ({ request }) => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) })),
     )
-    .delete('/api/session', async (context) => {
-      const who = await operator(context)
-      if (who.kind === 'session') await service.signOut(who.operator, who.secret)
-      context.set.headers['set-cookie'] = `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`
-      return done(context.set)
-    })
-    .get('/api/me', async (context) => {
-      const who = await operator(context)
-      return { name: who.operator, via: who.kind }
-    })
-    .get('/api/openapi.json', async (context) => {
-      await operator(context)
-      return consoleDocument(options.version)
-    })
-    .get('/api/keys', async (context) => {
-      await operator(context)
-      return service.listKeys()
-    })
-    .post(
-      '/api/keys',
-      async (context) => {
-        const who = await operator(context)
-        const input = newKeyValidator.parse(await readJsonBody(context.request, MAX_BODY_BYTES))
-        const created = await service.createKey(who.operator, input)
-        context.set.status = 201
-        return created
-      },
-      { parse: 'none' },
-    )
-    .delete('/api/keys/:id', async (context) => {
-      const who = await operator(context)
-      await service.revokeKey(who.operator, context.params.id)
-      return done(context.set)
-    })
-    .post(
-      '/api/keys/:id/reset-limits',
-      async (context) => {
-        const who = await operator(context)
-        await service.resetLimits(who.operator, context.params.id)
-        return done(context.set)
-      },
-      { parse: 'none' },
-    )
-    .put(
-      '/api/keys/:id/plan',
-      async (context) => {
-        const who = await operator(context)
-        const input = planValidator.parse(await readJsonBody(context.request, MAX_BODY_BYTES))
-        await service.setPlan(who.operator, context.params.id, input)
-        return done(context.set)
-      },
-      { parse: 'none' },
-    )
-    .get('/api/bans', async (context) => {
-      await operator(context)
-      return service.bans()
-    })
-    .delete('/api/bans/keys/:id', async (context) => {
-      const who = await operator(context)
-      await service.liftKeyBan(who.operator, context.params.id)
-      return done(context.set)
-    })
-    .delete('/api/bans/addresses/:address', async (context) => {
-      const who = await operator(context)
-      await service.liftAddressBan(who.operator, addressSubjectOf(context.params.address))
-      return done(context.set)
-    })
-    .get('/api/requests', async (context) => {
-      await operator(context)
-      const query = new URL(context.request.url).searchParams
-      const status = query.has('status') ? integerParameter(query, 'status', 100, 599) : undefined
-      const keyId = query.get('key') ?? undefined
-      return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
-    })
-    .get('/api/overview', async (context) => {
-      await operator(context)
-      return service.overview()
-    })
-    .get('/api/keys/:id/usage', async (context) => {
-      await operator(context)
-      const { id } = context.params
-      const usage = await service.keyUsage(id, windowOf(new URL(context.request.url).searchParams))
-      const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
-        .flat()
-        .sort((a, b) => b.time.localeCompare(a.time))
-        .slice(0, REFUSALS_SHOWN)
-      return { ...usage, refusals }
-    })
-    .get('/api/deprecation', async (context) => {
-      await operator(context)
-      return { operation: DEPRECATED_OPERATION, method: 'GET', path: '/pets/{petId}', ...(await service.deprecation(SUNSET_MS)) }
-    })
-    .get('/api/audit', async (context) => {
-      await operator(context)
-      return { entries: await service.auditLog(limitOf(new URL(context.request.url).searchParams)) }
-    })
   routes.read(app.routes)
   return app
 }
@@ -255,14 +276,18 @@ async function pageAssets(bundle: HTMLBundle): Promise<Map<string, Response>> {
   return answers
 }
 
-/** A cookie's value from a Cookie header; undefined when it is not there. */
-function cookie(header: string | null, name: string): string | undefined {
-  if (!header) return undefined
-  for (const part of header.split(';')) {
-    const [key, ...value] = part.trim().split('=')
-    if (key === name) return value.join('=') || undefined
-  }
-  return undefined
+/** The session cookie's values in a Cookie header, in the order sent (Bun.CookieMap keeps repeated names). */
+function sessionCookies(header: string | null): string[] {
+  if (!header) return []
+  const values: string[] = []
+  for (const [name, value] of new Bun.CookieMap(header).entries())
+    if (name === SESSION_COOKIE && value && values.push(value) === SESSION_COOKIES_TRIED) break
+  return values
+}
+
+/** The Set-Cookie of a session (or, with maxAge 0, of its end): HttpOnly, SameSite=Strict, for the whole console. */
+function sessionCookie(secret: string, options: { secure?: boolean; maxAge?: number }): string {
+  return new Bun.Cookie(SESSION_COOKIE, secret, { path: '/', httpOnly: true, sameSite: 'strict', ...options }).serialize()
 }
 
 function integerParameter(query: URLSearchParams, name: string, min: number, max: number): number {
