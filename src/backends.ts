@@ -16,7 +16,7 @@ import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
 import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeHandover, takeoverProgress, writeHandover } from './storage/sqlite/handover'
-import { openSqliteStorage, prepareDataFolder, type SqliteStorage } from './storage/sqlite'
+import { openSqliteStorage, prepareDataFolder, readOnlyBecause, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
 
@@ -87,9 +87,9 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
       storage.close()
       lock?.release()
       created.undo()
-      throw new StorageOpenError(`${config.dataFile} is read-only and holds no API keys, so no request could be served`)
+      throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
     }
-    console.error(`petstore: ${config.dataFile} is read-only: serving reads; creates answer 503 until it is writable and petstore restarts`)
+    console.error(`petstore: ${readOnlyBecause(config.dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`)
   }
   return {
     storage,

@@ -3,6 +3,7 @@ import type { RateLimiter } from './limiter/limiter'
 import type { KeyRegistry } from './modules/keys/service'
 import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from './modules/pets/service'
 import type { AccessLog } from './observability/access-log'
+import { processFigures } from './observability/process-metrics'
 
 export function gauges(parts: { limiter: RateLimiter; keys: KeyRegistry; pets: PetService; accessLog: AccessLog | null }) {
   const { limiter, keys, pets, accessLog } = parts
@@ -29,5 +30,6 @@ export function gauges(parts: { limiter: RateLimiter; keys: KeyRegistry; pets: P
       value: accessLog?.dropped ?? 0,
       type: 'counter' as const,
     },
+    ...processFigures(),
   }
 }

@@ -12,7 +12,12 @@ import {
   OperatorInputError,
 } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
-import { bareUsage, COMMON, help, isBare, openForCommand, parse, UsageError } from './options'
+import { existsSync, rmSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { resolveDataFile } from '../config'
+import { fileBesideData } from './bootstrap-key'
+import { FIRST_OPERATOR } from './bootstrap-operator'
+import { bareUsage, COMMON, configInput, help, isBare, openForCommand, parse, UsageError } from './options'
 
 export const USAGE = `Usage: petstore operators add NAME
        petstore operators list [--json]
@@ -53,7 +58,7 @@ export async function operators(args: string[]): Promise<number> {
   const { storage, where } = await openForCommand(values, USAGE, sub === 'add')
   try {
     if (sub === 'list') return await list(storage, where, values.json === true)
-    return await change(storage, where, sub, name)
+    return await change(storage, where, sub, name, values)
   } finally {
     await storage.close()
   }
@@ -72,7 +77,7 @@ async function list(storage: Storage, where: string, json: boolean): Promise<num
   return 0
 }
 
-async function change(storage: Storage, where: string, sub: string, name: string): Promise<number> {
+async function change(storage: Storage, where: string, sub: string, name: string, values: Record<string, unknown>): Promise<number> {
   const now = Date.now()
   let secret: string | undefined
   let done: boolean
@@ -98,6 +103,18 @@ async function change(storage: Storage, where: string, sub: string, name: string
     remove: `removed operator "${name}" from ${where}; their sessions and token no longer work`,
   }
   console.error(`petstore: ${said[sub]}`)
+  if (name === FIRST_OPERATOR && (sub === 'reset-password' || sub === 'remove')) forgetFirstPassword(values)
   if (secret !== undefined) console.log(secret)
   return 0
+}
+
+/**
+ * The first start wrote admin's password to a file beside the data file; once that password no longer
+ * works, the file would only mislead whoever reads it next, so it goes.
+ */
+function forgetFirstPassword(values: Record<string, unknown>): void {
+  const file = fileBesideData(resolve(resolveDataFile(configInput(values), process.env)), 'console-password.txt')
+  if (!existsSync(file)) return
+  rmSync(file, { force: true })
+  console.error(`petstore: removed ${file}, which held the old password`)
 }

@@ -57,8 +57,12 @@ function describeParseError(message: string, known: string[]): string {
   const unknown = /^Unknown option '(-{1,2}[^']*)'/.exec(message)
   if (unknown) {
     const given = unknown[1]!.replace(/^-+/, '').split('=')[0]!
-    const close = known.filter((name) => editDistance(name, given) <= 2).sort((a, b) => editDistance(a, given) - editDistance(b, given))
-    return `unknown option ${unknown[1]}${close.length ? ` (did you mean --${close[0]}?)` : ''}`
+    // A single letter is a short flag from habit (-p, -d): the long ones it starts.
+    const close =
+      given.length === 1
+        ? known.filter((name) => name.startsWith(given) && name !== 'help')
+        : known.filter((name) => editDistance(name, given) <= 2).sort((a, b) => editDistance(a, given) - editDistance(b, given)).slice(0, 1)
+    return `unknown option ${unknown[1]}${close.length ? ` (did you mean ${close.map((name) => `--${name}`).join(' or ')}?)` : ''}`
   }
   const missing = /^Option '(-{1,2}[\w-]+)[^']*' argument missing/.exec(message)
   if (missing) return `${missing[1]} needs a value`

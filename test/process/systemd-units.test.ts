@@ -45,6 +45,22 @@ describe('deploy/systemd', () => {
     expect(result.exitCode).toBe(0)
   })
 
+  test('the units, the proxy snippets and the docs name one metrics address, which no common program uses', () => {
+    const ROOT = join(import.meta.dir, '..', '..')
+    const addresses = ['petstore.service', 'petstore@.service'].map((name) => unitText(name).match(/--metrics-address (\S+)/)?.[1])
+    expect(new Set(addresses).size).toBe(1)
+    const address = addresses[0]!
+    const port = Number(address.split(':').pop())
+    // Prometheus (9090), its Pushgateway and Alertmanager (9091-9094), and the exporters' range (9100-9999).
+    expect(port < 9090 || port > 9999).toBe(true)
+    expect(address.startsWith('127.0.0.1:')).toBe(true)
+    for (const file of ['deploy/nginx-petstore.conf', 'deploy/Caddyfile', 'docs/operations.md']) {
+      const text = readFileSync(join(ROOT, file), 'utf8')
+      expect([file, text.includes(`http://${address}/metrics`)]).toEqual([file, true])
+      expect([file, text.match(/127\.0\.0\.1:9\d{3}\b/g)]).toEqual([file, null])
+    }
+  })
+
   test("the template's command line, started as the other instance, takes over from the running one", async () => {
     const root = tempDir()
     mkdirSync(join(root, 'data'))
@@ -55,7 +71,7 @@ describe('deploy/systemd', () => {
     const args = execStart!
       .split(' ')
       .slice(2) // the binary and `serve`
-      .map((arg) => arg.replace(/^8080$/, String(port)).replace(/^127\.0\.0\.1:9090$/, `127.0.0.1:${metricsPort}`))
+      .map((arg) => arg.replace(/^8080$/, String(port)).replace(/^127\.0\.0\.1:18090$/, `127.0.0.1:${metricsPort}`))
     expect(args).toContain('--takeover')
     const a = await spawnServe([...args, '--no-access-log'], { cwd: root })
     const b = await spawnServe([...args, '--no-access-log'], { cwd: root })

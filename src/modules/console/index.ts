@@ -19,6 +19,7 @@ import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
 import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge } from '../../http/api-errors'
 import { AllowedHosts } from '../../http/allowed-hosts'
+import { compressedAsset, noFavicon } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
 import { addressSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { bodyUnread, readJsonBody } from '../../http/json-body'
@@ -153,11 +154,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return ''
   }
 
-  let assets: Promise<Map<string, Response>> | undefined
-  const asset = async (path: string) => {
+  let assets: Promise<Map<string, (request: Request) => Promise<Response>>> | undefined
+  const asset = async (path: string, request: Request) => {
     const found = (await (assets ??= pageAssets(page))).get(path)
     if (!found) throw notFound(`No resource at ${path.slice(0, 200)}.`)
-    return found.clone()
+    return found(request)
   }
 
   /** Recent answers as the API gives them: ISO times, the key's name beside its id. */
@@ -179,8 +180,9 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     .guard({ parse: 'none' }, (guarded) =>
       guarded
         // Anyone: the page's files, and sign-in.
-        .get('/', () => asset('/'))
-        .get('/:file', ({ params }) => asset(`/${params.file}`))
+        .get('/', ({ request }) => asset('/', request))
+        .get('/favicon.ico', noFavicon)
+        .get('/:file', ({ params, request }) => asset(`/${params.file}`, request))
         .post('/api/session', async ({ request, set }) => {
           checkOrigin(request)
           const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
@@ -259,7 +261,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
  * build --compile` has bundled the page (HTML, script, stylesheet) into files of its own; from source,
  * the page is bundled here, once, in memory.
  */
-async function pageAssets(bundle: HTMLBundle): Promise<Map<string, Response>> {
+async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
   const files: { path: string; type: string; body: Blob }[] = []
   const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
   if (compiled) {
@@ -271,8 +273,8 @@ async function pageAssets(bundle: HTMLBundle): Promise<Map<string, Response>> {
     for (const output of built.outputs)
       files.push({ path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`, type: output.type, body: output })
   }
-  const answers = new Map<string, Response>()
-  for (const file of files) answers.set(file.path, new Response(await file.body.arrayBuffer(), { headers: { ...SECURITY_HEADERS, 'content-type': file.type } }))
+  const answers = new Map<string, (request: Request) => Promise<Response>>()
+  for (const file of files) answers.set(file.path, compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type }))
   return answers
 }
 

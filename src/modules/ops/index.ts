@@ -1,7 +1,8 @@
 /**
  * Everything around the API, outside the base path and so without key or limit: health and
  * readiness, Prometheus metrics, the OpenAPI document and the docs page. The docs page's script and
- * stylesheet are embedded in the binary, so it renders on a machine with no internet access.
+ * stylesheet are embedded in the binary, so it renders on a machine with no internet access, and sent
+ * compressed (http/assets.ts).
  */
 import { Elysia } from 'elysia'
 import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
@@ -9,6 +10,7 @@ import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, unavailable } from '../../http/api-errors'
+import { compressedAsset, noFavicon } from '../../http/assets'
 import { type AnyElysia, components, errorResponses, schemaComponents, withInt64Bounds } from '../../http/openapi'
 import { requestInfo } from '../../plugins/request-context'
 import { preferParameter } from '../../plugins/scenarios'
@@ -137,6 +139,8 @@ export function opsModule(options: OpsModuleOptions) {
   })
 
   const answerMetrics = options.metrics
+  const script = asset(swaggerScript, 'text/javascript; charset=utf-8')
+  const style = asset(swaggerStyle, 'text/css; charset=utf-8')
   return new Elysia({ name: 'ops' })
     .use(requestInfo)
     .get('/', () => json(root), hidden('root'))
@@ -152,14 +156,11 @@ export function opsModule(options: OpsModuleOptions) {
     .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request, info }) => answerMetrics(request, info.address), hidden('metrics')) : ops))
     .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
-    .get(
-      '/docs/swagger-ui-bundle.js',
-      () => asset(swaggerScript, 'text/javascript; charset=utf-8'),
-      hidden('docs/swagger-ui-bundle.js'),
-    )
-    .get('/docs/swagger-ui.css', () => asset(swaggerStyle, 'text/css; charset=utf-8'), hidden('docs/swagger-ui.css'))
+    .get('/docs/swagger-ui-bundle.js', ({ request }) => script(request), hidden('docs/swagger-ui-bundle.js'))
+    .get('/docs/swagger-ui.css', ({ request }) => style(request), hidden('docs/swagger-ui.css'))
+    .get('/favicon.ico', noFavicon, hidden('favicon.ico'))
 }
 
-function asset(path: string, type: string): Response {
-  return new Response(Bun.file(path), { headers: { 'content-type': type, 'cache-control': 'public, max-age=86400' } })
+function asset(path: string, type: string) {
+  return compressedAsset(() => Bun.file(path).arrayBuffer(), { 'content-type': type, 'cache-control': 'public, max-age=86400' })
 }

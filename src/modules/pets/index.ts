@@ -189,8 +189,10 @@ export function petsModule(options: PetsModuleOptions) {
               name: 'Idempotency-Key',
               in: 'header',
               required: false,
-              description: 'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key.',
-              example: 'order-1234-create',
+              // No `example`: Swagger UI sends a parameter's example as its value, so every Execute
+              // from /docs would replay the first pet.
+              description:
+                'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key; for example `order-1234-create`.',
               schema: { type: 'string', minLength: 1, maxLength: 255 },
             },
           ],

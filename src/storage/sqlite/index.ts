@@ -16,6 +16,7 @@ import { SqliteUsage } from './usage'
 import { refuseInterruptedRestore } from './restore'
 
 export type { OpenOptions } from './open'
+export { readOnlyBecause } from './open'
 
 export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
   const inMemory = file === ':memory:'
@@ -226,6 +227,7 @@ export class SqliteStorage implements Storage {
         `${file} is a symbolic link to ${readlinkSync(file)}, which does not exist; a backup is only written as a new file, never through a link: choose a new file name`,
       )
     if (existing) throw new StorageOpenError(`${file} already exists; choose a new file name`)
+    if (!existsSync(dirname(file))) throw new StorageOpenError(`cannot write the backup to ${file}: the folder ${dirname(file)} does not exist`)
     const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
     try {
       rmSync(partial, { force: true })

@@ -41,6 +41,16 @@ export function isWritable(file: string): boolean {
   }
 }
 
+/** What keeps a data file that is not writable from being written: the file itself, or its folder. */
+export function readOnlyBecause(file: string): string {
+  try {
+    accessSync(file, fs.W_OK)
+  } catch {
+    return `${file} is read-only`
+  }
+  return `${file} is in a read-only folder (SQLite writes its -wal and -shm files beside it)`
+}
+
 /**
  * A read-only file (read-only mount, or permissions) still serves reads. SQLite reads a WAL database
  * read-only only while its -wal and -shm files exist (or it can make them); otherwise the file is
