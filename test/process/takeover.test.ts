@@ -153,7 +153,7 @@ describe('serve --takeover', () => {
       expect((await answer(old.base, from(address))).code).toBe('rate_limited')
     }
     for (let i = 0; i < 3; i++) await answer(old.base, from('203.0.113.6'))
-    expect((await answer(old.base, from('203.0.113.6'))).code).toBe('key_banned')
+    expect((await answer(old.base, from('203.0.113.6'))).code).toBe('address_banned')
 
     const next = await spawnServe([...args, '--takeover'])
     expect(await old.proc.exited).toBe(0)
@@ -163,7 +163,7 @@ describe('serve --takeover', () => {
     expect(keyNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
     expect(keyNow.retryAfter).toBeLessThanOrEqual(600)
     const addressNow = await answer(next.base, from('203.0.113.6'))
-    expect(addressNow).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(addressNow).toMatchObject({ status: 429, code: 'address_banned' })
     expect(addressNow.retryAfter).toBeGreaterThanOrEqual(banLeft - 1)
     expect(await answer(next.base, from('203.0.113.5'))).toMatchObject({ status: 429, code: 'rate_limited' })
     // An address the old server never saw starts with its full allowance.

@@ -61,7 +61,7 @@ export function writeHandover(file: string, state: LimiterHandover): void {
 export function takeHandover(file: string): LimiterHandover {
   const path = handoverFileOf(file)
   const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })
-  rmSync(`${path}.tmp`, { force: true })
+  removeIfPossible(`${path}.tmp`)
   if (!existsSync(path)) return none()
   try {
     const parsed = JSON.parse(readFileSync(path, 'utf8')) as { minutes?: unknown; keys?: unknown; addresses?: unknown }
@@ -71,7 +71,7 @@ export function takeHandover(file: string): LimiterHandover {
   } catch {
     return none()
   } finally {
-    rmSync(path, { force: true })
+    removeIfPossible(path)
   }
 }
 
@@ -128,12 +128,12 @@ export function claimTakeover(file: string, holder: number): () => void {
       const claimant = claimantOf(file)
       if (claimant !== null && claimant !== holder) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
       // Left by a process that is gone, or by the running server when it took over.
-      rmSync(path, { force: true })
+      removeIfPossible(path)
     }
   }
   return function dropClaim() {
     try {
-      if (readFileSync(path, 'utf8') === String(process.pid)) rmSync(path, { force: true })
+      if (readFileSync(path, 'utf8') === String(process.pid)) removeIfPossible(path)
     } catch {}
   }
 }
@@ -147,7 +147,7 @@ export function claimantOf(file: string): number | null {
 /** Removes the claim of a process that is gone (killed while taking over); a live one's stays. */
 export function dropDeadClaim(file: string): void {
   const pid = claimedBy(file)
-  if (pid !== null && !isAlive(pid)) rmSync(claimFileOf(file), { force: true })
+  if (pid !== null && !isAlive(pid)) removeIfPossible(claimFileOf(file))
 }
 
 /**
@@ -179,4 +179,14 @@ function isAlive(pid: number): boolean {
     // EPERM: alive, under another user.
     return (error as NodeJS.ErrnoException).code === 'EPERM'
   }
+}
+
+/**
+ * Removes a leftover when it can: on a read-only volume (a server serving reads) nothing can be
+ * written there, and nothing left there can mislead a server that cannot take over either.
+ */
+function removeIfPossible(path: string): void {
+  try {
+    rmSync(path, { force: true })
+  } catch {}
 }
