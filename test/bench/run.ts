@@ -381,7 +381,6 @@ function figures(load: LoadResult, unexpected: number, targetCpuS: number, busyS
 /** One storage under test: the embedded data file, or PostgreSQL + Redis with its instances. */
 interface Store {
   backend: 'sqlite' | 'postgres'
-  storageArgs: string[]
   countRows: () => Promise<number>
   key: string
   exhaustedKey: string
@@ -392,7 +391,7 @@ interface Store {
   created201: number
 }
 
-/** Seeds the storage and times its starts; its servers are started later, side by side. */
+/** Seeds the storage, times its starts, then starts the server(s) measured on it. */
 async function prepareStore(backend: Store['backend'], options: Options, dir: string, notes: string[]): Promise<Store> {
   let storageArgs: string[]
   let countRows: () => Promise<number>
@@ -423,7 +422,6 @@ async function prepareStore(backend: Store['backend'], options: Options, dir: st
   log(`petstore on ${backend} (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`)
   return {
     backend,
-    storageArgs,
     countRows,
     ...keys,
     startSamplesMs,
