@@ -2,9 +2,11 @@
 /**
  * The Pet Store benchmark: `bun run bench` (see test/bench/README.md).
  *
- * Builds or reuses dist/petstore, seeds a fresh data file, starts the server (access log on, written to
- * a file) and a bare Bun.serve baseline that replays the server's own answers, then drives both with the
- * same load generator, alternating, and reports medians as a markdown table and a JSON document.
+ * Builds or reuses dist/petstore, seeds a fresh data file and, where PostgreSQL and Redis are installed,
+ * a throwaway PostgreSQL + Redis, starts a server on each (access log on, written to a file) and a bare
+ * Bun.serve baseline that replays the server's own answers, then drives them with the same load
+ * generator, interleaved, and reports medians and server CPU per request as markdown tables and a JSON
+ * document.
  * It is a benchmark, not a test: a missed goal is printed, never an exit code.
  */
 import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, ftruncateSync, fstatSync } from 'node:fs'
@@ -30,7 +32,9 @@ import {
 } from './lib/procs'
 import { comparison, markdown, RESULT_VERSION, type BenchResult, type RunFigures, type ScenarioResult, type TargetSummary } from './lib/report'
 import { countPets, countPostgresPets, seed, seedPostgres } from './lib/seed'
-import { concrete, SCENARIOS, type BenchContext, type RequestShape, type Scenario } from './lib/scenarios'
+import { concrete, SCENARIOS, type BenchContext, type LoadSpec, type RequestShape, type Scenario } from './lib/scenarios'
+import { postgresBinaries } from '../support/postgres'
+import { redisBinary } from '../support/redis'
 
 const ROOT = resolve(import.meta.dir, '..', '..')
 const BINARY = join(ROOT, 'dist', 'petstore')
@@ -57,10 +61,13 @@ const USAGE = `Usage: bun run bench [options]
   --compare FILE       also print a comparison with an earlier JSON result
   --build              rebuild dist/petstore first (default: build only when missing)
   --keep               keep the temporary directory (data file, access log, scripts)
-  --backend sqlite|postgres  the embedded data file (default), or PostgreSQL + Redis started for the run
-                       (Debian's postgresql and redis-server); default out file results/latest-postgres.json
-  --instances N        with --backend postgres: instances sharing them (default 1); the load is split
-                       evenly between them, and the figures are their sums`
+  --backend both|sqlite|postgres  both (the default where Debian's postgresql and redis-server are
+                       installed, else sqlite): the embedded data file and PostgreSQL + Redis started for
+                       the run, measured interleaved, with server CPU per request side by side; or one of
+                       them alone (default out file for postgres: results/latest-postgres.json)
+  --instances N        with PostgreSQL: instances sharing it (default 1); the load is split evenly
+                       between them, and the figures are their sums
+  --strict             also measure the stricter baseline, which replays Headers built once at start`
 
 interface Options {
   quick: boolean
@@ -77,8 +84,9 @@ interface Options {
   compare?: string
   build: boolean
   keep: boolean
-  backend: 'sqlite' | 'postgres'
+  backend: 'sqlite' | 'postgres' | 'both'
   instances: number
+  strict: boolean
 }
 
 function parseOptions(argv: string[]): Options | null {
@@ -103,6 +111,7 @@ function parseOptions(argv: string[]): Options | null {
       keep: { type: 'boolean' },
       backend: { type: 'string' },
       instances: { type: 'string' },
+      strict: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   })
@@ -133,10 +142,12 @@ function parseOptions(argv: string[]): Options | null {
     scenarios = SCENARIOS.filter((s) => names.includes(s.name))
   }
   const connections = Math.round(number('connections', values.connections, quick ? 16 : 64, 1, 10_000))
-  const backend = values.backend ?? 'sqlite'
-  if (backend !== 'sqlite' && backend !== 'postgres') throw new Error('--backend must be sqlite or postgres')
+  const backend = values.backend ?? (postgresBinaries() !== null && redisBinary() !== null ? 'both' : 'sqlite')
+  if (backend !== 'sqlite' && backend !== 'postgres' && backend !== 'both') throw new Error('--backend must be both, sqlite or postgres')
+  if (values.backend === undefined && backend === 'sqlite')
+    log('PostgreSQL or Redis is not installed (apt-get install -y postgresql redis-server): measuring the data file alone')
   const instances = Math.round(number('instances', values.instances, 1, 1, 8))
-  if (backend === 'sqlite' && instances !== 1) throw new Error('--instances needs --backend postgres (one server per data file)')
+  if (backend === 'sqlite' && instances !== 1) throw new Error('--instances needs PostgreSQL (one server per data file)')
   return {
     quick,
     runs: Math.round(number('runs', values.runs, quick ? 1 : 3, 1, 100)),
@@ -154,6 +165,7 @@ function parseOptions(argv: string[]): Options | null {
     compare: values.compare,
     build: values.build === true,
     keep: values.keep === true,
+    strict: values.strict === true,
   }
 }
 
@@ -203,14 +215,13 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
-/** Where the server keeps its data: `--data FILE`, or `--database-url URL --redis-url URL`. */
-let storageArgs: string[] = []
-const SERVE = () => [BINARY, 'serve', '--host', '127.0.0.1', '--port', '0', ...storageArgs]
+/** Where a server keeps its data: `--data FILE`, or `--database-url URL --redis-url URL`. */
+const serveArgs = (storageArgs: string[]) => [BINARY, 'serve', '--host', '127.0.0.1', '--port', '0', ...storageArgs]
 
 /** Exec to the first 200 on /healthz, in ms; the server is stopped afterwards. */
-async function timeStart(): Promise<number> {
+async function timeStart(storageArgs: string[]): Promise<number> {
   const started = performance.now()
-  const proc = track(Bun.spawn(SERVE(), { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }))
+  const proc = track(Bun.spawn(serveArgs(storageArgs), { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }))
   try {
     const stderr = new StreamTail(proc.stderr)
     const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
@@ -235,19 +246,20 @@ interface Petstore {
   args: string[]
 }
 
-async function startPetstore(logFd: number): Promise<Petstore> {
+async function startPetstore(storageArgs: string[], logFd: number): Promise<Petstore> {
   // --trust-proxy: the 401 and spray scenarios send X-Forwarded-For. A huge --ban-after with a zero
   // --ban-seconds keeps the exhausted key on rate_limited instead of key_banned. Neither touches the
   // path of requests with a valid key.
   const extra = ['--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0']
-  const args = [...SERVE(), ...extra]
+  const args = [...serveArgs(storageArgs), ...extra]
   const proc = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(proc.stderr)
   const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
   return { proc, port, stderr, args: ['serve', ...args.slice(2)] }
 }
 
-async function startBaseline(capturesFile: string): Promise<{ proc: Subprocess; port: number }> {
+/** The baseline process: its per-request listener (the yardstick) and its prebuilt one (stricter). */
+async function startBaseline(capturesFile: string): Promise<{ proc: Subprocess; port: number; prebuiltPort: number }> {
   const proc = track(
     Bun.spawn([process.execPath, join(import.meta.dir, 'baseline.ts'), capturesFile], {
       env: cleanEnv(),
@@ -258,8 +270,9 @@ async function startBaseline(capturesFile: string): Promise<{ proc: Subprocess; 
   )
   const stdout = new StreamTail(proc.stdout)
   void new StreamTail(proc.stderr)
-  const port = Number((await stdout.waitFor(LISTENING, 15_000, proc.exited))[1])
-  return { proc, port }
+  const port = Number((await stdout.waitFor(/baseline per-request listening on http:\/\/[^\s:/]+:(\d+)/, 15_000, proc.exited))[1])
+  const prebuiltPort = Number((await stdout.waitFor(/baseline prebuilt listening on http:\/\/[^\s:/]+:(\d+)/, 15_000, proc.exited))[1])
+  return { proc, port, prebuiltPort }
 }
 
 /** The server's access log: truncated before a measured run, counted by status after it. */
@@ -322,6 +335,7 @@ function summarise(runs: RunFigures[]): TargetSummary {
     p50Ms: round(median(runs.map((r) => r.p50Ms)), 3),
     p99Ms: round(median(runs.map((r) => r.p99Ms)), 3),
     targetCpuPct: round(median(runs.map((r) => r.targetCpuPct)), 0),
+    cpuUsPerRequest: round(median(runs.map((r) => r.cpuUsPerRequest)), 1),
     generatorCpuPct: round(median(runs.map((r) => r.generatorCpuPct)), 0),
     otherCpuPct: round(median(runs.map((r) => r.otherCpuPct)), 0),
     requests: runs.reduce((sum, r) => sum + r.requests, 0),
@@ -356,12 +370,81 @@ function figures(load: LoadResult, unexpected: number, targetCpuS: number, busyS
     unexpected,
     ...(statuses ? { statuses } : {}),
     targetCpuPct: round((targetCpuS / load.durationS) * 100, 0),
+    cpuUsPerRequest: load.requests > 0 ? round((targetCpuS / load.requests) * 1e6, 1) : NaN,
     generatorCpuPct: round((load.generatorCpuS / load.durationS) * 100, 0),
     otherCpuPct: round(Math.max(0, (busyS - targetCpuS - load.generatorCpuS) / load.durationS) * 100, 0),
   }
 }
 
 // ---------------------------------------------------------------------------------------------------
+
+/** One storage under test: the embedded data file, or PostgreSQL + Redis with its instances. */
+interface Store {
+  backend: 'sqlite' | 'postgres'
+  countRows: () => Promise<number>
+  key: string
+  exhaustedKey: string
+  startSamplesMs: number[]
+  petstores: Petstore[]
+  accessLog: AccessLogWindow
+  specs: Map<string, LoadSpec>
+  created201: number
+}
+
+/** Seeds the storage, times its starts, then starts the server(s) measured on it. */
+async function prepareStore(backend: Store['backend'], options: Options, dir: string, notes: string[]): Promise<Store> {
+  let storageArgs: string[]
+  let countRows: () => Promise<number>
+  let keys: { key: string; exhaustedKey: string }
+  if (backend === 'postgres') {
+    const shared = await startShared()
+    storageArgs = ['--database-url', shared.databaseUrl, '--redis-url', shared.redisUrl]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into PostgreSQL; rate limits in Redis`)
+    keys = await seedPostgres([BINARY], shared.databaseUrl, options.pets)
+    countRows = () => countPostgresPets(shared.databaseUrl)
+    notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with ${options.instances} instance(s).`)
+  } else {
+    const dataFile = join(dir, 'petstore.db')
+    storageArgs = ['--data', dataFile]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
+    keys = seed([BINARY], dataFile, options.pets)
+    countRows = async () => countPets(dataFile)
+  }
+  log(`timing ${options.starts} starts on ${backend === 'postgres' ? 'PostgreSQL + Redis' : 'the data file'} (exec → first /healthz 200)`)
+  const startSamplesMs: number[] = []
+  for (let i = 0; i < options.starts; i++) startSamplesMs.push(round(await timeStart(storageArgs), 1))
+  const logPath = join(dir, `access-${backend}.log`)
+  const logFd = openSync(logPath, 'a')
+  onCleanup(() => closeSync(logFd))
+  // Several instances share the access log (appends of whole lines) and split the load evenly.
+  const count = backend === 'postgres' ? options.instances : 1
+  const petstores = await Promise.all(Array.from({ length: count }, () => startPetstore(storageArgs, logFd)))
+  log(`petstore on ${backend} (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`)
+  return {
+    backend,
+    countRows,
+    ...keys,
+    startSamplesMs,
+    petstores,
+    accessLog: new AccessLogWindow(logPath, logFd),
+    specs: new Map(),
+    created201: 0,
+  }
+}
+
+/** Uses the 1-per-day key once and follows the first page's next link: what the scenarios need. */
+async function contextOf(store: Store, options: Options, notes: string[]): Promise<BenchContext> {
+  const origin = `http://127.0.0.1:${store.petstores[0]!.port}`
+  const first = await fetch(`${origin}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${store.exhaustedKey}` } })
+  await first.arrayBuffer()
+  if (first.status !== 200) notes.push(`${store.backend}: the exhausted key's first request got ${first.status}, not 200.`)
+  const firstPage = await fetch(`${origin}/v1/pets?limit=20`, { headers: { authorization: `Bearer ${store.key}` } })
+  await firstPage.arrayBuffer()
+  const next = /<([^>]+)>;\s*rel="next"/.exec(firstPage.headers.get('link') ?? '')
+  if (!next) throw new Error(`GET /v1/pets?limit=20 gave no Link: rel="next" (status ${firstPage.status})`)
+  const nextUrl = new URL(next[1]!)
+  return { key: store.key, exhaustedKey: store.exhaustedKey, cursorPath: nextUrl.pathname + nextUrl.search, pets: options.pets }
+}
 
 async function bench(options: Options): Promise<BenchResult> {
   const startedAt = new Date().toISOString()
@@ -372,65 +455,33 @@ async function bench(options: Options): Promise<BenchResult> {
   else onCleanup(() => rmSync(dir, { recursive: true, force: true }))
   const notes: string[] = []
 
-  const dataFile = join(dir, 'petstore.db')
-  let key: string
-  let exhaustedKey: string
-  let countRows: () => Promise<number>
-  if (options.backend === 'postgres') {
-    const shared = await startShared()
-    storageArgs = ['--database-url', shared.databaseUrl, '--redis-url', shared.redisUrl]
-    log(`seeding ${options.pets.toLocaleString('en')} pets into PostgreSQL; rate limits in Redis`)
-    ;({ key, exhaustedKey } = await seedPostgres([BINARY], shared.databaseUrl, options.pets))
-    countRows = () => countPostgresPets(shared.databaseUrl)
-    notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with ${options.instances} instance(s).`)
-  } else {
-    storageArgs = ['--data', dataFile]
-    log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
-    ;({ key, exhaustedKey } = seed([BINARY], dataFile, options.pets))
-    countRows = async () => countPets(dataFile)
-  }
-
-  log(`timing ${options.starts} starts (exec → first /healthz 200)`)
-  const samplesMs: number[] = []
-  for (let i = 0; i < options.starts; i++) samplesMs.push(round(await timeStart(), 1))
-
-  const logPath = join(dir, 'access.log')
-  const logFd = openSync(logPath, 'a')
-  onCleanup(() => closeSync(logFd))
-  const accessLog = new AccessLogWindow(logPath, logFd)
-  // Several instances share the access log (appends of whole lines) and split the load evenly.
-  const petstores = await Promise.all(Array.from({ length: options.instances }, () => startPetstore(logFd)))
-  const petstore = petstores[0]!
+  // The first store is the one the baseline replays and the main table shows; with both, the embedded one.
+  const backends: Store['backend'][] = options.backend === 'both' ? ['sqlite', 'postgres'] : [options.backend]
+  const stores: Store[] = []
+  for (const backend of backends) stores.push(await prepareStore(backend, options, dir, notes))
+  const main = stores[0]!
+  const shared = stores.length > 1 ? stores[1]! : undefined
+  const petstore = main.petstores[0]!
   const origin = `http://127.0.0.1:${petstore.port}`
-  log(`petstore (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`)
   await Bun.sleep(200)
   const idle = memoryOf(petstore.proc.pid)
 
-  // Exhaust the 1-per-day key: its first request is the only one ever let through.
-  const first = await fetch(`${origin}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${exhaustedKey}` } })
-  await first.arrayBuffer()
-  if (first.status !== 200) notes.push(`The exhausted key's first request got ${first.status}, not 200.`)
-
-  const firstPage = await fetch(`${origin}/v1/pets?limit=20`, { headers: { authorization: `Bearer ${key}` } })
-  await firstPage.arrayBuffer()
-  const next = /<([^>]+)>;\s*rel="next"/.exec(firstPage.headers.get('link') ?? '')
-  if (!next) throw new Error(`GET /v1/pets?limit=20 gave no Link: rel="next" (status ${firstPage.status})`)
-  const nextUrl = new URL(next[1]!)
-  const ctx: BenchContext = { key, exhaustedKey, cursorPath: nextUrl.pathname + nextUrl.search, pets: options.pets }
+  for (const store of stores) {
+    const ctx = await contextOf(store, options, notes)
+    for (const s of options.scenarios) store.specs.set(s.name, s.load(ctx))
+  }
 
   // One real answer per scenario and method: what the baseline will replay.
   const captures: Captures = {}
   const capturedInfo = new Map<string, ScenarioResult['captured']>()
-  let created201 = 0
-  const specs = new Map(options.scenarios.map((s) => [s.name, s.load(ctx)]))
   for (const scenario of options.scenarios) {
-    const spec = specs.get(scenario.name)!
+    const spec = main.specs.get(scenario.name)!
     const entry: Captures[string] = {}
     const info: ScenarioResult['captured'] = []
     for (const shape of [spec.read, ...(spec.write ? [spec.write.request] : [])]) {
       const request = concrete(shape, spec, '192.0.2.1', Math.min(42, options.pets))
       const answer = await capture(petstore.port, request)
-      if (answer.status === 201) created201++
+      if (answer.status === 201) main.created201++
       entry[shape.method] = answer
       info.push({ method: request.method, path: request.path, status: answer.status, code: errorCode(answer.body), bytes: Buffer.byteLength(answer.body) })
       if (!scenario.expected.includes(answer.status))
@@ -442,34 +493,42 @@ async function bench(options: Options): Promise<BenchResult> {
   const capturesFile = join(dir, 'captures.json')
   writeFileSync(capturesFile, JSON.stringify(captures))
   const baseline = await startBaseline(capturesFile)
-  log(`baseline (pid ${baseline.proc.pid}) on http://127.0.0.1:${baseline.port}`)
+  log(`baseline (pid ${baseline.proc.pid}) on http://127.0.0.1:${baseline.port} (per-request headers), ${baseline.prebuiltPort} (prebuilt)`)
 
-  const load = (port: number, durationS: number, scenario: Scenario, connections = options.connections) =>
+  const load = (port: number, durationS: number, spec: LoadSpec, connections = options.connections) =>
     runLoad({
       tool: options.tool,
       port,
       connections,
       threads: options.threads,
       durationS,
-      spec: specs.get(scenario.name)!,
+      spec,
       workDir: dir,
       offset: Math.floor(Math.random() * 1_000_000),
     })
 
-  const serverCpu = () => petstores.reduce((sum, p) => sum + cpuSecondsOf(p.proc.pid), 0)
-  const measureServer = async (durationS: number, scenario: Scenario) => {
-    accessLog.reset()
+  const measureStore = async (store: Store, durationS: number, scenario: Scenario): Promise<RunFigures> => {
+    const spec = store.specs.get(scenario.name)!
+    const serverCpu = () => store.petstores.reduce((sum, p) => sum + cpuSecondsOf(p.proc.pid), 0)
+    store.accessLog.reset()
     const cpuBefore = serverCpu()
     const busyBefore = systemBusySeconds()
     const result =
-      petstores.length === 1
-        ? await load(petstore.port, durationS, scenario)
-        : combined(await Promise.all(petstores.map((p) => load(p.port, durationS, scenario, Math.max(1, Math.round(options.connections / petstores.length))))))
+      store.petstores.length === 1
+        ? await load(store.petstores[0]!.port, durationS, spec)
+        : combined(await Promise.all(store.petstores.map((p) => load(p.port, durationS, spec, Math.max(1, Math.round(options.connections / store.petstores.length))))))
     const cpu = serverCpu() - cpuBefore
     const busy = systemBusySeconds() - busyBefore
-    const statuses = await accessLog.collect()
-    created201 += statuses['201'] ?? 0
-    return { result, cpu, busy, statuses }
+    const statuses = await store.accessLog.collect()
+    store.created201 += statuses['201'] ?? 0
+    return figures(result, unexpectedOf(statuses, scenario.expected) + result.socketErrors, cpu, busy, statuses)
+  }
+  const measureBaseline = async (port: number, durationS: number, scenario: Scenario): Promise<RunFigures> => {
+    const cpuBefore = cpuSecondsOf(baseline.proc.pid)
+    const busyBefore = systemBusySeconds()
+    const b = await load(port, durationS, main.specs.get(scenario.name)!)
+    const busy = systemBusySeconds() - busyBefore
+    return figures(b, unexpectedFromGenerator(b, scenario.expected), cpuSecondsOf(baseline.proc.pid) - cpuBefore, busy, b.statuses)
   }
 
   const results: ScenarioResult[] = []
@@ -478,30 +537,38 @@ async function bench(options: Options): Promise<BenchResult> {
   let trackedAddresses: number | null = null
   for (const scenario of options.scenarios) {
     if (scenario.name === 'spray') peakBeforeSpray = memoryOf(petstore.proc.pid)?.peakRssMb ?? null
-    const select = await fetch(`http://127.0.0.1:${baseline.port}/${scenario.name}`, { method: 'PUT' })
-    await select.arrayBuffer()
-    if (select.status !== 200) throw new Error(`baseline refused scenario ${scenario.name}`)
+    for (const port of [baseline.port, baseline.prebuiltPort]) {
+      const select = await fetch(`http://127.0.0.1:${port}/${scenario.name}`, { method: 'PUT' })
+      await select.arrayBuffer()
+      if (select.status !== 200) throw new Error(`baseline refused scenario ${scenario.name}`)
+    }
     const loadAvg1m = round(os.loadavg()[0]!, 2)
-    log(`${scenario.name}: ${options.warmupS ? `warm-up ${options.warmupS} s, then ` : ''}${options.runs} × (baseline ${options.durationS} s, petstore ${options.durationS} s)`)
+    const targets = ['baseline', ...(options.strict ? ['prebuilt baseline'] : []), ...stores.map((s) => `petstore (${s.backend})`)]
+    log(`${scenario.name}: ${options.warmupS ? `warm-up ${options.warmupS} s each, then ` : ''}${options.runs} × (${targets.map((t) => `${t} ${options.durationS} s`).join(', ')})`)
     if (options.warmupS > 0) {
-      await load(baseline.port, options.warmupS, scenario)
-      await measureServer(options.warmupS, scenario)
+      await measureBaseline(baseline.port, options.warmupS, scenario)
+      for (const store of stores) await measureStore(store, options.warmupS, scenario)
     }
     const baselineRuns: RunFigures[] = []
-    const petstoreRuns: RunFigures[] = []
+    const prebuiltRuns: RunFigures[] = []
+    const storeRuns = stores.map((): RunFigures[] => [])
     for (let run = 0; run < options.runs; run++) {
-      const cpuBefore = cpuSecondsOf(baseline.proc.pid)
-      const busyBefore = systemBusySeconds()
-      const b = await load(baseline.port, options.durationS, scenario)
-      const busy = systemBusySeconds() - busyBefore
-      baselineRuns.push(figures(b, unexpectedFromGenerator(b, scenario.expected), cpuSecondsOf(baseline.proc.pid) - cpuBefore, busy, b.statuses))
-      const s = await measureServer(options.durationS, scenario)
-      petstoreRuns.push(figures(s.result, unexpectedOf(s.statuses, scenario.expected) + s.result.socketErrors, s.cpu, s.busy, s.statuses))
-      log(`  run ${run + 1}: baseline ${Math.round(b.rps).toLocaleString('en')} req/s, petstore ${Math.round(s.result.rps).toLocaleString('en')} req/s (p99 ${s.result.p99Ms.toFixed(2)} ms)`)
+      baselineRuns.push(await measureBaseline(baseline.port, options.durationS, scenario))
+      if (options.strict) prebuiltRuns.push(await measureBaseline(baseline.prebuiltPort, options.durationS, scenario))
+      // Interleaved, and in turn first: neither storage always follows the other.
+      const order = stores.map((_, i) => i)
+      if (run % 2 === 1) order.reverse()
+      for (const i of order) storeRuns[i]!.push(await measureStore(stores[i]!, options.durationS, scenario))
+      log(
+        `  run ${run + 1}: baseline ${Math.round(baselineRuns[run]!.rps).toLocaleString('en')} req/s, ` +
+          stores.map((s, i) => `${s.backend} ${Math.round(storeRuns[i]![run]!.rps).toLocaleString('en')} req/s ${storeRuns[i]![run]!.cpuUsPerRequest} µs CPU/req`).join(', '),
+      )
     }
     const baselineSummary = summarise(baselineRuns)
-    const petstoreSummary = summarise(petstoreRuns)
+    const petstoreSummary = summarise(storeRuns[0]!)
     const ratio = round(petstoreSummary.rps / baselineSummary.rps, 2)
+    const prebuilt = options.strict ? summarise(prebuiltRuns) : undefined
+    const sharedSummary = shared ? summarise(storeRuns[1]!) : undefined
     results.push({
       name: scenario.name,
       title: scenario.title,
@@ -511,6 +578,15 @@ async function bench(options: Options): Promise<BenchResult> {
       baseline: baselineSummary,
       petstore: petstoreSummary,
       ratio,
+      ...(prebuilt ? { prebuiltBaseline: prebuilt, prebuiltRatio: round(petstoreSummary.rps / prebuilt.rps, 2) } : {}),
+      ...(sharedSummary
+        ? {
+            shared: sharedSummary,
+            sharedRatio: round(sharedSummary.rps / baselineSummary.rps, 2),
+            // Median of the interleaved pairs' ratios: a busy moment weighs on both sides of a pair.
+            cpuRatio: round(median(storeRuns[1]!.map((r, i) => r.cpuUsPerRequest / storeRuns[0]![i]!.cpuUsPerRequest)), 2),
+          }
+        : {}),
       goal: {
         kind: scenario.goal.kind,
         ratio: scenario.goal.ratio,
@@ -530,17 +606,23 @@ async function bench(options: Options): Promise<BenchResult> {
   const endMemory = memoryOf(petstore.proc.pid)
   const afterScenarios = peakBeforeSpray ?? endMemory?.peakRssMb ?? null
   const baselineMemory = memoryOf(baseline.proc.pid)
-  if (petstore.proc.exitCode !== null) notes.push(`petstore exited early (code ${petstore.proc.exitCode}).`)
+  for (const store of stores)
+    for (const p of store.petstores) if (p.proc.exitCode !== null) notes.push(`petstore on ${store.backend} exited early (code ${p.proc.exitCode}).`)
 
   // Durability: kill without warning; every 201 must already be a row.
-  for (const p of petstores) await stop(p.proc, 'SIGKILL')
+  for (const store of stores) for (const p of store.petstores) await stop(p.proc, 'SIGKILL')
   await stop(baseline.proc, 'SIGTERM')
-  const rowsAdded = (await countRows()) - options.pets
-  const warnings = petstore.stderr.text
-    .split('\n')
-    .filter((line) => /internal error|could not/i.test(line))
-    .slice(0, 5)
-  for (const line of warnings) notes.push(`server stderr: ${line.slice(0, 300)}`)
+  const durabilityOf = async (store: Store): Promise<BenchResult['durability']> => {
+    const rowsAdded = (await store.countRows()) - options.pets
+    return { created201: store.created201, rowsAdded, ok: rowsAdded >= store.created201, checkedAfter: 'SIGKILL' }
+  }
+  for (const store of stores) {
+    const warnings = store.petstores
+      .flatMap((p) => p.stderr.text.split('\n'))
+      .filter((line) => /internal error|could not/i.test(line))
+      .slice(0, 5)
+    for (const line of warnings) notes.push(`server stderr (${store.backend}): ${line.slice(0, 300)}`)
+  }
   if (binary.staleVsSources) notes.push('dist/petstore was older than src/ when measured.')
   if (options.tool === 'autocannon')
     notes.push(
@@ -554,7 +636,11 @@ async function bench(options: Options): Promise<BenchResult> {
   if (noisy.length)
     notes.push(`Other processes used ≥ 10 % of a core during: ${noisy.join(', ')} (see otherCpuPct in the JSON); those figures are noisier.`)
 
-  const startupMedian = round(median(samplesMs), 1)
+  const startupOf = (store: Store) => {
+    const medianMs = round(median(store.startSamplesMs), 1)
+    return { samplesMs: store.startSamplesMs, medianMs, goalMs: GOALS.startupMs, met: medianMs <= GOALS.startupMs }
+  }
+  const dataFile = join(dir, 'petstore.db')
   return {
     version: RESULT_VERSION,
     startedAt,
@@ -584,10 +670,11 @@ async function bench(options: Options): Promise<BenchResult> {
       ),
       backend: options.backend,
       instances: options.instances,
+      baseline: options.strict ? 'per-request headers, and prebuilt' : 'per-request headers',
       accessLog: 'stdout to a file',
     },
     binary,
-    startup: { samplesMs, medianMs: startupMedian, goalMs: GOALS.startupMs, met: startupMedian <= GOALS.startupMs },
+    startup: startupOf(main),
     memory: {
       idleRssMb: idle?.rssMb ?? null,
       peakRssMbAfterScenarios: afterScenarios,
@@ -600,7 +687,8 @@ async function bench(options: Options): Promise<BenchResult> {
       trackedAddressesAfterSpray: trackedAddresses,
       baselinePeakRssMb: baselineMemory?.peakRssMb ?? null,
     },
-    durability: { created201, rowsAdded, ok: rowsAdded >= created201, checkedAfter: 'SIGKILL' },
+    durability: await durabilityOf(main),
+    ...(shared ? { shared: { instances: options.instances, startup: startupOf(shared), durability: await durabilityOf(shared) } } : {}),
     scenarios: results,
     notes,
   }

@@ -4,7 +4,8 @@
  */
 import type { GoalKind } from './scenarios'
 
-export const RESULT_VERSION = 1
+/** 2: the baseline builds its headers per request; server CPU per request; both storages in one run. */
+export const RESULT_VERSION = 2
 
 export interface RunFigures {
   requests: number
@@ -19,6 +20,8 @@ export interface RunFigures {
   statuses?: Record<string, number>
   /** CPU used by the target during the run, in % of one core. */
   targetCpuPct: number
+  /** The target's CPU time (user + system, all its threads) divided by the requests answered, µs. */
+  cpuUsPerRequest: number
   /** CPU used by the load generator during the run, in % of one core. */
   generatorCpuPct: number
   /** CPU used by everything else on the machine during the run (noise), in % of one core. */
@@ -31,6 +34,7 @@ export interface TargetSummary {
   p50Ms: number
   p99Ms: number
   targetCpuPct: number
+  cpuUsPerRequest: number
   generatorCpuPct: number
   otherCpuPct: number
   /** Sums over the runs. */
@@ -48,8 +52,17 @@ export interface ScenarioResult {
   captured: { method: string; path: string; status: number; code?: string; bytes: number }[]
   baseline: TargetSummary
   petstore: TargetSummary
-  /** petstore requests/s ÷ baseline requests/s (medians). */
+  /** petstore requests/s ÷ baseline requests/s (medians); the baseline builds its headers per request. */
   ratio: number
+  /** With --strict: the baseline replaying prebuilt Headers, and petstore's ratio to it. */
+  prebuiltBaseline?: TargetSummary
+  prebuiltRatio?: number
+  /** With both storages: petstore on PostgreSQL + Redis (`petstore` is then the embedded one). */
+  shared?: TargetSummary
+  /** Its requests/s ÷ the baseline's. */
+  sharedRatio?: number
+  /** Its server CPU per request ÷ the embedded one's: the median over the interleaved pairs of runs. */
+  cpuRatio?: number
   goal: { kind: GoalKind; ratio: number; met: boolean; p99Ms?: number; p99Met?: boolean }
   loadAvg1m: number
   /** The server's peak RSS (VmHWM) once this scenario was done, MiB. */
@@ -74,8 +87,9 @@ export interface BenchResult {
     startSamples: number
     serverArgs: string[]
     /** The storage measured: the data file, or PostgreSQL + Redis with this many instances. */
-    backend?: 'sqlite' | 'postgres'
+    backend?: 'sqlite' | 'postgres' | 'both'
     instances?: number
+    baseline?: string
     accessLog: string
   }
   binary: { path: string; sizeBytes: number; sizeMb: number; built: boolean; staleVsSources: boolean; commit: string; dirtySources: boolean }
@@ -93,6 +107,12 @@ export interface BenchResult {
     baselinePeakRssMb: number | null
   }
   durability: { created201: number; rowsAdded: number; ok: boolean; checkedAfter: string }
+  /** With both storages: the PostgreSQL + Redis side's starts and durability (the rest is the embedded side's). */
+  shared?: {
+    instances: number
+    startup: BenchResult['startup']
+    durability: BenchResult['durability']
+  }
   scenarios: ScenarioResult[]
   notes: string[]
 }
@@ -102,29 +122,59 @@ const f = (value: number | null | undefined, digits = 2) =>
 const thousands = (value: number) => (Number.isFinite(value) ? Math.round(value).toLocaleString('en') : 'n/a')
 const mark = (met: boolean | null | undefined) => (met === null || met === undefined ? '' : met ? ' ✅' : ' ❌')
 
+function storageOf(c: BenchResult['config']): string {
+  if (c.backend === 'postgres') return `PostgreSQL + Redis, ${c.instances} instance(s)`
+  if (c.backend === 'both') return `the SQLite data file and PostgreSQL + Redis (${c.instances} instance(s)), interleaved run for run`
+  return 'the SQLite data file'
+}
+
 export function markdown(result: BenchResult): string {
   const c = result.config
   const lines: string[] = []
   lines.push(
-    `Storage: ${c.backend === 'postgres' ? `PostgreSQL + Redis, ${c.instances} instance(s)` : 'the SQLite data file'}. ` +
+    `Storage: ${storageOf(c)}. ` +
     `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
-      `baseline and petstore alternating, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
+      `baseline and petstore interleaved, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
+      `The baseline builds its header fields per request${result.scenarios.some((s) => s.prebuiltBaseline) ? '; "ratio, prebuilt" is against one replaying Headers built once' : ''}. ` +
       `Machine: ${result.machine.cpus} × ${result.machine.cpuModel}, load average ${result.machine.loadAvgStart.map((v) => v.toFixed(2)).join(' ')} at start, ` +
       `${result.machine.loadAvgEnd.map((v) => v.toFixed(2)).join(' ')} at end. Source tree at ${result.binary.commit}${result.binary.dirtySources ? ' (+ uncommitted src changes)' : ''}.`,
     '',
-    'p50/p99 are petstore\'s; "unexpected" counts answers outside the expected statuses plus socket errors; ' +
+    `p50/p99 are petstore's${c.backend === 'both' ? ' on the data file' : ''}; "unexpected" counts answers outside the expected statuses plus socket errors; ` +
+      '"CPU µs/req" is the server\'s CPU time per answered request (all its threads); ' +
       '"other CPU" is what the rest of the machine used during the runs (noise), in % of one core.',
     '',
-    '| scenario | baseline req/s | petstore req/s | ratio | goal | p50 ms | p99 ms | unexpected | other CPU % |',
-    '|---|--:|--:|--:|---|--:|--:|--:|--:|',
+  )
+  const strict = result.scenarios.some((s) => s.prebuiltBaseline)
+  lines.push(
+    `| scenario | baseline req/s | petstore req/s | ratio | goal |${strict ? ' ratio, prebuilt |' : ''} p50 ms | p99 ms | CPU µs/req | unexpected | other CPU % |`,
+    `|---|--:|--:|--:|---|${strict ? '--:|' : ''}--:|--:|--:|--:|--:|`,
   )
   for (const s of result.scenarios) {
     const p99 = `${f(s.petstore.p99Ms)}${s.goal.p99Ms === undefined ? '' : mark(s.goal.p99Met)}`
     lines.push(
       `| ${s.title} | ${thousands(s.baseline.rps)} | ${thousands(s.petstore.rps)} | ${f(s.ratio)} | ≥ ${s.goal.ratio}${mark(s.goal.met)} | ` +
-        `${f(s.petstore.p50Ms)} | ${p99} | ${s.petstore.unexpected}${s.baseline.unexpected ? ` (baseline ${s.baseline.unexpected})` : ''} | ` +
+        `${strict ? `${f(s.prebuiltRatio)} | ` : ''}${f(s.petstore.p50Ms)} | ${p99} | ${f(s.petstore.cpuUsPerRequest, 1)} | ` +
+        `${s.petstore.unexpected}${s.baseline.unexpected ? ` (baseline ${s.baseline.unexpected})` : ''} | ` +
         `${Math.max(s.baseline.otherCpuPct, s.petstore.otherCpuPct)} |`,
     )
+  }
+  if (result.scenarios.some((s) => s.shared)) {
+    lines.push(
+      '',
+      `The data file against PostgreSQL + Redis (${c.instances} instance(s)), run for run, interleaved: server CPU per request ` +
+        '(the instances\' own; PostgreSQL\'s and Redis\'s is in "other CPU %", with whatever else the machine ran), ' +
+        'and the ratio shared ÷ embedded, the median over the pairs of runs (goal ≤ 1.5).',
+      '',
+      '| scenario | embedded µs/req | shared µs/req | shared ÷ embedded | embedded req/s | shared req/s | ratio, embedded | ratio, shared | shared p99 ms | other CPU % | unexpected |',
+      '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    )
+    for (const s of result.scenarios) {
+      if (!s.shared) continue
+      lines.push(
+        `| ${s.title} | ${f(s.petstore.cpuUsPerRequest, 1)} | ${f(s.shared.cpuUsPerRequest, 1)} | ${f(s.cpuRatio)}${mark(s.cpuRatio === undefined ? null : s.cpuRatio <= 1.5)} | ` +
+          `${thousands(s.petstore.rps)} | ${thousands(s.shared.rps)} | ${f(s.ratio)} | ${f(s.sharedRatio)} | ${f(s.shared.p99Ms)} | ${s.shared.otherCpuPct} | ${s.shared.unexpected} |`,
+      )
+    }
   }
   const m = result.memory
   lines.push(
@@ -137,6 +187,12 @@ export function markdown(result: BenchResult): string {
     `| binary size | ${f(result.binary.sizeMb, 1)} MB | — |`,
     `| \`POST\` durability (rows after SIGKILL vs 201s sent) | ${result.durability.rowsAdded.toLocaleString('en')} rows / ${result.durability.created201.toLocaleString('en')} × 201 | every 201 a row${mark(result.durability.ok)} |`,
   )
+  const shared = result.shared
+  if (shared)
+    lines.push(
+      `| PostgreSQL + Redis: exec → first \`/healthz\` 200 (median of ${shared.startup.samplesMs.length}) | ${f(shared.startup.medianMs, 1)} ms | ≤ ${shared.startup.goalMs} ms${mark(shared.startup.met)} |`,
+      `| PostgreSQL + Redis: \`POST\` durability | ${shared.durability.rowsAdded.toLocaleString('en')} rows / ${shared.durability.created201.toLocaleString('en')} × 201 | every 201 a row${mark(shared.durability.ok)} |`,
+    )
   if (result.notes.length) lines.push('', ...result.notes.map((note) => `- ${note}`))
   return `${lines.join('\n')}\n`
 }
