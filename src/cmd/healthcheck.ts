@@ -31,7 +31,13 @@ export async function healthcheck(args: string[]): Promise<number> {
     }
     console.log(`petstore: unhealthy (${url} answered ${response.status})`)
   } catch (error) {
-    const reason = (error as Error).name === 'TimeoutError' ? 'no answer within 2 s' : (error as Error).message
+    // Bun's own text for a refused connection asks the reader about their computer: say what happened.
+    const reason =
+      (error as Error).name === 'TimeoutError'
+        ? 'no answer within 2 s'
+        : (error as { code?: string }).code === 'ECONNREFUSED'
+          ? 'connection refused: nothing listens there'
+          : (error as Error).message
     console.log(`petstore: unhealthy (${url}: ${reason})`)
   }
   return 1

@@ -105,7 +105,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     const host = (viaProxy(request) && forwarded(request, 'x-forwarded-host')) || request.headers.get('host')
     const expected = `${isHttps(request) ? 'https' : 'http'}://${host}`.toLowerCase()
     if (request.headers.get('origin')?.toLowerCase() !== expected)
-      throw forbidden('A request that changes something must come from this console\'s own page (its Origin).')
+      throw forbidden(
+        `A request that changes something must come from this console's own page: Origin ${expected.slice(0, 300)} ` +
+          '(a script uses a token instead: petstore operators token NAME).',
+      )
   }
 
   /**
