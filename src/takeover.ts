@@ -1,19 +1,17 @@
 /**
  * `serve --takeover` (embedded mode, Linux): a new server replaces the one running on the same data
- * file and port, refusing no request. Both listen with SO_REUSEPORT, so the kernel spreads new
- * connections over both sockets. The server lifecycle (server.ts) knows none of this: takeOver is how
- * the new one arrives, handOver how the old one leaves; the files beside the data file (the claim, the
- * rate-limit state) are storage's (storage/sqlite/handover.ts).
- *  1. The new server checks that it can serve the file, finds the old one's process id in the lock and
- *     claims the file; any refusal so far leaves the old one untouched.
+ * file and port, refusing no request; both listen with SO_REUSEPORT. The server (server.ts) knows none
+ * of it: takeOver is how the new one arrives, handOver how the old one leaves on SIGUSR2.
+ *  1. The new one checks that it can serve the file, finds the old one's process id in the lock and
+ *     claims the file (storage/sqlite/handover.ts); a refusal so far leaves the old one untouched.
  *  2. It listens beside the old one, holding the requests that reach it, and sends SIGUSR2 (a signal
  *     petstore has no other use for, so there is no protocol of sockets or files to get wrong).
- *  3. The old one acts only while a live claimant exists: it lets its kept-alive clients go, stops as on
- *     SIGTERM, leaves the rate-limit state beside the file and releases the lock; if the claimant died
- *     before its listener closed, it withdraws and keeps serving.
+ *  3. The old one, while the claimant lives, lets its kept-alive clients go, stops as on SIGTERM,
+ *     leaves its rate-limit state beside the file and releases the lock; if the claimant died before
+ *     its listener closed, it serves on.
  *  4. The new one takes the lock, loads the state, serves the held requests and drops its claim; the
- *     old one then exits, or serves again if the new one died first. Connections the kernel had queued
- *     on the old socket move only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
+ *     old one then exits, or serves again if the new one died first. Connections queued on the old
+ *     socket as it closed move only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
  */
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
@@ -53,7 +51,12 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   if (config.port === 0) throw new ConfigError('--takeover needs the port the running server listens on, not 0')
   const file = resolve(config.dataFile)
   const refused = (reason: string) => new StorageOpenError(`cannot take over: ${reason}; the running server keeps serving`)
-  const pid = runningServerOf(file, refused)
+  let pid: number | null
+  try {
+    pid = runningServerOf(file)
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
   if (pid === null) {
     warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
     return AFRESH
@@ -140,25 +143,20 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
 
 /**
  * The process id of the server holding the data file, once it is clear that this binary could serve
- * the file; null when no server holds it. Reads only, so a refusal (`refused` makes its error) leaves
- * the running server untouched.
+ * the file; null when no server holds it. Reads only, so a refusal leaves the running server untouched.
  */
-function runningServerOf(file: string, refused: (reason: string) => Error): number | null {
+function runningServerOf(file: string): number | null {
   // A running server always has its lock file; without one (a first start) there is nothing to take over.
   if (!existsSync(lockFileOf(file))) return null
   try {
     lockDataFile(file)?.release()
     return null
   } catch (error) {
-    if (!(error instanceof DataFileBusyError)) throw refused((error as Error).message)
+    if (!(error instanceof DataFileBusyError)) throw error
   }
-  try {
-    checkServable(file)
-  } catch (error) {
-    throw refused((error as Error).message)
-  }
+  checkServable(file)
   const pid = lockHolder(file)
-  if (pid === null) throw refused(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
+  if (pid === null) throw new Error(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
   return pid
 }
 
