@@ -2,7 +2,7 @@
  * The layers of src/ and the arrows allowed between them, read from the imports by dependency-cruiser
  * (test/unit/layers.test.ts runs it in `bun test`). Arrows point one way:
  *
- *   command line (index.ts, cli.ts, cmd/) -> server (app.ts, server*, config.ts)
+ *   command line (index.ts, cli.ts, cmd/) -> server (app.ts, server*, takeover.ts, config.ts)
  *     -> HTTP (plugins/, http/, observability/, the modules' controllers) -> modules' services -> domain/
  *   storage/ and limiter/ sit below the modules: they implement what the domain declares and may
  *   import only the domain and their own helpers.
@@ -10,7 +10,7 @@
  * Type-only imports count (tsPreCompilationDeps): a type is an arrow too.
  */
 const TOP = '^src/(index|cli)\\.ts$|^src/cmd/'
-const SERVER = '^src/(app|config)\\.ts$|^src/server'
+const SERVER = '^src/(app|config|takeover)\\.ts$|^src/server'
 const BELOW_SERVER = '^src/(domain|storage|limiter|modules|plugins|http|observability)/'
 
 module.exports = {

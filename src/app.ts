@@ -69,14 +69,12 @@ export interface PetstoreApp {
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
-   * From now on every answer carries `Connection: close`: a server about to stop lets its kept-alive
+   * From now on every answer carries `Connection: close`: a server handing over lets its kept-alive
    * clients (a proxy's cached connections too) go after their current answer, so that none sends a
-   * request on a connection just as the stop closes it. Returns the milliseconds since a request last
-   * arrived, which tell when its clients have gone quiet.
+   * request on a connection just as the stop closes it. `quietMs`: since a request last arrived, which
+   * tells when its clients have gone quiet; `keep` undoes it (the hand-over was withdrawn).
    */
-  closeConnections(): () => number
-  /** Undoes closeConnections: a hand-over was withdrawn, the server goes on serving. */
-  keepConnections(): void
+  closeConnections(): { quietMs(): number; keep(): void }
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -244,10 +242,12 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     closeConnections: () => {
       closingConnections = true
       lastRequestAt = performance.now()
-      return () => performance.now() - lastRequestAt
-    },
-    keepConnections: () => {
-      closingConnections = false
+      return {
+        quietMs: () => performance.now() - lastRequestAt,
+        keep: () => {
+          closingConnections = false
+        },
+      }
     },
     finishWrites: () => pets.close(),
     async close() {

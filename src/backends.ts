@@ -14,8 +14,8 @@ import type { Config } from './config'
 import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, LimiterBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
-import { DataFileBusyError, lockDataFile, lockDataFileWhenFree, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeHandover, takeoverProgress, writeHandover } from './storage/sqlite/handover'
+import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './storage/sqlite/data-file-lock'
+import { dropDeadClaim, takeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, readOnlyBecause, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
@@ -28,20 +28,12 @@ export interface StorageBackend {
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void
-  /** Rate-limit state the server this one took over from handed over (embedded mode). */
+  /** Rate-limit state the server before this one left beside the data file (takeover.ts). */
   handedOver?: LimiterHandover
-  /** Hands the rate-limit state to the server taking over; before close, which lets it in. */
-  handOver?(state: LimiterHandover): void
-  /** The live server that claims the file to take over (handover.ts), or null: a SIGUSR2 without one is ignored. */
-  claimant?(): number | null
-  /** Removes the claim of a server that died while taking over. */
-  dropDeadClaim?(): void
-  /** How the takeover by `pid` stands, for the server that handed over (handover.ts takeoverProgress). */
-  takeoverProgress?(pid: number): 'starting' | 'serving' | 'gone'
 }
 
 export interface OpenOptions {
-  /** Wait up to this long for another server to release the data file (a takeover), instead of refusing. */
+  /** Wait up to this long for another server to release the data file (a takeover's Arrival), instead of refusing. */
   lockWaitMs?: number
 }
 
@@ -99,52 +91,11 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         : undefined,
     dataFile: storage,
     handedOver: takeHandover(file),
-    handOver: (state) => writeHandover(file, state),
-    claimant: () => claimantOf(file),
-    dropDeadClaim: () => dropDeadClaim(file),
-    takeoverProgress: (pid) => takeoverProgress(file, pid),
     async close() {
       storage.close()
       lock?.release()
     },
     undo: () => created.undo(),
-  }
-}
-
-/**
- * For a takeover (server.ts): the process id of the server holding the data file, once it is clear
- * that this binary could serve the file; null when no server holds it. Reads only, so a refusal
- * (`refused` makes its error) leaves the running server untouched.
- */
-export function runningServerOf(config: Config, refused: (reason: string) => Error): number | null {
-  const file = resolve(config.dataFile)
-  // A running server always has its lock file; without one (a first start) there is nothing to take over.
-  if (!existsSync(lockFileOf(file))) return null
-  try {
-    lockDataFile(file)?.release()
-    return null
-  } catch (error) {
-    if (!(error instanceof DataFileBusyError)) throw refused((error as Error).message)
-  }
-  try {
-    checkServable(file)
-  } catch (error) {
-    throw refused((error as Error).message)
-  }
-  const pid = lockHolder(file)
-  if (pid === null) throw refused(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
-  return pid
-}
-
-/**
- * Claims the data file for a takeover, before listening beside the running server; returns the
- * claim's removal. Refused (`refused` makes the error) while another live process claims it.
- */
-export function claimDataFile(config: Config, holder: number, refused: (reason: string) => Error): () => void {
-  try {
-    return claimTakeover(resolve(config.dataFile), holder)
-  } catch (error) {
-    throw refused((error as Error).message)
   }
 }
 

@@ -86,7 +86,7 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => parseSince(values.since as string | undefined), USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, sub === 'create', sub !== 'list' && sub !== 'usage')
+  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' })
   try {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())

@@ -55,7 +55,7 @@ export async function operators(args: string[]): Promise<number> {
       throw error
     }
   }
-  const { storage, where } = await openForCommand(values, USAGE, sub === 'add')
+  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'add' })
   try {
     if (sub === 'list') return await list(storage, where, values.json === true)
     return await change(storage, where, sub, name, values)

@@ -150,16 +150,21 @@ export function dataFileFor(values: Record<string, unknown>, usage: string, refu
 }
 
 /**
- * Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data
- * file. A new data file is made only when it was named (--data, PETSTORE_DATA): a key created into a
- * new file on the default path, in the wrong folder, would be a key no running server knows. A command
- * that writes refuses, before it starts, a data file this user may read but not write.
+ * What a command other than serve does with the data file. `mayCreate`: a new data file is made, but
+ * only when it was named (--data, PETSTORE_DATA), since a key created into a new file on the default
+ * path, in the wrong folder, would be a key no running server knows. Unless it `readsOnly`, the command
+ * refuses, before it starts, a data file this user may read but not write.
  */
+export interface CommandAccess {
+  mayCreate?: boolean
+  readsOnly?: boolean
+}
+
+/** Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data file. */
 export async function openForCommand(
   values: Record<string, unknown>,
   usage: string,
-  mayCreate: boolean,
-  writes = true,
+  access: CommandAccess = {},
 ): Promise<{ storage: Storage; where: string }> {
   const input = configInput(values)
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
@@ -170,7 +175,7 @@ export async function openForCommand(
     return { storage, where: storage.location }
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
-  return { storage: openSqliteStorage(file, { mustExist: !(mayCreate && dataFileNamed(input, process.env)), mustWrite: writes }), where: file }
+  return { storage: openSqliteStorage(file, { mustExist: !(access.mayCreate && dataFileNamed(input, process.env)), mustWrite: !access.readsOnly }), where: file }
 }
 
 /** Rows under a header, in columns as wide as their widest cell. */

@@ -23,7 +23,7 @@ export async function pets(args: string[]): Promise<number> {
   if (sub === 'reset' && values.count !== undefined) throw new UsageError('--count does not apply to pets reset', USAGE)
   if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE)
   const count = sub === 'seed' ? asUsageError(() => parseInteger('--count', values.count as string, 1, 100_000), USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, sub === 'seed')
+  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'seed' })
   try {
     if (sub === 'seed') {
       await storage.pets.seed(samplePets(count), Date.now())

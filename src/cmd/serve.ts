@@ -9,6 +9,7 @@ import { type Config, hostInUrl, resolveConfig } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
 import { isLoopbackHost } from '../http/client-address'
 import { Server, type ServerOptions } from '../server'
+import { handOver, takeOver } from '../takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
@@ -59,12 +60,6 @@ const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as co
  */
 const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
 
-/**
- * How long a server that handed over waits for its successor to serve (or to die, and then it serves
- * again): its lock wait (about 17 s) plus the time to open the file.
- */
-const SUCCESSOR_WAIT_MS = 30_000
-
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(
     args,
@@ -94,12 +89,13 @@ export async function serve(args: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
   const config = asUsageError(() => resolveConfig(configInput(values)), USAGE)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop: (reason: string, code?: number, handOver?: boolean) => unknown = (reason) => {
+  let stop: (reason: string, code?: number) => unknown = (reason) => {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
+  let onSigusr2 = () => stop('SIGUSR2 received: handing over to the server taking over')
   for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
-  process.on('SIGUSR2', () => stop('SIGUSR2 received: handing over to the server taking over', 0, true))
+  process.on('SIGUSR2', () => onSigusr2())
   const heard = new Set<string>()
   for (const signal of IGNORED_SIGNALS)
     process.on(signal, () => {
@@ -117,47 +113,45 @@ export async function serve(args: string[]): Promise<number> {
       if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
   }
-  let server = await Server.start(config, { ...options, takeover: values.takeover === true })
+  let server = await Server.start(config, { ...options, arrive: values.takeover === true ? takeOver : undefined })
   console.error(startupLine(server))
 
   let stopping = false
   /** A stop asked during a hand-over that then did not happen; acted on once this process serves again. */
   let stopAsked: string | undefined
-  stop = async (reason: string, code = 0, handOver = false) => {
-    if (stopping) return handOver ? undefined : (stopAsked ??= reason)
-    if (handOver && !server.takeoverAsked)
-      return console.error(`petstore: SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
-    stopping = true
-    console.error(`petstore: ${reason}, finishing in-flight requests`)
-    const grace = server.config.shutdownGraceMs
-    const stopped = handOver ? await server.handOver(grace) : await server.stop(grace)
-    if (stopped === 'withdrawn') {
-      console.error('petstore: the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
-      stopping = false
-      if (stopAsked !== undefined) void stop(stopAsked)
-      return
-    }
+  const serveOn = () => {
+    stopping = false
+    if (stopAsked !== undefined) void stop(stopAsked)
+  }
+  const exit = (stopped: boolean, code: number) => {
     if (!stopped) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
       process.exit(1)
     }
-    // A stop asked meanwhile ends the wait: everything is saved and handed over already.
-    if (handOver && (await server.awaitSuccessor(SUCCESSOR_WAIT_MS, () => stopAsked !== undefined)) === 'gone') {
-      // The file and the port are free again, with the state just handed over beside the file.
-      console.error('petstore: the server taking over died before it served: serving again')
-      try {
-        server = await Server.start(server.config, options)
-      } catch (error) {
-        console.error(`petstore: cannot serve again: ${(error as Error).message}`)
-        process.exit(1)
-      }
-      console.error(startupLine(server))
-      stopping = false
-      if (stopAsked !== undefined) void stop(stopAsked)
-      return
-    }
     console.error('petstore: stopped')
     process.exit(code)
+  }
+  stop = async (reason: string, code = 0) => {
+    if (stopping) return (stopAsked ??= reason)
+    stopping = true
+    console.error(`petstore: ${reason}, finishing in-flight requests`)
+    exit(await server.stop(server.config.shutdownGraceMs), code)
+  }
+  // A stop asked meanwhile ends the wait for the successor: everything is saved and handed over already.
+  onSigusr2 = async () => {
+    if (stopping) return
+    stopping = true
+    const outcome = await handOver(server, () => stopAsked !== undefined)
+    if (outcome === 'unclaimed' || outcome === 'withdrawn') return serveOn()
+    if (outcome !== 'successor died') return exit(outcome === 'handed over', 0)
+    try {
+      server = await Server.start(server.config, options)
+    } catch (error) {
+      console.error(`petstore: cannot serve again: ${(error as Error).message}`)
+      process.exit(1)
+    }
+    console.error(startupLine(server))
+    serveOn()
   }
   return new Promise<number>(() => {})
 }

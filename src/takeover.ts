@@ -1,0 +1,222 @@
+/**
+ * `serve --takeover` (embedded mode, Linux): a new server replaces the one running on the same data
+ * file and port, refusing no request; both listen with SO_REUSEPORT. The server (server.ts) knows none
+ * of it: takeOver is how the new one arrives, handOver how the old one leaves on SIGUSR2.
+ *  1. The new one checks that it can serve the file, finds the old one's process id in the lock and
+ *     claims the file (storage/sqlite/handover.ts); a refusal so far leaves the old one untouched.
+ *  2. It listens beside the old one, holding the requests that reach it, and sends SIGUSR2 (a signal
+ *     petstore has no other use for, so there is no protocol of sockets or files to get wrong).
+ *  3. The old one, while the claimant lives, lets its kept-alive clients go, stops as on SIGTERM,
+ *     leaves its rate-limit state beside the file and releases the lock; if the claimant died before
+ *     its listener closed, it serves on.
+ *  4. The new one takes the lock, loads the state, serves the held requests and drops its claim; the
+ *     old one then exits, or serves again if the new one died first. Connections queued on the old
+ *     socket as it closed move only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
+ */
+import { existsSync } from 'node:fs'
+import { resolve } from 'node:path'
+import type { PetstoreApp } from './app'
+import { type Config, ConfigError, hostInUrl } from './config'
+import { StorageOpenError } from './domain/repositories'
+import { errorResponse, unavailable } from './http/api-errors'
+import { AFRESH, type Arrival, bindUnshared, type Server, STOP_SAVE_MS } from './server'
+import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress, writeHandover } from './storage/sqlite/handover'
+
+/**
+ * Before its listener closes, a server handing over answers with `Connection: close` until no request
+ * has arrived for QUIET_MS (at once, when idle), or for at most CLOSE_CONNECTIONS_MS under load: Bun
+ * closes idle kept-alive connections when the listener stops, and a request sent on one just then
+ * would be lost, where after a `Connection: close` its client connects again, to the new server. (On
+ * SIGTERM there is no new server to go to, so the stop does not wait for this.)
+ */
+const QUIET_MS = 50
+const CLOSE_CONNECTIONS_MS = 500
+/**
+ * How long a server that handed over waits for its successor to serve (or to die, and then it serves
+ * again): the successor's lock wait (about 17 s) plus the time to open the file.
+ */
+const SUCCESSOR_WAIT_MS = 30_000
+
+/**
+ * Steps 1 and 2, as the new server's Arrival (ServerOptions.arrive). Throws, with one line, while the
+ * old server is still untouched. With no server on the file it starts AFRESH, and says so: a unit that
+ * always says --takeover also starts from nothing.
+ */
+export function takeOver(config: Config, warn: (message: string) => void): Arrival {
+  if (config.database)
+    throw new ConfigError(
+      '--takeover serves a data file; with PostgreSQL, run several instances behind a proxy and restart them one at a time (docs/upgrading.md)',
+    )
+  if (config.port === 0) throw new ConfigError('--takeover needs the port the running server listens on, not 0')
+  const file = resolve(config.dataFile)
+  const refused = (reason: string) => new StorageOpenError(`cannot take over: ${reason}; the running server keeps serving`)
+  let pid: number | null
+  try {
+    pid = runningServerOf(file)
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
+  if (pid === null) {
+    warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
+    return AFRESH
+  }
+  // The lock names the process, not where it listens: a port nobody listens on would stop the running
+  // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
+  let nobodyListens = false
+  try {
+    bindUnshared(config.host, config.port)
+    nobodyListens = true
+  } catch {}
+  if (nobodyListens)
+    throw refused(
+      `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
+    )
+  let dropClaim: () => void
+  try {
+    dropClaim = claimTakeover(file, pid)
+  } catch (error) {
+    throw refused((error as Error).message)
+  }
+  let letThrough: (petstore: PetstoreApp | null) => void = () => {}
+  const ready = new Promise<PetstoreApp | null>((settle) => (letThrough = settle))
+  let holding: ReturnType<typeof Bun.serve>
+  try {
+    holding = Bun.serve({
+      hostname: config.host,
+      port: config.port,
+      reusePort: true,
+      development: false,
+      // They may wait longer than Bun's default of 10 s, which would reset them (the old server answers
+      // its in-flight requests for up to its grace period first); the wait is bounded by lockWaitMs.
+      idleTimeout: 0,
+      // Requests that reach this server before it can serve wait for it; each answer then closes its
+      // connection, so the client's next request goes to the app's own listener.
+      async fetch(request) {
+        const petstore = await ready
+        if (!petstore) return errorResponse(unavailable('The server is restarting; try again.'))
+        const response: Response = await petstore.app.fetch(request)
+        response.headers.set('connection', 'close')
+        return response
+      },
+    })
+  } catch (error) {
+    dropClaim()
+    throw refused(
+      `cannot listen beside it on ${hostInUrl(config.host)}:${config.port} (${(error as Error).message}); ` +
+        'a server that does not share its port (a petstore older than --takeover, or another program) must be stopped instead',
+    )
+  }
+  try {
+    process.kill(pid, 'SIGUSR2')
+  } catch (error) {
+    dropClaim()
+    holding.stop(true)
+    throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
+  }
+  warn(`taking over ${config.dataFile} from process ${pid}`)
+  return {
+    // The old server's longest stop: letting its connections go, its drain, its last save.
+    lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
+    // The old server listens there: that was the check above.
+    checkPort() {},
+    // The old server is gone by now: serving without /metrics or the console beats not serving.
+    without(listener, reason) {
+      warn(`${reason}; serving without ${listener}`)
+    },
+    // Serving: the claim goes, which tells the old server that this one made it.
+    ready(petstore) {
+      letThrough(petstore)
+      void holding.stop(false)
+      dropClaim()
+    },
+    // The held requests' 503s are sent before the process ends, rather than reset with it. The claim
+    // stays until this process is gone: the old server, if it let go, then sees a dead claimant and
+    // serves again, where a claim dropped by a live process would read as "the new one serves".
+    async fail() {
+      letThrough(null)
+      await Promise.race([holding.stop(false), Bun.sleep(CLOSE_CONNECTIONS_MS)])
+      await holding.stop(true)
+    },
+  }
+}
+
+/**
+ * The process id of the server holding the data file, once it is clear that this binary could serve
+ * the file; null when no server holds it. Reads only, so a refusal leaves the running server untouched.
+ */
+function runningServerOf(file: string): number | null {
+  // A running server always has its lock file; without one (a first start) there is nothing to take over.
+  if (!existsSync(lockFileOf(file))) return null
+  try {
+    lockDataFile(file)?.release()
+    return null
+  } catch (error) {
+    if (!(error instanceof DataFileBusyError)) throw error
+  }
+  checkServable(file)
+  const pid = lockHolder(file)
+  if (pid === null) throw new Error(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
+  return pid
+}
+
+/** How a hand-over ended: see handOver. */
+export type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'successor died'
+
+/**
+ * Steps 3 and 4 on the running server, on SIGUSR2: only while a live process other than this one
+ * claims the data file, since a signal reaches a stopped process (SIGSTOP, a frozen VM) late, and a
+ * stray one has nobody to hand over to ('unclaimed'). 'withdrawn': the claimant died before the
+ * listener closed, and the server serves on. Else it stops as on SIGTERM, leaves the rate-limit state
+ * for the claimant, and waits until the claimant serves ('handed over'; also after SUCCESSOR_WAIT_MS,
+ * or once `givenUp`), or dies first ('successor died': the file and the port are free again, with the
+ * state just left beside the file, to serve again).
+ */
+export async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
+  const { config, petstore, warn } = server
+  const file = resolve(config.dataFile)
+  const claimant = config.database ? null : claimantOf(file)
+  if (claimant === null) {
+    warn(`SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
+    return 'unclaimed'
+  }
+  warn('SIGUSR2 received: handing over to the server taking over, finishing in-flight requests')
+  if (petstore.app.server && !(await letConnectionsGo(petstore, () => claimantOf(file) === claimant))) {
+    dropDeadClaim(file)
+    warn('the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
+    return 'withdrawn'
+  }
+  if (!(await server.stop(config.shutdownGraceMs, () => writeHandover(file, petstore.limiter.handover())))) return 'storage late'
+  if (await successorLives(file, claimant, givenUp)) return 'handed over'
+  warn('the server taking over died before it served: serving again')
+  return 'successor died'
+}
+
+/**
+ * Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS); false, and the
+ * connections kept, as soon as the claimant is no longer alive: the last check right before the
+ * listener would close.
+ */
+async function letConnectionsGo(petstore: PetstoreApp, claimed: () => boolean): Promise<boolean> {
+  const closing = petstore.closeConnections()
+  const deadline = Date.now() + CLOSE_CONNECTIONS_MS
+  for (;;) {
+    if (!claimed()) {
+      closing.keep()
+      return false
+    }
+    if (closing.quietMs() >= QUIET_MS || Date.now() >= deadline) return true
+    await Bun.sleep(10)
+  }
+}
+
+/** False when the successor died before it served; true once it serves, or when the wait ends. */
+async function successorLives(file: string, pid: number, givenUp: () => boolean): Promise<boolean> {
+  const deadline = Date.now() + SUCCESSOR_WAIT_MS
+  for (;;) {
+    const progress = takeoverProgress(file, pid)
+    if (progress !== 'starting') return progress === 'serving'
+    if (Date.now() > deadline || givenUp()) return true
+    await Bun.sleep(20)
+  }
+}
