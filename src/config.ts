@@ -4,6 +4,7 @@
  * variable is read through `variable`: an empty one counts as unset.
  */
 
+import { BAN_AFTER, BAN_SECONDS } from './domain/ban-rule'
 import { HOST_NAME } from './http/allowed-hosts'
 import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
@@ -362,9 +363,8 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     consoleByDefault: fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment).value === undefined,
     consoleHosts: parseConsoleHosts(input, environment),
     metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
-    banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
-    banSeconds:
-      input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),
+    banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, BAN_AFTER.min, BAN_AFTER.max),
+    banSeconds: input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, BAN_SECONDS.min, BAN_SECONDS.max),
     accessLog: input.accessLog ?? true,
     maxBodyBytes: 64 * 1024,
     maxTrackedAddresses: 100_000,
