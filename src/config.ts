@@ -154,7 +154,7 @@ export type ValueOf<F> = F extends OptionFlag<infer T> ? T : F extends ListFlag<
  * An environment variable's value, or undefined when it is unset or empty: `PETSTORE_PORT=` in a unit
  * file or a compose file means "no value", as it does for most tools, never an empty value.
  */
-export function variable(environment: Environment, name: string): string | undefined {
+function variable(environment: Environment, name: string): string | undefined {
   const value = environment[name]
   return value === '' ? undefined : value
 }
@@ -188,13 +188,13 @@ export function reader<T extends FlagTable>(table: T, input: InputOf<T>, environ
   }
 }
 
-export function parseEnvName(value: string | undefined, name = '--env'): EnvName {
+function parseEnvName(value: string | undefined, name = '--env'): EnvName {
   const env = value ?? 'production'
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }
 
-export function parseInteger(flag: string, value: string, min: number, max: number): number {
+function parseInteger(flag: string, value: string, min: number, max: number): number {
   if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max)
     throw new ConfigError(`${flag} must be an integer from ${min} to ${max}, not "${value}"`)
   return Number(value)
@@ -214,7 +214,7 @@ const oneOf =
     return text as W
   }
 
-export function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath: string } {
+function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath: string } {
   let url: URL
   try {
     url = new URL(value)
@@ -532,10 +532,10 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   const minuteDays = read.value('usageMinutesDays')!
   const hourDays = read.value('usageHoursDays')!
   // Hours are kept as long as minutes, so that a series never runs out of rows where minutes end.
-  if (hourDays < minuteDays)
-    throw new ConfigError(
-      `${read.given('usageHoursDays').name} (${hourDays}) must be at least ${read.given('usageMinutesDays').name} (${minuteDays}): hours are kept as long as minutes`,
-    )
+  if (hourDays < minuteDays) {
+    const [hours, minutes] = [read.given('usageHoursDays').name, read.given('usageMinutesDays').name]
+    throw new ConfigError(`${hours} (${hourDays}) must be at least ${minutes} (${minuteDays}): hours are kept as long as minutes`)
+  }
 
   return freeze({
     env,

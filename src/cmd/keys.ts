@@ -17,7 +17,14 @@ const FLAGS = {
   rpm: option({ flag: 'rpm', value: 'N', help: 'requests per minute of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
   rpd: option({ flag: 'rpd', value: 'N', help: 'requests per day of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
-  since: option({ flag: 'since', value: 'DURATION', help: 'how far back usage looks, 24h by default', parse: parseSince, default: () => DAY_MS, only: ['usage'] }),
+  since: option({
+    flag: 'since',
+    value: 'DURATION',
+    help: 'how far back usage looks, 24h by default',
+    parse: parseSince,
+    default: () => DAY_MS,
+    only: ['usage'],
+  }),
 }
 
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
@@ -51,7 +58,7 @@ export async function keys(args: string[]): Promise<number> {
   const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
-  checkApplies(FLAGS, values, `keys ${sub}`, USAGE)
+  checkApplies(FLAGS, values, 'keys', sub, USAGE)
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
   // log; checked before their count, whose complaint may quote one.
   if (positionals.some(looksLikeSecret))

@@ -45,7 +45,7 @@ export async function operators(args: string[]): Promise<number> {
   const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (!SUBCOMMANDS.includes(sub)) throw new UsageError(`unknown operators command "${sub}"`, USAGE)
-  checkApplies(FLAGS, values, `operators ${sub}`, USAGE)
+  checkApplies(FLAGS, values, 'operators', sub, USAGE)
   const expected = sub === 'list' ? 0 : 1
   if (positionals.length !== expected)
     throw new UsageError(expected ? `operators ${sub} needs exactly one NAME` : `unexpected argument "${positionals[0]}"`, USAGE)

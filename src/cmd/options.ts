@@ -54,7 +54,10 @@ export type Values<T extends FlagTable> = InputOf<typeof COMMON_FLAGS & T> & { h
 export function parse<T extends FlagTable>(args: string[], table: T, usage: string): { values: Values<T>; positionals: string[] } {
   const rows: FlagTable = { ...COMMON_FLAGS, ...table }
   const options = Object.fromEntries(
-    Object.values(rows).map((row) => [row.flag, { type: row.kind === 'switch' ? ('boolean' as const) : ('string' as const), multiple: row.kind === 'list' }]),
+    Object.values(rows).map((row) => {
+      const type = row.kind === 'switch' ? ('boolean' as const) : ('string' as const)
+      return [row.flag, { type, multiple: row.kind === 'list' }]
+    }),
   )
   let parsed
   try {
@@ -74,10 +77,10 @@ export function parse<T extends FlagTable>(args: string[], table: T, usage: stri
 }
 
 /** Refuses a flag given to a sub-command its row does not name (`only`): `--json does not apply to keys create`. */
-export function checkApplies<T extends FlagTable>(table: T, values: Values<T>, command: string, usage: string): void {
+export function checkApplies<T extends FlagTable>(table: T, values: Values<T>, command: string, sub: string, usage: string): void {
   for (const [key, row] of Object.entries(table))
-    if (row.only && (values as Record<string, unknown>)[key] !== undefined && !row.only.includes(command.split(' ')[1]!))
-      throw new UsageError(`--${row.flag} does not apply to ${command}`, usage)
+    if (row.only && !row.only.includes(sub) && (values as Record<string, unknown>)[key] !== undefined)
+      throw new UsageError(`--${row.flag} does not apply to ${command} ${sub}`, usage)
 }
 
 /** node:util's complaint in one plain line, with the closest known flag for a misspelt one. */

@@ -28,7 +28,7 @@ export async function pets(args: string[]): Promise<number> {
   if (values.help) return help(USAGE)
   if (sub !== 'seed' && sub !== 'reset') throw new UsageError(`unknown pets command "${sub}"`, USAGE)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
-  checkApplies(FLAGS, values, `pets ${sub}`, USAGE)
+  checkApplies(FLAGS, values, 'pets', sub, USAGE)
   if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE)
   const count = sub === 'seed' ? asUsageError(() => reader(FLAGS, values, process.env).value('count')!, USAGE) : 0
   const { storage, where } = await openForCommand(values, USAGE, sub === 'seed')
