@@ -1,9 +1,12 @@
 /**
- * Resolves what the server runs with: a flag wins over its environment variable, which wins over the
- * environment's default. Everything is checked here, once, so the rest of the code can trust it. Every
- * variable is read through `variable`: an empty one counts as unset.
+ * What the server runs with, from one table (FLAGS): each row is a flag with its environment variable,
+ * how its value is written, its help line, its parser with the range it takes, and its default. The
+ * command line's parsing and usage (cmd/options.ts), ConfigInput and the resolved config all come from
+ * the rows: a flag wins over its variable, which wins over the default, and an empty variable counts as
+ * unset. Everything is checked here, once, so the rest of the code can trust it.
  */
 
+import { BAN_AFTER, BAN_SECONDS, type Range } from './domain/ban-rule'
 import { HOST_NAME } from './http/allowed-hosts'
 import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
@@ -95,73 +98,123 @@ export interface DatabaseConfig {
 
 export class ConfigError extends Error {}
 
-export interface ConfigInput {
-  env?: string
-  data?: string
-  host?: string
-  port?: string
-  baseUrl?: string
-  corsOrigin?: string[]
-  trustProxy?: string[]
-  metricsAddress?: string
-  metricsToken?: string
-  consoleAddress?: string
-  consoleHost?: string[]
-  banAfter?: string
-  banSeconds?: string
-  accessLog?: boolean
-  databaseUrl?: string
-  databasePool?: string
-  redisUrl?: string
-  limiterFallback?: string
-  usageMinutesDays?: string
-  usageHoursDays?: string
-  scenarios?: string
+type Environment = Record<string, string | undefined>
+
+/** What every row of a command's table says. */
+interface Row {
+  /** The flag without its dashes: 'ban-after' for --ban-after. */
+  readonly flag: string
+  /** The variable read when the flag is not given. */
+  readonly variable?: string
+  /** The usage's description: its first line beside the flag, any more under it. */
+  readonly help: string
+  /** The sub-commands it applies to, when not every one (cmd/options.ts refuses it with the others). */
+  readonly only?: readonly string[]
 }
 
-type Environment = Record<string, string | undefined>
+/** A flag with a value: `parse` refuses a bad one under `name`, the flag or the variable it came from. */
+export interface OptionFlag<T> extends Row {
+  readonly kind: 'option'
+  /** How its value is written in the usage: N, URL, HOST:PORT. */
+  readonly value: string
+  readonly parse: (text: string, name: string) => T
+  /** The value when neither the flag nor its variable is given; none when it is optional. */
+  readonly default?: (env: EnvName) => T
+}
+
+/** A repeatable flag; its variable is a comma-separated list. Parsed whole, from none given too. */
+export interface ListFlag<T> extends Row {
+  readonly kind: 'list'
+  readonly value: string
+  readonly parse: (texts: string[], name: string) => T
+}
+
+/** A flag without a value (--json, --no-access-log). */
+export interface SwitchFlag extends Row {
+  readonly kind: 'switch'
+}
+
+export type Flag = OptionFlag<unknown> | ListFlag<unknown> | SwitchFlag
+export type FlagTable = Readonly<Record<string, Flag>>
+
+export function option<T = string>(row: Omit<OptionFlag<T>, 'kind' | 'parse'> & Partial<Pick<OptionFlag<T>, 'parse'>>): OptionFlag<T> {
+  return { kind: 'option', parse: (text) => text as T, ...row }
+}
+export const list = <T>(row: Omit<ListFlag<T>, 'kind'>): ListFlag<T> => ({ kind: 'list', ...row })
+export const toggle = (row: Omit<SwitchFlag, 'kind'>): SwitchFlag => ({ kind: 'switch', ...row })
+
+/** What a command line gives for a table's rows: the text of each flag (every text of a repeatable one; true for a switch). */
+export type InputOf<T extends FlagTable> = {
+  -readonly [K in keyof T]?: T[K] extends ListFlag<unknown> ? string[] : T[K] extends SwitchFlag ? boolean : string
+}
+/** A row's value once read. */
+export type ValueOf<F> = F extends OptionFlag<infer T> ? T : F extends ListFlag<infer T> ? T : boolean
 
 /**
  * An environment variable's value, or undefined when it is unset or empty: `PETSTORE_PORT=` in a unit
  * file or a compose file means "no value", as it does for most tools, never an empty value.
  */
-export function variable(environment: Environment, name: string): string | undefined {
+function variable(environment: Environment, name: string): string | undefined {
   const value = environment[name]
   return value === '' ? undefined : value
 }
 
 /**
- * A flag's value, else its environment variable's, with the name a complaint about it must use: a bad
+ * A row's text: the flag's when given, else its variable's, with the name a complaint must use: a bad
  * value that came from the environment is reported under the variable, where the user can find it.
  */
-export function fromFlagOrVariable(
-  flag: string,
-  flagValue: string | undefined,
-  name: string,
-  environment: Environment,
-): { name: string; value: string | undefined } {
-  return flagValue !== undefined ? { name: flag, value: flagValue } : { name, value: variable(environment, name) }
+function given(row: Flag, text: string | string[] | boolean | undefined, environment: Environment) {
+  if (text !== undefined || row.variable === undefined) return { name: `--${row.flag}`, text }
+  const value = variable(environment, row.variable)
+  return { name: row.variable, text: row.kind === 'list' && value !== undefined ? splitList(value) : value }
 }
 
-export function parseEnvName(value: string | undefined, name = '--env'): EnvName {
+/** The rows of `table` read from a command line's input and the environment. */
+export function reader<T extends FlagTable>(table: T, input: InputOf<T>, environment: Environment) {
+  return {
+    /** Whether the flag or its variable was given, and the name a complaint about it must use. */
+    given: (key: keyof T & string) => {
+      const { name, text } = given(table[key]!, input[key], environment)
+      return { name, given: text !== undefined }
+    },
+    /** The row's value: parsed from the flag or its variable, else its default (for the environment `env`). */
+    value<K extends keyof T & string>(key: K, env: EnvName = 'production'): ValueOf<T[K]> | undefined {
+      const row: Flag = table[key]!
+      const { name, text } = given(row, input[key], environment)
+      if (row.kind === 'switch') return (text === true) as ValueOf<T[K]>
+      if (row.kind === 'list') return row.parse((text as string[] | undefined) ?? [], name) as ValueOf<T[K]>
+      return (text === undefined ? row.default?.(env) : row.parse(text as string, name)) as ValueOf<T[K]> | undefined
+    },
+  }
+}
+
+function parseEnvName(value: string | undefined, name = '--env'): EnvName {
   const env = value ?? 'production'
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }
 
-/** The environment named by --env, else PETSTORE_ENV, else production. */
-export function envOf(input: { env?: string }, environment: Environment): EnvName {
-  const { name, value } = fromFlagOrVariable('--env', input.env, 'PETSTORE_ENV', environment)
-  return parseEnvName(value, name)
-}
-
-export function parseInteger(flag: string, value: string, min: number, max: number): number {
+function parseInteger(flag: string, value: string, min: number, max: number): number {
   if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max)
     throw new ConfigError(`${flag} must be an integer from ${min} to ${max}, not "${value}"`)
   return Number(value)
 }
 
-export function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath: string } {
+/** A parser for whole numbers within `range`, which its complaint names. */
+export const integer =
+  ({ min, max }: Range) =>
+  (text: string, name: string): number =>
+    parseInteger(name, text, min, max)
+
+/** A parser for one of a few words. */
+const oneOf =
+  <W extends string>(...words: W[]) =>
+  (text: string, name: string): W => {
+    if (!words.includes(text as W)) throw new ConfigError(`${name} must be ${words.join(' or ')}, not "${text.slice(0, 40)}"`)
+    return text as W
+  }
+
+function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath: string } {
   let url: URL
   try {
     url = new URL(value)
@@ -187,29 +240,15 @@ function parseOrigin(value: string): string {
 }
 
 /** HOST:PORT, with an IPv6 host in brackets. */
-function parseListenAddress({ name, value }: { name: string; value: string | undefined }): Config['metricsAddress'] {
-  if (value === undefined) return null
+function parseListenAddress(value: string, name: string): { host: string; port: number } {
   const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(value)
   if (!match || Number(match[3]) > 65535)
     throw new ConfigError(`${name} must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "${value}"`)
   return { host: match[1] ?? match[2]!, port: Number(match[3]) }
 }
 
-/**
- * The console's address: `off`, HOST:PORT, or by default the environment's console port on 127.0.0.1
- * (a free one with `--port 0`, so that servers started that way never contend for it).
- */
-function parseConsoleAddress(input: ConfigInput, environment: Environment, env: EnvName, port: number): Config['consoleAddress'] {
-  const given = fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment)
-  if (given.value === 'off') return null
-  if (given.value === undefined) return { host: '127.0.0.1', port: port === 0 ? 0 : ENVIRONMENTS[env].consolePort }
-  return parseListenAddress(given)
-}
-
-/** The names of --console-host (repeatable) or PETSTORE_CONSOLE_HOST (comma-separated). */
-function parseConsoleHosts(input: ConfigInput, environment: Environment): string[] {
-  const name = input.consoleHost === undefined ? 'PETSTORE_CONSOLE_HOST' : '--console-host'
-  const names = input.consoleHost ?? splitList(variable(environment, 'PETSTORE_CONSOLE_HOST'))
+/** Host names, lower-cased, each optionally with :PORT. */
+function parseConsoleHosts(names: string[], name: string): string[] {
   for (const value of names)
     if (value.length > 260 || !HOST_NAME.test(value) || Number(/:(\d+)$/.exec(value)?.[1] ?? 0) > 65535)
       throw new ConfigError(`${name} must be a host name, optionally with :PORT (such as console.example.com), not "${value.slice(0, 80)}"`)
@@ -217,68 +256,219 @@ function parseConsoleHosts(input: ConfigInput, environment: Environment): string
 }
 
 /** A token a client can send in a bearer header (RFC 6750's token68 characters), long enough to guess at no speed. */
-function parseToken({ name, value }: { name: string; value: string | undefined }): string | null {
-  if (value === undefined) return null
+function parseToken(value: string, name: string): string {
   if (!/^[A-Za-z0-9._~+/=-]{16,256}$/.test(value))
     throw new ConfigError(`${name} must be 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)`)
   return value
-}
-
-function parseFallback(input: ConfigInput, environment: Environment, withRedis: boolean): Config['limiterFallback'] {
-  const { name, value } = fromFlagOrVariable('--limiter-fallback', input.limiterFallback, 'PETSTORE_LIMITER_FALLBACK', environment)
-  if (value === undefined) return 'closed'
-  if (!withRedis) throw new ConfigError(`${name} applies only with --redis-url`)
-  if (value !== 'closed' && value !== 'local') throw new ConfigError(`${name} must be closed or local, not "${value.slice(0, 40)}"`)
-  return value
-}
-
-/** on or off, from --scenarios or PETSTORE_SCENARIOS; on in staging and off in production by default. */
-function parseScenarios(input: ConfigInput, environment: Environment, env: EnvName): boolean {
-  const { name, value } = fromFlagOrVariable('--scenarios', input.scenarios, 'PETSTORE_SCENARIOS', environment)
-  if (value === undefined) return env === 'staging'
-  if (value !== 'on' && value !== 'off') throw new ConfigError(`${name} must be on or off, not "${value.slice(0, 40)}"`)
-  return value === 'on'
 }
 
 function splitList(value: string | undefined): string[] {
   return value ? value.split(/[\s,]+/).filter(Boolean) : []
 }
 
-function parseProxies(input: ConfigInput, environment: Environment): TrustedProxies {
+function parseProxies(entries: string[], name: string): TrustedProxies {
   try {
-    return new TrustedProxies(input.trustProxy ?? splitList(variable(environment, 'PETSTORE_TRUST_PROXY')))
+    return new TrustedProxies(entries)
   } catch (error) {
-    throw new ConfigError(`${input.trustProxy === undefined ? 'PETSTORE_TRUST_PROXY' : '--trust-proxy'}: ${(error as Error).message}`)
+    throw new ConfigError(`${name}: ${(error as Error).message}`)
   }
 }
 
 /**
- * How long usage is kept: by the minute at least a day (the figures of the last 24 hours are read by
- * the minute), and by the hour at least as long as by the minute.
- */
-function parseUsageRetention(input: ConfigInput, environment: Environment): UsageRetention {
-  const minutes = fromFlagOrVariable('--usage-minutes-days', input.usageMinutesDays, 'PETSTORE_USAGE_MINUTES_DAYS', environment)
-  const hours = fromFlagOrVariable('--usage-hours-days', input.usageHoursDays, 'PETSTORE_USAGE_HOURS_DAYS', environment)
-  const minuteDays = minutes.value === undefined ? 7 : parseInteger(minutes.name, minutes.value, 1, 365)
-  const hourDays = hours.value === undefined ? 90 : parseInteger(hours.name, hours.value, 1, 3650)
-  if (hourDays < minuteDays)
-    throw new ConfigError(`${hours.name} (${hourDays}) must be at least ${minutes.name} (${minuteDays}): hours are kept as long as minutes`)
-  return { minuteDays, hourDays }
-}
-
-/**
  * The URL's scheme is checked and the value never repeated: a database or Redis URL may carry a
- * password, and a complaint ends up in logs.
+ * password, and a complaint ends up in logs. An empty flag means none.
  */
-function parseSecretUrl({ name, value }: { name: string; value: string | undefined }, schemes: string[]): string | null {
-  if (value === undefined || value === '') return null
-  let protocol = ''
-  try {
-    protocol = new URL(value).protocol
-  } catch {}
-  if (!schemes.includes(protocol))
-    throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
-  return value
+const secretUrl =
+  (...schemes: string[]) =>
+  (value: string, name: string): string | null => {
+    if (value === '') return null
+    let protocol = ''
+    try {
+      protocol = new URL(value).protocol
+    } catch {}
+    if (!schemes.includes(protocol))
+      throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
+    return value
+  }
+
+const PORT: Range = { min: 0, max: 65_535 }
+const DATABASE_POOL: Range = { min: 1, max: 100 }
+/** Usage is kept by the minute at least a day: the figures of the last 24 hours are read by the minute. */
+const USAGE_MINUTE_DAYS: Range = { min: 1, max: 365 }
+const USAGE_HOUR_DAYS: Range = { min: 1, max: 3650 }
+
+/** Where a command's data is: every command takes these. */
+export const COMMON_FLAGS = {
+  env: option<EnvName>({
+    flag: 'env',
+    value: 'production|staging',
+    variable: 'PETSTORE_ENV',
+    help: 'environment (default production; PETSTORE_ENV)',
+    parse: parseEnvName,
+    default: () => 'production',
+  }),
+  data: option<string>({
+    flag: 'data',
+    value: 'FILE',
+    variable: 'PETSTORE_DATA',
+    help: 'data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)',
+    default: (env) => ENVIRONMENTS[env].dataFile,
+  }),
+  databaseUrl: option({
+    flag: 'database-url',
+    value: 'URL',
+    variable: 'PETSTORE_DATABASE_URL',
+    help: `PostgreSQL instead of the data file, for several instances: postgres://USER:PASSWORD@HOST/DB
+(PETSTORE_DATABASE_URL, which keeps the password out of the process list)`,
+    parse: secretUrl('postgres:', 'postgresql:'),
+  }),
+  redisUrl: option({
+    flag: 'redis-url',
+    value: 'URL',
+    variable: 'PETSTORE_REDIS_URL',
+    help: 'Redis for rate limits shared by every instance: redis://HOST:6379 (PETSTORE_REDIS_URL)',
+    parse: secretUrl('redis:', 'rediss:', 'redis+unix:'),
+  }),
+} as const satisfies FlagTable
+
+/** What the server runs with, in the order `serve --help` lists it. */
+export const CONFIG_FLAGS = {
+  ...COMMON_FLAGS,
+  host: option<string>({
+    flag: 'host',
+    value: 'HOST',
+    variable: 'PETSTORE_HOST',
+    help: `address to bind (PETSTORE_HOST; default 127.0.0.1, this machine only;
+0.0.0.0 for every IPv4 address, :: for every address)`,
+    // This machine only until told otherwise: a first run puts nothing on the network.
+    default: () => DEFAULT_HOST,
+  }),
+  port: option({
+    flag: 'port',
+    value: 'N',
+    variable: 'PETSTORE_PORT',
+    help: 'port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)',
+    parse: integer(PORT),
+    default: (env) => ENVIRONMENTS[env].port,
+  }),
+  // Its variable is the environment's own (ENVIRONMENTS), read with the other base URL in resolveConfig.
+  baseUrl: option<string>({
+    flag: 'base-url',
+    value: 'URL',
+    help: `public base URL with the API path, e.g. https://pets.example.com/v1
+(PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)`,
+  }),
+  corsOrigin: list({
+    flag: 'cors-origin',
+    value: 'ORIGIN',
+    help: 'allow browser calls from ORIGIN (repeatable; * for any)',
+    parse: (origins) => origins.map(parseOrigin),
+  }),
+  trustProxy: list({
+    flag: 'trust-proxy',
+    value: 'ADDR|CIDR',
+    variable: 'PETSTORE_TRUST_PROXY',
+    help: `a proxy whose X-Forwarded-For names the client (repeatable; loopback
+for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)`,
+    parse: parseProxies,
+  }),
+  metricsAddress: option({
+    flag: 'metrics-address',
+    value: 'HOST:PORT',
+    variable: 'PETSTORE_METRICS_ADDRESS',
+    help: 'serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)',
+    parse: parseListenAddress,
+  }),
+  // Its default, the environment's console port (a free one with --port 0), is worked out in resolveConfig.
+  consoleAddress: option({
+    flag: 'console-address',
+    value: 'HOST:PORT|off',
+    variable: 'PETSTORE_CONSOLE_ADDRESS',
+    help: `the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
+staging 127.0.0.1:8091, a free port with --port 0; off for none)`,
+    parse: (text, name) => (text === 'off' ? null : parseListenAddress(text, name)),
+  }),
+  consoleHost: list({
+    flag: 'console-host',
+    value: 'NAME',
+    variable: 'PETSTORE_CONSOLE_HOST',
+    help: `a host name the console also answers to, for a proxy in front (repeatable;
+PETSTORE_CONSOLE_HOST, comma-separated); other names get 421`,
+    parse: parseConsoleHosts,
+  }),
+  metricsToken: option({
+    flag: 'metrics-token',
+    value: 'TOKEN',
+    variable: 'PETSTORE_METRICS_TOKEN',
+    help: `require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
+which keeps it out of the process list)`,
+    parse: parseToken,
+  }),
+  databasePool: option({
+    flag: 'database-pool',
+    value: 'N',
+    variable: 'PETSTORE_DATABASE_POOL',
+    help: 'connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)',
+    parse: integer(DATABASE_POOL),
+    default: () => 4,
+  }),
+  limiterFallback: option<'closed' | 'local'>({
+    flag: 'limiter-fallback',
+    value: 'closed|local',
+    variable: 'PETSTORE_LIMITER_FALLBACK',
+    help: `when Redis does not answer: 503 (closed, the default) or limits
+per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
+    parse: oneOf('closed', 'local'),
+    default: () => 'closed',
+  }),
+  banAfter: option({
+    flag: 'ban-after',
+    value: 'N',
+    help: `429s within a minute before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max}; default 50)`,
+    parse: integer(BAN_AFTER),
+    default: () => 50,
+  }),
+  banSeconds: option({
+    flag: 'ban-seconds',
+    value: 'N',
+    help: 'length of a ban (default 600)',
+    parse: integer(BAN_SECONDS),
+    default: () => 600,
+  }),
+  noAccessLog: toggle({ flag: 'no-access-log', help: 'do not write the per-request JSON lines to stdout' }),
+  usageMinutesDays: option({
+    flag: 'usage-minutes-days',
+    value: 'N',
+    variable: 'PETSTORE_USAGE_MINUTES_DAYS',
+    help: 'days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)',
+    parse: integer(USAGE_MINUTE_DAYS),
+    default: () => 7,
+  }),
+  usageHoursDays: option({
+    flag: 'usage-hours-days',
+    value: 'N',
+    variable: 'PETSTORE_USAGE_HOURS_DAYS',
+    help: "days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)",
+    parse: integer(USAGE_HOUR_DAYS),
+    default: () => 90,
+  }),
+  scenarios: option({
+    flag: 'scenarios',
+    value: 'on|off',
+    variable: 'PETSTORE_SCENARIOS',
+    help: `let authenticated requests force answers with Prefer: code=429, delay=MS,
+fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)`,
+    parse: (text, name) => oneOf('on', 'off')(text, name) === 'on',
+    default: (env) => env === 'staging',
+  }),
+} as const satisfies FlagTable
+
+/** The flags and their texts, as `serve` parses them; the in-process test servers give them too. */
+export type ConfigInput = InputOf<typeof CONFIG_FLAGS>
+
+/** The environment named by --env, else PETSTORE_ENV, else production. */
+export function envOf(input: ConfigInput, environment: Environment): EnvName {
+  return reader(CONFIG_FLAGS, input, environment).value('env')!
 }
 
 /**
@@ -286,43 +476,37 @@ function parseSecretUrl({ name, value }: { name: string; value: string | undefin
  * naming a data file as well is refused, as only one of them would be used.
  */
 export function resolveDatabase(input: ConfigInput, environment: Environment): DatabaseConfig | null {
-  const url = parseSecretUrl(fromFlagOrVariable('--database-url', input.databaseUrl, 'PETSTORE_DATABASE_URL', environment), [
-    'postgres:',
-    'postgresql:',
-  ])
-  const pool = fromFlagOrVariable('--database-pool', input.databasePool, 'PETSTORE_DATABASE_POOL', environment)
+  const read = reader(CONFIG_FLAGS, input, environment)
+  const url = read.value('databaseUrl') ?? null
+  const pool = read.given('databasePool')
   if (url === null) {
-    if (pool.value !== undefined) throw new ConfigError(`${pool.name} applies only with --database-url`)
+    if (pool.given) throw new ConfigError(`${pool.name} applies only with --database-url`)
     return null
   }
   if (dataFileNamed(input, environment))
     throw new ConfigError('give either a data file (--data, PETSTORE_DATA) or a database URL, not both')
-  return { url, pool: pool.value === undefined ? 4 : parseInteger(pool.name, pool.value, 1, 100) }
+  return { url, pool: read.value('databasePool')! }
 }
 
 /** The Redis named by --redis-url or PETSTORE_REDIS_URL, or null for the in-process limiter. */
 export function resolveRedisUrl(input: ConfigInput, environment: Environment): string | null {
-  return parseSecretUrl(fromFlagOrVariable('--redis-url', input.redisUrl, 'PETSTORE_REDIS_URL', environment), [
-    'redis:',
-    'rediss:',
-    'redis+unix:',
-  ])
+  return reader(CONFIG_FLAGS, input, environment).value('redisUrl') ?? null
 }
 
 export function resolveDataFile(input: ConfigInput, environment: Environment): string {
-  return fromFlagOrVariable('--data', input.data, 'PETSTORE_DATA', environment).value ?? ENVIRONMENTS[envOf(input, environment)].dataFile
+  return reader(CONFIG_FLAGS, input, environment).value('data', envOf(input, environment))!
 }
 
 /** True when the data file was named (--data or PETSTORE_DATA) rather than taken from the default. */
 export function dataFileNamed(input: ConfigInput, environment: Environment): boolean {
-  return fromFlagOrVariable('--data', input.data, 'PETSTORE_DATA', environment).value !== undefined
+  return reader(CONFIG_FLAGS, input, environment).given('data').given
 }
 
 export function resolveConfig(input: ConfigInput, environment: Environment = process.env): Config {
+  const read = reader(CONFIG_FLAGS, input, environment)
   const env = envOf(input, environment)
   const defaults = ENVIRONMENTS[env]
-  const portText = fromFlagOrVariable('--port', input.port, 'PETSTORE_PORT', environment)
-  const port = portText.value === undefined ? defaults.port : parseInteger(portText.name, portText.value, 0, 65535)
+  const port = read.value('port', env)!
 
   const redisUrl = resolveRedisUrl(input, environment)
   const database = resolveDatabase(input, environment)
@@ -330,8 +514,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     production: variable(environment, 'PETSTORE_BASE_URL') ?? ENVIRONMENTS.production.baseUrl,
     staging: variable(environment, 'PETSTORE_STAGING_BASE_URL') ?? ENVIRONMENTS.staging.baseUrl,
   }
-  // This machine only until told otherwise: a first run puts nothing on the network.
-  const host = fromFlagOrVariable('--host', input.host, 'PETSTORE_HOST', environment).value ?? DEFAULT_HOST
+  const host = read.value('host')!
   const explicitBase = input.baseUrl ?? variable(environment, defaults.baseUrlVariable)
   const linksFollowPort = !explicitBase && isLoopbackHost(host)
   const parsed = explicitBase
@@ -343,6 +526,17 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   for (const name of ['production', 'staging'] as const)
     if (name !== env) servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
 
+  const fallback = read.given('limiterFallback')
+  if (fallback.given && redisUrl === null) throw new ConfigError(`${fallback.name} applies only with --redis-url`)
+  const consoleGiven = read.given('consoleAddress').given
+  const minuteDays = read.value('usageMinutesDays')!
+  const hourDays = read.value('usageHoursDays')!
+  // Hours are kept as long as minutes, so that a series never runs out of rows where minutes end.
+  if (hourDays < minuteDays) {
+    const [hours, minutes] = [read.given('usageHoursDays').name, read.given('usageMinutesDays').name]
+    throw new ConfigError(`${hours} (${hourDays}) must be at least ${minutes} (${minuteDays}): hours are kept as long as minutes`)
+  }
+
   return freeze({
     env,
     dataFile: resolveDataFile(input, environment),
@@ -352,25 +546,26 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     basePath,
     baseUrlFollowsPort: linksFollowPort,
     servers,
-    corsOrigins: (input.corsOrigin ?? []).map(parseOrigin),
-    trustProxy: parseProxies(input, environment),
+    corsOrigins: read.value('corsOrigin')!,
+    trustProxy: read.value('trustProxy')!,
     database,
     redisUrl,
-    limiterFallback: parseFallback(input, environment, redisUrl !== null),
-    metricsAddress: parseListenAddress(fromFlagOrVariable('--metrics-address', input.metricsAddress, 'PETSTORE_METRICS_ADDRESS', environment)),
-    consoleAddress: parseConsoleAddress(input, environment, env, port),
-    consoleByDefault: fromFlagOrVariable('--console-address', input.consoleAddress, 'PETSTORE_CONSOLE_ADDRESS', environment).value === undefined,
-    consoleHosts: parseConsoleHosts(input, environment),
-    metricsToken: parseToken(fromFlagOrVariable('--metrics-token', input.metricsToken, 'PETSTORE_METRICS_TOKEN', environment)),
-    banAfter: input.banAfter === undefined ? 50 : parseInteger('--ban-after', input.banAfter, 1, 1_000_000),
-    banSeconds:
-      input.banSeconds === undefined ? 600 : parseInteger('--ban-seconds', input.banSeconds, 0, 31_536_000),
-    accessLog: input.accessLog ?? true,
+    limiterFallback: read.value('limiterFallback')!,
+    metricsAddress: read.value('metricsAddress') ?? null,
+    // The environment's console port on this machine by default; a free one with `--port 0`, so that
+    // servers started that way never contend for it.
+    consoleAddress: consoleGiven ? (read.value('consoleAddress') ?? null) : { host: '127.0.0.1', port: port === 0 ? 0 : defaults.consolePort },
+    consoleByDefault: !consoleGiven,
+    consoleHosts: read.value('consoleHost')!,
+    metricsToken: read.value('metricsToken') ?? null,
+    banAfter: read.value('banAfter')!,
+    banSeconds: read.value('banSeconds')!,
+    accessLog: !read.value('noAccessLog'),
     maxBodyBytes: 64 * 1024,
     maxTrackedAddresses: 100_000,
     shutdownGraceMs: 10_000,
-    usageRetention: parseUsageRetention(input, environment),
-    scenarios: parseScenarios(input, environment, env),
+    usageRetention: { minuteDays, hourDays },
+    scenarios: read.value('scenarios', env)!,
   })
 }
 

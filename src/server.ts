@@ -13,7 +13,6 @@ import { errorResponse, notFound } from './http/api-errors'
 import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
 import { consoleModule } from './modules/console'
-import type { SavedBucket } from './domain/repositories'
 
 export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
@@ -93,27 +92,27 @@ export class Server {
     if (config.database && !config.redisUrl)
       warn('rate limits are per instance: with several instances, give them --redis-url to share them')
     let bound: Config
-    let savedLimits: Map<string, SavedBucket>
+    let petstore: PetstoreApp
+    // Building the app is part of the start that is undone: it may refuse the config (the limiter's rule).
     try {
       bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
-      savedLimits = await backend.storage.limiterState.load()
+      petstore = createApp(bound, {
+        storage: backend.storage,
+        now: options.now,
+        logSink: options.logSink,
+        warn,
+        limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
+        savedLimits: await backend.storage.limiterState.load(),
+        handedOver: backend.handedOver,
+        petWriter: backend.petWriter,
+        dataFile: backend.dataFile,
+      })
     } catch (error) {
       await arrival.fail()
       await backend.close()
       backend.undo()
       throw error
     }
-    const petstore = createApp(bound, {
-      storage: backend.storage,
-      now: options.now,
-      logSink: options.logSink,
-      warn,
-      limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
-      savedLimits,
-      handedOver: backend.handedOver,
-      petWriter: backend.petWriter,
-      dataFile: backend.dataFile,
-    })
     const jobs = new Jobs(petstore, backend.storage, {
       now: options.now ?? Date.now,
       warn,

@@ -1,26 +1,41 @@
 /** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
-import { DEFAULT_HOST, ENVIRONMENTS, envOf, fromFlagOrVariable, hostInUrl, parseInteger } from '../config'
-import { asUsageError, help, parse, UsageError } from './options'
+import { DEFAULT_HOST, ENVIRONMENTS, envOf, hostInUrl, integer, option, reader } from '../config'
+import { asUsageError, flagLines, help, parse, UsageError } from './options'
+
+/** The server asked: serve's address and port, though port 0 (a free one) is no port to ask. */
+const FLAGS = {
+  host: option<string>({
+    flag: 'host',
+    value: 'HOST',
+    variable: 'PETSTORE_HOST',
+    help: `the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
+127.0.0.1 and ::1; default 127.0.0.1)`,
+    default: () => DEFAULT_HOST,
+  }),
+  port: option({
+    flag: 'port',
+    value: 'N',
+    variable: 'PETSTORE_PORT',
+    help: "the server's port (PETSTORE_PORT; default 8080, staging 8081)",
+    parse: integer({ min: 1, max: 65_535 }),
+    default: (env) => ENVIRONMENTS[env].port,
+  }),
+}
 
 export const USAGE = `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]
 
 Exits 0 when http://HOST:PORT/healthz answers 200 within 2 s, else 1, and says which in one line.
-  --host HOST                the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
-                             127.0.0.1 and ::1; default 127.0.0.1)
-  --port N                   the server's port (PETSTORE_PORT; default 8080, staging 8081)`
+${flagLines(FLAGS)}`
 
 export async function healthcheck(args: string[]): Promise<number> {
-  const { values, positionals } = parse(args, { host: { type: 'string' }, port: { type: 'string' } }, USAGE)
+  const { values, positionals } = parse(args, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
-  const env = asUsageError(() => envOf(values as { env?: string }, process.env), USAGE)
-  const portText = fromFlagOrVariable('--port', values.port as string | undefined, 'PETSTORE_PORT', process.env)
-  const port =
-    portText.value === undefined
-      ? ENVIRONMENTS[env].port
-      : asUsageError(() => parseInteger(portText.name, portText.value!, 1, 65535), USAGE)
+  const env = asUsageError(() => envOf(values, process.env), USAGE)
+  const read = reader(FLAGS, values, process.env)
+  const port = asUsageError(() => read.value('port', env)!, USAGE)
   // A server bound to every address is asked on loopback of the same family.
-  const bound = fromFlagOrVariable('--host', values.host as string | undefined, 'PETSTORE_HOST', process.env).value ?? DEFAULT_HOST
+  const bound = read.value('host')!
   const host = bound === '0.0.0.0' ? '127.0.0.1' : bound === '::' ? '::1' : bound
   const url = `http://${hostInUrl(host)}:${port}/healthz`
   try {

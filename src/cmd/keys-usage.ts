@@ -8,9 +8,8 @@ import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../
 const UNITS: Record<string, number> = { m: MINUTE_MS, h: HOUR_MS, d: DAY_MS }
 const LONGEST_MS = 90 * DAY_MS
 
-/** A duration such as 30m, 24h or 7d, from a minute to 90 days; 24h when not given. */
-export function parseSince(value: string | undefined): number {
-  if (value === undefined) return DAY_MS
+/** A duration such as 30m, 24h or 7d, from a minute to 90 days. */
+export function parseSince(value: string): number {
   const match = /^(\d{1,6})([mhd])$/.exec(value)
   const ms = match ? Number(match[1]) * UNITS[match[2]!]! : 0
   if (ms < MINUTE_MS || ms > LONGEST_MS)

@@ -1,10 +1,31 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
-import { parseInteger } from '../config'
+import { integer, option, reader, toggle } from '../config'
 import { type ApiKeyRecord, checkKeyName, limitsFor, looksLikeSecret } from '../domain/api-key'
-import { PLAN_LIMITS } from '../domain/plans'
+import { PLAN_LIMITS, PLANS } from '../domain/plans'
+import { DAY_MS } from '../domain/usage'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { parseSince, printUsage } from './keys-usage'
-import { asUsageError, bareUsage, COMMON, help, isBare, openForCommand, parse, printTable, UsageError } from './options'
+import { asUsageError, bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, printTable, UsageError } from './options'
+
+/** An enterprise key's own limits, per minute and per day. */
+const LIMIT = { min: 1, max: 1_000_000_000 }
+
+/** Each flag with the sub-commands it applies to. */
+const FLAGS = {
+  plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
+  name: option({ flag: 'name', value: 'TEXT', help: 'what the key is for, as keys list shows it', only: ['create'] }),
+  rpm: option({ flag: 'rpm', value: 'N', help: 'requests per minute of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
+  rpd: option({ flag: 'rpd', value: 'N', help: 'requests per day of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
+  json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
+  since: option({
+    flag: 'since',
+    value: 'DURATION',
+    help: 'how far back usage looks, 24h by default',
+    parse: parseSince,
+    default: () => DAY_MS,
+    only: ['usage'],
+  }),
+}
 
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
        petstore keys list [--json]
@@ -28,36 +49,16 @@ ${Object.entries(PLAN_LIMITS)
   Without --data or PETSTORE_DATA, the commands use the environment's default data file, which must
   exist (start the server once); naming the file with --data creates it when missing.
 
+${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
   const [sub, ...rest] = args
   if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(
-    rest,
-    {
-      plan: { type: 'string' },
-      name: { type: 'string' },
-      rpm: { type: 'string' },
-      rpd: { type: 'string' },
-      json: { type: 'boolean' },
-      since: { type: 'string' },
-    },
-    USAGE,
-  )
+  const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
-  const allowed: Record<string, string[]> = {
-    create: ['plan', 'name', 'rpm', 'rpd'],
-    list: ['json'],
-    revoke: [],
-    'reset-limits': [],
-    'set-plan': ['rpm', 'rpd'],
-    usage: ['since', 'json'],
-  }
-  if (!Object.hasOwn(allowed, sub)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
-  for (const flag of ['plan', 'name', 'rpm', 'rpd', 'json', 'since'])
-    if (values[flag] !== undefined && !allowed[sub]!.includes(flag))
-      throw new UsageError(`--${flag} does not apply to keys ${sub}`, USAGE)
+  if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
+  checkApplies(FLAGS, values, 'keys', sub, USAGE)
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
   // log; checked before their count, whose complaint may quote one.
   if (positionals.some(looksLikeSecret))
@@ -74,18 +75,17 @@ export async function keys(args: string[]): Promise<number> {
       USAGE,
     )
   if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE)
-  const limit = (flag: 'rpm' | 'rpd') =>
-    values[flag] === undefined ? undefined : parseInteger(`--${flag}`, values[flag] as string, 1, 1_000_000_000)
+  const read = reader(FLAGS, values, process.env)
   const input = asUsageError(() => {
-    const plan = sub === 'set-plan' ? positionals[1]! : (values.plan as string)
-    const checked = { plan, name: values.name as string | undefined, rpm: limit('rpm'), rpd: limit('rpd') }
+    const plan = sub === 'set-plan' ? positionals[1]! : values.plan!
+    const checked = { plan, name: values.name, rpm: read.value('rpm'), rpd: read.value('rpd') }
     if (sub === 'create' || sub === 'set-plan') {
       limitsFor(checked)
       checkKeyName(checked.name)
     }
     return checked
   }, USAGE)
-  const since = sub === 'usage' ? asUsageError(() => parseSince(values.since as string | undefined), USAGE) : 0
+  const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
   const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' })
   try {
     if (sub === 'create') {

@@ -14,10 +14,12 @@ import {
 import type { Storage } from '../domain/repositories'
 import { existsSync, rmSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { resolveDataFile } from '../config'
+import { resolveDataFile, toggle } from '../config'
 import { fileBesideData } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
-import { bareUsage, COMMON, configInput, help, isBare, openForCommand, parse, UsageError } from './options'
+import { bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, UsageError, type Values } from './options'
+
+const FLAGS = { json: toggle({ flag: 'json', help: 'print JSON', only: ['list'] }) }
 
 export const USAGE = `Usage: petstore operators add NAME
        petstore operators list [--json]
@@ -32,6 +34,7 @@ export const USAGE = `Usage: petstore operators add NAME
   it replaces the operator's earlier token.
   NAME: 1 to 64 characters of A-Z a-z 0-9 . _ @ -
 
+${flagLines(FLAGS)}
 ${COMMON}`
 
 const SUBCOMMANDS = ['add', 'list', 'remove', 'reset-password', 'token']
@@ -39,10 +42,10 @@ const SUBCOMMANDS = ['add', 'list', 'remove', 'reset-password', 'token']
 export async function operators(args: string[]): Promise<number> {
   const [sub, ...rest] = args
   if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, { json: { type: 'boolean' } }, USAGE)
+  const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (!SUBCOMMANDS.includes(sub)) throw new UsageError(`unknown operators command "${sub}"`, USAGE)
-  if (values.json !== undefined && sub !== 'list') throw new UsageError(`--json does not apply to operators ${sub}`, USAGE)
+  checkApplies(FLAGS, values, 'operators', sub, USAGE)
   const expected = sub === 'list' ? 0 : 1
   if (positionals.length !== expected)
     throw new UsageError(expected ? `operators ${sub} needs exactly one NAME` : `unexpected argument "${positionals[0]}"`, USAGE)
@@ -77,7 +80,7 @@ async function list(storage: Storage, where: string, json: boolean): Promise<num
   return 0
 }
 
-async function change(storage: Storage, where: string, sub: string, name: string, values: Record<string, unknown>): Promise<number> {
+async function change(storage: Storage, where: string, sub: string, name: string, values: Values<typeof FLAGS>): Promise<number> {
   const now = Date.now()
   let secret: string | undefined
   let done: boolean
@@ -112,8 +115,8 @@ async function change(storage: Storage, where: string, sub: string, name: string
  * The first start wrote admin's password to a file beside the data file; once that password no longer
  * works, the file would only mislead whoever reads it next, so it goes.
  */
-function forgetFirstPassword(values: Record<string, unknown>): void {
-  const file = fileBesideData(resolve(resolveDataFile(configInput(values), process.env)), 'console-password.txt')
+function forgetFirstPassword(values: Values<typeof FLAGS>): void {
+  const file = fileBesideData(resolve(resolveDataFile(values, process.env)), 'console-password.txt')
   if (!existsSync(file)) return
   rmSync(file, { force: true })
   console.error(`petstore: removed ${file}, which held the old password`)

@@ -1,22 +1,42 @@
 /**
- * What every command shares: the storage flags and their usage lines, flag parsing with one-line
+ * What every command shares: flag parsing and usage lines from the command's table of flags (config.ts:
+ * each row its flag, variable, parser and help line), the storage flags every command takes, one-line
  * complaints, and opening storage for a command. A mistake on the command line is a UsageError: the
  * command's usage, then one line saying what was wrong (last, where it is seen), exit 2.
  */
-import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
-import { ConfigError, type ConfigInput, dataFileNamed, resolveDatabase, resolveDataFile, resolveRedisUrl } from '../config'
+import {
+  COMMON_FLAGS,
+  ConfigError,
+  dataFileNamed,
+  type FlagTable,
+  type InputOf,
+  resolveDatabase,
+  resolveDataFile,
+  resolveRedisUrl,
+} from '../config'
 import { KeyInputError } from '../domain/api-key'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
 import { openSqliteStorage } from '../storage/sqlite'
 import type { Storage } from '../domain/repositories'
 
-export const COMMON = `  --env production|staging   environment (default production; PETSTORE_ENV)
-  --data FILE                data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)
-  --database-url URL         PostgreSQL instead of the data file, for several instances: postgres://USER:PASSWORD@HOST/DB
-                             (PETSTORE_DATABASE_URL, which keeps the password out of the process list)
-  --redis-url URL            Redis for rate limits shared by every instance: redis://HOST:6379 (PETSTORE_REDIS_URL)`
+/** Where a flag's description starts in the usage. */
+const COLUMN = 29
+
+/** A table's rows as usage lines: the flag and its value, then its help (and the sub-commands it is for), continued in the column. */
+export function flagLines(table: FlagTable): string {
+  return Object.values(table)
+    .map((row) => {
+      const [first, ...more] = (row.only ? `${row.help} (${row.only.join(', ')})` : row.help).split('\n')
+      const head = `  --${row.flag}${row.kind === 'switch' ? '' : ` ${row.value}`}  `.padEnd(COLUMN)
+      return [head + first, ...more.map((line) => ' '.repeat(COLUMN) + line)].join('\n')
+    })
+    .join('\n')
+}
+
+export const COMMON = flagLines(COMMON_FLAGS)
 
 export class UsageError extends Error {
   constructor(
@@ -27,29 +47,40 @@ export class UsageError extends Error {
   }
 }
 
-type Options = NonNullable<ParseArgsConfig['options']>
-const COMMON_OPTIONS: Options = {
-  env: { type: 'string' },
-  data: { type: 'string' },
-  'database-url': { type: 'string' },
-  'redis-url': { type: 'string' },
-  help: { type: 'boolean' },
-}
+/** What a command line gave for a command's table (and the flags every command takes), by row. */
+export type Values<T extends FlagTable> = InputOf<typeof COMMON_FLAGS & T> & { help?: boolean }
 
-export function parse(args: string[], options: Options, usage: string) {
-  const all = { ...COMMON_OPTIONS, ...options }
+/** Parses a command line with node:util, from the command's table and the common flags. */
+export function parse<T extends FlagTable>(args: string[], table: T, usage: string): { values: Values<T>; positionals: string[] } {
+  const rows: FlagTable = { ...COMMON_FLAGS, ...table }
+  const options = Object.fromEntries(
+    Object.values(rows).map((row) => {
+      const type = row.kind === 'switch' ? ('boolean' as const) : ('string' as const)
+      return [row.flag, { type, multiple: row.kind === 'list' }]
+    }),
+  )
   let parsed
   try {
-    parsed = parseArgs({ args, options: all, allowPositionals: true, strict: true })
+    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean' } }, allowPositionals: true, strict: true })
   } catch (error) {
-    throw new UsageError(describeParseError((error as Error).message, Object.keys(all)), usage)
+    throw new UsageError(describeParseError((error as Error).message, [...Object.keys(options), 'help']), usage)
   }
+  const given: Record<string, string | boolean | (string | boolean)[] | undefined> = parsed.values
   // An empty variable counts as unset (config.ts), but an empty flag was typed: `--data ""` would
   // otherwise become some other file than the one meant.
-  for (const [name, value] of Object.entries(parsed.values))
+  for (const [name, value] of Object.entries(given))
     if (value === '' || (Array.isArray(value) && value.includes('')))
       throw new UsageError(`--${name} needs a value, and the one given is empty`, usage)
-  return parsed
+  const values: Record<string, unknown> = { help: given.help }
+  for (const [key, row] of Object.entries(rows)) values[key] = given[row.flag]
+  return { values: values as Values<T>, positionals: parsed.positionals }
+}
+
+/** Refuses a flag given to a sub-command its row does not name (`only`): `--json does not apply to keys create`. */
+export function checkApplies<T extends FlagTable>(table: T, values: Values<T>, command: string, sub: string, usage: string): void {
+  for (const [key, row] of Object.entries(table))
+    if (row.only && !row.only.includes(sub) && (values as Record<string, unknown>)[key] !== undefined)
+      throw new UsageError(`--${row.flag} does not apply to ${command} ${sub}`, usage)
 }
 
 /** node:util's complaint in one plain line, with the closest known flag for a misspelt one. */
@@ -82,32 +113,6 @@ function editDistance(a: string, b: string): number {
     previous = current
   }
   return previous[b.length]!
-}
-
-export function configInput(values: Record<string, unknown>): ConfigInput {
-  return {
-    env: values.env as string | undefined,
-    data: values.data as string | undefined,
-    host: values.host as string | undefined,
-    port: values.port as string | undefined,
-    baseUrl: values['base-url'] as string | undefined,
-    corsOrigin: values['cors-origin'] as string[] | undefined,
-    trustProxy: values['trust-proxy'] as string[] | undefined,
-    metricsAddress: values['metrics-address'] as string | undefined,
-    metricsToken: values['metrics-token'] as string | undefined,
-    consoleAddress: values['console-address'] as string | undefined,
-    consoleHost: values['console-host'] as string[] | undefined,
-    banAfter: values['ban-after'] as string | undefined,
-    banSeconds: values['ban-seconds'] as string | undefined,
-    accessLog: values['no-access-log'] ? false : undefined,
-    databaseUrl: values['database-url'] as string | undefined,
-    databasePool: values['database-pool'] as string | undefined,
-    redisUrl: values['redis-url'] as string | undefined,
-    limiterFallback: values['limiter-fallback'] as string | undefined,
-    usageMinutesDays: values['usage-minutes-days'] as string | undefined,
-    usageHoursDays: values['usage-hours-days'] as string | undefined,
-    scenarios: values.scenarios as string | undefined,
-  }
 }
 
 /** Runs a check of command-line values; its complaint is reported with the command's usage. */
@@ -144,9 +149,9 @@ export function oneFile(positionals: string[], command: string, usage: string): 
 }
 
 /** The data file a command other than serve works on, checked and absolute; PostgreSQL is refused with `refusal`. */
-export function dataFileFor(values: Record<string, unknown>, usage: string, refusal: string): string {
-  if (asUsageError(() => resolveDatabase(configInput(values), process.env), usage)) throw new UsageError(refusal, usage)
-  return resolve(asUsageError(() => resolveDataFile(configInput(values), process.env), usage))
+export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: string): string {
+  if (asUsageError(() => resolveDatabase(values, process.env), usage)) throw new UsageError(refusal, usage)
+  return resolve(asUsageError(() => resolveDataFile(values, process.env), usage))
 }
 
 /**
@@ -162,11 +167,10 @@ export interface CommandAccess {
 
 /** Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data file. */
 export async function openForCommand(
-  values: Record<string, unknown>,
+  input: Values<FlagTable>,
   usage: string,
   access: CommandAccess = {},
 ): Promise<{ storage: Storage; where: string }> {
-  const input = configInput(values)
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
   asUsageError(() => resolveRedisUrl(input, process.env), usage)

@@ -1,28 +1,36 @@
 /** `petstore pets seed|reset`: sample pets for staging and test stores, or none at all; keys are kept. */
-import { parseInteger } from '../config'
+import { integer, option, reader, toggle } from '../config'
 import type { NewPet } from '../domain/pet'
-import { asUsageError, bareUsage, COMMON, help, isBare, openForCommand, parse, UsageError } from './options'
+import { asUsageError, bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, UsageError } from './options'
+
+/** How many pets one seed adds. */
+const SEED = { min: 1, max: 100_000 }
+
+const FLAGS = {
+  count: option({ flag: 'count', value: 'N', help: 'how many pets seed adds', parse: integer(SEED), only: ['seed'] }),
+  yes: toggle({ flag: 'yes', help: 'reset deletes them; without it, reset says how many it would delete', only: ['reset'] }),
+}
 
 export const USAGE = `Usage: petstore pets seed --count N
        petstore pets reset --yes
 
-  seed adds N sample pets (1 to 100000) with realistic names, categories and statuses.
+  seed adds N sample pets (${SEED.min} to ${SEED.max}) with realistic names, categories and statuses.
   reset deletes every pet and idempotency record; API keys and their limits are kept.
   A running server sees either within a second. Meant for staging and test stores (--env staging).
 
+${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function pets(args: string[]): Promise<number> {
   const [sub, ...rest] = args
   if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, { count: { type: 'string' }, yes: { type: 'boolean' } }, USAGE)
+  const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (sub !== 'seed' && sub !== 'reset') throw new UsageError(`unknown pets command "${sub}"`, USAGE)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
-  if (sub === 'seed' && values.yes !== undefined) throw new UsageError('--yes does not apply to pets seed', USAGE)
-  if (sub === 'reset' && values.count !== undefined) throw new UsageError('--count does not apply to pets reset', USAGE)
+  checkApplies(FLAGS, values, 'pets', sub, USAGE)
   if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE)
-  const count = sub === 'seed' ? asUsageError(() => parseInteger('--count', values.count as string, 1, 100_000), USAGE) : 0
+  const count = sub === 'seed' ? asUsageError(() => reader(FLAGS, values, process.env).value('count')!, USAGE) : 0
   const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'seed' })
   try {
     if (sub === 'seed') {

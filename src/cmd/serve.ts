@@ -5,45 +5,28 @@
  * with no handler would end it at once, in-flight requests cut and the last seconds' usage and day
  * quota lost). See docs/operations.md#signals.
  */
-import { type Config, hostInUrl, resolveConfig } from '../config'
+import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
 import { isLoopbackHost } from '../http/client-address'
 import { Server, type ServerOptions } from '../server'
 import { handOver, takeOver } from '../takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
-import { asUsageError, COMMON, configInput, help, parse, UsageError } from './options'
+import { asUsageError, flagLines, help, parse, UsageError } from './options'
+
+/** The server's flags (config.ts), and what this command alone does with them. */
+const FLAGS = {
+  ...CONFIG_FLAGS,
+  takeover: toggle({
+    flag: 'takeover',
+    help: `take over from the server running on the same data file and port,
+refusing no request (Linux; see docs/upgrading.md)`,
+  }),
+}
 
 export const USAGE = `Usage: petstore serve [options]
 
-${COMMON}
-  --host HOST                address to bind (PETSTORE_HOST; default 127.0.0.1, this machine only;
-                             0.0.0.0 for every IPv4 address, :: for every address)
-  --port N                   port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)
-  --base-url URL             public base URL with the API path, e.g. https://pets.example.com/v1
-                             (PETSTORE_BASE_URL, staging PETSTORE_STAGING_BASE_URL; default http://localhost:PORT/v1)
-  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any)
-  --trust-proxy ADDR|CIDR    a proxy whose X-Forwarded-For names the client (repeatable; loopback
-                             for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)
-  --metrics-address HOST:PORT  serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)
-  --console-address HOST:PORT|off  the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
-                             staging 127.0.0.1:8091, a free port with --port 0; off for none)
-  --console-host NAME        a host name the console also answers to, for a proxy in front (repeatable;
-                             PETSTORE_CONSOLE_HOST, comma-separated); other names get 421
-  --metrics-token TOKEN      require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
-                             which keeps it out of the process list)
-  --database-pool N          connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)
-  --limiter-fallback closed|local  when Redis does not answer: 503 (closed, the default) or limits
-                             per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)
-  --ban-after N              429s within a minute before a ban (default 50)
-  --ban-seconds N            length of a ban (default 600)
-  --no-access-log            do not write the per-request JSON lines to stdout
-  --usage-minutes-days N     days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)
-  --usage-hours-days N       days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)
-  --scenarios on|off         let authenticated requests force answers with Prefer: code=429, delay=MS,
-                             fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)
-  --takeover                 take over from the server running on the same data file and port,
-                             refusing no request (Linux; see docs/upgrading.md)`
+${flagLines(FLAGS)}`
 
 /**
  * Signals that stop the server exactly as SIGTERM does: in-flight requests drain for up to the grace
@@ -61,33 +44,10 @@ const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as co
 const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
 
 export async function serve(args: string[]): Promise<number> {
-  const { values, positionals } = parse(
-    args,
-    {
-      host: { type: 'string' },
-      port: { type: 'string' },
-      'base-url': { type: 'string' },
-      'cors-origin': { type: 'string', multiple: true },
-      'trust-proxy': { type: 'string', multiple: true },
-      'metrics-address': { type: 'string' },
-      'metrics-token': { type: 'string' },
-      'console-address': { type: 'string' },
-      'console-host': { type: 'string', multiple: true },
-      'ban-after': { type: 'string' },
-      'ban-seconds': { type: 'string' },
-      'no-access-log': { type: 'boolean' },
-      'database-pool': { type: 'string' },
-      'limiter-fallback': { type: 'string' },
-      'usage-minutes-days': { type: 'string' },
-      'usage-hours-days': { type: 'string' },
-      scenarios: { type: 'string' },
-      takeover: { type: 'boolean' },
-    },
-    USAGE,
-  )
+  const { values, positionals } = parse(args, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
-  const config = asUsageError(() => resolveConfig(configInput(values)), USAGE)
+  const config = asUsageError(() => resolveConfig(values), USAGE)
   // Handlers first: a supervisor may signal as soon as it reads the listening line.
   let stop: (reason: string, code?: number) => unknown = (reason) => {
     console.error(`petstore: ${reason} before the server started`)

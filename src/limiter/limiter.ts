@@ -15,6 +15,7 @@ import {
   type TakeResult,
 } from './backend'
 import { fullBucket, msUntilFull, msUntilToken, refill } from './token-bucket'
+import { BAN_AFTER } from '../domain/ban-rule'
 import type { Limits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
 
@@ -86,7 +87,8 @@ export class RateLimiter {
     saved: Map<string, SavedBucket> = new Map(),
     handedOver?: LimiterHandover,
   ) {
-    if (options.banAfter < 1 || options.banAfter > 100_000) throw new RangeError('banAfter must be 1..100000')
+    if (options.banAfter < BAN_AFTER.min || options.banAfter > BAN_AFTER.max)
+      throw new RangeError(`banAfter must be ${BAN_AFTER.min}..${BAN_AFTER.max}`)
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
     if (options.backend) {
       this.memory = null

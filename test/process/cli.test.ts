@@ -86,6 +86,7 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
     [['serve', '--port', '70000'], /--port.*70000/, 'Usage: petstore serve'],
     [['serve', '--env', 'qa'], /--env.*qa/, 'Usage: petstore serve'],
     [['backup'], /FILE/, 'Usage: petstore backup'],
+    [['serve', '--ban-after', '500000'], /--ban-after.*from 1 to 100000.*500000/, 'Usage: petstore serve'],
   ]
 
   test.each(cases)('%p: exit 2, one reason line on stderr, nothing on stdout', (args, reason) => {
@@ -114,6 +115,15 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
     const result = cli(['keys', 'create', '--plan', 'gold', '--data', dataFile], { cwd: dir })
     expect(result.code).toBe(2)
     expect(existsSync(dataFile)).toBe(false)
+  })
+
+  test('serve --ban-after beyond the ban rule’s range names the range and leaves no data file, lock or folder', () => {
+    const cwd = tempDir()
+    for (const data of [[], ['--data', join(cwd, 'named', 'p.db')]]) {
+      const result = cli(['serve', '--port', '0', '--ban-after', '500000', ...data], { cwd })
+      expect([result.code, reasonLine(result.stderr)]).toEqual([2, 'petstore: --ban-after must be an integer from 1 to 100000, not "500000"'])
+      expect(readdirSync(cwd)).toEqual([])
+    }
   })
 })
 

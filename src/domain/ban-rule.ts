@@ -1,0 +1,15 @@
+/**
+ * The ranges of the ban rule (a subject that keeps going after 429s is banned), stated once: the limiter
+ * refuses a rule outside them and the config refuses a flag outside them, so a start never gets as far
+ * as the limiter with a value the config let through.
+ */
+
+export interface Range {
+  readonly min: number
+  readonly max: number
+}
+
+/** 429s within a minute before a ban (the limiter keeps the last banAfter + 1 of them per subject). */
+export const BAN_AFTER: Range = { min: 1, max: 100_000 }
+/** A ban's length in seconds, up to a year. */
+export const BAN_SECONDS: Range = { min: 0, max: 31_536_000 }
