@@ -167,6 +167,18 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect((await other.check(named('key:a'), FREE)).quota.remaining).toBe(58)
   })
 
+  test('try counts: with Redis stopped, counted in process with the local fallback, refused without it', async () => {
+    const local = limiter({ fallback: 'local' })
+    const closed = limiter()
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(1)
+    expect(await closed.tries.countTry('k', 'b', 60_000)).toBe(1)
+    await redis.stop()
+    // This process has not counted 'a' before: its own count starts at 1.
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(1)
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(2)
+    expect(await closed.tries.countTry('k', 'b', 60_000).catch((error: unknown) => error)).toBeInstanceOf(LimiterUnavailableError)
+  })
+
   test('a store left idle through a Redis restart reconnects by itself: its first request afterwards is decided', async () => {
     const made = limiter()
     expect((await made.check(named('key:idle'), FREE)).allowed).toBe(true)
