@@ -80,10 +80,10 @@ export class RateLimiter {
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
     const local = options.fallback === 'local'
     const shared = options.backend?.(rule)
-    this.memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
-    const backend = shared ?? this.memory!
-    this.backend = backend
-    this.admin = new LimiterAdmin(backend, this.banLog, (subject) => this.forget(subject), options.now)
+    const memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
+    this.memory = memory
+    this.backend = shared ?? memory!
+    this.admin = new LimiterAdmin(shared ?? memory!, this.banLog, (subject) => this.forget(subject), options.now)
     this.tries = new TryCounter(shared ?? new MemoryTryStore(), shared && local ? new MemoryTryStore() : null, options.now)
     // The console lists the bans handed over (to the in-process backend) as it lists its own.
     const now = options.now?.() ?? Date.now()
@@ -107,8 +107,8 @@ export class RateLimiter {
 
   /**
    * Decides one request for a key or an address. Rejects with LimiterUnavailableError when a shared
-   * backend cannot answer and the fallback is 'closed'. One async form for both backends: awaiting the in-process answer costs about 0.1 µs a call, which no benchmark
-   * of a request could tell apart.
+   * backend cannot answer and the fallback is 'closed'. One async form for both backends: awaiting the
+   * in-process answer costs about 0.1 µs a call, which no benchmark of a request could tell apart.
    */
   async check(subject: Subject, limits: Limits): Promise<Decision> {
     const now = this.options.now?.()
