@@ -11,7 +11,7 @@ import type { AnyElysia } from './http/openapi'
 import type { Config } from './config'
 import { RouteTable } from './http/routes'
 import { RateLimiter } from './limiter/limiter'
-import type { BanRule, LimiterBackend } from './limiter/backend'
+import type { BanRule, SharedBackend } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
 import { opsModule } from './modules/ops'
 import { petsModule } from './modules/pets'
@@ -45,7 +45,7 @@ export interface AppDeps {
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
   /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
-  limiterBackend?: (rule: BanRule) => LimiterBackend
+  limiterBackend?: (rule: BanRule) => SharedBackend
   /** Day buckets saved by the last run (storage.limiterState), for the in-process limiter. */
   savedLimits?: Map<string, SavedBucket>
   /** Rate-limit state handed over by the server this one took over from (serve --takeover). */
@@ -176,7 +176,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
-        scenario: config.scenarios ? scenarios({ limiter, routes }) : undefined,
+        scenario: config.scenarios ? scenarios({ limiter, tries: limiter.tries, routes }) : undefined,
       }),
     )
     .use(

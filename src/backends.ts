@@ -12,7 +12,7 @@ import { dirname, resolve } from 'node:path'
 import type { DataFileWatch } from './readiness'
 import type { Config } from './config'
 import { RedisLimiterBackend } from './limiter/redis/backend'
-import type { BanRule, LimiterBackend } from './limiter/backend'
+import type { BanRule, SharedBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './storage/sqlite/data-file-lock'
 import { dropDeadClaim, takeHandover } from './storage/sqlite/handover'
@@ -38,7 +38,7 @@ export interface OpenOptions {
 }
 
 /** Where the limiter keeps its state when shared (Redis); undefined keeps it in this process. */
-export type LimiterBackendFactory = (rule: BanRule) => LimiterBackend
+export type LimiterBackendFactory = (rule: BanRule) => SharedBackend
 
 /** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
 export async function openStorageBackend(config: Config, options: OpenOptions = {}): Promise<StorageBackend> {

@@ -11,6 +11,7 @@ import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
 import type { MaybePromise, Storage } from './domain/repositories'
 import { DAY_MS } from './domain/usage'
+import { keySubject } from './domain/subject'
 import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from './domain/operators'
 import type { UsageRetention } from './config'
 
@@ -120,7 +121,7 @@ export class Jobs {
       if (storage.writable) for (const { keyId, seq } of await storage.keys.takeLimitResets()) this.unappliedResets.set(keyId, seq)
       // A reset is kept until the limiter has applied it (Redis may be away right now).
       for (const [id, seq] of this.unappliedResets) {
-        await petstore.limiter.forgetKey(`key:${id}`, seq ?? undefined)
+        await petstore.limiter.forget(keySubject(id), seq ?? undefined)
         this.unappliedResets.delete(id)
       }
       if (this.pollFailing) options.warn('storage answers the change poll again')

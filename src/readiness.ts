@@ -44,7 +44,7 @@ const READY_TIMEOUT_MS = 1_000
 export function readinessCheck(parts: {
   fault: StorageFault
   storage: Storage
-  limiter: RateLimiter
+  limiter: Pick<RateLimiter, 'ping'>
   sharedLimiterRequired: boolean
 }): () => Promise<string | null> {
   const { fault, storage, limiter, sharedLimiterRequired } = parts

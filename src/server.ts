@@ -245,7 +245,7 @@ export class Server {
     return consoleModule({
       storage: backend.storage,
       keys: petstore.keys,
-      limiter: petstore.limiter,
+      limiter: petstore.limiter.admin,
       recent: petstore.recent,
       now: Date.now,
       trustProxy: config.trustProxy,

@@ -6,6 +6,7 @@
  * holder of one cannot guess keys at full speed by rotating through its 2^64 addresses.
  */
 import { isIPv4, isIPv6 } from 'node:net'
+import { type AddressSubject, addressSubject } from '../domain/subject'
 
 /** The address in canonical form, or null when it is not an IP address. */
 export function normaliseAddress(address: string): string | null {
@@ -19,10 +20,10 @@ export function normaliseAddress(address: string): string | null {
 }
 
 /** The limiter's subject for a normalised address: the address for IPv4, its /64 for IPv6. */
-export function addressSubject(address: string): string {
-  if (!address.includes(':')) return `ip:${address}`
+export function clientSubject(address: string): AddressSubject {
+  if (!address.includes(':')) return addressSubject(address)
   const groups = ipv6Groups(address)
-  return `ip:${formatIPv6([...groups.slice(0, 4), 0, 0, 0, 0])}/64`
+  return addressSubject(`${formatIPv6([...groups.slice(0, 4), 0, 0, 0, 0])}/64`)
 }
 
 function isMappedIPv4(groups: number[]): boolean {

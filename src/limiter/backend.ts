@@ -1,10 +1,12 @@
 /**
- * The seam between the rate-limit policy (limiter.ts) and where subjects' state lives: in this process
- * (memory/backend.ts) or in Redis, shared by every instance (redis/backend.ts). A backend keeps the buckets,
- * the rejections and the ban, and takes tokens atomically; what a take means for the client (quota,
- * window in force, Retry-After) is worked out once, by the policy, so every backend answers alike.
+ * The seams between the limiter and where its state lives: in this process (memory/) or in Redis, shared
+ * by every instance (redis/). Three, each with its own conformance suite in test/limiter/: the policy's
+ * (LimiterBackend: buckets, rejections and bans, taken atomically; what a take means for the client is
+ * worked out once, by the policy, so every backend answers alike), the console's reads (SubjectReader),
+ * and the tries counted for answers forced on request (TryStore).
  */
 import type { Limits } from '../domain/plans'
+import type { Subject } from '../domain/subject'
 import type { Bucket, BucketShape } from './token-bucket'
 
 /** When a subject that keeps going after 429s is banned, and for how long. */
@@ -38,12 +40,6 @@ export interface PeekResult {
 }
 
 /**
- * Try ids (countTry) one group (one API key) may hold at once: a client making up Idempotency-Keys
- * forgets its own oldest counts, never another key's.
- */
-export const TRIES_PER_KEY = 1_000
-
-/**
  * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
  * process) and with a promise when it cannot (Redis); its callers handle both the same way.
  */
@@ -54,32 +50,45 @@ export interface LimiterBackend {
    * time starts afresh. A backend that answers at once may return the same object every time: it is read
    * before the next take.
    */
-  take(subject: string, limits: Limits, isKey: boolean, now?: number): TakeResult | Promise<TakeResult>
+  take(subject: Subject, limits: Limits, now?: number): TakeResult | Promise<TakeResult>
   /** The subject's buckets as the next take would find them, changing nothing a take would decide by. */
-  peek(subject: string, limits: Limits, isKey: boolean, now?: number): PeekResult | Promise<PeekResult>
+  peek(subject: Subject, limits: Limits, now?: number): PeekResult | Promise<PeekResult>
   /**
-   * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id,
-   * for answers forced on request) and returns its number, 1 for the first; a count lives at least
-   * `keepMs` after its first try. A backend shared by instances shares the counts. Takes no token and
-   * counts toward nothing else. A backend with a bound on all groups' counts together refuses a new id
-   * past it with TriesFullError, rather than forget another group's.
+   * Drops a subject's buckets, rejections and ban. `seq` numbers a key's reset among all resets: a backend
+   * shared by instances applies each once, however many instances ask, and never one older than the last
+   * it applied; a backend of one process applies every call.
    */
-  countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
-  /**
-   * Drops a key subject's buckets, rejections and ban (addresses age out by themselves). `seq` numbers a
-   * reset among all resets: a backend shared by instances applies each once, however many instances
-   * ask, and never one older than the last it applied; a backend of one process applies every call.
-   */
-  forget(subject: string, seq?: number): void | Promise<void>
-  /**
-   * A subject's state as the backend holds it, taking nothing and changing nothing (for the console):
-   * null when it holds none. `limits` is null for a day bucket saved by an earlier run.
-   */
-  inspect(subject: string, isKey: boolean): Inspected | null | Promise<Inspected | null>
+  forget(subject: Subject, seq?: number): void | Promise<void>
   /** Whether the backend can answer now (readiness). */
   ping(): Promise<boolean>
   close(): void | Promise<void>
 }
+
+/** The console's seam: a subject's state as the backend holds it, taking nothing and changing nothing. */
+export interface SubjectReader {
+  /** Null when it holds none. `limits` is null for a day bucket saved by an earlier run. */
+  inspect(subject: Subject): Inspected | null | Promise<Inspected | null>
+}
+
+/**
+ * Try ids one group (one API key) may hold at once: a client making up Idempotency-Keys forgets its own
+ * oldest counts, never another key's.
+ */
+export const TRIES_PER_KEY = 1_000
+
+/** The scenarios' seam: tries counted for answers forced on request (Prefer: fail=N). */
+export interface TryStore {
+  /**
+   * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id)
+   * and returns its number, 1 for the first; a count lives at least `keepMs` after its first try. A store
+   * shared by instances shares the counts. A store with a bound on all groups' counts together refuses a
+   * new id past it with TriesFullError, rather than forget another group's.
+   */
+  countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
+}
+
+/** A backend shared by instances (Redis) serves the three seams over one connection. */
+export type SharedBackend = LimiterBackend & SubjectReader & TryStore
 
 export interface Inspected {
   limits: Limits | null
@@ -89,7 +98,7 @@ export interface Inspected {
   now: number
 }
 
-/** countTry held as many counts as it may, all groups together: this new id was not counted. */
+/** A TryStore held as many counts as it may, all groups together: this new id was not counted. */
 export class TriesFullError extends Error {
   override name = 'TriesFullError'
   constructor(

@@ -3,21 +3,19 @@
  * both of which must hold a token, and a ban for subjects that keep going after 429s. Where that state
  * lives is a backend's business (backend.ts); what a take means for the client (quota, window in force,
  * Retry-After) is decided here, once, so the in-process backend and the Redis backend answer alike.
+ * The console's reads (admin.ts) and the scenarios' try counts (tries.ts) are built here over the same
+ * backend, and reached as `admin` and `tries`: neither is the policy's business.
  */
 import { MemoryLimiterBackend } from './memory/backend'
-import {
-  type BanRule,
-  type LimiterBackend,
-  LimiterUnavailableError,
-  type LimitShapes,
-  type Inspected,
-  shapesOf,
-  type TakeResult,
-} from './backend'
-import { fullBucket, msUntilFull, msUntilToken, refill } from './token-bucket'
+import { MemoryTryStore } from './memory/tries'
+import { BanLog, LimiterAdmin } from './admin'
+import { type BanRule, type LimiterBackend, LimiterUnavailableError, type LimitShapes, type SharedBackend, shapesOf, type TakeResult } from './backend'
+import { TryCounter } from './tries'
+import { fullBucket, msUntilFull, msUntilToken } from './token-bucket'
 import { BAN_AFTER } from '../domain/ban-rule'
 import type { Limits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
+import { type Subject, subjectNamed } from '../domain/subject'
 
 export interface LimiterOptions {
   banAfter: number
@@ -30,7 +28,7 @@ export interface LimiterOptions {
    */
   now?: () => number
   /** Where the state lives, made from the ban rule so it is stated once; defaults to this process. */
-  backend?: (rule: BanRule) => LimiterBackend
+  backend?: (rule: BanRule) => SharedBackend
   /**
    * What to do when the backend is unavailable: 'closed' (default) lets check reject with
    * LimiterUnavailableError; 'local' decides in this process's memory until the backend answers again.
@@ -58,25 +56,17 @@ export type Decision =
   | { allowed: true; quota: Quota }
   | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
 
-/** What the console shows of a subject, read without taking a token. */
-export interface SubjectLook {
-  /** Whole requests left in the day bucket now. */
-  dayLeft: number
-  /** When its ban ends (ms), or null when it is not banned. */
-  bannedUntil: number | null
-}
-
-/** Most ban starts this process remembers for the console; the oldest are forgotten first. */
-const MAX_BANS_KEPT = 10_000
-
 export class RateLimiter {
   private readonly backend: LimiterBackend
   /** The backend when it is this process's memory: saved day buckets and address counts exist only there. */
   private readonly memory: MemoryLimiterBackend | null
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
-  /** Bans this process started, by subject, with when each ends: the console lists them. */
-  private readonly bansStarted = new Map<string, number>()
+  private readonly banLog = new BanLog()
+  /** The console's reads and lifts. */
+  readonly admin: LimiterAdmin
+  /** The scenarios' try counts. */
+  readonly tries: TryCounter
 
   /**
    * `saved`: day buckets of keys from the data file; `handedOver`: what the server this one took over
@@ -90,19 +80,21 @@ export class RateLimiter {
     if (options.banAfter < BAN_AFTER.min || options.banAfter > BAN_AFTER.max)
       throw new RangeError(`banAfter must be ${BAN_AFTER.min}..${BAN_AFTER.max}`)
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
-    if (options.backend) {
-      this.memory = null
-      this.backend = options.backend(rule)
-    } else {
-      this.memory = new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
-      this.backend = this.memory
-      // The console lists the bans handed over as it lists its own.
-      const now = options.now?.() ?? Date.now()
-      for (const subjects of [handedOver?.keys, handedOver?.addresses])
-        for (const [subject, { bannedUntil }] of subjects ?? [])
-          if (bannedUntil !== undefined && bannedUntil > now) this.noteBan(subject, bannedUntil, now)
-    }
-    this.local = options.fallback === 'local' ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
+    const local = options.fallback === 'local'
+    const shared = options.backend?.(rule)
+    const memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
+    this.memory = memory
+    this.backend = shared ?? memory!
+    this.admin = new LimiterAdmin(shared ?? memory!, this.banLog, (subject) => this.forget(subject), options.now)
+    this.tries = new TryCounter(shared ?? new MemoryTryStore(), shared && local ? new MemoryTryStore() : null, options.now)
+    // The console lists the bans handed over (to the in-process backend) as it lists its own.
+    const now = options.now?.() ?? Date.now()
+    for (const subjects of shared ? [] : [handedOver?.keys, handedOver?.addresses])
+      for (const [name, { bannedUntil }] of subjects ?? []) {
+        const subject = subjectNamed(name)
+        if (subject && bannedUntil !== undefined && bannedUntil > now) this.banLog.note(subject, bannedUntil, now)
+      }
+    this.local = local ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
   }
 
   /** Whether decisions come from the local fallback because the backend is unavailable. */
@@ -116,32 +108,31 @@ export class RateLimiter {
   }
 
   /**
-   * Decides one request for a key subject (`key:ID`) or an address subject (`ip:ADDR`). Rejects with
-   * LimiterUnavailableError when a shared backend cannot answer and the fallback is 'closed'. One async
-   * form for both backends: awaiting the in-process answer costs about 0.1 µs a call, which no benchmark
-   * of a request could tell apart.
+   * Decides one request for a key or an address. Rejects with LimiterUnavailableError when a shared
+   * backend cannot answer and the fallback is 'closed'. One async form for both backends: awaiting the
+   * in-process answer costs about 0.1 µs a call, which no benchmark of a request could tell apart.
    */
-  async check(subjectId: string, limits: Limits, isKey: boolean): Promise<Decision> {
+  async check(subject: Subject, limits: Limits): Promise<Decision> {
     const now = this.options.now?.()
     let taken: TakeResult
     try {
       // The in-process backend's answer is one object every take refills: it is decided on before any
       // other request's take can run (requests resumed together by one key look-up take in turn).
-      const answer = this.backend.take(subjectId, limits, isKey, now)
+      const answer = this.backend.take(subject, limits, now)
       taken = answer instanceof Promise ? await answer : answer
     } catch (error) {
-      return this.decideLocally(error, subjectId, limits, isKey, now)
+      return this.decideLocally(error, subject, limits, now)
     }
     if (this.storeUnavailable) this.noteUnavailable(false)
-    return this.decide(taken, limits, subjectId)
+    return this.decide(taken, limits, subject)
   }
 
   /**
    * The subject's quota as it stands, nothing taken: what an answer that spends no token reports. Rejects
    * with LimiterUnavailableError when a shared backend does not answer, whichever the fallback.
    */
-  async peek(subjectId: string, limits: Limits, isKey: boolean): Promise<Quota> {
-    const state = await this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+  async peek(subject: Subject, limits: Limits): Promise<Quota> {
+    const state = await this.backend.peek(subject, limits, this.options.now?.())
     return quotaOf(state, shapesOf(limits), state.now)
   }
 
@@ -149,23 +140,9 @@ export class RateLimiter {
    * Whether the subject's next request would be refused (banned, or a bucket without a whole token), as
    * it stands; nothing taken or recorded. Rejects with LimiterUnavailableError like peek.
    */
-  async refuses(subjectId: string, limits: Limits, isKey: boolean): Promise<boolean> {
-    const state = await this.backend.peek(subjectId, limits, isKey, this.options.now?.())
+  async refuses(subject: Subject, limits: Limits): Promise<boolean> {
+    const state = await this.backend.peek(subject, limits, this.options.now?.())
     return state.bannedUntil > state.now || state.minute.tokens < 1 || state.day.tokens < 1
-  }
-
-  /**
-   * Counts one more try (see LimiterBackend.countTry), in the backend's memory, or in this process's
-   * while a shared backend does not answer and the fallback is local.
-   */
-  async countTry(group: string, id: string, keepMs: number): Promise<number> {
-    const now = this.options.now?.()
-    try {
-      return await this.backend.countTry(group, id, keepMs, now)
-    } catch (error) {
-      if (!this.local || !(error instanceof LimiterUnavailableError)) throw error
-      return this.local.countTry(group, id, keepMs, now)
-    }
   }
 
   /**
@@ -178,7 +155,7 @@ export class RateLimiter {
     const empty = { tokens: 0, updatedAt: now }
     const taken = { allowed: false, minute: empty, day: fullBucket(shape.day, now), bannedUntil: 0, bannedNow: false, now }
     // No subject: a forced refusal starts no ban, so there is none to note.
-    return this.decide(taken, limits, '') as Extract<Decision, { allowed: false }>
+    return this.decide(taken, limits, null) as Extract<Decision, { allowed: false }>
   }
 
   /** Day buckets of keys changed since they were last saved, to be written to the data file. */
@@ -200,49 +177,13 @@ export class RateLimiter {
   }
 
   /**
-   * Forgets a key's state (buckets, rejections, ban), including a day bucket loaded at start; `seq`
-   * numbers the reset, so a backend shared by instances applies it once (see LimiterBackend.forget).
+   * Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start;
+   * `seq` numbers a key's reset, so a backend shared by instances applies it once (see LimiterBackend.forget).
    */
-  forgetKey(subjectId: string, seq?: number): void | Promise<void> {
-    this.bansStarted.delete(subjectId)
-    this.local?.forget(subjectId)
-    return this.backend.forget(subjectId, seq)
-  }
-
-  /**
-   * A subject's day quota left and ban, as the backend holds them now, without taking a token. A subject
-   * the backend holds nothing of (or holds under other limits, which a take would start afresh) has a
-   * full day. Rejects with LimiterUnavailableError when a shared backend does not answer.
-   */
-  async look(subjectId: string, limits: Limits, isKey: boolean): Promise<SubjectLook> {
-    const peeked: Inspected | null = await this.backend.inspect(subjectId, isKey)
-    if (!peeked || (peeked.limits && (peeked.limits.rpm !== limits.rpm || peeked.limits.rpd !== limits.rpd)))
-      return { dayLeft: limits.rpd, bannedUntil: null }
-    const now = this.options.now?.() ?? peeked.now
-    const day = { ...peeked.day, tokens: Math.min(peeked.day.tokens, limits.rpd) }
-    refill(day, shapesOf(limits).day, now)
-    return { dayLeft: Math.floor(day.tokens), bannedUntil: peeked.bannedUntil > now ? peeked.bannedUntil : null }
-  }
-
-  /** The subjects whose bans this process started and that have not ended by `now`, with their ends. */
-  bans(now: number): Map<string, number> {
-    for (const [subject, until] of this.bansStarted) if (until <= now) this.bansStarted.delete(subject)
-    return new Map(this.bansStarted)
-  }
-
-  /** Lifts an address's ban (and its buckets) in the backend; a key's goes through storage's limit reset. */
-  async liftAddress(subjectId: string): Promise<void> {
-    this.bansStarted.delete(subjectId)
-    this.local?.forget(subjectId)
-    await this.backend.forget(subjectId)
-  }
-
-  private noteBan(subjectId: string, until: number, now: number): void {
-    if (this.bansStarted.size >= MAX_BANS_KEPT) {
-      for (const [subject, end] of this.bansStarted) if (end <= now) this.bansStarted.delete(subject)
-      if (this.bansStarted.size >= MAX_BANS_KEPT) this.bansStarted.delete(this.bansStarted.keys().next().value!)
-    }
-    this.bansStarted.set(subjectId, until)
+  forget(subject: Subject, seq?: number): void | Promise<void> {
+    this.banLog.drop(subject)
+    this.local?.forget(subject)
+    return this.backend.forget(subject, seq)
   }
 
   /** Whether the backend answers (readiness); always true in process. */
@@ -254,11 +195,11 @@ export class RateLimiter {
     return this.backend.close()
   }
 
-  private decideLocally(error: unknown, subjectId: string, limits: Limits, isKey: boolean, now: number | undefined): Decision {
+  private decideLocally(error: unknown, subject: Subject, limits: Limits, now: number | undefined): Decision {
     if (!(error instanceof LimiterUnavailableError)) throw error
     if (!this.storeUnavailable) this.noteUnavailable(true)
     if (!this.local) throw error
-    return this.decide(this.local.take(subjectId, limits, isKey, now), limits, subjectId)
+    return this.decide(this.local.take(subject, limits, now), limits, subject)
   }
 
   private noteUnavailable(unavailable: boolean): void {
@@ -266,10 +207,10 @@ export class RateLimiter {
     this.options.onUnavailable?.(unavailable)
   }
 
-  private decide(taken: TakeResult, limits: Limits, subjectId: string): Decision {
+  private decide(taken: TakeResult, limits: Limits, subject: Subject | null): Decision {
     const shape = shapesOf(limits)
     const now = taken.now
-    if (taken.bannedNow) this.noteBan(subjectId, taken.bannedUntil, now)
+    if (taken.bannedNow && subject) this.banLog.note(subject, taken.bannedUntil, now)
     if (taken.allowed) return { allowed: true, quota: quotaOf(taken, shape, now) }
     // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
     const wait = msUntilTokens(taken, shape)

@@ -115,7 +115,7 @@ export function gate(options: GateOptions) {
       metrics.rateLimited(decision.reason)
       if (decision.bannedNow) {
         metrics.banned()
-        onBan(key ? `key ${key.id}` : `address ${info.addressSubject.slice(3)}`, decision.retryAfter)
+        onBan(key ? `key ${key.id}` : `address ${info.addressSubject.address}`, decision.retryAfter)
       }
       return refusal(decision, !key)
     }
@@ -138,14 +138,14 @@ export function gate(options: GateOptions) {
     let key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
     let refused: ApiError | undefined
     try {
-      let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free, false)
+      let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free)
       if (key) {
         const forced = scenario?.(key, request, set, info)
         if (forced) {
           const body = await forced
           if (body !== undefined) return body
         }
-        decision = await limiter.check(key.subject, key.limits, true)
+        decision = await limiter.check(key.subject, key.limits)
       }
       refused = judge(set, info, token, key, key ? key.limits : PLAN_LIMITS.free, decision!)
     } catch (error) {

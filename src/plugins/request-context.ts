@@ -14,7 +14,8 @@ import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { isIPv6 } from 'node:net'
 import { type ApiError, badRequest, JSON_TYPE } from '../http/api-errors'
-import { addressSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
+import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
+import type { AddressSubject } from '../domain/subject'
 import { bodyUnread } from '../http/json-body'
 import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
@@ -69,8 +70,8 @@ export class RequestInfo {
   }
 
   /** The rate limiter's subject for a request without a valid key. */
-  get addressSubject(): string {
-    return addressSubject(this.address)
+  get addressSubject(): AddressSubject {
+    return clientSubject(this.address)
   }
 }
 

@@ -16,6 +16,7 @@ import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
 import { LimiterUnavailableError, TriesFullError } from '../limiter/backend'
 import type { RateLimiter } from '../limiter/limiter'
+import type { TryCounter } from '../limiter/tries'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
 import type { ActiveKey } from '../modules/keys/service'
 import { LIMITER_DOWN, rateLimitHeaders, refusal } from './gate'
@@ -33,7 +34,9 @@ const TRIES_KEPT_MS = 60 * 60 * 1000
 type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
 
 export interface ScenarioOptions {
-  limiter: RateLimiter
+  limiter: Pick<RateLimiter, 'peek' | 'refuses' | 'exhausted'>
+  /** Counts the tries of fail=N. */
+  tries: TryCounter
   /** Filled before the server listens; tells the operation of a request and what it documents. */
   routes: Pick<RouteTable, 'operationAt' | 'documentedStatuses'>
 }
@@ -149,7 +152,7 @@ function triesFull(retryAfter: number): ApiError {
  * as a try past its failures). A Prefer the server cannot honour is a 400 naming the preference.
  */
 export function scenarios(options: ScenarioOptions) {
-  const { limiter, routes } = options
+  const { limiter, tries, routes } = options
   const waiting = new Map<string, number>()
 
   async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<void> {
@@ -170,7 +173,7 @@ export function scenarios(options: ScenarioOptions) {
    * answer under the base carries them; undefined when the shared limiter cannot say them.
    */
   async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
-    const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits, true))
+    const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits))
     if (quota === undefined) return undefined
     rateLimitHeaders(set.headers, key.limits, quota)
     return answerWith(set, info, error)
@@ -192,7 +195,7 @@ export function scenarios(options: ScenarioOptions) {
     const operationId = routes.operationAt(request.method, info.path)
     if (operationId === undefined) return undefined
     // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
-    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits, true))) !== false) return undefined
+    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits))) !== false) return undefined
     info.key = key
     let plan: Plan | undefined
     try {
@@ -213,7 +216,7 @@ export function scenarios(options: ScenarioOptions) {
     let code = plan.code
     if (plan.fail) {
       // Counted with the rate limits (in Redis, shared by every instance, when they are there).
-      const tried = await unlessLimiterDown(limiter.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)).catch((error: unknown) => {
+      const tried = await unlessLimiterDown(tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)).catch((error: unknown) => {
         throw error instanceof TriesFullError ? triesFull(error.retryAfter) : error
       })
       if (tried === undefined) return undefined

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
-import { redisLimiter, uniquePrefix } from './stores'
+import { redisLimiter, uniquePrefix, named } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
 // A day bucket in force, which the spray's seconds do not visibly refill.
@@ -32,13 +32,13 @@ describeWithEngines(['redis-server'], 'limiter: an address spray against Redis',
     const prefix = uniquePrefix()
     const limiter = redisLimiter(redis.url, {}, { prefix, maxAddresses: MAX_ADDRESSES, timeoutMs: 1_000 })
     try {
-      expect((await limiter.check('key:valid', KEY, true)).quota.remaining).toBe(9)
+      expect((await limiter.check(named('key:valid'), KEY)).quota.remaining).toBe(9)
       // Rotating IPv6 /64s, 500 in flight at a time.
       let refused = 0
       for (let start = 0; start < SPRAY; start += 500) {
         const batch = Array.from({ length: 500 }, (_, i) => {
           const n = start + i
-          return Promise.resolve(limiter.check(`ip:2001:db8:${(n >> 16).toString(16)}:${(n & 0xffff).toString(16)}::/64`, FREE, false)).then(
+          return Promise.resolve(limiter.check(named(`ip:2001:db8:${(n >> 16).toString(16)}:${(n & 0xffff).toString(16)}::/64`), FREE)).then(
             () => {},
             () => void refused++,
           )
@@ -47,7 +47,7 @@ describeWithEngines(['redis-server'], 'limiter: an address spray against Redis',
       }
       expect(refused).toBe(0)
       // The key's bucket is exact: its second request leaves 8.
-      expect(await limiter.check('key:valid', KEY, true)).toMatchObject({ allowed: true, quota: { window: 'day', remaining: 8 } })
+      expect(await limiter.check(named('key:valid'), KEY)).toMatchObject({ allowed: true, quota: { window: 'day', remaining: 8 } })
 
       const keys = (await admin.send('DBSIZE', [])) as number
       const memory = Number(/used_memory:(\d+)/.exec((await admin.send('INFO', ['memory'])) as string)![1])

@@ -7,7 +7,7 @@ import type { Limits } from '../../src/domain/plans'
 import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
-import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter, uniquePrefix } from './stores'
+import { type AnyLimiter, futureClock, type LimiterSettings, memoryLimiter, redisLimiter, uniquePrefix, named } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
 
@@ -21,11 +21,11 @@ function conformance(makeLimiter: () => Make) {
     const time = futureClock()
     const limiter = makeLimiter()({ ...settings, now: () => time.clock.now })
     made.push(limiter)
-    const check = (subject = 'key:a', limits = FREE, isKey = true): Promise<Decision> =>
-      Promise.resolve(limiter.check(subject, limits, isKey))
-    const run = async (n: number, subject = 'key:a', limits = FREE, isKey = true) => {
+    const check = (subject = 'key:a', limits = FREE): Promise<Decision> =>
+      Promise.resolve(limiter.check(named(subject), limits))
+    const run = async (n: number, subject = 'key:a', limits = FREE) => {
       const decisions: Decision[] = []
-      for (let i = 0; i < n; i++) decisions.push(await check(subject, limits, isKey))
+      for (let i = 0; i < n; i++) decisions.push(await check(subject, limits))
       return decisions
     }
     return { limiter, check, run, ...time }
@@ -53,7 +53,7 @@ function conformance(makeLimiter: () => Make) {
 
   test('peek says the quota a request would see, taking nothing; a subject not seen, or seen with other limits, is full', async () => {
     const { limiter, check, run, advance, start } = make()
-    const peek = (subject = 'key:a', limits = FREE) => Promise.resolve(limiter.peek(subject, limits, true))
+    const peek = (subject = 'key:a', limits = FREE) => Promise.resolve(limiter.peek(named(subject), limits))
     expect(await peek('key:new')).toEqual({ window: 'minute', limit: 60, remaining: 60, resetAt: start / 1000, resetIn: 0 })
     await run(10)
     const peeked = await peek()
@@ -63,17 +63,6 @@ function conformance(makeLimiter: () => Make) {
     expect((await peek()).remaining).toBe(52)
     expect((await check()).quota.remaining).toBe(51)
     expect((await peek('key:a', { rpm: 5, rpd: 50 })).remaining).toBe(5)
-  })
-
-  test('countTry numbers the tries under an id within its group, and starts afresh once the count is kept no more', async () => {
-    const { limiter, check, advance } = make()
-    const count = (group: string, id: string) => Promise.resolve(limiter.countTry(group, id, 1_000))
-    expect([await count('k1', 'a'), await count('k1', 'a'), await count('k1', 'b'), await count('k2', 'a'), await count('k1', 'a')]).toEqual([1, 2, 1, 1, 3])
-    expect((await check()).quota.remaining).toBe(59)
-    // The process forgets by the injected clock, Redis by its own (real time must pass for it): both after keepMs.
-    advance(1_000)
-    await Bun.sleep(1_100)
-    expect(await count('k1', 'a')).toBe(1)
   })
 
   test('a request needs a token in both buckets, and a refusal takes none', async () => {
@@ -103,16 +92,16 @@ function conformance(makeLimiter: () => Make) {
     const { check, run } = make()
     await run(61)
     expect((await check('key:b')).allowed).toBe(true)
-    expect((await check('ip:1.2.3.4', FREE, false)).allowed).toBe(true)
+    expect((await check('ip:1.2.3.4', FREE)).allowed).toBe(true)
     const pro = await check('key:a', { rpm: 300, rpd: 10_000 })
     expect(pro).toMatchObject({ allowed: true, quota: { limit: 300, remaining: 299 } })
   })
 
-  test('forgetKey drops a key\'s buckets and ban', async () => {
+  test('forget drops a key\'s buckets and ban', async () => {
     const { limiter, check, run } = make({ banAfter: 1, banSeconds: 600 })
     await run(62)
     expect(await check()).toMatchObject({ reason: 'key_banned' })
-    await limiter.forgetKey('key:a')
+    await limiter.forget(named('key:a'))
     expect(await check()).toMatchObject({ allowed: true, quota: { remaining: 59 } })
   })
 
@@ -173,8 +162,8 @@ function conformance(makeLimiter: () => Make) {
 
     test('addresses are banned the same way as keys', async () => {
       const { check, run } = make({ banAfter: 2, banSeconds: 10 })
-      await run(63, 'ip:9.9.9.9', FREE, false)
-      expect(await check('ip:9.9.9.9', FREE, false)).toMatchObject({ allowed: false, reason: 'key_banned' })
+      await run(63, 'ip:9.9.9.9', FREE)
+      expect(await check('ip:9.9.9.9', FREE)).toMatchObject({ allowed: false, reason: 'key_banned' })
     })
   })
 }
@@ -200,7 +189,7 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
     const instances = [redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 }), redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 })]
     const limits = { rpm: 100, rpd: 1000 }
     const decisions = await Promise.all(
-      Array.from({ length: 300 }, (_, i) => instances[i % 2]!.check('key:shared', limits, true)),
+      Array.from({ length: 300 }, (_, i) => instances[i % 2]!.check(named('key:shared'), limits)),
     )
     const count = (f: (d: Decision) => boolean) => decisions.filter(f).length
     expect(count((d) => d.allowed)).toBe(100)

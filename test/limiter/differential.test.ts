@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import fc from 'fast-check'
 import type { Limits } from '../../src/domain/plans'
+import { addressSubject, keySubject } from '../../src/domain/subject'
 import { MemoryLimiterBackend } from '../../src/limiter/memory/backend'
 import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { DAY_MS, MINUTE_MS, type TakeResult } from '../../src/limiter/backend'
@@ -24,12 +25,7 @@ const LIMITS: Limits[] = [
   { rpm: 7, rpd: 11 },
   { rpm: 300, rpd: 5 },
 ]
-const SUBJECTS = [
-  { id: 'key:a', isKey: true },
-  { id: 'key:b', isKey: true },
-  { id: 'ip:192.0.2.1', isKey: false },
-  { id: 'ip:2001:db8:1:2::/64', isKey: false },
-]
+const SUBJECTS = [keySubject('a'), keySubject('b'), addressSubject('192.0.2.1'), addressSubject('2001:db8:1:2::/64')]
 
 // The time one or a few tokens take to come back, to land buckets right on a whole token.
 const tokenTimes = LIMITS.flatMap(({ rpm, rpd }) => [1, 2, 3].flatMap((k) => [(k * MINUTE_MS) / rpm, (k * DAY_MS) / rpd]))
@@ -86,22 +82,23 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
         try {
           for (const [n, { subject, limits, forget, step }] of actions.entries()) {
             advance(step)
-            const { id, isKey } = SUBJECTS[subject]!
+            const who = SUBJECTS[subject]!
+            const id = who.name
             if (limits !== null) limitsOf[subject] = LIMITS[limits]!
-            // forgetKey is for keys: the in-process store keeps addresses in a map of their own.
-            if (forget && isKey) {
-              memory.forgetKey(id)
-              await shared.forgetKey(id)
-              memoryStore.forget(id)
-              await redisStore.forget(id)
+            // Keys are reset: the in-process store keeps addresses in a map of their own.
+            if (forget && who.kind === 'key') {
+              memory.forget(who)
+              await shared.forget(who)
+              memoryStore.forget(who)
+              await redisStore.forget(who)
               continue
             }
-            const state = stateOf(memoryStore.take(id, limitsOf[subject]!, isKey, clock.now))
-            const redisState = stateOf(await redisStore.take(id, limitsOf[subject]!, isKey, clock.now))
+            const state = stateOf(memoryStore.take(who, limitsOf[subject]!, clock.now))
+            const redisState = stateOf(await redisStore.take(who, limitsOf[subject]!, clock.now))
             if (!Bun.deepEquals(redisState, state, true))
               throw new Error(`request ${n} (${id} at ${clock.now}): Redis left ${JSON.stringify(redisState)}, in process ${JSON.stringify(state)}`)
-            const expected = await memory.check(id, limitsOf[subject]!, isKey)
-            const actual = await shared.check(id, limitsOf[subject]!, isKey)
+            const expected = await memory.check(who, limitsOf[subject]!)
+            const actual = await shared.check(who, limitsOf[subject]!)
             if (!Bun.deepEquals(actual, expected, true))
               throw new Error(`request ${n} (${id} at ${clock.now}): Redis ${JSON.stringify(actual)}, in process ${JSON.stringify(expected)}`)
             seen[expected.allowed ? 'allowed' : expected.reason]++

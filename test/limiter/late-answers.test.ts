@@ -12,7 +12,7 @@ import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { type Relay, startRelay } from '../support/relay'
-import { type AnyLimiter, futureClock, redisLimiter, uniquePrefix } from './stores'
+import { type AnyLimiter, futureClock, redisLimiter, uniquePrefix, named } from './stores'
 
 const CAPACITY = 3
 const LIMITS: Limits = { rpm: CAPACITY, rpd: CAPACITY }
@@ -82,7 +82,7 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
         const tally = tallies.get(subject)!
         for (let i = 0; i < CALLS; i++) {
           try {
-            const decision: Decision = await limiter.check(subject, LIMITS, true)
+            const decision: Decision = await limiter.check(named(subject), LIMITS)
             if (decision.allowed) tally.allowed++
             else if (decision.reason === 'rate_limited') {
               tally.rejected++
@@ -192,7 +192,7 @@ describeWithEngines(['redis-server'], 'limiter: many takes at once, answered abo
         const answers = await Promise.all(
           Array.from({ length: 73 }, async (_, i) => {
             await Bun.sleep(i * STAGGER_MS)
-            return limiter.check(subject, limits, true).then(
+            return limiter.check(named(subject), limits).then(
               (decision) => (decision.allowed ? 'allowed' : 'refused'),
               (error: unknown) => (error instanceof LimiterUnavailableError ? 'unavailable' : 'failed'),
             )

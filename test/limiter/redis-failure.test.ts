@@ -11,7 +11,7 @@ import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
 import { startRelay } from '../support/relay'
-import { type AnyLimiter, type LimiterSettings, redisLimiter, uniquePrefix } from './stores'
+import { type AnyLimiter, type LimiterSettings, redisLimiter, uniquePrefix, named } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
 
@@ -62,9 +62,9 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
 
   test('a flushed script cache (NOSCRIPT) is answered by sending the script again', async () => {
     const made = limiter()
-    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(59)
+    expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(59)
     await admin.send('SCRIPT', ['FLUSH'])
-    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(58)
+    expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(58)
     const sha = new Bun.CryptoHasher('sha1').update(LIMITER_SCRIPT).digest('hex')
     expect(await admin.send('SCRIPT', ['EXISTS', sha])).toEqual([1])
   })
@@ -76,32 +76,32 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     const pttl = (key: string): Promise<number> => admin.send('PTTL', [`${prefix}${key}`])
 
     // One day token of 1000 comes back in 86.4 s; the key lasts that and a second more.
-    await made.check('key:a', FREE, true)
+    await made.check(named('key:a'), FREE)
     expect(await pttl('s:key:a')).toBeGreaterThan(86_400)
     expect(await pttl('s:key:a')).toBeLessThanOrEqual(87_401)
 
     // A rejection is remembered for a minute.
     const minuteOnly = { rpm: 1, rpd: 86_400_000 }
-    await made.check('key:r', minuteOnly, true)
-    expect(await made.check('key:r', minuteOnly, true)).toMatchObject({ allowed: false, bannedNow: false })
+    await made.check(named('key:r'), minuteOnly)
+    expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, bannedNow: false })
     for (const key of ['s:key:r', 'r:key:r']) {
       expect(await pttl(key)).toBeGreaterThan(60_000)
       expect(await pttl(key)).toBeLessThanOrEqual(61_001)
     }
 
     // A ban outlasts both.
-    expect(await made.check('key:r', minuteOnly, true)).toMatchObject({ allowed: false, bannedNow: true })
+    expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, bannedNow: true })
     expect(await pttl('s:key:r')).toBeGreaterThan(600_000)
     expect(await pttl('s:key:r')).toBeLessThanOrEqual(601_001)
     expect(await pttl('r:key:r')).toBe(-2) // the ban starts the count of rejections afresh
 
     // Buckets that refill within a millisecond are gone a second later.
-    await made.check('key:quick', { rpm: 60_000, rpd: 86_400_000 }, true)
+    await made.check(named('key:quick'), { rpm: 60_000, rpd: 86_400_000 })
     expect(await admin.send('EXISTS', [`${prefix}s:key:quick`])).toBe(1)
     await eventually(async () => (await admin.send('EXISTS', [`${prefix}s:key:quick`])) === 0)
 
     // However many addresses spray, none is kept for ever.
-    await Promise.all(Array.from({ length: 500 }, (_, i) => made.check(`ip:10.0.${i >> 8}.${i & 255}`, FREE, false)))
+    await Promise.all(Array.from({ length: 500 }, (_, i) => made.check(named(`ip:10.0.${i >> 8}.${i & 255}`), FREE)))
     const [, keys] = (await admin.send('SCAN', ['0', 'MATCH', `${prefix}*`, 'COUNT', '10000'])) as [string, string[]]
     expect(keys.length).toBeGreaterThanOrEqual(500)
     const ttls = await Promise.all(keys.map((key) => admin.send('PTTL', [key]) as Promise<number>))
@@ -112,28 +112,28 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     const prefix = uniquePrefix()
     const made = redisLimiter(redis.url, {}, { prefix, reconnectEveryMs: 50 })
     limiters.push(made)
-    expect((await made.check('key:a', FREE, true)).allowed).toBe(true)
+    expect((await made.check(named('key:a'), FREE)).allowed).toBe(true)
     await redis.stop()
 
     for (let i = 0; i < 5; i++) {
       const started = performance.now()
-      expect(await settle(made.check('key:a', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+      expect(await settle(made.check(named('key:a'), FREE))).toBeInstanceOf(LimiterUnavailableError)
       expect(performance.now() - started).toBeLessThan(300)
     }
     expect(await made.ping()).toBe(false)
     // An outage of a few hundred milliseconds: reconnects (one per 50 ms here) fail meanwhile, and none
     // of them may leave the store failed for good.
     for (const until = performance.now() + 400; performance.now() < until; await Bun.sleep(20))
-      expect(await settle(made.check('key:a', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+      expect(await settle(made.check(named('key:a'), FREE))).toBeInstanceOf(LimiterUnavailableError)
 
     await redis.start()
     await admin.connect()
-    await eventually(async () => !((await settle(made.check('key:b', FREE, true))) instanceof Error))
+    await eventually(async () => !((await settle(made.check(named('key:b'), FREE))) instanceof Error))
     expect(await made.ping()).toBe(true)
     // Decided in Redis: another instance sharing the prefix sees the same buckets.
     const other = limiter({}, prefix)
-    const first = await made.check('key:c', FREE, true)
-    const second = await other.check('key:c', FREE, true)
+    const first = await made.check(named('key:c'), FREE)
+    const second = await other.check(named('key:c'), FREE)
     expect([first.quota.remaining, second.quota.remaining]).toEqual([59, 58])
   })
 
@@ -141,35 +141,47 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     const events: boolean[] = []
     const prefix = uniquePrefix()
     const made = limiter({ fallback: 'local', onUnavailable: (unavailable) => events.push(unavailable) }, prefix)
-    for (let i = 0; i < 10; i++) await made.check('key:a', FREE, true)
+    for (let i = 0; i < 10; i++) await made.check(named('key:a'), FREE)
     expect(made.degraded).toBe(false)
     await redis.stop()
 
     const started = performance.now()
-    const local = await made.check('key:a', FREE, true)
+    const local = await made.check(named('key:a'), FREE)
     expect(performance.now() - started).toBeLessThan(300)
     // This process has not seen key:a before: a full bucket, not Redis's 50 left.
     expect(local).toMatchObject({ allowed: true, quota: { remaining: 59 } })
     expect(made.degraded).toBe(true)
-    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(58)
+    expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(58)
     expect(events).toEqual([true])
 
     await redis.start()
     await admin.connect()
     await eventually(async () => {
-      await made.check('key:b', FREE, true)
+      await made.check(named('key:b'), FREE)
       return !made.degraded
     })
     expect(events).toEqual([true, false])
     // Redis started empty (no persistence): Redis's own count, shared with another instance.
     const other = limiter({ fallback: 'local' }, prefix)
-    expect((await made.check('key:a', FREE, true)).quota.remaining).toBe(59)
-    expect((await other.check('key:a', FREE, true)).quota.remaining).toBe(58)
+    expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(59)
+    expect((await other.check(named('key:a'), FREE)).quota.remaining).toBe(58)
+  })
+
+  test('try counts: with Redis stopped, counted in process with the local fallback, refused without it', async () => {
+    const local = limiter({ fallback: 'local' })
+    const closed = limiter()
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(1)
+    expect(await closed.tries.countTry('k', 'b', 60_000)).toBe(1)
+    await redis.stop()
+    // This process has not counted 'a' before: its own count starts at 1.
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(1)
+    expect(await local.tries.countTry('k', 'a', 60_000)).toBe(2)
+    expect(await closed.tries.countTry('k', 'b', 60_000).catch((error: unknown) => error)).toBeInstanceOf(LimiterUnavailableError)
   })
 
   test('a store left idle through a Redis restart reconnects by itself: its first request afterwards is decided', async () => {
     const made = limiter()
-    expect((await made.check('key:idle', FREE, true)).allowed).toBe(true)
+    expect((await made.check(named('key:idle'), FREE)).allowed).toBe(true)
     await redis.stop()
     await redis.start()
     await admin.connect()
@@ -180,18 +192,18 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
       return clients.some((client) => / cmd=ping /.test(client))
     }
     await eventually(storeConnected, 5_000).catch(() => {})
-    expect(await settle(made.check('key:idle', FREE, true))).toMatchObject({ allowed: true, quota: { remaining: 59 } })
+    expect(await settle(made.check(named('key:idle'), FREE))).toMatchObject({ allowed: true, quota: { remaining: 59 } })
   })
 
   test('a take that timed out while Redis was paused does not happen once Redis resumes', async () => {
     const prefix = uniquePrefix()
     const made = limiter({}, prefix)
-    expect((await made.check('key:warm', FREE, true)).allowed).toBe(true)
+    expect((await made.check(named('key:warm'), FREE)).allowed).toBe(true)
 
     // Every client's commands wait, the limiter's script included, until the pause ends.
     await admin.send('CLIENT', ['PAUSE', '500', 'ALL'])
     const started = performance.now()
-    expect(await settle(made.check('key:late', FREE, true))).toBeInstanceOf(LimiterUnavailableError)
+    expect(await settle(made.check(named('key:late'), FREE))).toBeInstanceOf(LimiterUnavailableError)
     const waited = performance.now() - started
     expect(waited).toBeGreaterThanOrEqual(90)
     expect(waited).toBeLessThan(300)
@@ -199,7 +211,7 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     // Answered after the pause: by then the script has run, and must have changed nothing.
     await admin.send('PING', [])
     expect(await admin.send('EXISTS', [`${prefix}s:key:late`])).toBe(0)
-    await eventually(async () => (await settle(made.check('key:late', FREE, true))) instanceof Error === false)
+    await eventually(async () => (await settle(made.check(named('key:late'), FREE))) instanceof Error === false)
     expect(await admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
   })
 
@@ -208,26 +220,26 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     try {
       const made = redisLimiter(`redis://127.0.0.1:${cut.port}`, {}, { connectTimeoutMs: 300, reconnectEveryMs: 100 })
       limiters.push(made)
-      expect((await settle(made.check('ip:cut', FREE, false))) instanceof Error).toBe(false)
+      expect((await settle(made.check(named('ip:cut'), FREE))) instanceof Error).toBe(false)
       cut.silent = true
       // The first call waits out its timeout; the store then finds the connection dead and drops it.
-      expect(await settle(made.check('ip:cut', FREE, false))).toBeInstanceOf(LimiterUnavailableError)
+      expect(await settle(made.check(named('ip:cut'), FREE))).toBeInstanceOf(LimiterUnavailableError)
       await eventually(async () => {
         const started = performance.now()
-        const answer = await settle(made.check('ip:cut', FREE, false))
+        const answer = await settle(made.check(named('ip:cut'), FREE))
         return answer instanceof LimiterUnavailableError && performance.now() - started < 30
       }, 3_000)
       // From then on none waits for the reconnects going on in the background.
       const times: number[] = []
       for (let i = 0; i < 30; i++) {
         const started = performance.now()
-        expect(await settle(made.check('ip:cut', FREE, false))).toBeInstanceOf(LimiterUnavailableError)
+        expect(await settle(made.check(named('ip:cut'), FREE))).toBeInstanceOf(LimiterUnavailableError)
         times.push(performance.now() - started)
         await Bun.sleep(10)
       }
       expect(Math.max(...times)).toBeLessThan(30)
       cut.silent = false
-      await eventually(async () => !((await settle(made.check('ip:cut', FREE, false))) instanceof Error), 5_000)
+      await eventually(async () => !((await settle(made.check(named('ip:cut'), FREE))) instanceof Error), 5_000)
     } finally {
       cut.close()
     }

@@ -2,6 +2,7 @@
  * Limiters over each store for the limiter suites: the same options, an injected clock, and a key
  * prefix of its own per Redis limiter so tests sharing one Redis never see each other's subjects.
  */
+import { type Subject, subjectNamed } from '../../src/domain/subject'
 import { type LimiterOptions, RateLimiter } from '../../src/limiter/limiter'
 import { RedisLimiterBackend, type RedisBackendOptions } from '../../src/limiter/redis/backend'
 
@@ -35,4 +36,9 @@ export function redisLimiter(url: string, settings: LimiterSettings = {}, store:
     ...settings,
     backend: (rule) => new RedisLimiterBackend(rule, { url, ...store, prefix }),
   })
+}
+
+/** The subject a kept name (`key:ID`, `ip:ADDRESS`) stands for. */
+export function named(name: string): Subject {
+  return subjectNamed(name)!
 }

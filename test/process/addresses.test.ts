@@ -4,7 +4,7 @@
  * only as the socket does.
  */
 import { describe, expect, test } from 'bun:test'
-import { addressSubject, forwardedClient, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
+import { clientSubject, forwardedClient, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
 import { cli, eventually, type Server, startServer } from '../support/binary'
 import { reasonLine } from './helpers'
 
@@ -43,9 +43,9 @@ describe('address normalisation', () => {
     expect(normaliseAddress('::1')).toBe('::1')
     expect(normaliseAddress('127.0.0.1')).toBe('127.0.0.1')
     expect(normaliseAddress('not an address')).toBeNull()
-    expect(addressSubject('2001:db8:1:2:aaaa::1')).toBe('ip:2001:db8:1:2::/64')
-    expect(addressSubject('::1')).toBe('ip:::/64')
-    expect(addressSubject('198.51.100.7')).toBe('ip:198.51.100.7')
+    expect(clientSubject('2001:db8:1:2:aaaa::1').name).toBe('ip:2001:db8:1:2::/64')
+    expect(clientSubject('::1').name).toBe('ip:::/64')
+    expect(clientSubject('198.51.100.7').name).toBe('ip:198.51.100.7')
   })
 
   test('the binary limits an IPv6 /64 as one client, and a mapped IPv4 address as the IPv4 one', async () => {

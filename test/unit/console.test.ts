@@ -15,7 +15,7 @@ async function consoleWithClock() {
   const storage = openSqliteStorage(':memory:')
   const clock = { now: 1_800_000_000_000 }
   const limiter = new RateLimiter({ banAfter: 5, banSeconds: 60, maxAddresses: 100 })
-  const service = new ConsoleService({ storage, keys: new KeyRegistry(storage), limiter, now: () => clock.now })
+  const service = new ConsoleService({ storage, keys: new KeyRegistry(storage), limiter: limiter.admin, now: () => clock.now })
   storage.operators.add('eve', await hashPassword('right'), clock.now)
   return { service, clock, storage }
 }

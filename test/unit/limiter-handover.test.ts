@@ -9,6 +9,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Limits } from '../../src/domain/plans'
 import { RateLimiter } from '../../src/limiter/limiter'
+import { named } from '../limiter/stores'
 import { takeHandover, writeHandover } from '../../src/storage/sqlite/handover'
 import { tempDir } from '../support/binary'
 
@@ -25,12 +26,12 @@ describe('limiter hand-over', () => {
     const clock = { now: T0 }
     const old = make(clock)
     // The key: 2 allowed, then the fourth refusal starts its ban.
-    for (let i = 0; i < 6; i++) await old.check('key:a', TINY, true)
-    expect(await old.check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'key_banned' })
+    for (let i = 0; i < 6; i++) await old.check(named('key:a'), TINY)
+    expect(await old.check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'key_banned' })
     // One address spends its 60 and is refused twice: two of the four refusals a ban needs.
-    for (let i = 0; i < 62; i++) await old.check('ip:203.0.113.5', FREE, false)
+    for (let i = 0; i < 62; i++) await old.check(named('ip:203.0.113.5'), FREE)
     // Another address is seen once: handed over until its buckets are full again.
-    await old.check('ip:203.0.113.9', FREE, false)
+    await old.check(named('ip:203.0.113.9'), FREE)
     clock.now += 500
 
     const file = join(tempDir(), 'petstore.db')
@@ -38,11 +39,11 @@ describe('limiter hand-over', () => {
     const state = takeHandover(file)
     expect([...state.addresses.keys()]).toEqual(['ip:203.0.113.5', 'ip:203.0.113.9'])
     const next = make(clock, state)
-    expect(next.bans(clock.now)).toEqual(new Map([['key:a', T0 + 600_000]]))
-    expect(await next.check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 600 })
+    expect(next.admin.bans(clock.now)).toEqual([{ subject: named('key:a'), until: T0 + 600_000 }])
+    expect(await next.check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 600 })
     // Two more refusals make four within the minute: the ban starts on the second.
-    expect(await next.check('ip:203.0.113.5', FREE, false)).toMatchObject({ allowed: false, bannedNow: false })
-    expect(await next.check('ip:203.0.113.5', FREE, false)).toMatchObject({ allowed: false, bannedNow: true })
+    expect(await next.check(named('ip:203.0.113.5'), FREE)).toMatchObject({ allowed: false, bannedNow: false })
+    expect(await next.check(named('ip:203.0.113.5'), FREE)).toMatchObject({ allowed: false, bannedNow: true })
     // The file is read once.
     expect(takeHandover(file)).toEqual({ keys: new Map(), addresses: new Map() })
     // 100 s on, the address seen once has refilled its day's one token (1,000 a day): as a new one.
@@ -56,7 +57,7 @@ describe('limiter hand-over', () => {
     writeFileSync(`${file}.handover`, JSON.stringify({ minutes: { 'key:a': { tokens: 0, updatedAt: T0 }, 'key:b': { tokens: 'x' } } }))
     const state = takeHandover(file)
     expect(state).toEqual({ keys: new Map([['key:a', { minute: { tokens: 0, updatedAt: T0 } }]]), addresses: new Map() })
-    expect(await make(clock, state).check('key:a', TINY, true)).toMatchObject({ allowed: false, reason: 'rate_limited' })
+    expect(await make(clock, state).check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'rate_limited' })
     writeFileSync(`${file}.handover`, '{"minutes":')
     expect(takeHandover(file)).toEqual({ keys: new Map(), addresses: new Map() })
   })

@@ -1,4 +1,5 @@
 import { expect, test } from 'bun:test'
+import { keySubject } from '../../src/domain/subject'
 import { ApiError } from '../../src/http/api-errors'
 import { verifiedKey } from '../../src/plugins/gate'
 import type { RequestInfo } from '../../src/plugins/request-context'
@@ -12,6 +13,6 @@ test('a handler reached without a verified key answers 401, not 500', () => {
   }
   expect(thrown).toBeInstanceOf(ApiError)
   expect((thrown as ApiError).status).toBe(401)
-  const key = { id: 'key_x', plan: 'free', limits: { rpm: 1, rpd: 1 }, subject: 'key:key_x' } as const
+  const key = { id: 'key_x', plan: 'free', limits: { rpm: 1, rpd: 1 }, subject: keySubject('key_x') } as const
   expect(verifiedKey({ key } as unknown as RequestInfo)).toBe(key)
 })

@@ -6,23 +6,9 @@
  */
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
-import {
-  type BanRule,
-  type Inspected,
-  type LimiterBackend,
-  MINUTE_MS,
-  type PeekResult,
-  shapesOf,
-  type TakeResult,
-  TriesFullError,
-  TRIES_PER_KEY,
-} from '../backend'
+import type { Subject } from '../../domain/subject'
+import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type SubjectReader, type TakeResult } from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
-
-/** Try counts held at once (countTry), all keys together; beyond, a new id is refused (TriesFullError). */
-const TRIES_KEPT = 10_000
-/** Least time between two sweeps of expired try counts while they are at their bound. */
-const TRIES_SWEEP_MS = 1_000
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -36,7 +22,7 @@ export interface MemoryBackendOptions {
   handedOver?: LimiterHandover
 }
 
-interface Subject {
+interface State {
   limits: Limits
   minute: Bucket
   day: Bucket
@@ -47,23 +33,17 @@ interface Subject {
   dayDirty: boolean
 }
 
-export class MemoryLimiterBackend implements LimiterBackend {
-  private readonly keys = new Map<string, Subject>()
+export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
+  private readonly keys = new Map<string, State>()
   /**
    * Addresses in two generations: an address seen again moves to the current one, and when the current
    * one holds half the cap the previous one is dropped whole. That forgets the least recently seen at
    * constant cost per request (deleting one by one from a Map's front slows down as deletions pile up).
    */
-  private currentAddresses = new Map<string, Subject>()
-  private previousAddresses = new Map<string, Subject>()
+  private currentAddresses = new Map<string, State>()
+  private previousAddresses = new Map<string, State>()
   private readonly saved: Map<string, SavedBucket>
-  /** Try counts by group, then by id, oldest first; `triesHeld` counts them all. */
-  private readonly tries = new Map<string, Map<string, { count: number; firstAt: number }>>()
-  private triesHeld = 0
   private readonly handedOver: LimiterHandover
-  /** While the counts are at their bound: when expired ones may next be swept, and when the oldest expires. */
-  private nextTriesSweep = 0
-  private oldestTryExpires = 0
   // One result, refilled by every take: the policy reads it before the next take.
   private readonly result: TakeResult = {
     allowed: false,
@@ -87,8 +67,8 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return this.currentAddresses.size + this.previousAddresses.size
   }
 
-  take(id: string, limits: Limits, isKey: boolean, now: number = Date.now()): TakeResult {
-    const subject = this.subject(id, limits, isKey, now)
+  take(who: Subject, limits: Limits, now: number = Date.now()): TakeResult {
+    const subject = this.state(who, limits, now)
     const shape = shapesOf(subject.limits)
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
@@ -104,7 +84,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
       if (subject.minute.tokens >= 1 && subject.day.tokens >= 1) {
         subject.minute.tokens -= 1
         subject.day.tokens -= 1
-        subject.dayDirty = isKey
+        subject.dayDirty = who.kind === 'key'
         result.allowed = true
       } else result.bannedNow = this.recordRejection(subject, now)
     }
@@ -113,69 +93,16 @@ export class MemoryLimiterBackend implements LimiterBackend {
   }
 
   /** Refilling is what any take would do first; a subject seen for the first time starts as a take would start it. */
-  peek(id: string, limits: Limits, isKey: boolean, now: number = Date.now()): PeekResult {
-    const subject = this.subject(id, limits, isKey, now)
+  peek(who: Subject, limits: Limits, now: number = Date.now()): PeekResult {
+    const subject = this.state(who, limits, now)
     const shape = shapesOf(subject.limits)
     refill(subject.minute, shape.minute, now)
     refill(subject.day, shape.day, now)
     return { minute: { ...subject.minute }, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
   }
 
-  /**
-   * At most TRIES_PER_KEY counts per group and TRIES_KEPT in all, each forgotten `keepMs` after its
-   * first try; a group that is full forgets its own oldest, so one key's ids never push out another's,
-   * and past TRIES_KEPT a new id of a group that is not full is refused (TriesFullError).
-   */
-  countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
-    const counts = this.tries.get(group)
-    let entry = counts?.get(tryId)
-    if (entry && now - entry.firstAt >= keepMs) {
-      this.forgetTry(group, tryId)
-      entry = undefined
-    }
-    if (!entry) {
-      if (counts && counts.size >= TRIES_PER_KEY) this.forgetTry(group, counts.keys().next().value!)
-      else if (this.triesHeld >= TRIES_KEPT && !this.sweptRoom(keepMs, now))
-        throw new TriesFullError(Math.max(1, Math.ceil((this.oldestTryExpires - now) / 1000)))
-      entry = { count: 0, firstAt: now }
-      let held = this.tries.get(group)
-      if (!held) this.tries.set(group, (held = new Map()))
-      held.set(tryId, entry)
-      this.triesHeld++
-    }
-    return ++entry.count
-  }
-
-  private forgetTry(group: string, tryId: string): void {
-    const counts = this.tries.get(group)!
-    counts.delete(tryId)
-    this.triesHeld--
-    if (counts.size === 0) this.tries.delete(group)
-  }
-
-  /**
-   * Forgets expired counts (each group's are oldest first), at most once a TRIES_SWEEP_MS, and notes when
-   * the oldest left expires; whether there is room now.
-   */
-  private sweptRoom(keepMs: number, now: number): boolean {
-    if (now < this.nextTriesSweep) return false
-    this.nextTriesSweep = now + TRIES_SWEEP_MS
-    let oldest = Infinity
-    for (const [group, counts] of this.tries) {
-      for (const [tryId, entry] of counts) {
-        if (now - entry.firstAt < keepMs) {
-          oldest = Math.min(oldest, entry.firstAt)
-          break
-        }
-        this.forgetTry(group, tryId)
-      }
-    }
-    this.oldestTryExpires = oldest + keepMs
-    return this.triesHeld < TRIES_KEPT
-  }
-
   /** Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start. */
-  forget(id: string): void {
+  forget({ name: id }: Subject): void {
     this.keys.delete(id)
     this.saved.delete(id)
     this.handedOver.keys.delete(id)
@@ -185,7 +112,8 @@ export class MemoryLimiterBackend implements LimiterBackend {
   }
 
   /** Reads without moving an address to the current generation: a look is not a visit. */
-  inspect(id: string, isKey: boolean, now: number = Date.now()): Inspected | null {
+  inspect({ kind, name: id }: Subject, now: number = Date.now()): Inspected | null {
+    const isKey = kind === 'key'
     const subject = isKey ? this.keys.get(id) : (this.currentAddresses.get(id) ?? this.previousAddresses.get(id))
     if (subject) return { limits: subject.limits, day: { ...subject.day }, bannedUntil: subject.bannedUntil, now }
     const saved = isKey ? this.saved.get(id) : undefined
@@ -231,7 +159,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   }
 
   /** The subject's state brought up to `now` (copies: handing over changes nothing here). */
-  private handed(subject: Subject, withDay: boolean, now: number): HandedSubject {
+  private handed(subject: State, withDay: boolean, now: number): HandedSubject {
     const shape = shapesOf(subject.limits)
     const handed: HandedSubject = { minute: { ...subject.minute } }
     refill(handed.minute, shape.minute, now)
@@ -256,7 +184,8 @@ export class MemoryLimiterBackend implements LimiterBackend {
     }
   }
 
-  private subject(id: string, limits: Limits, isKey: boolean, now: number): Subject {
+  private state({ kind, name: id }: Subject, limits: Limits, now: number): State {
+    const isKey = kind === 'key'
     let subject = isKey ? this.keys.get(id) : this.address(id)
     if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
     const shape = shapesOf(limits)
@@ -288,7 +217,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return subject
   }
 
-  private address(id: string): Subject | undefined {
+  private address(id: string): State | undefined {
     const current = this.currentAddresses.get(id)
     if (current) return current
     const previous = this.previousAddresses.get(id)
@@ -299,7 +228,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
     return previous
   }
 
-  private rememberAddress(id: string, subject: Subject): void {
+  private rememberAddress(id: string, subject: State): void {
     if (this.currentAddresses.size >= Math.max(1, Math.floor(this.options.maxAddresses / 2))) {
       this.previousAddresses = this.currentAddresses
       this.currentAddresses = new Map()
@@ -308,7 +237,7 @@ export class MemoryLimiterBackend implements LimiterBackend {
   }
 
   /** True when this rejection starts a ban: more than banAfter rejections within one minute. */
-  private recordRejection(subject: Subject, now: number): boolean {
+  private recordRejection(subject: State, now: number): boolean {
     const size = this.rule.banAfter + 1
     subject.rejections ??= new Float64Array(size).fill(-Infinity)
     subject.rejections[subject.nextRejection] = now

@@ -19,7 +19,8 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
-import { type BanRule, type Inspected, type LimiterBackend, LimiterUnavailableError, type PeekResult, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
+import type { Subject } from '../../domain/subject'
+import { type BanRule, type Inspected, LimiterUnavailableError, type PeekResult, type SharedBackend, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
 import { fullBucket, refill } from '../token-bucket'
 import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
 
@@ -54,7 +55,7 @@ const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
 const OFFSET_RENEWAL_MS = 10_000
 
-export class RedisLimiterBackend implements LimiterBackend {
+export class RedisLimiterBackend implements SharedBackend {
   private readonly client: Bun.RedisClient
   private readonly prefix: string
   private readonly timeoutMs: number
@@ -99,16 +100,16 @@ export class RedisLimiterBackend implements LimiterBackend {
     this.health.unref()
   }
 
-  take(subject: string, limits: Limits, isKey: boolean, now?: number): Promise<TakeResult> {
+  take(subject: Subject, limits: Limits, now?: number): Promise<TakeResult> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const taken = this.runTake(subject, limits, isKey, now, giveUpAt)
+    const taken = this.runTake(subject, limits, now, giveUpAt)
     return this.bounded(taken, giveUpAt, (late) => this.undo(late)).then(({ result }) => result)
   }
 
   /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
-  peek(subject: string, limits: Limits, _isKey: boolean, now?: number): Promise<PeekResult> {
+  peek({ name }: Subject, limits: Limits, now?: number): Promise<PeekResult> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(subject).slice(0, 1), []))
+    const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []))
     return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
@@ -131,17 +132,17 @@ export class RedisLimiterBackend implements LimiterBackend {
   }
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
-  forget(subject: string, seq?: number): Promise<void> {
+  forget({ name }: Subject, seq?: number): Promise<void> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const keys = [...this.keysOf(subject), `${this.prefix}resets`]
-    const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [subject, seq === undefined ? '' : String(seq)]))
+    const keys = [...this.keysOf(name), `${this.prefix}resets`]
+    const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]))
     return this.bounded(work, giveUpAt).then(() => undefined)
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
-  inspect(subject: string, _isKey: boolean): Promise<Inspected | null> {
+  inspect({ name }: Subject): Promise<Inspected | null> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.command('HMGET', [this.keysOf(subject)[0]!, 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
+    const work = this.command('HMGET', [this.keysOf(name)[0]!, 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
     return this.bounded(work, giveUpAt).then((reply) => {
       const [rpm, rpd, d, dt, b] = reply as (string | null)[]
       if (rpm == null || d == null) return null
@@ -171,10 +172,10 @@ export class RedisLimiterBackend implements LimiterBackend {
     this.client.close()
   }
 
-  private async runTake(subject: string, limits: Limits, isKey: boolean, now: number | undefined, giveUpAt: number): Promise<Taken> {
+  private async runTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<Taken> {
     await this.connected(giveUpAt)
     const call = `${this.instance}.${(++this.calls).toString(36)}`
-    const keys = [...this.keysOf(subject), `${this.prefix}addresses`]
+    const keys = [...this.keysOf(subject.name), `${this.prefix}addresses`]
     // Redis's clock has been read once connected: the deadline can be said on it.
     const reply: ScriptReply = await this.evaluate(LIMITER_SCRIPT, keys, [
       String(limits.rpm),
@@ -184,7 +185,7 @@ export class RedisLimiterBackend implements LimiterBackend {
       String(giveUpAt + this.offset!),
       now === undefined ? '' : String(now),
       call,
-      isKey ? '' : this.maxAddresses,
+      subject.kind === 'key' ? '' : this.maxAddresses,
       this.prefix,
     ])
     if (reply[0] === 'late') {
@@ -257,8 +258,8 @@ export class RedisLimiterBackend implements LimiterBackend {
 
   // Separate key spaces for hashes and lists, so no subject's name can make it another's key: the
   // subject's hash, its rejections, and the rejections its last ban start set aside.
-  private keysOf(subject: string): string[] {
-    return [`${this.prefix}s:${subject}`, `${this.prefix}r:${subject}`, `${this.prefix}h:${subject}`]
+  private keysOf(name: string): string[] {
+    return [`${this.prefix}s:${name}`, `${this.prefix}r:${name}`, `${this.prefix}h:${name}`]
   }
 
   /**

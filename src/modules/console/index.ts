@@ -21,13 +21,14 @@ import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadT
 import { AllowedHosts } from '../../http/allowed-hosts'
 import { compressedAsset, noFavicon } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
-import { addressSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
+import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
 import { RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
 import type { Credential } from '../../domain/operators'
+import type { AddressSubject } from '../../domain/subject'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { DEPRECATED_OPERATION, SUNSET } from '../pets'
@@ -312,10 +313,10 @@ function limitOf(query: URLSearchParams): number {
 }
 
 /** The limiter's subject for an address as the ban list gives it (an IPv6 client's /64 included). */
-function addressSubjectOf(text: string): string {
+function addressSubjectOf(text: string): AddressSubject {
   const [address, prefix] = text.split('/')
   const normal = normaliseAddress(address ?? '')
   if (!normal || (prefix !== undefined && !(normal.includes(':') && prefix === '64')))
     throw badRequest('address: must be an IPv4 address, or an IPv6 address (or its /64) as the ban list gives it')
-  return addressSubject(normal)
+  return clientSubject(normal)
 }

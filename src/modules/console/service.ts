@@ -22,6 +22,7 @@ import {
 } from '../../domain/operators'
 import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
+import { type AddressSubject, keySubject, type Subject } from '../../domain/subject'
 import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
@@ -29,11 +30,11 @@ import { type Outcomes, type UsageSeries, UsageService, type Window, WINDOWS } f
 
 export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
-/** What the console reads of the rate limiter (limiter/limiter.ts's RateLimiter), declared here. */
+/** What the console reads of the rate limiter (limiter/admin.ts's LimiterAdmin), declared here. */
 export interface LimiterView {
-  look(subjectId: string, limits: Limits, isKey: boolean): Promise<{ dayLeft: number; bannedUntil: number | null }>
-  bans(now: number): Map<string, number>
-  liftAddress(subjectId: string): Promise<void>
+  look(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
+  bans(now: number): { subject: Subject; until: number }[]
+  liftAddress(subject: AddressSubject): Promise<void>
 }
 
 export interface ConsoleServiceDeps {
@@ -249,7 +250,7 @@ export class ConsoleService {
       records.map(async (record) => {
         let look: { dayLeft: number; bannedUntil: number | null } | null = null
         if (record.revokedAt === null)
-          look = await this.deps.limiter.look(`key:${record.id}`, record, true).catch(() => {
+          look = await this.deps.limiter.look(keySubject(record.id), record).catch(() => {
             limiterAnswered = false
             return null
           })
@@ -306,10 +307,10 @@ export class ConsoleService {
     const bans: BanRow[] = keys
       .filter((key) => key.bannedUntil !== null)
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
-    for (const subject of this.deps.limiter.bans(this.deps.now()).keys()) {
-      if (!subject.startsWith('ip:')) continue
-      const look = await this.deps.limiter.look(subject, PLAN_LIMITS.free, false).catch(() => null)
-      if (look?.bannedUntil) bans.push({ kind: 'address', address: subject.slice(3), bannedUntil: iso(look.bannedUntil)! })
+    for (const { subject } of this.deps.limiter.bans(this.deps.now())) {
+      if (subject.kind !== 'address') continue
+      const look = await this.deps.limiter.look(subject, PLAN_LIMITS.free).catch(() => null)
+      if (look?.bannedUntil) bans.push({ kind: 'address', address: subject.address, bannedUntil: iso(look.bannedUntil)! })
     }
     return { bans, limiterAnswered }
   }
@@ -318,10 +319,10 @@ export class ConsoleService {
     return this.resetLimits(operator, id, 'ban.lift')
   }
 
-  /** `subject` is the limiter's (`ip:ADDRESS`); the audit log names the address. */
-  async liftAddressBan(operator: string, subject: string): Promise<void> {
+  /** The audit log names the address. */
+  async liftAddressBan(operator: string, subject: AddressSubject): Promise<void> {
     await this.deps.limiter.liftAddress(subject)
-    await this.audit(operator, 'ban.lift', subject.slice(3))
+    await this.audit(operator, 'ban.lift', subject.address)
   }
 
   async auditLog(limit: number): Promise<{ at: string; actor: string; action: string; target: string }[]> {

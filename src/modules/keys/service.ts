@@ -5,6 +5,7 @@
 import { type ApiKeyRecord, type CreateKeyInput, hashSecret, limitsFor, makeKey } from '../../domain/api-key'
 import type { Limits, Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, Storage } from '../../domain/repositories'
+import { type KeySubject, keySubject } from '../../domain/subject'
 
 /** Creates and stores a key; returns its one-time secret with the stored record. */
 export async function createKey(
@@ -32,8 +33,8 @@ export interface ActiveKey {
   id: string
   plan: Plan
   limits: Limits
-  /** The limiter's subject id for this key. */
-  subject: string
+  /** The limiter's subject for this key. */
+  subject: KeySubject
 }
 
 /**
@@ -98,7 +99,7 @@ export class KeyRegistry {
         id: record.id,
         plan: record.plan,
         limits: { rpm: record.rpm, rpd: record.rpd },
-        subject: `key:${record.id}`,
+        subject: keySubject(record.id),
       })
     }
     if (changed.size > 0) for (const [secret, key] of this.verified) if (changed.has(key.id)) this.verified.delete(secret)
