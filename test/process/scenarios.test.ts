@@ -211,7 +211,7 @@ describe('forced answers look like real ones and cost nothing', () => {
     const cases: [string, string, string, Record<string, string>?][] = [
       ['/pets', 'code=abc', 'Prefer code: must be one of 429, 500, 503 for listPets, not "abc"'],
       ['/pets', 'code=404', 'Prefer code: must be one of 429, 500, 503 for listPets, not "404"'],
-      ['/store/orders', 'code=503', 'Prefer code: must be one of 429 for listOrders, not "503"'],
+      ['/store/orders', 'code=500', 'Prefer code: must be one of 429, 503 for listOrders, not "500"'],
       ['/pets', 'code', 'Prefer code: must be one of 429, 500, 503 for listPets, not ""'],
       ['/pets', 'delay=-1', 'Prefer delay: must be an integer from 0 to 10000 (milliseconds), not "-1"'],
       ['/pets', 'delay=20000', 'Prefer delay: must be an integer from 0 to 10000 (milliseconds), not "20000"'],
@@ -377,7 +377,7 @@ describe('the OpenAPI document and the docs page', () => {
       listPets: ['code=429', 'code=500', 'code=503', 'delay=2000', 'code=503, delay=2000'],
       createPet: ['code=429', 'code=500', 'code=503', 'delay=2000', 'code=503, delay=2000', 'fail=2; code=503'],
       getPet: ['code=404', 'code=429', 'code=500', 'code=503', 'delay=2000', 'code=503, delay=2000'],
-      listOrders: ['code=429', 'delay=2000', 'code=429, delay=2000'],
+      listOrders: ['code=429', 'code=503', 'delay=2000', 'code=503, delay=2000'],
     })
     for (const operation of all) {
       const parameter = preferOf(operation)!
