@@ -33,6 +33,7 @@ export const json = (description: string, schema: SchemaName, headers: Record<st
 })
 /** An answer without a body. */
 export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({ description, ...(Object.keys(headers).length ? { headers } : {}) })
+export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string, headers: Record<string, object> = {}) => json(description, 'Error', headers)
 
 const SET_COOKIE = { description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`, required: true, schema: { type: 'string' } }
@@ -105,7 +106,8 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
     const found = item?.[route.method.toLowerCase()]
     if (!found) continue
     // The generator gives path parameters as untyped strings: put the route's own back.
-    found.parameters = (route.hooks as { detail?: Operation }).detail?.parameters
+    const parameters = (route.hooks as { detail?: Operation }).detail?.parameters
+    if (parameters) found.parameters = parameters
     const statuses = [...EVERY_ROUTE]
     if (guarded(route)) {
       statuses.push(401)

@@ -33,25 +33,17 @@ import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { DEPRECATED_OPERATION, SUNSET } from '../pets'
 import { type Window, WINDOWS } from '../usage/service'
-import { consoleDocument, done, HEADERS, json, operation, UNDOCUMENTED } from './document'
+import { consoleDocument, done, HEADERS, json, operation, THIS_DOCUMENT, UNDOCUMENTED } from './document'
 import {
   AddressParams,
-  type AuditLog,
   AuditQuery,
-  type BanList,
-  type CreatedKey,
-  type Deprecation,
   FIELD_RULES,
-  type KeyList,
   KeyParams,
-  type KeyUsage,
   ListLimit,
   MAX_BODY_BYTES,
+  type Model,
   NewKey,
-  type Operator,
-  type Overview,
   PlanChange,
-  type RecentRequests as RecentRequestList,
   RequestsQuery,
   SESSION_COOKIE,
   SignIn,
@@ -212,7 +204,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .get('/:file', ({ params, request }) => asset(`/${params.file}`, request), UNDOCUMENTED)
         .post(
           '/api/session',
-          async ({ request, set }): Promise<Operator> => {
+          async ({ request, set }): Promise<Model<'Operator'>> => {
             checkOrigin(request)
             const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
             const { secret, operator: name } = await service.signIn(input.name, input.password)
@@ -240,14 +232,12 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           },
           operation('signOut', 'session', 'Sign out: ends this session', { responses: { 204: done('Signed out.', HEADERS.endedCookie) } }),
         )
-        .get('/api/me', ({ who }): Operator => ({ name: who.operator, via: who.kind }), operation('me', 'session', 'Who is signed in', { responses: { 200: json('The operator.', 'Operator') } }))
-        .get('/api/openapi.json', () => (document ??= consoleDocument(app, options.version, behindGuard)), operation('openapi', 'document', 'This document', {
-          responses: { 200: { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } } },
-        }))
-        .get('/api/keys', (): Promise<KeyList> => service.listKeys(), operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }))
+        .get('/api/me', ({ who }): Model<'Operator'> => ({ name: who.operator, via: who.kind }), operation('me', 'session', 'Who is signed in', { responses: { 200: json('The operator.', 'Operator') } }))
+        .get('/api/openapi.json', () => (document ??= consoleDocument(app, options.version, behindGuard)), operation('openapi', 'document', 'This document', { responses: { 200: THIS_DOCUMENT } }))
+        .get('/api/keys', () => service.listKeys(), operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }))
         .post(
           '/api/keys',
-          async ({ who, request, set }): Promise<CreatedKey> => {
+          async ({ who, request, set }) => {
             const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
             const created = await service.createKey(who.operator, input)
             set.status = 201
@@ -278,14 +268,9 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             await service.setPlan(who.operator, params.id, input)
             return noContent(set)
           },
-          operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', {
-            path: KeyParams,
-            body: 'PlanChange',
-            responses: { 204: done('Moved.') },
-            errors: [400],
-          }),
+          operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', { path: KeyParams, body: 'PlanChange', responses: { 204: done('Moved.') }, errors: [400] }),
         )
-        .get('/api/bans', (): Promise<BanList> => service.bans(), operation('listBans', 'bans', 'Current bans of keys and client addresses', { responses: { 200: json('The bans.', 'BanList') } }))
+        .get('/api/bans', () => service.bans(), operation('listBans', 'bans', 'Current bans of keys and client addresses', { responses: { 200: json('The bans.', 'BanList') } }))
         .delete(
           '/api/bans/keys/:id',
           async ({ who, params, set }) => {
@@ -304,24 +289,22 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/requests',
-          async ({ request }): Promise<RecentRequestList> => {
+          async ({ request }): Promise<Model<'RecentRequests'>> => {
             const query = new URL(request.url).searchParams
             const status = integerParameter(query, 'status', RequestsQuery.properties.status)
             const keyId = query.get('key') ?? undefined
             return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
           },
-          operation('recentRequests', 'log', 'The API\'s recent answers (this instance\'s), newest first', {
-            query: RequestsQuery,
-            responses: { 200: json('The requests.', 'RecentRequests') },
-            errors: [400],
-          }),
+          operation('recentRequests', 'log', 'The API\'s recent answers (this instance\'s), newest first', { query: RequestsQuery, responses: { 200: json('The requests.', 'RecentRequests') }, errors: [400] }),
         )
-        .get('/api/overview', (): Promise<Overview> => service.overview(), operation('overview', 'usage', 'The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', {
-          responses: { 200: json('The overview.', 'Overview') },
-        }))
+        .get(
+          '/api/overview',
+          () => service.overview(),
+          operation('overview', 'usage', 'The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', { responses: { 200: json('The overview.', 'Overview') } }),
+        )
         .get(
           '/api/keys/:id/usage',
-          async ({ params, request }): Promise<KeyUsage> => {
+          async ({ params, request }): Promise<Model<'KeyUsage'>> => {
             const { id } = params
             const usage = await service.keyUsage(id, windowOf(new URL(request.url).searchParams))
             const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
@@ -330,28 +313,21 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
               .slice(0, REFUSALS_SHOWN)
             return { ...usage, refusals }
           },
-          operation('keyUsage', 'usage', 'One key\'s figures, its requests over a window by outcome, and its recent refusals', {
-            path: KeyParams,
-            query: UsageQuery,
-            responses: { 200: json('The key\'s usage.', 'KeyUsage') },
-            errors: [400],
-          }),
+          operation('keyUsage', 'usage', 'One key\'s figures, its requests over a window by outcome, and its recent refusals', { path: KeyParams, query: UsageQuery, responses: { 200: json('The key\'s usage.', 'KeyUsage') }, errors: [400] }),
         )
         .get(
           '/api/deprecation',
-          async (): Promise<Deprecation> => ({
+          async (): Promise<Model<'Deprecation'>> => ({
             operation: DEPRECATED_OPERATION,
             method: 'GET',
             path: '/pets/{petId}',
             ...(await service.deprecation(SUNSET_MS)),
           }),
-          operation('deprecation', 'usage', 'Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', {
-            responses: { 200: json('The callers.', 'Deprecation') },
-          }),
+          operation('deprecation', 'usage', 'Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', { responses: { 200: json('The callers.', 'Deprecation') } }),
         )
         .get(
           '/api/audit',
-          async ({ request }): Promise<AuditLog> => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) }),
+          async ({ request }): Promise<Model<'AuditLog'>> => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) }),
           operation('auditLog', 'log', 'The audit log, newest first', { query: AuditQuery, responses: { 200: json('The entries.', 'AuditLog') }, errors: [400] }),
         ),
     )

@@ -27,7 +27,6 @@ export const SignIn = Type.Object(
   },
   { additionalProperties: false },
 )
-export type SignIn = Static<typeof SignIn>
 
 export const NewKey = Type.Object(
   {
@@ -38,13 +37,11 @@ export const NewKey = Type.Object(
   },
   { additionalProperties: false },
 )
-export type NewKey = Static<typeof NewKey>
 
 export const PlanChange = Type.Object(
   { plan: Plan, rpm: Type.Optional(Limit('Requests per minute')), rpd: Type.Optional(Limit('Requests per day')) },
   { additionalProperties: false },
 )
-export type PlanChange = Static<typeof PlanChange>
 
 /** What each field must be, for the 400 that names it. */
 export const FIELD_RULES: Record<string, string> = {
@@ -55,7 +52,7 @@ export const FIELD_RULES: Record<string, string> = {
   rpd: 'must be an integer from 1 to 1000000000',
 }
 
-export const Key = Type.Object({
+const Key = Type.Object({
   id: Type.String(),
   name: Type.String(),
   plan: Plan,
@@ -72,7 +69,6 @@ export const Key = Type.Object({
   limitedToday: Type.Integer({ description: 'Of those, refused with 429.' }),
   deprecatedWeek: Type.Integer({ description: 'Calls of the deprecated getPet (GET /pets/{petId}) in the last 7 days, from the start of the hour.' }),
 })
-export type Key = Static<typeof Key>
 
 const Count = (description: string) => Type.Integer({ minimum: 0, description })
 const Outcomes = Type.Object({
@@ -82,7 +78,6 @@ const Outcomes = Type.Object({
   limited: Count('Refused with 429 (a rate limit or a ban).'),
   serverErrors: Count('Answered 5xx.'),
 })
-export type Outcomes = Static<typeof Outcomes>
 const Millis = Type.Union([Type.Number(), Type.Null()], {
   description: 'Milliseconds: the upper bound of the duration histogram\'s bucket (within 2x); null without requests.',
 })
@@ -104,7 +99,6 @@ const Series = Type.Object(
   },
   { description: 'Requests by outcome over a window, as columns; exactly the figures of `keys usage`.' },
 )
-export type Series = Static<typeof Series>
 
 /** The windows a usage series is read over: hour and day by the minute, week by the hour. */
 export const UsageWindow = Type.Union([Type.Literal('hour'), Type.Literal('day'), Type.Literal('week')], {
@@ -121,7 +115,6 @@ const Ban = Type.Union([
     bannedUntil: Time('When the ban ends.'),
   }),
 ])
-export type Ban = Static<typeof Ban>
 
 const RecentRequest = Type.Object({
   time: Time('When the answer was given.'),
@@ -134,7 +127,6 @@ const RecentRequest = Type.Object({
   durationMs: Type.Number(),
   requestId: Type.String(),
 })
-export type RecentRequest = Static<typeof RecentRequest>
 
 const AuditEntry = Type.Object({
   at: Time('When it was done.'),
@@ -157,7 +149,6 @@ const Overview = Type.Object({
   day: Series,
   week: Series,
 })
-export type Overview = Static<typeof Overview>
 
 const KeyUsage = Type.Object({
   key: Type.Object({
@@ -176,7 +167,6 @@ const KeyUsage = Type.Object({
   series: Series,
   refusals: Type.Array(RecentRequest, { description: 'The key\'s 429s and 401s among this instance\'s recent requests, newest first (at most 100).' }),
 })
-export type KeyUsage = Static<typeof KeyUsage>
 
 const Deprecation = Type.Object({
   operation: Type.Literal('getPet'),
@@ -195,25 +185,18 @@ const Deprecation = Type.Object({
     { description: 'Every key with a call in the last 7 days, most calls first.' },
   ),
 })
-export type Deprecation = Static<typeof Deprecation>
 
 const Operator = Type.Object({
   name: Type.String(),
   via: Type.Union([Type.Literal('session'), Type.Literal('token')]),
   idleMinutes: Type.Optional(Type.Integer({ description: 'On sign-in: the minutes without a request after which the session ends.' })),
 })
-export type Operator = Static<typeof Operator>
 
 const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
-export type KeyList = Static<typeof KeyList>
 const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: 'The key\'s secret, shown only in this answer.' }) })
-export type CreatedKey = Static<typeof CreatedKey>
 const BanList = Type.Object({ bans: Type.Array(Ban), limiterAnswered: Type.Boolean() })
-export type BanList = Static<typeof BanList>
 const RecentRequests = Type.Object({ requests: Type.Array(RecentRequest) })
-export type RecentRequests = Static<typeof RecentRequests>
 const AuditLog = Type.Object({ entries: Type.Array(AuditEntry) })
-export type AuditLog = Static<typeof AuditLog>
 
 /** The document's named schemas: what a route's detail refers to by name. */
 export const SCHEMAS = {
@@ -238,6 +221,8 @@ export const SCHEMAS = {
   AuditLog,
 } satisfies Record<string, TSchema>
 export type SchemaName = keyof typeof SCHEMAS
+/** What a named schema describes, as a type: `Model<'KeyList'>` is the body GET /api/keys answers. */
+export type Model<N extends SchemaName> = Static<(typeof SCHEMAS)[N]>
 
 /** The path parameters: a key id (checked by the guard before anything looks for it), a banned address. */
 export const KeyParams = Type.Object({ id: Type.String({ description: 'The key\'s id (key_...).' }) })

@@ -26,7 +26,7 @@ import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
 import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
-import type { AuditLog, Ban, BanList, CreatedKey, Deprecation, Key, KeyList, KeyUsage, Overview, Series } from './model'
+import type { Model } from './model'
 
 export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
@@ -138,7 +138,7 @@ export class ConsoleService {
   }
 
   /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken), and its usage. */
-  async listKeys(): Promise<KeyList> {
+  async listKeys(): Promise<Model<'KeyList'>> {
     const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
     const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
     return {
@@ -156,7 +156,7 @@ export class ConsoleService {
   }
 
   /** The fleet's requests over the last hour, day and week by outcome, active keys today and the current bans. */
-  async overview(): Promise<Overview> {
+  async overview(): Promise<Model<'Overview'>> {
     const [usage, { bans, limiterAnswered }] = await Promise.all([this.usage.overview(), this.bans()])
     return {
       activeKeysToday: usage.activeKeysToday,
@@ -169,7 +169,7 @@ export class ConsoleService {
   }
 
   /** One key's figures and its series over a window; 404 when there is no such key. */
-  async keyUsage(id: string, window: Window): Promise<Omit<KeyUsage, 'refusals'>> {
+  async keyUsage(id: string, window: Window): Promise<Omit<Model<'KeyUsage'>, 'refusals'>> {
     const [figures, series] = await Promise.all([this.usage.key(id), this.usage.series(WINDOWS[window].ms, id)])
     if (!figures || figures.keyId === null) throw noKey(id)
     return {
@@ -191,7 +191,7 @@ export class ConsoleService {
    * Who still calls the deprecated operation: every key with a call in the last 7 days, most calls first,
    * and the whole days left until `sunsetMs` (the API's Sunset header's date).
    */
-  async deprecation(sunsetMs: number): Promise<Pick<Deprecation, 'sunset' | 'daysLeft' | 'callers'>> {
+  async deprecation(sunsetMs: number): Promise<Pick<Model<'Deprecation'>, 'sunset' | 'daysLeft' | 'callers'>> {
     const now = this.deps.now()
     const callers = (await this.usage.keys())
       .filter((figures) => figures.keyId !== null && figures.deprecated.week > 0)
@@ -207,7 +207,7 @@ export class ConsoleService {
   }
 
   /** Every key with what the limiter holds of it. */
-  private async limiterRows(): Promise<{ keys: Omit<Key, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
+  private async limiterRows(): Promise<{ keys: Omit<Model<'Key'>, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
     const records = await this.deps.storage.keys.list()
     let limiterAnswered = true
     const keys = await Promise.all(
@@ -224,7 +224,7 @@ export class ConsoleService {
     return { keys, limiterAnswered }
   }
 
-  async createKey(operator: string, input: CreateKeyInput): Promise<CreatedKey> {
+  async createKey(operator: string, input: CreateKeyInput): Promise<Model<'CreatedKey'>> {
     let made: Awaited<ReturnType<typeof createKey>>
     try {
       made = await createKey(this.deps.storage.keys, input, this.deps.now())
@@ -234,7 +234,7 @@ export class ConsoleService {
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
-    const key: Key = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
+    const key: Model<'Key'> = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
     return { key, secret: made.secret }
   }
 
@@ -266,9 +266,9 @@ export class ConsoleService {
    * Current bans: of keys, as the limiter holds them (every instance's, when Redis is shared); of client
    * addresses, those this instance started, each looked at again (another instance may have lifted it).
    */
-  async bans(): Promise<BanList> {
+  async bans(): Promise<Model<'BanList'>> {
     const { keys, limiterAnswered } = await this.limiterRows()
-    const bans: Ban[] = keys
+    const bans: Model<'Ban'>[] = keys
       .filter((key) => key.bannedUntil !== null)
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
     for (const subject of this.deps.limiter.bans(this.deps.now()).keys()) {
@@ -289,7 +289,7 @@ export class ConsoleService {
     await this.audit(operator, 'ban.lift', subject.slice(3))
   }
 
-  async auditLog(limit: number): Promise<AuditLog['entries']> {
+  async auditLog(limit: number): Promise<Model<'AuditLog'>['entries']> {
     return (await this.deps.storage.operators.auditLog(limit)).map((entry) => ({ ...entry, at: iso(entry.at)! }))
   }
 
@@ -312,7 +312,7 @@ function keyFields(record: ApiKeyRecord) {
   }
 }
 
-function columns(series: UsageSeries): Series {
+function columns(series: UsageSeries): Model<'Series'> {
   const column = <F extends keyof UsageSeries['points'][number]>(field: F) => series.points.map((point) => point[field])
   const { at: _at, ...total } = series.total
   return {

@@ -7,7 +7,7 @@
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 // Types only: the server's model declares what each route answers, and nothing of it is bundled.
-import type { AuditLog, BanList, CreatedKey, Deprecation, Key, KeyList, KeyUsage, Operator, Overview, RecentRequests, Series, UsageWindow } from '../model'
+import type { Model, UsageWindow } from '../model'
 
 const WINDOW_WORDS: Record<UsageWindow, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
 
@@ -20,8 +20,8 @@ const OUTCOMES = [
 ] as const
 
 const $ = <T extends Element>(selector: string) => document.querySelector<T>(selector)!
-let keys: Key[] = []
-let sortBy: keyof Key = 'name'
+let keys: Model<'Key'>[] = []
+let sortBy: keyof Model<'Key'> = 'name'
 let ascending = true
 let overviewWindow: UsageWindow = 'hour'
 let keyWindow: UsageWindow = 'day'
@@ -104,7 +104,7 @@ async function showTab(name: string): Promise<void> {
 }
 
 async function loadKeys(): Promise<void> {
-  keys = (await api<KeyList>('GET', '/api/keys')).keys
+  keys = (await api<Model<'KeyList'>>('GET', '/api/keys')).keys
   drawKeys()
 }
 
@@ -184,7 +184,7 @@ const ms = (value: number | null) => (value === null ? null : `${value} ms`)
 const steps = uPlot.paths.stepped!({ align: 1 })
 
 /** Draws a series' outcome classes over time in `container`, replacing what was there; says its totals in `caption`. */
-function drawChart(container: HTMLElement, caption: HTMLElement, series: Series, window: UsageWindow): void {
+function drawChart(container: HTMLElement, caption: HTMLElement, series: Model<'Series'>, window: UsageWindow): void {
   charts.get(container.id)?.chart.destroy()
   const start = Date.parse(series.from) / 1000
   // One point more, at the end of the current minute (or hour), so that the last step is drawn as wide as the others.
@@ -224,7 +224,7 @@ function pressed(selector: string, value: string, attribute: string): void {
 }
 
 async function loadOverview(): Promise<void> {
-  const overview = await api<Overview>('GET', '/api/overview')
+  const overview = await api<Model<'Overview'>>('GET', '/api/overview')
   const series = overview[overviewWindow]
   pressed('[data-window]', overviewWindow, 'data-window')
   const { total } = series
@@ -247,7 +247,7 @@ async function showKey(id: string): Promise<void> {
 }
 
 async function loadKey(): Promise<void> {
-  const { key, series, refusals } = await api<KeyUsage>('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
+  const { key, series, refusals } = await api<Model<'KeyUsage'>>('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
   $('#key-title').textContent = `Key ${key.name || '(no name)'} (${key.id}, ${key.plan})`
   pressed('[data-key-window]', keyWindow, 'data-key-window')
   figures($('#key-figures'), [
@@ -268,7 +268,7 @@ async function loadKey(): Promise<void> {
 }
 
 async function loadDeprecation(): Promise<void> {
-  const deprecation = await api<Deprecation>('GET', '/api/deprecation')
+  const deprecation = await api<Model<'Deprecation'>>('GET', '/api/deprecation')
   const sunset = new Date(deprecation.sunset).toLocaleDateString(undefined, { dateStyle: 'long', timeZone: 'UTC' })
   $('#sunset-note').textContent =
     `${deprecation.method} ${deprecation.path} (${deprecation.operation}) is deprecated and is removed on ${sunset}: ` +
@@ -289,7 +289,7 @@ function redrawCharts(): void {
 }
 
 async function loadBans(): Promise<void> {
-  const { bans } = await api<BanList>('GET', '/api/bans')
+  const { bans } = await api<Model<'BanList'>>('GET', '/api/bans')
   const body = $<HTMLTableSectionElement>('#ban-table tbody')
   body.replaceChildren()
   for (const ban of bans) {
@@ -310,7 +310,7 @@ async function loadRequests(): Promise<void> {
   const form = new FormData($<HTMLFormElement>('#request-filter'))
   const query = new URLSearchParams({ limit: '500' })
   for (const name of ['key', 'status']) if (form.get(name)) query.set(name, String(form.get(name)))
-  const { requests } = await api<RecentRequests>('GET', `/api/requests?${query}`)
+  const { requests } = await api<Model<'RecentRequests'>>('GET', `/api/requests?${query}`)
   const body = $<HTMLTableSectionElement>('#request-table tbody')
   body.replaceChildren()
   for (const entry of requests) {
@@ -320,7 +320,7 @@ async function loadRequests(): Promise<void> {
 }
 
 async function loadAudit(): Promise<void> {
-  const { entries } = await api<AuditLog>('GET', '/api/audit')
+  const { entries } = await api<Model<'AuditLog'>>('GET', '/api/audit')
   const body = $<HTMLTableSectionElement>('#audit-table tbody')
   body.replaceChildren()
   for (const entry of entries) {
@@ -335,7 +335,7 @@ function wire(): void {
     const form = new FormData(event.target as HTMLFormElement)
     const error = $('#sign-in .error')
     error.textContent = ''
-    api<Operator>('POST', '/api/session', { name: form.get('name'), password: form.get('password') })
+    api<Model<'Operator'>>('POST', '/api/session', { name: form.get('name'), password: form.get('password') })
       .then((me) => showConsole(me.name))
       .catch((failure: Error) => (error.textContent = failure.message))
   })
@@ -346,7 +346,7 @@ function wire(): void {
   for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]')) tab.addEventListener('click', () => run(() => showTab(tab.dataset.tab!)))
   for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]'))
     header.addEventListener('click', () => {
-      const column = header.dataset.sort as keyof Key
+      const column = header.dataset.sort as keyof Model<'Key'>
       ascending = column === sortBy ? !ascending : true
       sortBy = column
       drawKeys()
@@ -375,7 +375,7 @@ function wire(): void {
     const input: Record<string, unknown> = { plan: form.get('plan'), name: form.get('name') }
     for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
     run(async () => {
-      const { secret } = await api<CreatedKey>('POST', '/api/keys', input)
+      const { secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
       $('#secret-value').textContent = secret
       $<HTMLElement>('#secret').hidden = false
       ;(event.target as HTMLFormElement).reset()
@@ -390,4 +390,4 @@ function wire(): void {
 }
 
 wire()
-api<Operator>('GET', '/api/me').then((me) => showConsole(me.name), showSignIn)
+api<Model<'Operator'>>('GET', '/api/me').then((me) => showConsole(me.name), showSignIn)
