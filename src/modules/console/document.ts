@@ -34,7 +34,7 @@ export const json = (description: string, schema: SchemaName, headers: Record<st
 /** An answer without a body. */
 export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({ description, ...(Object.keys(headers).length ? { headers } : {}) })
 export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
-const error = (description: string, headers: Record<string, object> = {}) => json(description, 'Error', headers)
+const error = (description: string) => json(description, 'Error')
 
 const SET_COOKIE = { description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`, required: true, schema: { type: 'string' } }
 const ENDED_COOKIE = { ...SET_COOKIE, description: 'The session cookie, emptied with Max-Age=0.' }
@@ -44,10 +44,10 @@ export const HEADERS = {
   retryAfter: { 'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } } },
 }
 
-export const ERRORS = {
+const ERRORS = {
   400: error('The request is malformed; the message names the field.'),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
-  403: error('A request that changes something with the session cookie, without this console\'s own Origin.'),
+  403: error('A sign-in, or a request that changes something with the session cookie, without this console\'s own Origin.'),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
   413: error(`A body over ${KIB} KiB (by its Content-Length, before anything else, or as it arrives); the connection is closed.`),
   421: error('The Host (or a trusted proxy\'s X-Forwarded-Host) is not one of the console\'s names (--console-host); refused before anything else.'),

@@ -1,7 +1,8 @@
 /**
- * The console's app: its page, and the JSON API the page uses (with its OpenAPI document), on a listener
- * of its own, never the API's. The page (page/: HTML, a TypeScript module and a stylesheet) holds no
- * data and is served to anyone, so that they can sign in; everything it shows comes from the API.
+ * The console's app: its page, and the JSON API the page uses, on a listener of its own, never the
+ * API's. Each route carries its own OpenAPI detail, from which document.ts makes the document. The
+ * page (page/: HTML, a TypeScript module and a stylesheet) holds no data and is served to anyone, so
+ * that they can sign in; everything it shows comes from the API.
  * Every answer carries a Content-Security-Policy without inline script and refuses framing.
  *
  * Every request first passes an onRequest hook, before routing and before any body is read: a `Host`
