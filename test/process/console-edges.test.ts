@@ -6,31 +6,14 @@
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
-import { TrustedProxies } from '../../src/http/client-address'
-import { consoleModule } from '../../src/modules/console'
 import { cli, type Server, startServer } from '../support/binary'
+import { DECLARED, isPublic } from '../support/console'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { killSpawned, serveExpectingFailure } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
-
-/** Every route the console app declares, as [method, path with its parameters filled in]. */
-const DECLARED: [string, string][] = consoleModule({
-  storage: {} as never,
-  keys: {} as never,
-  limiter: {} as never,
-  recent: {} as never,
-  now: Date.now,
-  trustProxy: new TrustedProxies([]),
-  address: { host: '127.0.0.1', port: 0 },
-  hosts: [],
-  version: 'test',
-  onInternalError: () => {},
-}).routes.map((route) => [route.method, route.path.replace(':id', 'key_x').replace(':address', '127.0.0.1').replace(':file', 'index.js')])
-/** What anyone may ask for: the page's files and sign-in. */
-const isPublic = ([method, path]: [string, string]) => (method === 'GET' && !path.startsWith('/api/')) || (method === 'POST' && path === '/api/session')
 
 interface ConsoleServer extends Server {
   consolePort: number

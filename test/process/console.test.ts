@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
-import { checkEveryAnswer } from '../support/contract'
+import { CONSOLE_ROUTES, DECLARED, isPublic } from '../support/console'
+import { checkEveryAnswer, Contract } from '../support/contract'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 import { auth, cliAsync, killSpawned, serveExpectingFailure } from './helpers'
@@ -52,24 +53,10 @@ function call(origin: string, cookie: string, method: string, path: string, body
   })
 }
 
-const ROUTES: [string, string][] = [
-  ['GET', '/api/me'],
-  ['GET', '/api/keys'],
-  ['POST', '/api/keys'],
-  ['DELETE', '/api/keys/key_x'],
-  ['POST', '/api/keys/key_x/reset-limits'],
-  ['PUT', '/api/keys/key_x/plan'],
-  ['GET', '/api/bans'],
-  ['DELETE', '/api/bans/keys/key_x'],
-  ['DELETE', '/api/bans/addresses/127.0.0.1'],
-  ['GET', '/api/requests'],
-  ['GET', '/api/audit'],
-  ['GET', '/api/overview'],
-  ['GET', '/api/keys/key_x/usage'],
-  ['GET', '/api/deprecation'],
-  ['GET', '/api/openapi.json'],
-  ['DELETE', '/api/session'],
-]
+/** Every route of the console's API (the page's files aside), read from the app. */
+const API_ROUTES = DECLARED.filter(([, path]) => path.startsWith('/api/'))
+/** Those that need an operator. */
+const GUARDED = API_ROUTES.filter((route) => !isPublic(route))
 
 describe('console on its own listener', () => {
   let server: ConsoleServer
@@ -90,7 +77,7 @@ describe('console on its own listener', () => {
   })
 
   test('nothing on the API listener serves the console, and nothing on the console serves the API', async () => {
-    for (const [method, path] of [...ROUTES, ['POST', '/api/session']] as [string, string][]) {
+    for (const [method, path] of API_ROUTES) {
       const response = await fetch(`${server.origin}${path}`, { method, headers: { cookie, origin: server.origin } })
       expect([404, 405]).toContain(response.status)
       expect(await response.text()).not.toContain('petstore_console')
@@ -109,7 +96,7 @@ describe('console on its own listener', () => {
 
   test('no API answer without a session, or with one that does not exist', async () => {
     for (const cookieHeader of [undefined, 'petstore_console=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA']) {
-      for (const [method, path] of ROUTES) {
+      for (const [method, path] of GUARDED) {
         const response = await fetch(`${server.console}${path}`, {
           method,
           headers: { origin: server.console, 'content-type': 'application/json', ...(cookieHeader ? { cookie: cookieHeader } : {}) },
@@ -296,13 +283,47 @@ describe('console on its own listener', () => {
     expect(gzipped).toBeLessThan(200_000)
   })
 
-  test('its OpenAPI document describes every route it serves', async () => {
+  test('its OpenAPI document is made from the routes it serves: each with an operationId, the guard\'s answers and the 8 KiB limit', async () => {
     const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
     const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
-    const served = ([...ROUTES, ['POST', '/api/session']] as [string, string][]).map(([method, path]) =>
-      `${method} ${path.replace(/key_x/, '{id}').replace('127.0.0.1', '{address}')}`,
-    )
-    expect(described.sort()).toEqual([...new Set(served)].sort())
+    const served = CONSOLE_ROUTES.filter(({ path }) => path.startsWith('/api/')).map(({ method, path }) => `${method} ${path.replace(/:(\w+)/g, '{$1}')}`)
+    expect(described.sort()).toEqual(served.sort())
+    const operations = Object.values(document.paths).flatMap((item) => Object.entries(item as Record<string, any>))
+    const ids = operations.map(([, operation]) => operation.operationId)
+    expect(ids.every((id) => typeof id === 'string' && id.length > 0)).toBe(true)
+    expect(new Set(ids).size).toBe(ids.length)
+    for (const [method, operation] of operations) {
+      // Every route: the host check and the body's size before routing; every route answers 401 (sign-in for a wrong password).
+      expect(`${operation.operationId} ${Object.keys(operation.responses).filter((status) => ['401', '413', '421'].includes(status))}`).toBe(`${operation.operationId} 401,413,421`)
+      if (method !== 'get') expect(Object.keys(operation.responses)).toContain('403')
+      for (const parameter of operation.parameters ?? []) expect(parameter.description).toBeString()
+    }
+    const signIn = document.paths['/api/session'].post
+    expect(signIn.security).toEqual([])
+    expect(signIn.responses['429'].headers['Retry-After']).toMatchObject({ required: true, schema: { type: 'integer' } })
+    expect(signIn.requestBody.description).toContain('8 KiB')
+    expect(signIn.responses['413'].description).toContain('8 KiB')
+    expect(document.info.description).toContain('8 KiB')
+  })
+
+  test('its answers are checked against its document, and a drifted answer would be caught', async () => {
+    // The suite's hook has checked this console's answers against its served document.
+    console.log(`console answers checked against the console's document so far: ${checkEveryAnswer.consoleChecked}`)
+    expect(checkEveryAnswer.consoleChecked).toBeGreaterThan(20)
+    const contract = new Contract(await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any)
+    const me = await call(server.console, cookie, 'GET', '/api/me')
+    const body = await me.text()
+    expect(() => contract.check('GET', '/api/me', me, body)).not.toThrow()
+    expect(() => contract.check('GET', '/api/me', { status: 418, headers: me.headers }, body)).toThrow(/not documented/)
+    expect(() => contract.check('GET', '/api/me', me, '{"name":"admin","via":"carrier pigeon"}')).toThrow(/schema/)
+    const keys = await call(server.console, cookie, 'GET', '/api/keys')
+    const list = await keys.json() as any
+    delete list.keys[0].plan
+    expect(() => contract.check('GET', '/api/keys', keys, JSON.stringify(list))).toThrow(/schema/)
+    expect(() => contract.check('DELETE', '/api/keys/key_x', { status: 204, headers: new Headers() }, '{}')).toThrow(/no(ne)? is documented/)
+    const throttled = new Headers({ 'content-type': 'application/json' })
+    expect(() => contract.check('POST', '/api/session', { status: 429, headers: throttled }, '{"code":"rate_limited","message":"x","status":429}')).toThrow(/Retry-After/)
+    expect(() => contract.check('PATCH', '/api/keys', me, body)).toThrow(/not a documented operation/)
   })
 })
 

@@ -1,8 +1,9 @@
 /**
- * The server's own `/openapi.json` as a test oracle: every answer a suite sees can be checked against
- * it (status documented for the operation, required headers present, every documented header and the
- * JSON body valid against their schemas). Uses ajv, independent of the TypeBox code that made the
- * document, so a drift between what is served and what is documented fails the suite.
+ * The server's own `/openapi.json`, and its console's `/api/openapi.json`, as test oracles: every answer
+ * a suite sees can be checked against the document of the listener that gave it (status documented for
+ * the operation, required headers present, every documented header and the JSON body valid against
+ * their schemas). Uses ajv, independent of the TypeBox code that made the documents, so a drift between
+ * what is served and what is documented fails the suite.
  */
 import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020'
 import addFormats from 'ajv-formats'
@@ -35,9 +36,10 @@ export class Contract {
     }
   }
 
-  static async load(origin: string): Promise<Contract> {
-    const response = await fetch(`${origin}/openapi.json`)
-    if (response.status !== 200) throw new Error(`/openapi.json answered ${response.status}`)
+  /** The document at `path` of `origin`; `headers` carry the console's credentials, which its document needs. */
+  static async load(origin: string, path = '/openapi.json', headers: Record<string, string> = {}): Promise<Contract> {
+    const response = await unpatchedFetch(`${origin}${path}`, { headers })
+    if (response.status !== 200) throw new Error(`${path} answered ${response.status}`)
     return new Contract((await response.json()) as Json)
   }
 
@@ -133,26 +135,84 @@ export class Contract {
 const documents = new Map<string, Promise<Contract>>()
 const unpatchedFetch = globalThis.fetch
 
+/** A console's answer: under /api/, with the console's Content-Security-Policy (every console answer has it). */
+const fromConsole = (url: URL, response: Response) =>
+  url.pathname.startsWith('/api/') && (response.headers.get('content-security-policy') ?? '').startsWith("default-src 'none'")
+
+interface Answer {
+  method: string
+  path: string
+  response: { status: number; headers: Headers }
+  body: string
+}
+
 /**
- * Makes every `fetch` of the suite check its answer against the contract of the server that gave it,
- * whenever the request is a documented operation under the API base. Suites that check each answer
- * themselves at high volume (fuzz, soak) turn it off with `checkEveryAnswer.enabled = false`.
+ * The consoles' documents, by origin. A console serves its document only to an operator, so it is read
+ * with the first credentials a request to that console carries (a token, a session cookie, or the cookie
+ * a sign-in sets); the answers seen before are kept and checked then.
+ */
+const consoles = new Map<string, { contract?: Contract; loading?: Promise<Contract | undefined>; waiting: Answer[] }>()
+const WAITING_MAX = 1_000
+
+function credentials(input: string | URL | Request, init: RequestInit | undefined, response: Response): Record<string, string> | null {
+  const sent = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined))
+  const authorization = sent.get('authorization')
+  if (authorization?.startsWith('Bearer pso_')) return { authorization }
+  const cookie = sent.get('cookie') ?? response.headers.get('set-cookie')?.split(';')[0]
+  return cookie && /petstore_console=[^;]/.test(cookie) ? { cookie } : null
+}
+
+async function checkConsoleAnswer(url: URL, answer: Answer, headers: Record<string, string> | null): Promise<void> {
+  let state = consoles.get(url.origin)
+  if (!state) consoles.set(url.origin, (state = { waiting: [] }))
+  if (!state.contract && headers) {
+    state.loading ??= Contract.load(url.origin, '/api/openapi.json', headers).catch(() => undefined)
+    const loaded = await state.loading
+    state.loading = undefined
+    state.contract ??= loaded
+  }
+  const contract = state.contract
+  if (!contract) {
+    if (state.waiting.length < WAITING_MAX) state.waiting.push(answer)
+    return
+  }
+  for (const { method, path, response, body } of [...state.waiting.splice(0), answer]) {
+    if (!contract.documents(method, path)) continue
+    contract.check(method, path, response, body)
+    checkEveryAnswer.checked++
+    checkEveryAnswer.consoleChecked++
+  }
+}
+
+/**
+ * Makes every `fetch` of the suite check its answer against the contract of the server that gave it:
+ * a documented operation under the API base against the server's /openapi.json, a console's answer
+ * under /api/ against that console's /api/openapi.json. Suites that check each answer themselves at
+ * high volume (fuzz, soak) turn it off with `checkEveryAnswer.enabled = false`.
  */
 export const checkEveryAnswer = {
   enabled: true,
   checked: 0,
+  /** Of those, the consoles' answers. */
+  consoleChecked: 0,
   install(): void {
     globalThis.fetch = Object.assign(async (input: string | URL | Request, init?: RequestInit) => {
       const response = await unpatchedFetch(input, init)
       if (!checkEveryAnswer.enabled) return response
       const url = new URL(response.url || (input instanceof Request ? input.url : String(input)))
-      if (!url.pathname.startsWith('/v1/') || url.hostname !== '127.0.0.1') return response
+      if (url.hostname !== '127.0.0.1') return response
+      const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase()
+      if (fromConsole(url, response)) {
+        const answer = { method, path: url.pathname, response: { status: response.status, headers: new Headers(response.headers) }, body: await response.clone().text() }
+        await checkConsoleAnswer(url, answer, credentials(input, init, response))
+        return response
+      }
+      if (!url.pathname.startsWith('/v1/')) return response
       let contract = documents.get(url.origin)
       if (!contract) {
         contract = Contract.load(url.origin)
         documents.set(url.origin, contract)
       }
-      const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase()
       const checker = await contract
       if (!checker.documents(method, url.pathname)) return response
       checker.check(method, url.pathname, response, await response.clone().text())

@@ -1,35 +1,123 @@
 /**
- * The console API's own OpenAPI document, served on the console listener (never on the API's): its
- * schemas are the TypeBox objects that validate the bodies (model.ts).
+ * The console API's OpenAPI document, generated from its routes as the API's is (@elysiajs/openapi's
+ * generator over the app). Each route carries its own `detail`, made by `operation` from the models;
+ * what the app's hooks answer is added from the app's structure, so no route restates it: 413 and 421
+ * (the check before routing) and 500 and 503 on every route, and, on each route the operator guard runs
+ * before, 401, 403 on a change (the Origin check) and 404 for a key id.
  */
-import { SCHEMAS } from './model'
+import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
+import type { TObject } from '@sinclair/typebox'
+import { type AnyElysia, parametersFrom } from '../../http/openapi'
+import type { RouteInfo } from '../../http/routes'
+import { MAX_BODY_BYTES, SCHEMAS, type SchemaName, SESSION_COOKIE } from './model'
 
-const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
-const json = (description: string, schema: string) => ({ description, content: { 'application/json': { schema: ref(schema) } } })
+const KIB = MAX_BODY_BYTES / 1024
+
+const TAGS = {
+  session: 'Signing in and out.',
+  keys: 'The API keys: list, create, revoke, change plan, reset limits.',
+  usage: 'Requests by outcome over time, per key and for the fleet; callers of the deprecated getPet.',
+  bans: 'Keys and client addresses banned now, and lifting a ban.',
+  log: 'The API\'s recent answers and the audit log.',
+  document: 'This document.',
+}
+type Tag = keyof typeof TAGS
+
+const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` })
+
+/** A JSON answer of one of the model's schemas. */
+export const json = (description: string, schema: SchemaName, headers: Record<string, object> = {}) => ({
+  description,
+  ...(Object.keys(headers).length ? { headers } : {}),
+  content: { 'application/json': { schema: ref(schema) } },
+})
+/** An answer without a body. */
+export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({ description, ...(Object.keys(headers).length ? { headers } : {}) })
+export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string) => json(description, 'Error')
-const noContent = { description: 'Done.' }
-const body = (schema: string) => ({ required: true, content: { 'application/json': { schema: ref(schema) } } })
-const path = (name: string, description: string) => ({ name, in: 'path', required: true, schema: { type: 'string' }, description })
-const keyId = path('id', 'The key\'s id (key_...).')
+
+const SET_COOKIE = { description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`, required: true, schema: { type: 'string' } }
+const ENDED_COOKIE = { ...SET_COOKIE, description: 'The session cookie, emptied with Max-Age=0.' }
+export const HEADERS = {
+  setCookie: { 'Set-Cookie': SET_COOKIE },
+  endedCookie: { 'Set-Cookie': ENDED_COOKIE },
+  retryAfter: { 'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } } },
+}
 
 const ERRORS = {
   400: error('The request is malformed; the message names the field.'),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
-  403: error('A state-changing request with a session cookie but without this console\'s own Origin.'),
-  404: error('No such key (or an id not shaped like a key id).'),
-  413: error('A body over 8 KiB (by its Content-Length, or as it arrives); the connection is closed.'),
-  421: error('The Host (or a trusted proxy\'s X-Forwarded-Host) is not one of the console\'s names (--console-host).'),
+  403: error('A sign-in, or a request that changes something with the session cookie, without this console\'s own Origin.'),
+  404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
+  413: error(`A body over ${KIB} KiB (by its Content-Length, before anything else, or as it arrives); the connection is closed.`),
+  421: error('The Host (or a trusted proxy\'s X-Forwarded-Host) is not one of the console\'s names (--console-host); refused before anything else.'),
+  500: error('The server failed; details are in its log.'),
   503: error('Storage cannot serve this now.'),
 }
-/** Every route can answer 413 and 421: the guard that runs before routing gives them. */
-const errors = (...statuses: (keyof typeof ERRORS)[]) =>
-  Object.fromEntries([...statuses, 413, 421].map((status) => [status, ERRORS[status as keyof typeof ERRORS]]))
+type Status = keyof typeof ERRORS
 
-function operation(summary: string, responses: object, extra: object = {}) {
-  return { summary, responses, ...extra }
+/** Answered on every route: the check before routing, and the failures any route can meet. */
+const EVERY_ROUTE: Status[] = [413, 421, 500, 503]
+
+interface OperationSpec {
+  /** The route's own answers (errors its handler gives included); those every route gives are added. */
+  responses: Record<number, object>
+  /** Statuses of ERRORS this route's handler answers besides. */
+  errors?: Status[]
+  body?: SchemaName
+  path?: TObject
+  query?: TObject
+  description?: string
 }
 
-export function consoleDocument(version: string) {
+/** A route's hook object: its `detail`, every field of which the document takes from the route. */
+export function operation(operationId: string, tag: Tag, summary: string, spec: OperationSpec) {
+  const { responses, errors = [], body, path, query, description } = spec
+  const parameters = [...(path ? parametersFrom(path, 'path') : []), ...(query ? parametersFrom(query, 'query') : [])]
+  return {
+    detail: {
+      operationId,
+      tags: [tag],
+      summary,
+      ...(description ? { description } : {}),
+      ...(parameters.length ? { parameters } : {}),
+      ...(body
+        ? { requestBody: { required: true, description: `JSON, at most ${KIB} KiB.`, content: { 'application/json': { schema: ref(body) } } } }
+        : {}),
+      // Elysia types `detail` with its OpenAPI types; this is an OpenAPI responses object.
+      responses: { ...responses, ...Object.fromEntries(errors.map((status) => [status, ERRORS[status]])) } as Record<string, any>,
+    },
+  }
+}
+
+/** A route left out of the document: the page's files. */
+export const UNDOCUMENTED = { detail: { hide: true } }
+
+type Operation = { parameters?: unknown[]; responses?: Record<string, object>; security?: unknown[] }
+
+/**
+ * The document of `app`'s routes. `guarded` says whether a route is behind the operator guard (it
+ * then answers 401 without a session or token, and the document's security applies to it).
+ */
+export function consoleDocument(app: AnyElysia, version: string, guarded: (route: RouteInfo) => boolean) {
+  const generated = toOpenAPISchema(app, { staticFile: false })
+  for (const route of app.routes as RouteInfo[]) {
+    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, Operation> | undefined
+    const found = item?.[route.method.toLowerCase()]
+    if (!found) continue
+    // The generator gives path parameters as untyped strings: put the route's own back.
+    const parameters = (route.hooks as { detail?: Operation }).detail?.parameters
+    if (parameters) found.parameters = parameters
+    const statuses = [...EVERY_ROUTE]
+    if (guarded(route)) {
+      statuses.push(401)
+      if (route.method !== 'GET') statuses.push(403)
+      if (route.path.includes(':id')) statuses.push(404)
+    } else found.security = []
+    found.responses = Object.fromEntries(
+      Object.entries({ ...Object.fromEntries(statuses.map((status) => [status, ERRORS[status]])), ...found.responses }).sort(),
+    )
+  }
   return {
     openapi: '3.1.0',
     info: {
@@ -41,93 +129,15 @@ export function consoleDocument(version: string) {
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
         'something must carry this console\'s own `Origin`, and so must sign-in. The console answers only to its own ' +
-        'address and the names given with `--console-host` (421 otherwise), and reads no body over 8 KiB (413).',
+        `address and the names given with \`--console-host\` (421 otherwise), and reads no body over ${KIB} KiB (413).`,
     },
     servers: [{ url: '/', description: 'this console' }],
     security: [{ session: [] }, { operatorToken: [] }],
-    paths: {
-      '/api/session': {
-        post: operation(
-          'Sign in: sets the session cookie',
-          {
-            200: json('Signed in.', 'Operator'),
-            ...errors(400, 401, 403),
-            429: error('Too many failed sign-ins for this name within 15 minutes; Retry-After says when to try again.'),
-          },
-          { security: [], requestBody: body('SignIn') },
-        ),
-        delete: operation('Sign out: ends this session', { 204: noContent, ...errors(401, 403) }),
-      },
-      '/api/me': { get: operation('Who is signed in', { 200: json('The operator.', 'Operator'), ...errors(401) }) },
-      '/api/keys': {
-        get: operation('Every key, with its day quota left and ban', { 200: json('The keys.', 'KeyList'), ...errors(401) }),
-        post: operation(
-          'Create a key; its secret is in this answer only',
-          { 201: json('Created.', 'CreatedKey'), ...errors(400, 401, 403, 503) },
-          { requestBody: body('NewKey') },
-        ),
-      },
-      '/api/keys/{id}': {
-        delete: operation('Revoke a key: refused by the API within a second', { 204: noContent, ...errors(401, 403, 404, 503) }, { parameters: [keyId] }),
-      },
-      '/api/keys/{id}/reset-limits': {
-        post: operation('Refill a key\'s buckets and lift its ban, within a second', { 204: noContent, ...errors(401, 403, 404, 503) }, { parameters: [keyId] }),
-      },
-      '/api/keys/{id}/plan': {
-        put: operation(
-          'Move a key to another plan (and its limits), within a second',
-          { 204: noContent, ...errors(400, 401, 403, 404, 503) },
-          { parameters: [keyId], requestBody: body('PlanChange') },
-        ),
-      },
-      '/api/overview': {
-        get: operation('The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', {
-          200: json('The overview.', 'Overview'),
-          ...errors(401),
-        }),
-      },
-      '/api/keys/{id}/usage': {
-        get: operation('One key\'s figures, its requests over a window by outcome, and its recent refusals', { 200: json('The key\'s usage.', 'KeyUsage'), ...errors(400, 401, 404) }, {
-          parameters: [
-            keyId,
-            { name: 'window', in: 'query', schema: { type: 'string', enum: ['hour', 'day', 'week'], default: 'day' }, description: 'hour and day by the minute, week by the hour.' },
-          ],
-        }),
-      },
-      '/api/deprecation': {
-        get: operation('Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', {
-          200: json('The callers.', 'Deprecation'),
-          ...errors(401),
-        }),
-      },
-      '/api/bans': { get: operation('Current bans of keys and client addresses', { 200: json('The bans.', 'BanList'), ...errors(401) }) },
-      '/api/bans/keys/{id}': {
-        delete: operation('Lift a key\'s ban (a limit reset), within a second', { 204: noContent, ...errors(401, 403, 404, 503) }, { parameters: [keyId] }),
-      },
-      '/api/bans/addresses/{address}': {
-        delete: operation('Lift a client address\'s ban', { 204: noContent, ...errors(400, 401, 403) }, {
-          parameters: [path('address', 'The address as the ban list gives it (an IPv6 client is banned by its /64), URL-encoded.')],
-        }),
-      },
-      '/api/requests': {
-        get: operation('The API\'s recent answers (this instance\'s), newest first', { 200: json('The requests.', 'RecentRequests'), ...errors(400, 401) }, {
-          parameters: [
-            { name: 'key', in: 'query', schema: { type: 'string' }, description: 'Only requests with this key id.' },
-            { name: 'status', in: 'query', schema: { type: 'integer', minimum: 100, maximum: 599 }, description: 'Only answers with this status.' },
-            { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 5000, default: 200 } },
-          ],
-        }),
-      },
-      '/api/audit': {
-        get: operation('The audit log, newest first', { 200: json('The entries.', 'AuditLog'), ...errors(400, 401) }, {
-          parameters: [{ name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 5000, default: 200 } }],
-        }),
-      },
-      '/api/openapi.json': { get: operation('This document', { 200: { description: 'The OpenAPI document.' }, ...errors(401) }) },
-    },
+    tags: Object.entries(TAGS).map(([name, description]) => ({ name, description })),
+    paths: generated.paths,
     components: {
       securitySchemes: {
-        session: { type: 'apiKey', in: 'cookie', name: 'petstore_console', description: 'Set by POST /api/session; HttpOnly, SameSite=Strict.' },
+        session: { type: 'apiKey', in: 'cookie', name: SESSION_COOKIE, description: 'Set by POST /api/session; HttpOnly, SameSite=Strict.' },
         operatorToken: { type: 'http', scheme: 'bearer', description: 'An operator token from `petstore operators token NAME`.' },
       },
       schemas: SCHEMAS,

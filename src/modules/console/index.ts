@@ -1,7 +1,8 @@
 /**
- * The console's app: its page, and the JSON API the page uses (with its OpenAPI document), on a listener
- * of its own, never the API's. The page (page/: HTML, a TypeScript module and a stylesheet) holds no
- * data and is served to anyone, so that they can sign in; everything it shows comes from the API.
+ * The console's app: its page, and the JSON API the page uses, on a listener of its own, never the
+ * API's. Each route carries its own OpenAPI detail, from which document.ts makes the document. The
+ * page (page/: HTML, a TypeScript module and a stylesheet) holds no data and is served to anyone, so
+ * that they can sign in; everything it shows comes from the API.
  * Every answer carries a Content-Security-Policy without inline script and refuses framing.
  *
  * Every request first passes an onRequest hook, before routing and before any body is read: a `Host`
@@ -14,6 +15,7 @@
  * from the console's own origin (`Origin`). The routes that take a body read it with the bounded
  * reader, and a body left unread closes its connection.
  */
+import type { TInteger } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
@@ -24,7 +26,7 @@ import { bearerToken } from '../../http/bearer-token'
 import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
-import { RouteTable } from '../../http/routes'
+import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
 import type { Credential } from '../../domain/operators'
@@ -33,8 +35,23 @@ import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { DEPRECATED_OPERATION, SUNSET } from '../pets'
 import { type Window, WINDOWS } from '../usage/service'
-import { consoleDocument } from './document'
-import { FIELD_RULES, NewKey, PlanChange, SignIn } from './model'
+import { consoleDocument, done, HEADERS, json, operation, THIS_DOCUMENT, UNDOCUMENTED } from './document'
+import {
+  AddressParams,
+  AuditQuery,
+  FIELD_RULES,
+  KeyParams,
+  ListLimit,
+  MAX_BODY_BYTES,
+  type Model,
+  NewKey,
+  PlanChange,
+  RequestsQuery,
+  SESSION_COOKIE,
+  SignIn,
+  UsageQuery,
+  UsageWindow,
+} from './model'
 import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
 
@@ -49,11 +66,6 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   version: string
   onInternalError: (error: unknown) => void
 }
-
-export const SESSION_COOKIE = 'petstore_console'
-const MAX_BODY_BYTES = 8 * 1024
-const LIST_DEFAULT = 200
-const LIST_MAX = 5_000
 
 /** On every answer of the console listener. */
 export const SECURITY_HEADERS: Record<string, string> = {
@@ -79,7 +91,7 @@ const REFUSALS_SHOWN = 100
 const SESSION_COOKIES_TRIED = 4
 
 /** The operator behind a request, as the guard found it. */
-export type Operator = Credential & { secret: string }
+type Who = Credential & { secret: string }
 type Set = { status?: number | string; headers: Record<string, unknown> }
 
 const MISDIRECTED = misdirectedRequest('This console does not answer to that host name: use its own address, or a name given with --console-host.')
@@ -116,7 +128,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
    * The session of the cookie. Several cookies of that name can arrive (a sibling site's or another
    * path's beside ours, listed first by the browser): the first that is a live session is the one.
    */
-  const session = async (request: Request): Promise<Operator> => {
+  const session = async (request: Request): Promise<Who> => {
     for (const secret of sessionCookies(request.headers.get('cookie'))) {
       try {
         return { ...(await service.authenticate(secret, 'session')), secret }
@@ -129,7 +141,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   }
 
   /** The operator behind the request: a token for scripts, else the session cookie. */
-  const operator = async (request: Request): Promise<Operator> => {
+  const operator = async (request: Request): Promise<Who> => {
     const token = bearerToken(request.headers.get('authorization'))
     if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
     const credential = await session(request)
@@ -147,13 +159,13 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   }
 
   /** The operator of a route that needs one, and its key id checked once: nothing else reaches storage. */
-  const guard = async (request: Request, params: Record<string, string> | undefined): Promise<Operator> => {
+  const guard = async (request: Request, params: Record<string, string> | undefined): Promise<Who> => {
     const who = await operator(request)
     if (params?.id !== undefined && !KEY_ID.test(params.id)) throw NO_SUCH_KEY
     return who
   }
 
-  const done = (set: Set) => {
+  const noContent = (set: Set) => {
     set.status = 204
     return ''
   }
@@ -172,6 +184,14 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return requests.map((entry) => ({ ...entry, time: new Date(entry.time).toISOString(), keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null }))
   }
 
+  /** The guard: every route declared after it needs an operator, found before its body is read. */
+  const resolveOperator = async ({ request, params }: { request: Request; params: unknown }) => ({
+    who: await guard(request, params as Record<string, string> | undefined),
+  })
+  const behindGuard = (route: RouteInfo) =>
+    ((route.hooks as { beforeHandle?: { fn: unknown }[] }).beforeHandle ?? []).some((hook) => hook.fn === resolveOperator)
+  let document: object | undefined
+
   const app: AnyElysia = new Elysia({ name: 'console' })
     .use(errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError }))
     .onRequest(({ request, set }) => {
@@ -181,80 +201,140 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     .onAfterHandle(({ request, set }) => {
       if (bodyUnread(request)) set.headers.connection = 'close'
     })
-    .guard({ parse: 'none' }, (guarded) =>
-      guarded
+    .guard({ parse: 'none' }, (group) =>
+      group
         // Anyone: the page's files, and sign-in.
-        .get('/', ({ request }) => asset('/', request))
-        .get('/favicon.ico', noFavicon)
-        .get('/:file', ({ params, request }) => asset(`/${params.file}`, request))
-        .post('/api/session', async ({ request, set }) => {
-          checkOrigin(request)
-          const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
-          const { secret, operator: name } = await service.signIn(input.name, input.password)
-          set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
-          return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
-        })
+        .get('/', ({ request }) => asset('/', request), UNDOCUMENTED)
+        .get('/favicon.ico', noFavicon, UNDOCUMENTED)
+        .get('/:file', ({ params, request }) => asset(`/${params.file}`, request), UNDOCUMENTED)
+        .post(
+          '/api/session',
+          async ({ request, set }): Promise<Model<'Operator'>> => {
+            checkOrigin(request)
+            const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            const { secret, operator: name } = await service.signIn(input.name, input.password)
+            set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
+            return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
+          },
+          operation('signIn', 'session', 'Sign in: sets the session cookie', {
+            body: 'SignIn',
+            responses: {
+              200: json('Signed in.', 'Operator', HEADERS.setCookie),
+              401: json('Wrong operator name or password.', 'Error'),
+              429: json('Too many failed sign-ins for this name within 15 minutes, whatever the password.', 'Error', HEADERS.retryAfter),
+            },
+            errors: [400, 403],
+          }),
+        )
         // Every route from here on, one added later included, needs an operator, found before its body is read.
-        .resolve(async ({ request, params }) => ({ who: await guard(request, params as Record<string, string> | undefined) }))
-        .delete('/api/session', async ({ who, set }) => {
-          if (who.kind === 'session') await service.signOut(who.operator, who.secret)
-          set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
-          return done(set)
-        })
-        .get('/api/me', ({ who }) => ({ name: who.operator, via: who.kind }))
-        .get('/api/openapi.json', () => consoleDocument(options.version))
-        .get('/api/keys', () => service.listKeys())
-        .post('/api/keys', async ({ who, request, set }) => {
-          const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
-          const created = await service.createKey(who.operator, input)
-          set.status = 201
-          return created
-        })
-        .delete('/api/keys/:id', async ({ who, params, set }) => {
-          await service.revokeKey(who.operator, params.id)
-          return done(set)
-        })
-        .post('/api/keys/:id/reset-limits', async ({ who, params, set }) => {
-          await service.resetLimits(who.operator, params.id)
-          return done(set)
-        })
-        .put('/api/keys/:id/plan', async ({ who, params, request, set }) => {
-          const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
-          await service.setPlan(who.operator, params.id, input)
-          return done(set)
-        })
-        .get('/api/bans', () => service.bans())
-        .delete('/api/bans/keys/:id', async ({ who, params, set }) => {
-          await service.liftKeyBan(who.operator, params.id)
-          return done(set)
-        })
-        .delete('/api/bans/addresses/:address', async ({ who, params, set }) => {
-          await service.liftAddressBan(who.operator, addressSubjectOf(params.address))
-          return done(set)
-        })
-        .get('/api/requests', async ({ request }) => {
-          const query = new URL(request.url).searchParams
-          const status = query.has('status') ? integerParameter(query, 'status', 100, 599) : undefined
-          const keyId = query.get('key') ?? undefined
-          return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
-        })
-        .get('/api/overview', () => service.overview())
-        .get('/api/keys/:id/usage', async ({ params, request }) => {
-          const { id } = params
-          const usage = await service.keyUsage(id, windowOf(new URL(request.url).searchParams))
-          const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
-            .flat()
-            .sort((a, b) => b.time.localeCompare(a.time))
-            .slice(0, REFUSALS_SHOWN)
-          return { ...usage, refusals }
-        })
-        .get('/api/deprecation', async () => ({
-          operation: DEPRECATED_OPERATION,
-          method: 'GET',
-          path: '/pets/{petId}',
-          ...(await service.deprecation(SUNSET_MS)),
-        }))
-        .get('/api/audit', async ({ request }) => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) })),
+        .resolve(resolveOperator)
+        .delete(
+          '/api/session',
+          async ({ who, set }) => {
+            if (who.kind === 'session') await service.signOut(who.operator, who.secret)
+            set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
+            return noContent(set)
+          },
+          operation('signOut', 'session', 'Sign out: ends this session', { responses: { 204: done('Signed out.', HEADERS.endedCookie) } }),
+        )
+        .get('/api/me', ({ who }): Model<'Operator'> => ({ name: who.operator, via: who.kind }), operation('me', 'session', 'Who is signed in', { responses: { 200: json('The operator.', 'Operator') } }))
+        .get('/api/openapi.json', () => (document ??= consoleDocument(app, options.version, behindGuard)), operation('openapi', 'document', 'This document', { responses: { 200: THIS_DOCUMENT } }))
+        .get('/api/keys', () => service.listKeys(), operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }))
+        .post(
+          '/api/keys',
+          async ({ who, request, set }) => {
+            const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            const created = await service.createKey(who.operator, input)
+            set.status = 201
+            return created
+          },
+          operation('createKey', 'keys', 'Create a key; its secret is in this answer only', { body: 'NewKey', responses: { 201: json('Created.', 'CreatedKey') }, errors: [400] }),
+        )
+        .delete(
+          '/api/keys/:id',
+          async ({ who, params, set }) => {
+            await service.revokeKey(who.operator, params.id)
+            return noContent(set)
+          },
+          operation('revokeKey', 'keys', 'Revoke a key: refused by the API within a second', { path: KeyParams, responses: { 204: done('Revoked.') } }),
+        )
+        .post(
+          '/api/keys/:id/reset-limits',
+          async ({ who, params, set }) => {
+            await service.resetLimits(who.operator, params.id)
+            return noContent(set)
+          },
+          operation('resetLimits', 'keys', 'Refill a key\'s buckets and lift its ban, within a second', { path: KeyParams, responses: { 204: done('Reset.') } }),
+        )
+        .put(
+          '/api/keys/:id/plan',
+          async ({ who, params, request, set }) => {
+            const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            await service.setPlan(who.operator, params.id, input)
+            return noContent(set)
+          },
+          operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', { path: KeyParams, body: 'PlanChange', responses: { 204: done('Moved.') }, errors: [400] }),
+        )
+        .get('/api/bans', () => service.bans(), operation('listBans', 'bans', 'Current bans of keys and client addresses', { responses: { 200: json('The bans.', 'BanList') } }))
+        .delete(
+          '/api/bans/keys/:id',
+          async ({ who, params, set }) => {
+            await service.liftKeyBan(who.operator, params.id)
+            return noContent(set)
+          },
+          operation('liftKeyBan', 'bans', 'Lift a key\'s ban (a limit reset), within a second', { path: KeyParams, responses: { 204: done('Lifted.') } }),
+        )
+        .delete(
+          '/api/bans/addresses/:address',
+          async ({ who, params, set }) => {
+            await service.liftAddressBan(who.operator, addressSubjectOf(params.address))
+            return noContent(set)
+          },
+          operation('liftAddressBan', 'bans', 'Lift a client address\'s ban', { path: AddressParams, responses: { 204: done('Lifted.') }, errors: [400] }),
+        )
+        .get(
+          '/api/requests',
+          async ({ request }): Promise<Model<'RecentRequests'>> => {
+            const query = new URL(request.url).searchParams
+            const status = integerParameter(query, 'status', RequestsQuery.properties.status)
+            const keyId = query.get('key') ?? undefined
+            return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
+          },
+          operation('recentRequests', 'log', 'The API\'s recent answers (this instance\'s), newest first', { query: RequestsQuery, responses: { 200: json('The requests.', 'RecentRequests') }, errors: [400] }),
+        )
+        .get(
+          '/api/overview',
+          () => service.overview(),
+          operation('overview', 'usage', 'The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', { responses: { 200: json('The overview.', 'Overview') } }),
+        )
+        .get(
+          '/api/keys/:id/usage',
+          async ({ params, request }): Promise<Model<'KeyUsage'>> => {
+            const { id } = params
+            const usage = await service.keyUsage(id, windowOf(new URL(request.url).searchParams))
+            const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
+              .flat()
+              .sort((a, b) => b.time.localeCompare(a.time))
+              .slice(0, REFUSALS_SHOWN)
+            return { ...usage, refusals }
+          },
+          operation('keyUsage', 'usage', 'One key\'s figures, its requests over a window by outcome, and its recent refusals', { path: KeyParams, query: UsageQuery, responses: { 200: json('The key\'s usage.', 'KeyUsage') }, errors: [400] }),
+        )
+        .get(
+          '/api/deprecation',
+          async (): Promise<Model<'Deprecation'>> => ({
+            operation: DEPRECATED_OPERATION,
+            method: 'GET',
+            path: '/pets/{petId}',
+            ...(await service.deprecation(SUNSET_MS)),
+          }),
+          operation('deprecation', 'usage', 'Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', { responses: { 200: json('The callers.', 'Deprecation') } }),
+        )
+        .get(
+          '/api/audit',
+          async ({ request }): Promise<Model<'AuditLog'>> => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) }),
+          operation('auditLog', 'log', 'The audit log, newest first', { query: AuditQuery, responses: { 200: json('The entries.', 'AuditLog') }, errors: [400] }),
+        ),
     )
   routes.read(app.routes)
   return app
@@ -296,20 +376,23 @@ function sessionCookie(secret: string, options: { secure?: boolean; maxAge?: num
   return new Bun.Cookie(SESSION_COOKIE, secret, { path: '/', httpOnly: true, sameSite: 'strict', ...options }).serialize()
 }
 
-function integerParameter(query: URLSearchParams, name: string, min: number, max: number): number {
-  const text = query.get(name)!
-  if (!/^\d{1,10}$/.test(text) || Number(text) < min || Number(text) > max) throw badRequest(`${name}: must be an integer from ${min} to ${max}`)
+/** A query's integer parameter within the bounds its model states; absent, the model's default (if any). */
+function integerParameter(query: URLSearchParams, name: string, schema: TInteger): number | undefined {
+  const text = query.get(name)
+  if (text === null) return schema.default
+  const { minimum, maximum } = schema as TInteger & { minimum: number; maximum: number }
+  if (!/^\d{1,10}$/.test(text) || Number(text) < minimum || Number(text) > maximum) throw badRequest(`${name}: must be an integer from ${minimum} to ${maximum}`)
   return Number(text)
 }
 
 function windowOf(query: URLSearchParams): Window {
-  const window = query.get('window') ?? 'day'
+  const window = query.get('window') ?? UsageWindow.default
   if (!Object.hasOwn(WINDOWS, window)) throw badRequest(`window: must be one of ${Object.keys(WINDOWS).join(', ')}`)
   return window as Window
 }
 
 function limitOf(query: URLSearchParams): number {
-  return query.has('limit') ? integerParameter(query, 'limit', 1, LIST_MAX) : LIST_DEFAULT
+  return integerParameter(query, 'limit', ListLimit)!
 }
 
 /** The limiter's subject for an address as the ban list gives it (an IPv6 client's /64 included). */

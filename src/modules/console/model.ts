@@ -1,9 +1,16 @@
 /**
- * The console API's schemas: the same TypeBox objects validate request bodies and describe the API in
- * the console's own OpenAPI document (GET /api/openapi.json on the console listener).
+ * The console API's schemas, each declared once: the same TypeBox objects validate request bodies and
+ * parameters, describe the answers in the console's OpenAPI document (GET /api/openapi.json), and give
+ * the server and the page (type-only imports, so nothing of this file is in the page's bundle) the
+ * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
 import { PLANS } from '../../domain/plans'
+
+/** No console request body is larger: a larger one is refused with 413 before it is read. */
+export const MAX_BODY_BYTES = 8 * 1024
+/** The session cookie's name. */
+export const SESSION_COOKIE = 'petstore_console'
 
 const Plan = Type.Union(
   PLANS.map((plan) => Type.Literal(plan)),
@@ -20,7 +27,6 @@ export const SignIn = Type.Object(
   },
   { additionalProperties: false },
 )
-export type SignIn = Static<typeof SignIn>
 
 export const NewKey = Type.Object(
   {
@@ -31,13 +37,11 @@ export const NewKey = Type.Object(
   },
   { additionalProperties: false },
 )
-export type NewKey = Static<typeof NewKey>
 
 export const PlanChange = Type.Object(
   { plan: Plan, rpm: Type.Optional(Limit('Requests per minute')), rpd: Type.Optional(Limit('Requests per day')) },
   { additionalProperties: false },
 )
-export type PlanChange = Static<typeof PlanChange>
 
 /** What each field must be, for the 400 that names it. */
 export const FIELD_RULES: Record<string, string> = {
@@ -79,6 +83,7 @@ const Millis = Type.Union([Type.Number(), Type.Null()], {
 })
 const Counts = (description: string) => Type.Array(Type.Integer({ minimum: 0 }), { description })
 
+/** A usage series as columns (what a chart draws): the points are `from`, `from + step`, ... up to now, zeros included. */
 const Series = Type.Object(
   {
     resolution: Type.Union([Type.Literal('minute'), Type.Literal('hour')]),
@@ -95,13 +100,21 @@ const Series = Type.Object(
   { description: 'Requests by outcome over a window, as columns; exactly the figures of `keys usage`.' },
 )
 
-const Ban = Type.Object({
-  kind: Type.Union([Type.Literal('key'), Type.Literal('address')]),
-  keyId: Type.Optional(Type.String()),
-  keyName: Type.Optional(Type.String()),
-  address: Type.Optional(Type.String()),
-  bannedUntil: Time('When the ban ends.'),
+/** The windows a usage series is read over: hour and day by the minute, week by the hour. */
+export const UsageWindow = Type.Union([Type.Literal('hour'), Type.Literal('day'), Type.Literal('week')], {
+  default: 'day',
+  description: 'hour and day by the minute, week by the hour.',
 })
+export type UsageWindow = Static<typeof UsageWindow>
+
+const Ban = Type.Union([
+  Type.Object({ kind: Type.Literal('key'), keyId: Type.String(), keyName: Type.String(), bannedUntil: Time('When the ban ends.') }),
+  Type.Object({
+    kind: Type.Literal('address'),
+    address: Type.String({ description: 'A client address, or an IPv6 client\'s /64.' }),
+    bannedUntil: Time('When the ban ends.'),
+  }),
+])
 
 const RecentRequest = Type.Object({
   time: Time('When the answer was given.'),
@@ -122,57 +135,76 @@ const AuditEntry = Type.Object({
   target: Type.String({ description: 'What it was done to: a key id, an address, an operator; empty when nothing.' }),
 })
 
-const Error = Type.Object({
+const ErrorBody = Type.Object({
   code: Type.String(),
   message: Type.String({ description: 'What went wrong; a 400 names the field.' }),
   status: Type.Integer(),
 })
 
-export const SCHEMAS: Record<string, TSchema> = {
+const Overview = Type.Object({
+  activeKeysToday: Type.Integer({ description: 'Keys with at least one request in the UTC day so far.' }),
+  bansNow: Type.Integer({ description: 'Keys and client addresses banned now.' }),
+  limiterAnswered: Type.Boolean({ description: 'false when the rate limiter did not answer: bansNow may then miss some.' }),
+  hour: Series,
+  day: Series,
+  week: Series,
+})
+
+const KeyUsage = Type.Object({
+  key: Type.Object({
+    id: Type.String(),
+    name: Type.String(),
+    plan: Plan,
+    today: Outcomes,
+    lastUsedAt: NullableTime('The key\'s last request.'),
+    deprecated: Type.Object({
+      day: Count('getPet calls in the last 24 hours.'),
+      week: Count('getPet calls in the last 7 days.'),
+      last: NullableTime('Start of the minute (or hour, past a day) of the last getPet call.'),
+    }),
+  }),
+  window: UsageWindow,
+  series: Series,
+  refusals: Type.Array(RecentRequest, { description: 'The key\'s 429s and 401s among this instance\'s recent requests, newest first (at most 100).' }),
+})
+
+const Deprecation = Type.Object({
+  operation: Type.Literal('getPet'),
+  method: Type.Literal('GET'),
+  path: Type.Literal('/pets/{petId}'),
+  sunset: Time('When the operation is removed: the date of its Sunset header.'),
+  daysLeft: Type.Integer({ description: 'Whole days from now to the sunset, rounded up.' }),
+  callers: Type.Array(
+    Type.Object({
+      keyId: Type.String(),
+      name: Type.String(),
+      day: Count('Calls in the last 24 hours.'),
+      week: Count('Calls in the last 7 days.'),
+      lastCall: NullableTime('Start of the minute (or hour, past a day) of the last call.'),
+    }),
+    { description: 'Every key with a call in the last 7 days, most calls first.' },
+  ),
+})
+
+const Operator = Type.Object({
+  name: Type.String(),
+  via: Type.Union([Type.Literal('session'), Type.Literal('token')]),
+  idleMinutes: Type.Optional(Type.Integer({ description: 'On sign-in: the minutes without a request after which the session ends.' })),
+})
+
+const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
+const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: 'The key\'s secret, shown only in this answer.' }) })
+const BanList = Type.Object({ bans: Type.Array(Ban), limiterAnswered: Type.Boolean() })
+const RecentRequests = Type.Object({ requests: Type.Array(RecentRequest) })
+const AuditLog = Type.Object({ entries: Type.Array(AuditEntry) })
+
+/** The document's named schemas: what a route's detail refers to by name. */
+export const SCHEMAS = {
   Outcomes,
   Series,
-  Overview: Type.Object({
-    activeKeysToday: Type.Integer({ description: 'Keys with at least one request in the UTC day so far.' }),
-    bansNow: Type.Integer({ description: 'Keys and client addresses banned now.' }),
-    limiterAnswered: Type.Boolean({ description: 'false when the rate limiter did not answer: bansNow may then miss some.' }),
-    hour: Series,
-    day: Series,
-    week: Series,
-  }),
-  KeyUsage: Type.Object({
-    key: Type.Object({
-      id: Type.String(),
-      name: Type.String(),
-      plan: Plan,
-      today: Outcomes,
-      lastUsedAt: NullableTime('The key\'s last request.'),
-      deprecated: Type.Object({
-        day: Count('getPet calls in the last 24 hours.'),
-        week: Count('getPet calls in the last 7 days.'),
-        last: NullableTime('Start of the minute (or hour, past a day) of the last getPet call.'),
-      }),
-    }),
-    window: Type.Union([Type.Literal('hour'), Type.Literal('day'), Type.Literal('week')]),
-    series: Series,
-    refusals: Type.Array(RecentRequest, { description: 'The key\'s 429s and 401s among this instance\'s recent requests, newest first (at most 100).' }),
-  }),
-  Deprecation: Type.Object({
-    operation: Type.Literal('getPet'),
-    method: Type.Literal('GET'),
-    path: Type.Literal('/pets/{petId}'),
-    sunset: Time('When the operation is removed: the date of its Sunset header.'),
-    daysLeft: Type.Integer({ description: 'Whole days from now to the sunset, rounded up.' }),
-    callers: Type.Array(
-      Type.Object({
-        keyId: Type.String(),
-        name: Type.String(),
-        day: Count('Calls in the last 24 hours.'),
-        week: Count('Calls in the last 7 days.'),
-        lastCall: NullableTime('Start of the minute (or hour, past a day) of the last call.'),
-      }),
-      { description: 'Every key with a call in the last 7 days, most calls first.' },
-    ),
-  }),
+  Overview,
+  KeyUsage,
+  Deprecation,
   SignIn,
   NewKey,
   PlanChange,
@@ -180,11 +212,30 @@ export const SCHEMAS: Record<string, TSchema> = {
   Ban,
   RecentRequest,
   AuditEntry,
-  Error,
-  Operator: Type.Object({ name: Type.String(), via: Type.Union([Type.Literal('session'), Type.Literal('token')]) }),
-  KeyList: Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() }),
-  CreatedKey: Type.Object({ key: Key, secret: Type.String({ description: 'The key\'s secret, shown only in this answer.' }) }),
-  BanList: Type.Object({ bans: Type.Array(Ban), limiterAnswered: Type.Boolean() }),
-  RecentRequests: Type.Object({ requests: Type.Array(RecentRequest) }),
-  AuditLog: Type.Object({ entries: Type.Array(AuditEntry) }),
-}
+  Error: ErrorBody,
+  Operator,
+  KeyList,
+  CreatedKey,
+  BanList,
+  RecentRequests,
+  AuditLog,
+} satisfies Record<string, TSchema>
+export type SchemaName = keyof typeof SCHEMAS
+/** What a named schema describes, as a type: `Model<'KeyList'>` is the body GET /api/keys answers. */
+export type Model<N extends SchemaName> = Static<(typeof SCHEMAS)[N]>
+
+/** The path parameters: a key id (checked by the guard before anything looks for it), a banned address. */
+export const KeyParams = Type.Object({ id: Type.String({ description: 'The key\'s id (key_...).' }) })
+export const AddressParams = Type.Object({
+  address: Type.String({ description: 'The address as the ban list gives it (an IPv6 client is banned by its /64), URL-encoded.' }),
+})
+
+/** How many of the newest rows a list gives: `limit` of /api/requests and /api/audit. */
+export const ListLimit = Type.Integer({ minimum: 1, maximum: 5_000, default: 200, description: 'How many of the newest to give.' })
+export const RequestsQuery = Type.Object({
+  key: Type.Optional(Type.String({ description: 'Only requests with this key id.' })),
+  status: Type.Optional(Type.Integer({ minimum: 100, maximum: 599, description: 'Only answers with this status.' })),
+  limit: Type.Optional(ListLimit),
+})
+export const AuditQuery = Type.Object({ limit: Type.Optional(ListLimit) })
+export const UsageQuery = Type.Object({ window: Type.Optional(UsageWindow) })

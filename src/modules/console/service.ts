@@ -26,7 +26,8 @@ import { type AddressSubject, keySubject, type Subject } from '../../domain/subj
 import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
-import { type Outcomes, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
+import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
+import type { Model } from './model'
 
 export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
@@ -43,43 +44,6 @@ export interface ConsoleServiceDeps {
   limiter: LimiterView
   now: () => number
 }
-
-export interface KeyRow {
-  id: string
-  name: string
-  plan: Plan
-  rpm: number
-  rpd: number
-  createdAt: string
-  lastUsedAt: string | null
-  revokedAt: string | null
-  /** Requests left in the day bucket now; null for a revoked key, or when the limiter does not answer. */
-  dayQuotaLeft: number | null
-  bannedUntil: string | null
-  /** The usage service's figures (written every few seconds): requests and 429s in the UTC day so far, getPet calls in the last 7 days. */
-  requestsToday: number
-  limitedToday: number
-  deprecatedWeek: number
-}
-
-/**
- * A usage series as columns (what a chart draws): the points are `from`, `from + step`, ... up to now,
- * zeros included; the numbers are exactly the usage service's.
- */
-export interface SeriesColumns {
-  resolution: 'minute' | 'hour'
-  from: string
-  stepSeconds: number
-  ok: number[]
-  clientErrors: number[]
-  limited: number[]
-  serverErrors: number[]
-  p50: (number | null)[]
-  p99: (number | null)[]
-  total: Outcomes & { p50: number | null; p99: number | null }
-}
-
-export type BanRow = { kind: 'key'; keyId: string; keyName: string; bannedUntil: string } | { kind: 'address'; address: string; bannedUntil: string }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
 
@@ -175,7 +139,7 @@ export class ConsoleService {
   }
 
   /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken), and its usage. */
-  async listKeys(): Promise<{ keys: KeyRow[]; limiterAnswered: boolean }> {
+  async listKeys(): Promise<Model<'KeyList'>> {
     const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
     const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
     return {
@@ -193,7 +157,7 @@ export class ConsoleService {
   }
 
   /** The fleet's requests over the last hour, day and week by outcome, active keys today and the current bans. */
-  async overview() {
+  async overview(): Promise<Model<'Overview'>> {
     const [usage, { bans, limiterAnswered }] = await Promise.all([this.usage.overview(), this.bans()])
     return {
       activeKeysToday: usage.activeKeysToday,
@@ -206,14 +170,15 @@ export class ConsoleService {
   }
 
   /** One key's figures and its series over a window; 404 when there is no such key. */
-  async keyUsage(id: string, window: Window) {
+  async keyUsage(id: string, window: Window): Promise<Omit<Model<'KeyUsage'>, 'refusals'>> {
     const [figures, series] = await Promise.all([this.usage.key(id), this.usage.series(WINDOWS[window].ms, id)])
     if (!figures || figures.keyId === null) throw noKey(id)
     return {
       key: {
         id: figures.keyId,
         name: figures.name ?? '',
-        plan: figures.plan,
+        // A key id in the figures means the key exists, and so does its plan.
+        plan: figures.plan!,
         today: figures.today,
         lastUsedAt: iso(figures.lastUsed),
         deprecated: { day: figures.deprecated.day, week: figures.deprecated.week, last: iso(figures.deprecated.last) },
@@ -227,7 +192,7 @@ export class ConsoleService {
    * Who still calls the deprecated operation: every key with a call in the last 7 days, most calls first,
    * and the whole days left until `sunsetMs` (the API's Sunset header's date).
    */
-  async deprecation(sunsetMs: number) {
+  async deprecation(sunsetMs: number): Promise<Pick<Model<'Deprecation'>, 'sunset' | 'daysLeft' | 'callers'>> {
     const now = this.deps.now()
     const callers = (await this.usage.keys())
       .filter((figures) => figures.keyId !== null && figures.deprecated.week > 0)
@@ -243,7 +208,7 @@ export class ConsoleService {
   }
 
   /** Every key with what the limiter holds of it. */
-  private async limiterRows(): Promise<{ keys: Omit<KeyRow, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
+  private async limiterRows(): Promise<{ keys: Omit<Model<'Key'>, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
     const records = await this.deps.storage.keys.list()
     let limiterAnswered = true
     const keys = await Promise.all(
@@ -260,7 +225,7 @@ export class ConsoleService {
     return { keys, limiterAnswered }
   }
 
-  async createKey(operator: string, input: CreateKeyInput): Promise<{ key: KeyRow; secret: string }> {
+  async createKey(operator: string, input: CreateKeyInput): Promise<Model<'CreatedKey'>> {
     let made: Awaited<ReturnType<typeof createKey>>
     try {
       made = await createKey(this.deps.storage.keys, input, this.deps.now())
@@ -270,7 +235,7 @@ export class ConsoleService {
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
-    const key: KeyRow = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
+    const key: Model<'Key'> = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
     return { key, secret: made.secret }
   }
 
@@ -302,9 +267,9 @@ export class ConsoleService {
    * Current bans: of keys, as the limiter holds them (every instance's, when Redis is shared); of client
    * addresses, those this instance started, each looked at again (another instance may have lifted it).
    */
-  async bans(): Promise<{ bans: BanRow[]; limiterAnswered: boolean }> {
+  async bans(): Promise<Model<'BanList'>> {
     const { keys, limiterAnswered } = await this.limiterRows()
-    const bans: BanRow[] = keys
+    const bans: Model<'Ban'>[] = keys
       .filter((key) => key.bannedUntil !== null)
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
     for (const { subject } of this.deps.limiter.bans(this.deps.now())) {
@@ -325,7 +290,7 @@ export class ConsoleService {
     await this.audit(operator, 'ban.lift', subject.address)
   }
 
-  async auditLog(limit: number): Promise<{ at: string; actor: string; action: string; target: string }[]> {
+  async auditLog(limit: number): Promise<Model<'AuditLog'>['entries']> {
     return (await this.deps.storage.operators.auditLog(limit)).map((entry) => ({ ...entry, at: iso(entry.at)! }))
   }
 
@@ -348,7 +313,7 @@ function keyFields(record: ApiKeyRecord) {
   }
 }
 
-function columns(series: UsageSeries): SeriesColumns {
+function columns(series: UsageSeries): Model<'Series'> {
   const column = <F extends keyof UsageSeries['points'][number]>(field: F) => series.points.map((point) => point[field])
   const { at: _at, ...total } = series.total
   return {

@@ -6,44 +6,10 @@
  */
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
+// Types only: the server's model declares what each route answers, and nothing of it is bundled.
+import type { Model, UsageWindow } from '../model'
 
-interface Key {
-  id: string
-  name: string
-  plan: string
-  rpm: number
-  rpd: number
-  lastUsedAt: string | null
-  revokedAt: string | null
-  dayQuotaLeft: number | null
-  bannedUntil: string | null
-  requestsToday: number
-  limitedToday: number
-  deprecatedWeek: number
-}
-
-interface Outcomes {
-  requests: number
-  ok: number
-  clientErrors: number
-  limited: number
-  serverErrors: number
-}
-
-/** The console API's series: columns from `from`, one point per `stepSeconds`. */
-interface Series {
-  resolution: 'minute' | 'hour'
-  from: string
-  stepSeconds: number
-  ok: number[]
-  clientErrors: number[]
-  limited: number[]
-  serverErrors: number[]
-  total: Outcomes & { p50: number | null; p99: number | null }
-}
-
-type Window = 'hour' | 'day' | 'week'
-const WINDOW_WORDS: Record<Window, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
+const WINDOW_WORDS: Record<UsageWindow, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
 
 /** The chart's lines: an outcome class each, with its colour (console.css) and what it means. */
 const OUTCOMES = [
@@ -54,17 +20,17 @@ const OUTCOMES = [
 ] as const
 
 const $ = <T extends Element>(selector: string) => document.querySelector<T>(selector)!
-let keys: Key[] = []
-let sortBy: keyof Key = 'name'
+let keys: Model<'Key'>[] = []
+let sortBy: keyof Model<'Key'> = 'name'
 let ascending = true
-let overviewWindow: Window = 'hour'
-let keyWindow: Window = 'day'
+let overviewWindow: UsageWindow = 'hour'
+let keyWindow: UsageWindow = 'day'
 let shownKey = ''
 /** The charts drawn, by container id, with their data, to redraw on a resize or a change of colour scheme. */
 const charts = new Map<string, { chart: uPlot; redraw: () => void }>()
 
-/** Calls the console API; a 401 shows the sign-in form again. */
-async function api(method: string, path: string, body?: unknown): Promise<any> {
+/** Calls the console API; a 401 shows the sign-in form again. `T` is what the route answers (model.ts); null for no body. */
+async function api<T = null>(method: string, path: string, body?: unknown): Promise<T> {
   const response = await fetch(path, {
     method,
     headers: body === undefined ? {} : { 'content-type': 'application/json' },
@@ -77,7 +43,7 @@ async function api(method: string, path: string, body?: unknown): Promise<any> {
   const text = await response.text()
   const value = text ? JSON.parse(text) : null
   if (!response.ok) throw new Error(value?.message ?? `The console answered ${response.status}.`)
-  return value
+  return value as T
 }
 
 function cell(row: HTMLTableRowElement, text: string | number | null): HTMLTableCellElement {
@@ -138,7 +104,7 @@ async function showTab(name: string): Promise<void> {
 }
 
 async function loadKeys(): Promise<void> {
-  keys = (await api('GET', '/api/keys')).keys
+  keys = (await api<Model<'KeyList'>>('GET', '/api/keys')).keys
   drawKeys()
 }
 
@@ -218,7 +184,7 @@ const ms = (value: number | null) => (value === null ? null : `${value} ms`)
 const steps = uPlot.paths.stepped!({ align: 1 })
 
 /** Draws a series' outcome classes over time in `container`, replacing what was there; says its totals in `caption`. */
-function drawChart(container: HTMLElement, caption: HTMLElement, series: Series, window: Window): void {
+function drawChart(container: HTMLElement, caption: HTMLElement, series: Model<'Series'>, window: UsageWindow): void {
   charts.get(container.id)?.chart.destroy()
   const start = Date.parse(series.from) / 1000
   // One point more, at the end of the current minute (or hour), so that the last step is drawn as wide as the others.
@@ -258,8 +224,8 @@ function pressed(selector: string, value: string, attribute: string): void {
 }
 
 async function loadOverview(): Promise<void> {
-  const overview = await api('GET', '/api/overview')
-  const series: Series = overview[overviewWindow]
+  const overview = await api<Model<'Overview'>>('GET', '/api/overview')
+  const series = overview[overviewWindow]
   pressed('[data-window]', overviewWindow, 'data-window')
   const { total } = series
   figures($('#overview-figures'), [
@@ -281,7 +247,7 @@ async function showKey(id: string): Promise<void> {
 }
 
 async function loadKey(): Promise<void> {
-  const { key, series, refusals } = await api('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
+  const { key, series, refusals } = await api<Model<'KeyUsage'>>('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
   $('#key-title').textContent = `Key ${key.name || '(no name)'} (${key.id}, ${key.plan})`
   pressed('[data-key-window]', keyWindow, 'data-key-window')
   figures($('#key-figures'), [
@@ -302,7 +268,7 @@ async function loadKey(): Promise<void> {
 }
 
 async function loadDeprecation(): Promise<void> {
-  const deprecation = await api('GET', '/api/deprecation')
+  const deprecation = await api<Model<'Deprecation'>>('GET', '/api/deprecation')
   const sunset = new Date(deprecation.sunset).toLocaleDateString(undefined, { dateStyle: 'long', timeZone: 'UTC' })
   $('#sunset-note').textContent =
     `${deprecation.method} ${deprecation.path} (${deprecation.operation}) is deprecated and is removed on ${sunset}: ` +
@@ -323,7 +289,7 @@ function redrawCharts(): void {
 }
 
 async function loadBans(): Promise<void> {
-  const { bans } = await api('GET', '/api/bans')
+  const { bans } = await api<Model<'BanList'>>('GET', '/api/bans')
   const body = $<HTMLTableSectionElement>('#ban-table tbody')
   body.replaceChildren()
   for (const ban of bans) {
@@ -344,7 +310,7 @@ async function loadRequests(): Promise<void> {
   const form = new FormData($<HTMLFormElement>('#request-filter'))
   const query = new URLSearchParams({ limit: '500' })
   for (const name of ['key', 'status']) if (form.get(name)) query.set(name, String(form.get(name)))
-  const { requests } = await api('GET', `/api/requests?${query}`)
+  const { requests } = await api<Model<'RecentRequests'>>('GET', `/api/requests?${query}`)
   const body = $<HTMLTableSectionElement>('#request-table tbody')
   body.replaceChildren()
   for (const entry of requests) {
@@ -354,7 +320,7 @@ async function loadRequests(): Promise<void> {
 }
 
 async function loadAudit(): Promise<void> {
-  const { entries } = await api('GET', '/api/audit')
+  const { entries } = await api<Model<'AuditLog'>>('GET', '/api/audit')
   const body = $<HTMLTableSectionElement>('#audit-table tbody')
   body.replaceChildren()
   for (const entry of entries) {
@@ -369,7 +335,7 @@ function wire(): void {
     const form = new FormData(event.target as HTMLFormElement)
     const error = $('#sign-in .error')
     error.textContent = ''
-    api('POST', '/api/session', { name: form.get('name'), password: form.get('password') })
+    api<Model<'Operator'>>('POST', '/api/session', { name: form.get('name'), password: form.get('password') })
       .then((me) => showConsole(me.name))
       .catch((failure: Error) => (error.textContent = failure.message))
   })
@@ -380,7 +346,7 @@ function wire(): void {
   for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]')) tab.addEventListener('click', () => run(() => showTab(tab.dataset.tab!)))
   for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]'))
     header.addEventListener('click', () => {
-      const column = header.dataset.sort as keyof Key
+      const column = header.dataset.sort as keyof Model<'Key'>
       ascending = column === sortBy ? !ascending : true
       sortBy = column
       drawKeys()
@@ -388,12 +354,12 @@ function wire(): void {
   $('#key-search').addEventListener('input', drawKeys)
   for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-window]'))
     choice.addEventListener('click', () => {
-      overviewWindow = choice.dataset.window as Window
+      overviewWindow = choice.dataset.window as UsageWindow
       run(loadOverview)
     })
   for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-key-window]'))
     choice.addEventListener('click', () => {
-      keyWindow = choice.dataset.keyWindow as Window
+      keyWindow = choice.dataset.keyWindow as UsageWindow
       run(loadKey)
     })
   $('#back-to-keys').addEventListener('click', () => run(() => showTab('keys')))
@@ -409,7 +375,7 @@ function wire(): void {
     const input: Record<string, unknown> = { plan: form.get('plan'), name: form.get('name') }
     for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
     run(async () => {
-      const { secret } = await api('POST', '/api/keys', input)
+      const { secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
       $('#secret-value').textContent = secret
       $<HTMLElement>('#secret').hidden = false
       ;(event.target as HTMLFormElement).reset()
@@ -424,4 +390,4 @@ function wire(): void {
 }
 
 wire()
-api('GET', '/api/me').then((me) => showConsole(me.name), showSignIn)
+api<Model<'Operator'>>('GET', '/api/me').then((me) => showConsole(me.name), showSignIn)
