@@ -44,6 +44,13 @@ module.exports = {
       to: { path: '^src/storage/(sqlite|postgres)/', pathNot: '^src/storage/$1/' },
     },
     {
+      name: 'storage-shared-knows-no-engine',
+      comment: 'storage/shared/ is SQL both engines run alike; what differs is each engine\'s runner, which imports it.',
+      severity: 'error',
+      from: { path: '^src/storage/shared/' },
+      to: { path: '^src/storage/(sqlite|postgres)/' },
+    },
+    {
       name: 'limiter-below-the-modules',
       comment: 'The rate limiter and its backends import only the domain and their own helpers.',
       severity: 'error',

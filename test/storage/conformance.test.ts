@@ -426,6 +426,41 @@ function conformance(name: string, backend: Backend) {
     expect(await a.operators.reserveSignIn('eve', NOW + 1, NOW - 1, 1)).toBeNull()
     expect((await a.operators.auditLog(200)).map((entry) => entry.target)).toEqual(['1', 'key_1'])
   })
+
+  test(`${name}: the first operator is made once by handles at the same moment; a name is added once; removing one ends their credentials`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const firsts = await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.addIfNone(`first-${i}`, `hash-${i}`, NOW + i))))
+    expect(firsts.filter(Boolean)).toHaveLength(1)
+    const first = `first-${firsts.indexOf(true)}`
+    expect(await other.operators.addIfNone('late', 'hash', NOW)).toBe(false)
+    const adds = await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.add('eve', `hash-${i}`, NOW + 1))))
+    expect(adds.filter(Boolean)).toHaveLength(1)
+    expect(await other.operators.list()).toEqual([
+      { name: 'eve', createdAt: NOW + 1 },
+      { name: first, createdAt: NOW + firsts.indexOf(true) },
+    ])
+    expect(await a.operators.passwordHash('eve')).toBe(`hash-${adds.indexOf(true)}`)
+    expect(await a.operators.passwordHash('nobody')).toBeNull()
+    expect(await a.operators.setPassword('nobody', 'hash')).toBe(false)
+    expect(await a.operators.addCredential('s-nobody', 'nobody', 'session', NOW)).toBe(false)
+
+    expect(await a.operators.addCredential('s-1', 'eve', 'session', NOW)).toBe(true)
+    expect(await a.operators.addCredential('s-2', 'eve', 'session', NOW)).toBe(true)
+    expect(await a.operators.addCredential('t-1', 'eve', 'token', NOW)).toBe(true)
+    // A new token replaces the old one; sessions stay.
+    expect(await other.operators.addCredential('t-2', 'eve', 'token', NOW)).toBe(true)
+    expect(await a.operators.credential('t-1')).toBeNull()
+    expect(await a.operators.credential('s-1')).toMatchObject({ operator: 'eve', kind: 'session' })
+    await other.operators.endCredential('s-1')
+    expect(await a.operators.credential('s-1')).toBeNull()
+
+    expect(await other.operators.remove('eve')).toBe(true)
+    expect(await other.operators.remove('eve')).toBe(false)
+    expect(await a.operators.credential('s-2')).toBeNull()
+    expect(await a.operators.credential('t-2')).toBeNull()
+    expect((await a.operators.list()).map((operator) => operator.name)).toEqual([first])
+  })
 }
 
 describe('storage conformance', () => {

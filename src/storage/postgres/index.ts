@@ -5,13 +5,15 @@
  */
 import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
+import { SqlLimiterState } from '../shared/limiter-state'
+import { SqlOperators } from '../shared/operators'
+import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
-import { PostgresKeys, PostgresLimiterState } from './keys'
+import { PostgresKeys } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
-import { PostgresOperators } from './operators'
 import { PostgresPets } from './pets'
-import { PostgresUsage } from './usage'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
+import { PostgresRunner } from './runner'
 
 export interface PostgresOptions {
   /** Connections in this instance's pool (Bun.sql opens them all at the first query). */
@@ -93,9 +95,9 @@ export class PostgresStorage implements Storage {
   readonly soleWriter = false
   readonly pets: PostgresPets
   readonly keys: PostgresKeys
-  readonly limiterState: PostgresLimiterState
-  readonly usage: PostgresUsage
-  readonly operators: PostgresOperators
+  readonly limiterState: SqlLimiterState<'async'>
+  readonly usage: SqlUsage<'async'>
+  readonly operators: SqlOperators<'async'>
 
   constructor(
     private readonly sql: Database,
@@ -103,9 +105,10 @@ export class PostgresStorage implements Storage {
   ) {
     this.pets = new PostgresPets(sql)
     this.keys = new PostgresKeys(sql)
-    this.limiterState = new PostgresLimiterState(sql)
-    this.usage = new PostgresUsage(sql)
-    this.operators = new PostgresOperators(sql)
+    const runner = new PostgresRunner(sql)
+    this.limiterState = new SqlLimiterState(runner)
+    this.usage = new SqlUsage(runner)
+    this.operators = new SqlOperators(runner)
   }
 
   ping(): Promise<void> {

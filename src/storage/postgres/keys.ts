@@ -1,5 +1,5 @@
 /**
- * API keys, key-limit resets and saved day buckets in PostgreSQL. Several instances read the same
+ * API keys and key-limit resets in PostgreSQL. Several instances read the same
  * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once,
  * and each create, revoke or change of plan of a key takes a change number, so instances read only what changed.
  */
@@ -7,10 +7,10 @@ import type { SQL } from 'bun'
 import type { Database } from './pool'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
-import type { KeyChanges, KeyRepository, LimiterStateRepository, LimitReset, SavedBucket } from '../../domain/repositories'
+import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
-import { exactInteger } from './numbers'
+import { exactInteger } from '../shared/numbers'
 
 interface KeyRow {
   id: string
@@ -163,28 +163,6 @@ export class PostgresKeys implements KeyRepository {
         if ((await tx`SELECT 1 FROM api_keys LIMIT 1`).length > 0) return false
         await insertKey(tx, r)
         return true
-      }),
-    )
-  }
-}
-
-export class PostgresLimiterState implements LimiterStateRepository {
-  constructor(private readonly sql: Database) {}
-
-  load(): Promise<Map<string, SavedBucket>> {
-    return guarded(async () => {
-      const rows = (await this.sql`SELECT subject, tokens, updated_at FROM limiter_state`) as { subject: string; tokens: number; updated_at: string }[]
-      return new Map(rows.map((row) => [row.subject, { tokens: Number(row.tokens), updatedAt: exactInteger(row.updated_at) }]))
-    })
-  }
-
-  save(buckets: Map<string, SavedBucket>): Promise<void> {
-    if (buckets.size === 0) return Promise.resolve()
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        for (const [subject, bucket] of buckets)
-          await tx`INSERT INTO limiter_state (subject, tokens, updated_at) VALUES (${subject}, ${bucket.tokens}, ${bucket.updatedAt})
-                   ON CONFLICT (subject) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at`
       }),
     )
   }

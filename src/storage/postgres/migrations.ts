@@ -4,7 +4,7 @@
  * together migrate once.
  */
 
-import { usageTablesSql } from '../usage-columns'
+import { usageTablesSql } from '../shared/usage-columns'
 
 /** Advisory lock keys, each a constant of this application ('PETS' and a role). */
 export const LOCKS = {

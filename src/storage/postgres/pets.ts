@@ -13,7 +13,7 @@ import type { NewPet, Pet, PetStatus } from '../../domain/pet'
 import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
-import { exactInteger } from './numbers'
+import { exactInteger } from '../shared/numbers'
 
 interface PetRow {
   id: string

@@ -6,13 +6,14 @@ import { Database } from 'bun:sqlite'
 import { accessSync, chmodSync, constants as fs, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
+import { SqlLimiterState } from '../shared/limiter-state'
+import { SqlOperators } from '../shared/operators'
+import { SqlUsage } from '../shared/usage'
 import { describeUnavailable } from './failures'
 import { SqliteKeys } from './keys'
-import { SqliteLimiterState } from './limiter-state'
-import { SqliteOperators } from './operators'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
-import { SqliteUsage } from './usage'
+import { SqliteRunner } from './runner'
 import { refuseInterruptedRestore } from './restore'
 
 export type { OpenOptions } from './open'
@@ -154,9 +155,9 @@ export function openPetCommitter(file: string): { pets: SqlitePets; close(): voi
 export class SqliteStorage implements Storage {
   readonly pets: SqlitePets
   readonly keys: SqliteKeys
-  readonly limiterState: SqliteLimiterState
-  readonly usage: SqliteUsage
-  readonly operators: SqliteOperators
+  readonly limiterState: SqlLimiterState<'sync'>
+  readonly usage: SqlUsage<'sync'>
+  readonly operators: SqlOperators<'sync'>
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
@@ -182,9 +183,10 @@ export class SqliteStorage implements Storage {
     this.identity = file ? identityOf(file) : null
     this.pets = new SqlitePets(db)
     this.keys = new SqliteKeys(db)
-    this.limiterState = new SqliteLimiterState(db)
-    this.usage = new SqliteUsage(db)
-    this.operators = new SqliteOperators(db)
+    const runner = new SqliteRunner(db)
+    this.limiterState = new SqlLimiterState(runner)
+    this.usage = new SqlUsage(runner)
+    this.operators = new SqlOperators(runner)
   }
 
   /**

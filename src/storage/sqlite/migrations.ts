@@ -3,7 +3,7 @@
  * application id marks the file as ours. Steps are only ever appended.
  */
 
-import { usageTablesSql } from '../usage-columns'
+import { usageTablesSql } from '../shared/usage-columns'
 
 /** 'PETS' in ASCII: marks a file as ours, so a foreign SQLite database is refused, not migrated. */
 export const APPLICATION_ID = 0x50455453

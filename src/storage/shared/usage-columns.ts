@@ -2,7 +2,7 @@
  * The usage tables' columns, for both backends: one column per counter of domain/usage.ts, in its
  * order. Part of the schema: a change to the counters needs a migration, not an edit here.
  */
-import { COUNTERS, LATENCY_BUCKETS, type Resolution } from '../domain/usage'
+import { COUNTERS, LATENCY_BUCKETS, type Resolution } from '../../domain/usage'
 
 export const USAGE_TABLES: Record<Resolution, string> = { minute: 'usage_minutes', hour: 'usage_hours' }
 

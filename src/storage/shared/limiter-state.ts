@@ -1,0 +1,23 @@
+/** Day buckets of API keys, saved so that a restart does not hand out a fresh daily quota. For both engines. */
+import type { LimiterStateRepository, SavedBucket } from '../../domain/repositories'
+import { exactInteger } from './numbers'
+import { type Answer, changes, type Integer, type Mode, rows, type Runner, sql } from './sql'
+
+export class SqlLimiterState<M extends Mode> implements LimiterStateRepository {
+  constructor(private readonly db: Runner<M>) {}
+
+  load(): Answer<M, Map<string, SavedBucket>> {
+    return this.db.read(function* () {
+      const found = yield* rows<{ subject: string; tokens: number; updated_at: Integer }>(sql`SELECT subject, tokens, updated_at FROM limiter_state`)
+      return new Map(found.map((row) => [row.subject, { tokens: Number(row.tokens), updatedAt: exactInteger(row.updated_at) }]))
+    })
+  }
+
+  save(buckets: Map<string, SavedBucket>): Answer<M, void> {
+    return this.db.write(function* () {
+      for (const [subject, bucket] of buckets)
+        yield* changes(sql`INSERT INTO limiter_state (subject, tokens, updated_at) VALUES (${subject}, ${bucket.tokens}, ${bucket.updatedAt})
+                           ON CONFLICT (subject) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at`)
+    })
+  }
+}

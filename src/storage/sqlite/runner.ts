@@ -1,0 +1,38 @@
+/** Runs the shared repositories' work (storage/shared/sql.ts) on the data file, answering at once. */
+import type { Database, SQLQueryBindings } from 'bun:sqlite'
+import type { Runner, Step, Work } from '../shared/sql'
+import { describeUnavailable } from './failures'
+
+export class SqliteRunner implements Runner<'sync'> {
+  constructor(private readonly db: Database) {}
+
+  read<T>(work: () => Work<T>): T {
+    const steps = work()
+    return this.finish(steps, steps.next())
+  }
+
+  /** In one immediate transaction: it holds the file's write lock, so no other lock is taken. */
+  write<T>(work: () => Work<T>): T {
+    const steps = work()
+    const first = steps.next()
+    if (first.done) return first.value
+    try {
+      return this.db.transaction(() => this.finish(steps, first)).immediate()
+    } catch (error) {
+      describeUnavailable(error)
+    }
+  }
+
+  private finish<T>(steps: Work<T>, next: IteratorResult<Step, T>): T {
+    while (!next.done) next = steps.next(this.perform(next.value))
+    return next.value
+  }
+
+  private perform(step: Step): unknown {
+    if ('lock' in step) return undefined
+    const statement = 'rows' in step ? step.rows : step.changes
+    const query = this.db.query(statement.text('sqlite'))
+    const values = statement.values as SQLQueryBindings[]
+    return 'rows' in step ? query.all(...values) : query.run(...values).changes
+  }
+}
