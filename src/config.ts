@@ -241,7 +241,7 @@ function parseOrigin(value: string): string {
 
 /** HOST:PORT, with an IPv6 host in brackets. */
 function parseListenAddress(value: string, name: string): { host: string; port: number } {
-  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(value)
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value)
   if (!match || Number(match[3]) > 65535)
     throw new ConfigError(`${name} must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "${value}"`)
   return { host: match[1] ?? match[2]!, port: Number(match[3]) }

@@ -59,7 +59,7 @@ export function parse<T extends FlagTable>(args: string[], table: T, usage: stri
       return [row.flag, { type, multiple: row.kind === 'list' }]
     }),
   )
-  let parsed
+  let parsed: ReturnType<typeof parseArgs>
   try {
     parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean' } }, allowPositionals: true, strict: true })
   } catch (error) {

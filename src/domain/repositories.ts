@@ -70,11 +70,6 @@ export interface KeyRepository {
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The limit resets asked for since this handle's last call. */
   takeLimitResets(): MaybePromise<LimitReset[]>
-  /**
-   * Gives a key that is not revoked another plan and limits; it takes the next change number, so a
-   * running server applies it at its next poll. False when there is no such key, or it is revoked.
-   */
-  setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): MaybePromise<boolean>
 }
 
 export interface LimitReset {

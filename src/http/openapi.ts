@@ -9,6 +9,7 @@ import { INT64_MAX, INT64_MIN } from '../domain/pet'
 import { BODY_DEADLINE_MS } from './json-body'
 
 // Elysia's generic parameters carry nothing useful across this boundary.
+// biome-ignore lint/suspicious/noExplicitAny: any Elysia instance, whatever its generics
 export type AnyElysia = Elysia<any, any, any, any, any, any, any>
 
 const RATE_LIMIT_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit', 'RateLimit-Policy']
@@ -36,6 +37,7 @@ export const schemaRef = (name: string) => ref('schemas', name)
  * answer carries more headers (getPet's deprecation fields) gets its own copies that list them too.
  */
 // Document fragments are handed to Elysia's `detail`, typed by its OpenAPI types; any is the honest type.
+// biome-ignore lint/suspicious/noExplicitAny: Elysia types `detail.responses` with its own OpenAPI types
 export function errorResponses(statuses: number[], extraHeaders: string[] = []): Record<string, any> {
   if (extraHeaders.length === 0)
     return Object.fromEntries(statuses.map((status) => [String(status), ref('responses', ERROR_NAMES[status]!)]))

@@ -135,7 +135,7 @@ export function gate(options: GateOptions) {
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    let key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
+    const key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
     let refused: ApiError | undefined
     try {
       let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free)

@@ -114,6 +114,7 @@ function isoNow(): string {
   return isoText
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what must be escaped
 const NEEDS_ESCAPING = /["\\\u0000-\u001f\u007f-\uffff]/
 
 /** A JSON string literal; JSON.stringify only for text that needs escaping (rare, and costly per request). */

@@ -16,7 +16,7 @@ let key: string
 /** The absolute base URL the server puts in links (it follows the bound port). */
 let linkBase: string
 /** Pets created in beforeAll, in creation order. */
-let created: { id: number; name: string; categoryId: number; status: string }[] = []
+const created: { id: number; name: string; categoryId: number; status: string }[] = []
 
 async function list(query = '', headers: Record<string, string> = auth(key)) {
   const res = await fetch(`${app.base}/pets${query}`, { headers })

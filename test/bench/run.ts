@@ -750,7 +750,7 @@ async function main(argv: string[]): Promise<number> {
     const table = markdown(result)
     mkdirSync(dirname(options.out), { recursive: true })
     writeFileSync(options.out, `${JSON.stringify(result, null, 2)}\n`)
-    writeFileSync(options.out.replace(/\.json$/, '') + '.md', table)
+    writeFileSync(`${options.out.replace(/\.json$/, '')}.md`, table)
     console.log(table)
     log(`JSON written to ${options.out}`)
     if (options.compare) console.log(comparison(JSON.parse(readFileSync(options.compare, 'utf8')) as BenchResult, result))

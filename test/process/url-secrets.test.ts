@@ -42,7 +42,7 @@ async function everyCommand(url: string): Promise<CliResult[]> {
     cliAsync(['keys', 'reset-limits', 'key_nope'], { env }),
     cliAsync(['pets', 'seed', '--count', '2'], { env }),
     cliAsync(['pets', 'reset'], { env }),
-    cliAsync(['keys', 'list', '--redis-url', 'redis://:' + SECRETS[3] + '@127.0.0.1:1'], { env }),
+    cliAsync(['keys', 'list', '--redis-url', `redis://:${SECRETS[3]}@127.0.0.1:1`], { env }),
   ])
 }
 

@@ -38,8 +38,8 @@ const fileOf = (name: string) => join(dir, `petstore-${name}${name.startsWith('w
 /** What the file's header says it runs on. */
 function architecture(file: string): string {
   const head = readFileSync(file).subarray(0, 4096)
-  if (head.readUInt32BE(0) === 0x7f454c46) return { 0x3e: 'elf-x64', 0xb7: 'elf-arm64' }[head.readUInt16LE(18)] ?? 'elf-other'
-  if (head.readUInt32LE(0) === 0xfeedfacf) return { 0x01000007: 'macho-x64', 0x0100000c: 'macho-arm64' }[head.readUInt32LE(4)] ?? 'macho-other'
+  if (head.readUInt32BE(0) === 0x7f454c46) return { 62: 'elf-x64', 183: 'elf-arm64' }[head.readUInt16LE(18)] ?? 'elf-other'
+  if (head.readUInt32LE(0) === 0xfeedfacf) return { 16777223: 'macho-x64', 16777228: 'macho-arm64' }[head.readUInt32LE(4)] ?? 'macho-other'
   if (head.toString('latin1', 0, 2) === 'MZ') {
     const pe = head.readUInt32LE(0x3c)
     if (head.toString('latin1', pe, pe + 4) === 'PE\0\0') return head.readUInt16LE(pe + 4) === 0x8664 ? 'pe-x64' : 'pe-other'

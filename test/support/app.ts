@@ -179,7 +179,7 @@ function sumMetrics(texts: string[]): string {
       const sample = line.slice(0, at)
       lines.set(sample, (lines.get(sample) ?? 0) + Number(line.slice(at + 1)))
     }
-  return [...lines].map(([line, value]) => (value === null ? line : `${line} ${value}`)).join('\n') + '\n'
+  return `${[...lines].map(([line, value]) => (value === null ? line : `${line} ${value}`)).join('\n')}\n`
 }
 
 export const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })

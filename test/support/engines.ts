@@ -34,7 +34,10 @@ process.on('exit', () => {
 /** `describe`, when every engine the suite needs is installed. */
 export function describeWithEngines(engines: Engine[], title: string, body: () => void): void {
   const missing = engines.filter((engine) => !available[engine]())
-  if (missing.length === 0) return describe(title, body)
+  if (missing.length === 0) {
+    describe(title, body)
+    return
+  }
   if (process.env.CI === 'true')
     throw new Error(`${title} needs ${missing.join(' and ')}, which CI must install (apt-get install -y ${missing.join(' ')})`)
   for (const engine of missing) missingPackages.add(engine)

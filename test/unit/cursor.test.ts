@@ -57,7 +57,7 @@ describe('cursor codec', () => {
 
   test('refuses non-canonical base64 of a valid cursor (padding, standard alphabet)', () => {
     const canonical = encodeCursor(99)
-    const padded = Buffer.from('p1.' + (99).toString(36)).toString('base64')
+    const padded = Buffer.from(`p1.${(99).toString(36)}`).toString('base64')
     expect(padded).not.toBe(canonical)
     expect(decodeCursor(padded)).toBeNull()
   })

@@ -219,7 +219,10 @@ export class RedisLimiterBackend implements SharedBackend {
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
   private checkHealth(): void {
     if (this.reconnecting) return
-    if (!this.client.connected || this.offset === null) return this.reconnect()
+    if (!this.client.connected || this.offset === null) {
+      this.reconnect()
+      return
+    }
     const giveUpAt = performance.now() + this.connectTimeoutMs
     this.bounded(this.client.send('PING', []), giveUpAt).catch(() => {})
   }

@@ -85,6 +85,7 @@ export function operation(operationId: string, tag: Tag, summary: string, spec: 
         ? { requestBody: { required: true, description: `JSON, at most ${KIB} KiB.`, content: { 'application/json': { schema: ref(body) } } } }
         : {}),
       // Elysia types `detail` with its OpenAPI types; this is an OpenAPI responses object.
+      // biome-ignore lint/suspicious/noExplicitAny: see above
       responses: { ...responses, ...Object.fromEntries(errors.map((status) => [status, ERRORS[status]])) } as Record<string, any>,
     },
   }

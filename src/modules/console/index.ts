@@ -110,7 +110,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     const normal = peer && normaliseAddress(peer)
     return normal ? options.trustProxy.has(normal) : false
   }
-  const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]!.trim() || null
+  const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
   const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
 
   /** A request that changes something with the session cookie must come from this console's page. */

@@ -238,13 +238,16 @@ export class PetService {
     else if (written) this.noteRefusal(null)
     /** One answer per error, so a batch that failed as a whole is logged once. */
     const answers = new Map<unknown, ApiError>()
-    results.forEach((result, i) => {
-      if ('outcome' in result) return batch[i]!.resolve(result.outcome)
+    for (const [i, result] of results.entries()) {
+      if ('outcome' in result) {
+        batch[i]!.resolve(result.outcome)
+        continue
+      }
       const { error } = result
       if (!answers.has(error))
         answers.set(error, error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options))
       batch[i]!.reject(answers.get(error))
-    })
+    }
   }
 
   /**

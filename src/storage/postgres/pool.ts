@@ -34,10 +34,12 @@ type Transaction<T> = (tx: SQL) => Promise<T>
 /** Called as a tagged template like Bun's `sql`, with `begin` for transactions. */
 export interface Database {
   // Rows are typed by the caller, as with Bun's own `sql`.
+  // biome-ignore lint/suspicious/noExplicitAny: as Bun's own `sql` answers
   (strings: TemplateStringsArray, ...values: unknown[]): Promise<any>
   /** Runs `body` in one transaction within `ms` (the transaction deadline by default). */
   begin<T>(body: Transaction<T>, ms?: number): Promise<T>
   /** A statement whose text we built (never from input), with $n parameters. */
+  // biome-ignore lint/suspicious/noExplicitAny: as Bun's own `sql` answers
   unsafe(query: string, parameters: unknown[]): Promise<any>
   close(): Promise<void>
 }

@@ -83,7 +83,7 @@ function refuseDenied(given: string, { create, write }: { create: boolean; write
   const file = resolve(given)
   const denied = (what: string) =>
     new StorageOpenError(`permission denied: ${what}; petstore runs as ${userNamed(process.getuid?.())}: give that user access, or run petstore as the data's owner`)
-  let stat
+  let stat: ReturnType<typeof statSync>
   try {
     stat = statSync(file, { throwIfNoEntry: false })
   } catch (error) {
