@@ -33,8 +33,16 @@ const BUILD = {
 
 function compile(outfile: string, target?: string): void {
   const args = [
-    'bun', 'build', ...ENTRIES, '--compile', '--format=esm', '--bytecode',
-    '--no-compile-autoload-dotenv', '--no-compile-autoload-bunfig', '--outfile', outfile,
+    'bun',
+    'build',
+    ...ENTRIES,
+    '--compile',
+    '--format=esm',
+    '--bytecode',
+    '--no-compile-autoload-dotenv',
+    '--no-compile-autoload-bunfig',
+    '--outfile',
+    outfile,
     `--define=PETSTORE_BUILD_COMMIT=${JSON.stringify(BUILD.commit)}`,
     `--define=PETSTORE_BUILD_DATE=${JSON.stringify(BUILD.date)}`,
     ...(target ? [`--target=${target}`] : []),
@@ -50,7 +58,11 @@ function release(dir: string): void {
   for (const [name, target] of TARGETS) {
     const file = `petstore-${name}${name.startsWith('windows') ? '.exe' : ''}`
     compile(join(dir, file), target)
-    sums.push(`${createHash('sha256').update(readFileSync(join(dir, file))).digest('hex')}  ${file}`)
+    sums.push(
+      `${createHash('sha256')
+        .update(readFileSync(join(dir, file)))
+        .digest('hex')}  ${file}`,
+    )
   }
   writeFileSync(join(dir, 'SHA256SUMS'), `${sums.join('\n')}\n`)
   console.log(`release: ${TARGETS.length} binaries and SHA256SUMS in ${dir}`)

@@ -87,9 +87,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const warn = deps.warn ?? ((message: string) => console.error(`petstore: ${message}`))
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
   const accessLog =
-    sink && config.accessLog
-      ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) })
-      : null
+    sink && config.accessLog ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) }) : null
   const onInternalError = (error: unknown, requestId?: string) =>
     warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
 

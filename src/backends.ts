@@ -81,7 +81,9 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
       created.undo()
       throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
     }
-    console.error(`petstore: ${readOnlyBecause(config.dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`)
+    console.error(
+      `petstore: ${readOnlyBecause(config.dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`,
+    )
   }
   return {
     storage,

@@ -224,8 +224,7 @@ function parseBaseUrl(flag: string, value: string): { baseUrl: string; basePath:
   if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash)
     throw new ConfigError(`${flag} must be an http(s) URL without query or fragment, not "${value}"`)
   const basePath = url.pathname.replace(/\/+$/, '')
-  if (basePath === '')
-    throw new ConfigError(`${flag} must have a path where the API lives, such as /v1, not "${value}"`)
+  if (basePath === '') throw new ConfigError(`${flag} must have a path where the API lives, such as /v1, not "${value}"`)
   return { baseUrl: `${url.origin}${basePath}`, basePath }
 }
 
@@ -554,7 +553,9 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     metricsAddress: read.value('metricsAddress') ?? null,
     // The environment's console port on this machine by default; a free one with `--port 0`, so that
     // servers started that way never contend for it.
-    consoleAddress: consoleGiven ? (read.value('consoleAddress') ?? null) : { host: '127.0.0.1', port: port === 0 ? 0 : defaults.consolePort },
+    consoleAddress: consoleGiven
+      ? (read.value('consoleAddress') ?? null)
+      : { host: '127.0.0.1', port: port === 0 ? 0 : defaults.consolePort },
     consoleByDefault: !consoleGiven,
     consoleHosts: read.value('consoleHost')!,
     metricsToken: read.value('metricsToken') ?? null,

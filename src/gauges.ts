@@ -5,7 +5,12 @@ import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from './modules/pets/s
 import type { AccessLog } from './observability/access-log'
 import { processFigures } from './observability/process-metrics'
 
-export function gauges(parts: { limiter: Pick<RateLimiter, 'trackedAddresses' | 'degraded'>; keys: KeyRegistry; pets: PetService; accessLog: AccessLog | null }) {
+export function gauges(parts: {
+  limiter: Pick<RateLimiter, 'trackedAddresses' | 'degraded'>
+  keys: KeyRegistry
+  pets: PetService
+  accessLog: AccessLog | null
+}) {
   const { limiter, keys, pets, accessLog } = parts
   return {
     petstore_rate_limiter_tracked_addresses: {

@@ -67,5 +67,7 @@ export function fileBesideData(dataFile: string, suffix: string): string {
 
 /** How the user ran us: the binary by the name they typed, or the sources through Bun. */
 export function commandName(): string {
-  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
+  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/')
+    ? 'petstore'
+    : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
 }

@@ -41,7 +41,13 @@ export async function printUsage(
   const series = await service.series(options.sinceMs, key.keyId)
   const points = series.points.filter((point) => point.requests > 0)
   if (options.json) {
-    console.log(JSON.stringify({ dayStart, since, ...asJson(key), series: { resolution: series.resolution, points: points.map(pointJson) } }, null, 2))
+    console.log(
+      JSON.stringify(
+        { dayStart, since, ...asJson(key), series: { resolution: series.resolution, points: points.map(pointJson) } },
+        null,
+        2,
+      ),
+    )
     return 0
   }
   printKeys([key])

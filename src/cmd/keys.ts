@@ -5,7 +5,19 @@ import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS } from '../domain/usage'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { parseSince, printUsage } from './keys-usage'
-import { asUsageError, bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, printTable, UsageError } from './options'
+import {
+  asUsageError,
+  bareUsage,
+  checkApplies,
+  COMMON,
+  flagLines,
+  help,
+  isBare,
+  openForCommand,
+  parse,
+  printTable,
+  UsageError,
+} from './options'
 
 /** An enterprise key's own limits, per minute and per day. */
 const LIMIT = { min: 1, max: 1_000_000_000 }
@@ -14,8 +26,20 @@ const LIMIT = { min: 1, max: 1_000_000_000 }
 const FLAGS = {
   plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
   name: option({ flag: 'name', value: 'TEXT', help: 'what the key is for, as keys list shows it', only: ['create'] }),
-  rpm: option({ flag: 'rpm', value: 'N', help: 'requests per minute of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
-  rpd: option({ flag: 'rpd', value: 'N', help: 'requests per day of an enterprise key', parse: integer(LIMIT), only: ['create', 'set-plan'] }),
+  rpm: option({
+    flag: 'rpm',
+    value: 'N',
+    help: 'requests per minute of an enterprise key',
+    parse: integer(LIMIT),
+    only: ['create', 'set-plan'],
+  }),
+  rpd: option({
+    flag: 'rpd',
+    value: 'N',
+    help: 'requests per day of an enterprise key',
+    parse: integer(LIMIT),
+    only: ['create', 'set-plan'],
+  }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
   since: option({
     flag: 'since',
@@ -57,7 +81,8 @@ export async function keys(args: string[]): Promise<number> {
   if (isBare(sub)) return bareUsage(sub, USAGE)
   const { values, positionals } = parse(rest, FLAGS, USAGE)
   if (values.help) return help(USAGE)
-  if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub)) throw new UsageError(`unknown keys command "${sub}"`, USAGE)
+  if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub))
+    throw new UsageError(`unknown keys command "${sub}"`, USAGE)
   checkApplies(FLAGS, values, 'keys', sub, USAGE)
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
   // log; checked before their count, whose complaint may quote one.
@@ -71,7 +96,9 @@ export async function keys(args: string[]): Promise<number> {
     throw new UsageError(
       sub === 'set-plan'
         ? 'keys set-plan needs a key ID and a plan'
-        : expected[0] ? `keys ${sub} needs exactly one key ID` : `unexpected argument "${positionals[expected.at(-1)!]}"`,
+        : expected[0]
+          ? `keys ${sub} needs exactly one key ID`
+          : `unexpected argument "${positionals[expected.at(-1)!]}"`,
       USAGE,
     )
   if (sub === 'create' && values.plan === undefined) throw new UsageError('keys create needs --plan', USAGE)
@@ -86,7 +113,10 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' })
+  const { storage, where } = await openForCommand(values, USAGE, {
+    mayCreate: sub === 'create',
+    readsOnly: sub === 'list' || sub === 'usage',
+  })
   try {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())

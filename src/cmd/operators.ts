@@ -68,7 +68,10 @@ export async function operators(args: string[]): Promise<number> {
 }
 
 async function list(storage: Storage, where: string, json: boolean): Promise<number> {
-  const rows = (await storage.operators.list()).map((operator) => ({ name: operator.name, created: new Date(operator.createdAt).toISOString() }))
+  const rows = (await storage.operators.list()).map((operator) => ({
+    name: operator.name,
+    created: new Date(operator.createdAt).toISOString(),
+  }))
   if (json) {
     console.log(JSON.stringify(rows, null, 2))
     return 0
@@ -94,7 +97,11 @@ async function change(storage: Storage, where: string, sub: string, name: string
     done = await storage.operators.addCredential(made.hash, name, 'token', now)
   } else done = await storage.operators.remove(name)
   if (!done) {
-    console.error(sub === 'add' ? `petstore: an operator named "${name}" exists already in ${where}` : `petstore: no operator named "${name}" in ${where}`)
+    console.error(
+      sub === 'add'
+        ? `petstore: an operator named "${name}" exists already in ${where}`
+        : `petstore: no operator named "${name}" in ${where}`,
+    )
     return 1
   }
   // Stamped when the change took effect, not when the command started (a password's hash takes a while).

@@ -92,7 +92,10 @@ function describeParseError(message: string, known: string[]): string {
     const close =
       given.length === 1
         ? known.filter((name) => name.startsWith(given) && name !== 'help')
-        : known.filter((name) => editDistance(name, given) <= 2).sort((a, b) => editDistance(a, given) - editDistance(b, given)).slice(0, 1)
+        : known
+            .filter((name) => editDistance(name, given) <= 2)
+            .sort((a, b) => editDistance(a, given) - editDistance(b, given))
+            .slice(0, 1)
     return `unknown option ${unknown[1]}${close.length ? ` (did you mean ${close.map((name) => `--${name}`).join(' or ')}?)` : ''}`
   }
   const missing = /^Option '(-{1,2}[\w-]+)[^']*' argument missing/.exec(message)
@@ -179,12 +182,21 @@ export async function openForCommand(
     return { storage, where: storage.location }
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
-  return { storage: openSqliteStorage(file, { mustExist: !(access.mayCreate && dataFileNamed(input, process.env)), mustWrite: !access.readsOnly }), where: file }
+  return {
+    storage: openSqliteStorage(file, { mustExist: !(access.mayCreate && dataFileNamed(input, process.env)), mustWrite: !access.readsOnly }),
+    where: file,
+  }
 }
 
 /** Rows under a header, in columns as wide as their widest cell. */
 export function printTable(header: string[], rows: string[][]): void {
   const table = [header, ...rows]
   const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)))
-  for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd())
+  for (const row of table)
+    console.log(
+      row
+        .map((cell, i) => cell.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    )
 }

@@ -39,7 +39,9 @@ export async function pets(args: string[]): Promise<number> {
       return 0
     }
     if (values.yes !== true) {
-      console.error(`petstore: pets reset deletes all ${await storage.pets.count()} pets in ${where} (keys are kept); run it again with --yes`)
+      console.error(
+        `petstore: pets reset deletes all ${await storage.pets.count()} pets in ${where} (keys are kept); run it again with --yes`,
+      )
       return 2
     }
     const deleted = await storage.pets.reset()
@@ -51,13 +53,57 @@ export async function pets(args: string[]): Promise<number> {
 }
 
 const SAMPLE_NAMES = [
-  'Rex', 'Bella', 'Luna', 'Max', 'Charlie', 'Lucy', 'Cooper', 'Daisy', 'Milo', 'Bailey', 'Coco', 'Rocky',
-  'Nala', 'Oliver', 'Lola', 'Tucker', 'Zoe', 'Bear', 'Ruby', 'Leo', 'Pepper', 'Simba', 'Willow', 'Ziggy',
-  'Biscuit', 'Mochi', 'Pumpkin', 'Shadow', 'Ginger', 'Oscar', 'Hazel', 'Finn', 'Olive', 'Toby', 'Nova', 'Bruno',
+  'Rex',
+  'Bella',
+  'Luna',
+  'Max',
+  'Charlie',
+  'Lucy',
+  'Cooper',
+  'Daisy',
+  'Milo',
+  'Bailey',
+  'Coco',
+  'Rocky',
+  'Nala',
+  'Oliver',
+  'Lola',
+  'Tucker',
+  'Zoe',
+  'Bear',
+  'Ruby',
+  'Leo',
+  'Pepper',
+  'Simba',
+  'Willow',
+  'Ziggy',
+  'Biscuit',
+  'Mochi',
+  'Pumpkin',
+  'Shadow',
+  'Ginger',
+  'Oscar',
+  'Hazel',
+  'Finn',
+  'Olive',
+  'Toby',
+  'Nova',
+  'Bruno',
 ]
 /** Realistic enough to page, filter and show: a name, one of five categories, mostly available. */
 function samplePets(count: number): NewPet[] {
-  const statuses = ['available', 'available', 'available', 'available', 'available', 'available', 'pending', 'pending', 'sold', 'sold'] as const
+  const statuses = [
+    'available',
+    'available',
+    'available',
+    'available',
+    'available',
+    'available',
+    'pending',
+    'pending',
+    'sold',
+    'sold',
+  ] as const
   return Array.from({ length: count }, (_, i) => ({
     name: SAMPLE_NAMES[i % SAMPLE_NAMES.length]!,
     categoryId: BigInt(1 + Math.floor(Math.random() * 5)),

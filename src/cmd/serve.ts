@@ -68,7 +68,10 @@ export async function serve(args: string[]): Promise<number> {
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
     onListening: async (started) => {
-      const { backend: { storage }, petstore } = started
+      const {
+        backend: { storage },
+        petstore,
+      } = started
       if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
       if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
@@ -121,10 +124,14 @@ function startupLine(server: Server): string {
   return (
     `petstore: ${config.env} listening on http://${hostInUrl(config.host)}:${config.port}, API at ${config.baseUrl}, data ${server.backend.storage.location}` +
     (config.redisUrl ? `, rate limits in Redis at ${redactedUrl(config.redisUrl)}` : '') +
-    (server.metricsPort !== undefined ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics` : '') +
+    (server.metricsPort !== undefined
+      ? `, metrics at http://${hostInUrl(config.metricsAddress!.host)}:${server.metricsPort}/metrics`
+      : '') +
     `, scenarios ${config.scenarios ? 'on (Prefer: code, delay, fail)' : 'off'}` +
     (server.consolePort !== undefined ? `, console at ${consoleUrl(server)}` : '') +
-    hints(config).map((hint) => `\npetstore: ${hint}`).join('')
+    hints(config)
+      .map((hint) => `\npetstore: ${hint}`)
+      .join('')
   )
 }
 
@@ -137,7 +144,9 @@ function hints(config: Config): string[] {
     ]
   const lines: string[] = []
   if (config.baseUrl.startsWith('/'))
-    lines.push(`no --base-url: links are relative (${config.baseUrl}/pets/42); --base-url https://pets.example.com${config.basePath} makes them absolute`)
+    lines.push(
+      `no --base-url: links are relative (${config.baseUrl}/pets/42); --base-url https://pets.example.com${config.basePath} makes them absolute`,
+    )
   if (!config.metricsAddress && !config.metricsToken)
     lines.push('/metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it')
   return lines
@@ -147,4 +156,3 @@ function consoleUrl(server: Server): string | undefined {
   const address = server.config.consoleAddress
   return address && server.consolePort !== undefined ? `http://${hostInUrl(address.host)}:${server.consolePort}/` : undefined
 }
-

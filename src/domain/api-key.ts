@@ -49,15 +49,13 @@ export function looksLikeSecret(text: string): boolean {
 }
 
 export function limitsFor(input: CreateKeyInput): Limits {
-  if (!PLANS.includes(input.plan as Plan))
-    throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
+  if (!PLANS.includes(input.plan as Plan)) throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
   if (input.plan === CUSTOM_PLAN) {
     if (input.rpm === undefined || input.rpd === undefined)
       throw new KeyInputError('an enterprise key needs its own limits: --rpm N --rpd N')
     return { rpm: input.rpm, rpd: input.rpd }
   }
-  if (input.rpm !== undefined || input.rpd !== undefined)
-    throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
+  if (input.rpm !== undefined || input.rpd !== undefined) throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
   return PLAN_LIMITS[input.plan as keyof typeof PLAN_LIMITS]
 }
 

@@ -51,8 +51,7 @@ export class OperatorInputError extends Error {}
 const NAME = /^[A-Za-z0-9._@-]{1,64}$/
 
 export function checkOperatorName(name: string): string {
-  if (!NAME.test(name))
-    throw new OperatorInputError('an operator name is 1 to 64 characters of A-Z a-z 0-9 . _ @ -')
+  if (!NAME.test(name)) throw new OperatorInputError('an operator name is 1 to 64 characters of A-Z a-z 0-9 . _ @ -')
   return name
 }
 

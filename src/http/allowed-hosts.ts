@@ -9,7 +9,8 @@ import { isIPv4, isIPv6 } from 'node:net'
 import { normaliseAddress, TrustedProxies } from './client-address'
 
 /** A name as `--console-host` takes it: a DNS name or IP literal, with an optional port. */
-export const HOST_NAME = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]+\])(?::\d{1,5})?$/i
+export const HOST_NAME =
+  /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]+\])(?::\d{1,5})?$/i
 
 const LOOPBACK = new TrustedProxies(['loopback'])
 

@@ -41,34 +41,26 @@ export class ApiError extends Error {
 
 export const badRequest = (message: string) => new ApiError(400, 'invalid_request', message)
 export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
-export const notFound = (message = 'The requested resource could not be found.') =>
-  new ApiError(404, 'not_found', message)
+export const notFound = (message = 'The requested resource could not be found.') => new ApiError(404, 'not_found', message)
 export const petNotFound = (petId: string) => notFound(`No pet with id ${petId}.`)
 export const methodNotAllowed = (allow: string[]) =>
   new ApiError(405, 'method_not_allowed', `Method not allowed here; use ${allow.join(', ')}.`, {
     allow: allow.join(', '),
   })
 export const idempotencyConflict = () =>
-  new ApiError(
-    409,
-    'idempotency_conflict',
-    'Idempotency-Key was already used with a different request body.',
-  )
+  new ApiError(409, 'idempotency_conflict', 'Idempotency-Key was already used with a different request body.')
 export const payloadTooLarge = (limit: number, headers: Record<string, string> = {}) =>
   new ApiError(413, 'payload_too_large', `Request body is larger than ${limit} bytes.`, headers)
 /** RFC 9110 §15.5.9: the body did not arrive in time; the connection closes with the answer. */
 export const requestTimeout = (seconds: number) =>
   new ApiError(408, 'request_timeout', `The request body did not arrive within ${seconds} s.`, { connection: 'close' })
-export const unsupportedMediaType = () =>
-  new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
+export const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
 /** RFC 9110 §15.5.20: the request names a host this listener does not answer to. */
 export const misdirectedRequest = (message: string) => new ApiError(421, 'misdirected_request', message)
-export const notImplemented = (what: string) =>
-  new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)
+export const notImplemented = (what: string) => new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)
 export const unavailable = (message = 'Storage cannot accept writes right now; reads still work.') =>
   new ApiError(503, 'unavailable', message)
-export const internalError = () =>
-  new ApiError(500, 'internal_error', 'The server failed to handle this request.')
+export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')
 
 export const JSON_TYPE = 'application/json'
 

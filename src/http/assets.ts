@@ -44,7 +44,11 @@ export function compressedAsset(
     if (!body) {
       body = bytes().then(async (input) =>
         encoding === 'br'
-          ? new Uint8Array(await brotli(input, { params: { [constants.BROTLI_PARAM_QUALITY]: 9, [constants.BROTLI_PARAM_SIZE_HINT]: input.byteLength } }))
+          ? new Uint8Array(
+              await brotli(input, {
+                params: { [constants.BROTLI_PARAM_QUALITY]: 9, [constants.BROTLI_PARAM_SIZE_HINT]: input.byteLength },
+              }),
+            )
           : new Uint8Array(await gzipped(input, { level: 9 })),
       )
       encoded.set(encoding, body)

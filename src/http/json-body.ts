@@ -54,8 +54,7 @@ export function integerDenoted(source: string): bigint | null | undefined {
  */
 function strictValues(this: unknown, key: string, value: unknown, context?: { source?: string }): unknown {
   // A lone surrogate cannot be stored as UTF-8: it would come back as U+FFFD, a silent change.
-  if (typeof value === 'string' && !value.isWellFormed())
-    throw badRequest(`${key || 'body'}: is not valid Unicode text (lone surrogate)`)
+  if (typeof value === 'string' && !value.isWellFormed()) throw badRequest(`${key || 'body'}: is not valid Unicode text (lone surrogate)`)
   if (typeof value !== 'number' || context?.source === undefined) return value
   const source = context.source
   if (Number.isSafeInteger(value) && /^-?\d+$/.test(source)) return value
@@ -161,8 +160,7 @@ export function duplicateKey(text: string): string | null {
 export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
   const contentType = request.headers.get('content-type')
   if (!isJsonMediaType(contentType)) {
-    if (contentType === null && request.headers.get('content-length') === '0')
-      throw badRequest('body: is required (a JSON object)')
+    if (contentType === null && request.headers.get('content-length') === '0') throw badRequest('body: is required (a JSON object)')
     throw unsupportedMediaType()
   }
   let bytes: Uint8Array

@@ -144,7 +144,12 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
 }
 
 export function components(errorSchema: object) {
-  const error = (description: string, codes: string[], extra: string[] = [], headers: object = headerRefs([...COMMON_HEADERS, ...extra])) => ({
+  const error = (
+    description: string,
+    codes: string[],
+    extra: string[] = [],
+    headers: object = headerRefs([...COMMON_HEADERS, ...extra]),
+  ) => ({
     description: `${description} Codes: ${codes.map((c) => `\`${c}\``).join(', ')}.`,
     headers,
     content: {
@@ -180,7 +185,7 @@ export function components(errorSchema: object) {
       'X-RateLimit-Reset': integer('Unix time (seconds) at which that bucket is full again.'),
       RateLimit: text('IETF draft field: `"<window>";r=<remaining>;t=<seconds to reset>` of the bucket in force.'),
       'RateLimit-Policy': text('IETF draft field: `"minute";q=<rpm>;w=60, "day";q=<rpd>;w=86400`.'),
-      'X-Request-Id': text('The request id: the client\'s own when sane, else one the server made.'),
+      'X-Request-Id': text("The request id: the client's own when sane, else one the server made."),
       'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
       'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
       Location: {
@@ -203,13 +208,15 @@ export function components(errorSchema: object) {
       BadRequest: error('The request is malformed; the message names the field and why.', ['invalid_request']),
       Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),
       NotFound: error('The requested resource could not be found.', ['not_found']),
-      RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, ['request_timeout']),
+      RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, [
+        'request_timeout',
+      ]),
       IdempotencyConflict: error('The Idempotency-Key was used with a different body.', ['idempotency_conflict']),
       PayloadTooLarge: error('The body is larger than 64 KiB.', ['payload_too_large']),
       UnsupportedMediaType: error('The body is not application/json.', ['unsupported_media_type']),
       TooManyRequests: error(
         'Rate limit exceeded, or the key (`key_banned`) or the client address (`address_banned`) is banned for ignoring 429s; ' +
-          'while banned, `X-RateLimit-Remaining` is 0 and `X-RateLimit-Reset` is the ban\'s end.',
+          "while banned, `X-RateLimit-Remaining` is 0 and `X-RateLimit-Reset` is the ban's end.",
         ['rate_limited', 'key_banned', 'address_banned'],
         ['Retry-After'],
       ),

@@ -11,11 +11,7 @@ export interface Validator<S extends TSchema> {
   parse(value: unknown): Static<S>
 }
 
-export function compileValidator<S extends TSchema>(
-  schema: S,
-  rules: Record<string, string>,
-  what = 'body',
-): Validator<S> {
+export function compileValidator<S extends TSchema>(schema: S, rules: Record<string, string>, what = 'body'): Validator<S> {
   const check: TypeCheck<S> = TypeCompiler.Compile(schema)
   const known = Object.keys((schema as unknown as TObject).properties ?? {}).join(', ')
   return {

@@ -9,7 +9,15 @@
 import { MemoryLimiterBackend } from './memory/backend'
 import { MemoryTryStore } from './memory/tries'
 import { BanLog, LimiterAdmin } from './admin'
-import { type BanRule, type LimiterBackend, LimiterUnavailableError, type LimitShapes, type SharedBackend, shapesOf, type TakeResult } from './backend'
+import {
+  type BanRule,
+  type LimiterBackend,
+  LimiterUnavailableError,
+  type LimitShapes,
+  type SharedBackend,
+  shapesOf,
+  type TakeResult,
+} from './backend'
 import { TryCounter } from './tries'
 import { fullBucket, msUntilFull, msUntilToken } from './token-bucket'
 import { BAN_AFTER } from '../domain/ban-rule'

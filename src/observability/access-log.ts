@@ -131,6 +131,8 @@ export class AccessLog {
     this.closed = true
     clearInterval(this.timer)
     const code = (error as { code?: string })?.code
-    this.options.onClosed?.(code === 'EPIPE' ? 'stdout was closed by its reader' : `stdout failed (${code ?? (error as Error)?.message ?? error})`)
+    this.options.onClosed?.(
+      code === 'EPIPE' ? 'stdout was closed by its reader' : `stdout failed (${code ?? (error as Error)?.message ?? error})`,
+    )
   }
 }

@@ -51,8 +51,7 @@ export class Metrics {
   /** The text exposition; `extra` adds values kept elsewhere (gauges unless said to be counters). */
   render(extra: Record<string, { help: string; value: number; type?: 'gauge' | 'counter' }> = {}): string {
     const lines: string[] = []
-    const family = (name: string, type: string, help: string) =>
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
+    const family = (name: string, type: string, help: string) => lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
 
     family('petstore_requests_total', 'counter', 'Requests answered, by operation and status.')
     for (const [operation, stats] of this.operations)

@@ -47,7 +47,11 @@ export function processFigures(): Record<string, Figure> {
   return {
     process_cpu_user_seconds_total: { help: 'User CPU time spent in seconds.', value: cpu.user / 1e6, type: 'counter' },
     process_cpu_system_seconds_total: { help: 'System CPU time spent in seconds.', value: cpu.system / 1e6, type: 'counter' },
-    process_cpu_seconds_total: { help: 'Total user and system CPU time spent in seconds.', value: (cpu.user + cpu.system) / 1e6, type: 'counter' },
+    process_cpu_seconds_total: {
+      help: 'Total user and system CPU time spent in seconds.',
+      value: (cpu.user + cpu.system) / 1e6,
+      type: 'counter',
+    },
     process_start_time_seconds: { help: 'Start time of the process since unix epoch in seconds.', value: START_SECONDS },
     process_resident_memory_bytes: { help: 'Resident memory size in bytes.', value: memory.rss },
     nodejs_heap_size_total_bytes: { help: 'Process heap size from the JavaScript engine in bytes.', value: memory.heapTotal },

@@ -76,7 +76,12 @@ export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: fal
       code === 'key_banned'
         ? new ApiError(429, code, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
         : code === 'address_banned'
-          ? new ApiError(429, code, `Your address is banned for ${retryAfter} s after too many requests without a valid key were rate limited.`, headers)
+          ? new ApiError(
+              429,
+              code,
+              `Your address is banned for ${retryAfter} s after too many requests without a valid key were rate limited.`,
+              headers,
+            )
           : new ApiError(429, code, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
@@ -155,9 +160,7 @@ export function gate(options: GateOptions) {
     if (refused) return answerWith(set, info, refused)
   }
 
-  return new Elysia({ name: 'gate' })
-    .use(requestInfo)
-    .onBeforeHandle({ as: 'scoped' }, gateHook)
+  return new Elysia({ name: 'gate' }).use(requestInfo).onBeforeHandle({ as: 'scoped' }, gateHook)
 }
 
 type HookContext = { request: Request; set: { headers: Record<string, unknown> }; info: RequestInfo }

@@ -207,28 +207,30 @@ export function requestContext(options: RequestContextOptions) {
         `"path":${jsonString(info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }
-  return new Elysia({ name: 'request-context' })
-    .use(requestInfo)
-    // Elysia decides from a hook's source text which context fields to build and whether to await it:
-    // this hook reads only request and set (the server comes from the option, which spares a
-    // per-request property definition), and returns a refusal from a variable, so it runs synchronously.
-    .onRequest((context) => {
-      const { request, set } = context
-      const incoming = request.headers.get('x-request-id')
-      const requestId = incoming && SANE_REQUEST_ID.test(incoming) ? incoming : newRequestId()
-      // A plain object: Bun turns it into response headers faster than Elysia's prototype-less one, and
-      // only fixed header names are ever set on it.
-      set.headers = { 'x-request-id': requestId }
-      const url = request.url
-      const path = routedPath(url)
-      const routable = typeof path === 'string'
-      const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
-      context.info = info
-      if (!routable) info.done(path.status, undefined)
-      const body = routable ? undefined : answerWith(set, info, path)
-      return body
-    })
-    .onAfterHandle({ as: 'global' }, recordAnswer)
+  return (
+    new Elysia({ name: 'request-context' })
+      .use(requestInfo)
+      // Elysia decides from a hook's source text which context fields to build and whether to await it:
+      // this hook reads only request and set (the server comes from the option, which spares a
+      // per-request property definition), and returns a refusal from a variable, so it runs synchronously.
+      .onRequest((context) => {
+        const { request, set } = context
+        const incoming = request.headers.get('x-request-id')
+        const requestId = incoming && SANE_REQUEST_ID.test(incoming) ? incoming : newRequestId()
+        // A plain object: Bun turns it into response headers faster than Elysia's prototype-less one, and
+        // only fixed header names are ever set on it.
+        set.headers = { 'x-request-id': requestId }
+        const url = request.url
+        const path = routedPath(url)
+        const routable = typeof path === 'string'
+        const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
+        context.info = info
+        if (!routable) info.done(path.status, undefined)
+        const body = routable ? undefined : answerWith(set, info, path)
+        return body
+      })
+      .onAfterHandle({ as: 'global' }, recordAnswer)
+  )
 }
 
 /**
@@ -242,7 +244,17 @@ export const requestInfo = new Elysia({ name: 'request-info' }).decorate('info',
  * is the Response's, or the one set beside the body. The context is destructured, since Elysia reads a
  * hook's source text to decide which context fields to build.
  */
-function recordAnswer({ set, info, route, responseValue }: { set: { status?: number | string }; info: RequestInfo; route: string; responseValue: unknown }) {
+function recordAnswer({
+  set,
+  info,
+  route,
+  responseValue,
+}: {
+  set: { status?: number | string }
+  info: RequestInfo
+  route: string
+  responseValue: unknown
+}) {
   info.done(responseValue instanceof Response ? responseValue.status : (set.status as number), route)
 }
 

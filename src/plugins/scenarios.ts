@@ -259,7 +259,7 @@ export function preferParameter(documented: number[], takesIdempotencyKey: boole
     in: 'header',
     required: false,
     description:
-      'Scenarios (RFC 7240), on this server only: `code=N` answers this operation\'s documented N as a real one looks ' +
+      "Scenarios (RFC 7240), on this server only: `code=N` answers this operation's documented N as a real one looks " +
       `(one of ${codes.join(', ')}; no token spent), \`delay=MS\` (0 to ${DELAY_MAX_MS}) answers that much later, ` +
       '`fail=N; code=503` with an `Idempotency-Key` fails the first N tries. The answer names what it applied in ' +
       '`Preference-Applied`. Leave it at `--` for the normal answer; unknown preferences are ignored.',

@@ -217,7 +217,11 @@ describe('access log', () => {
     await eventually(() => apiLines().length >= 5)
     // Lines outside the API (the suite's contract check reads /openapi.json) are one per request too.
     // Sorted: with two instances (PostgreSQL + Redis) each hands over its own batch of lines.
-    expect(apiLines().map((entry) => entry.requestId).sort()).toEqual(['many-0', 'many-1', 'many-2', 'many-3', 'many-4'])
+    expect(
+      apiLines()
+        .map((entry) => entry.requestId)
+        .sort(),
+    ).toEqual(['many-0', 'many-1', 'many-2', 'many-3', 'many-4'])
     expect(app.logLines.every((line) => line.startsWith('{') && line.endsWith('}') && !line.includes('\n'))).toBe(true)
   })
 
@@ -269,9 +273,16 @@ describe('CORS', () => {
     })
     expect(res.status).toBe(204)
     expect(res.headers.get('access-control-allow-origin')).toBe(ORIGIN)
-    const methods = res.headers.get('access-control-allow-methods')!.split(',').map((m) => m.trim())
+    const methods = res.headers
+      .get('access-control-allow-methods')!
+      .split(',')
+      .map((m) => m.trim())
     expect(methods).toEqual(expect.arrayContaining(['GET', 'POST']))
-    const allowed = res.headers.get('access-control-allow-headers')!.toLowerCase().split(',').map((h) => h.trim())
+    const allowed = res.headers
+      .get('access-control-allow-headers')!
+      .toLowerCase()
+      .split(',')
+      .map((h) => h.trim())
     expect(allowed).toEqual(expect.arrayContaining(['authorization', 'content-type', 'idempotency-key']))
     expect(res.headers.get('www-authenticate')).toBeNull()
   })
@@ -297,7 +308,11 @@ describe('CORS', () => {
     expect(responses.map((r) => r.status)).toEqual([200, 201, 401])
     for (const res of responses) {
       expect(res.headers.get('access-control-allow-origin')).toBe(ORIGIN)
-      const exposed = res.headers.get('access-control-expose-headers')!.toLowerCase().split(',').map((h) => h.trim())
+      const exposed = res.headers
+        .get('access-control-expose-headers')!
+        .toLowerCase()
+        .split(',')
+        .map((h) => h.trim())
       expect(exposed).toEqual(
         expect.arrayContaining([
           'link',

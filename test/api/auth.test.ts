@@ -45,13 +45,24 @@ describe('missing credentials', () => {
   })
 
   test('every operation requires the key', async () => {
-    await expect401(await fetch(`${app.base}/pets`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"x","categoryId":1}' }), REALM)
+    await expect401(
+      await fetch(`${app.base}/pets`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"name":"x","categoryId":1}',
+      }),
+      REALM,
+    )
     await expect401(await fetch(`${app.base}/pets/1`), REALM)
     await expect401(await fetch(`${app.base}/store/orders`), REALM)
   })
 
   test('an unauthenticated POST creates nothing', async () => {
-    await fetch(`${app.base}/pets`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"x","categoryId":1}' })
+    await fetch(`${app.base}/pets`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"name":"x","categoryId":1}',
+    })
     const res = await listWith({ authorization: `Bearer ${key}` })
     expect(await jsonOf(res)).toEqual([])
   })
@@ -141,7 +152,7 @@ describe('valid keys', () => {
     })
   }
 
-  test('every plan\'s key works', async () => {
+  test("every plan's key works", async () => {
     for (const plan of ['free', 'pro', 'business']) {
       const secret = await app.key(plan)
       expect((await listWith({ authorization: `Bearer ${secret}` })).status).toBe(200)

@@ -104,7 +104,11 @@ describe('the compiled binary', () => {
   test('writes one JSON access-log line per request to stdout, without the secret', async () => {
     await fetch(`${server.base}/pets`, { headers: auth(key, { 'x-request-id': 'binary-log-1' }) })
     await eventually(() => server.stdout().includes('"binary-log-1"'))
-    const lines = server.stdout().trimEnd().split('\n').filter((l) => l.includes('"binary-log-1"'))
+    const lines = server
+      .stdout()
+      .trimEnd()
+      .split('\n')
+      .filter((l) => l.includes('"binary-log-1"'))
     expect(lines).toHaveLength(1)
     const entry = JSON.parse(lines[0]!)
     expect(entry).toMatchObject({ requestId: 'binary-log-1', method: 'GET', path: '/v1/pets', status: 200 })
@@ -117,7 +121,11 @@ describe('the compiled binary', () => {
     expect(res.status).toBe(401)
     expect(res.headers.get('x-ratelimit-limit')).toBe('60')
     // Whole lines only: the log hands its lines over in batches, which a read may catch half way.
-    const logged = () => server.stdout().split('\n').find((l) => l.includes('"binary-anon-1"') && l.endsWith('}'))
+    const logged = () =>
+      server
+        .stdout()
+        .split('\n')
+        .find((l) => l.includes('"binary-anon-1"') && l.endsWith('}'))
     await eventually(() => logged() !== undefined)
     const line = logged()!
     expect(JSON.parse(line)).toMatchObject({ status: 401, client: '127.0.0.1' })
@@ -143,13 +151,16 @@ describe('the compiled binary', () => {
     expect(codes.slice(60)).toEqual(['rate_limited', 'rate_limited', 'key_banned'])
     await eventually(() => /banned key key_\S+/.test(banning.stderr()))
     // The ban line names only the key id; the secret is nowhere in the log.
-    const banLine = banning.stderr().split('\n').find((l) => l.includes('banned'))!
+    const banLine = banning
+      .stderr()
+      .split('\n')
+      .find((l) => l.includes('banned'))!
     expect(banLine).toMatch(/banned key key_\S+/)
     expect(banning.stderr()).not.toContain(secret.slice(4))
     expect(await banning.stop()).toBe(0)
   })
 
-  test('pets and the day\'s quota survive a restart', async () => {
+  test("pets and the day's quota survive a restart", async () => {
     const first = await startServer()
     const secret = createKeyWithCli(first.dataFile, ['--plan', 'enterprise', '--rpm', '100', '--rpd', '5', '--name', 'restart'])
     await eventually(async () => (await fetch(`${first.base}/pets`, { headers: auth(secret) })).status === 200, 2_000)

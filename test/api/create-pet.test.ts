@@ -77,9 +77,7 @@ describe('POST /pets success', () => {
   })
 
   test('concurrent creates all succeed with distinct ids, each readable back', async () => {
-    const responses = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => postPet(app.base, key, { name: `c${i}`, categoryId: i })),
-    )
+    const responses = await Promise.all(Array.from({ length: 40 }, (_, i) => postPet(app.base, key, { name: `c${i}`, categoryId: i })))
     const pets = await Promise.all(responses.map(async (res) => (await expectCreated(res)).pet))
     expect(new Set(pets.map((p) => p.id)).size).toBe(40)
     expect(pets.map((p) => p.name).sort()).toEqual(Array.from({ length: 40 }, (_, i) => `c${i}`).sort())
@@ -182,7 +180,6 @@ describe('POST /pets categoryId int64 edges', () => {
   test('1.0000000000000001 is refused (JSON.parse would silently make it 1)', async () => {
     await expect400(await postRaw('{"name":"almost","categoryId":1.0000000000000001}'), 'categoryId')
   })
-
 })
 
 describe('POST /pets validation', () => {
@@ -221,7 +218,7 @@ describe('POST /pets validation', () => {
     expect(body.message).toMatch(/^id\b|\bid:|"id"|'id'/)
   })
 
-  test('the unknown-property message lists only the body\'s own properties as allowed', async () => {
+  test("the unknown-property message lists only the body's own properties as allowed", async () => {
     const body = await expect400(await postPet(app.base, key, { name: 'x', categoryId: 1, colour: 'brown' }), 'colour')
     expect(body.message).toContain('name')
     expect(body.message).toContain('categoryId')

@@ -146,17 +146,14 @@ describe('GET /pets/{petId} usage counting', () => {
       const a = await counted.key('enterprise', { rpm: 1000, rpd: 1000 })
       const b = await counted.key('enterprise', { rpm: 1000, rpd: 1000 })
       const pet = await jsonOf(await postPet(counted.base, a, { name: 'x', categoryId: 1 }))
-      for (const id of [String(pet.id), '999', String(pet.id)])
-        await fetch(`${counted.base}/pets/${id}`, { headers: auth(a) })
+      for (const id of [String(pet.id), '999', String(pet.id)]) await fetch(`${counted.base}/pets/${id}`, { headers: auth(a) })
       await fetch(`${counted.base}/pets/${pet.id}`, { headers: auth(b) })
       // Listing is not deprecated and is not counted.
       await fetch(`${counted.base}/pets`, { headers: auth(b) })
 
       const metrics = await counted.metrics()
       const count = (keyId: string) => {
-        const line = metrics
-          .split('\n')
-          .find((l) => l.startsWith('petstore_deprecated_calls_total{') && l.includes(`"${keyId}"`))
+        const line = metrics.split('\n').find((l) => l.startsWith('petstore_deprecated_calls_total{') && l.includes(`"${keyId}"`))
         return line === undefined ? 0 : Number(line.split(' ').at(-1))
       }
       expect(count(await keyIdOf(counted, a))).toBe(3)

@@ -53,7 +53,11 @@ describe('Idempotency-Key', () => {
   test('the same key with another body is a 409 idempotency_conflict and creates nothing', async () => {
     const first = await postPet(app.base, key, { name: 'Rex', categoryId: 3 }, { 'idempotency-key': 'order-2' })
     expect(first.status).toBe(201)
-    for (const other of [{ name: 'Max', categoryId: 3 }, { name: 'Rex', categoryId: 4 }, { name: 'Rex', categoryId: 3, status: 'sold' }]) {
+    for (const other of [
+      { name: 'Max', categoryId: 3 },
+      { name: 'Rex', categoryId: 4 },
+      { name: 'Rex', categoryId: 3, status: 'sold' },
+    ]) {
       const res = await postPet(app.base, key, other, { 'idempotency-key': 'order-2' })
       expect(res.status).toBe(409)
       expect(res.headers.get('content-type')).toStartWith('application/json')
@@ -93,9 +97,7 @@ describe('Idempotency-Key', () => {
 
   test('concurrent identical requests create exactly one pet and all answer with it', async () => {
     const body = { name: 'Burst', categoryId: 9 }
-    const responses = await Promise.all(
-      Array.from({ length: 20 }, () => postPet(app.base, key, body, { 'idempotency-key': 'burst' })),
-    )
+    const responses = await Promise.all(Array.from({ length: 20 }, () => postPet(app.base, key, body, { 'idempotency-key': 'burst' })))
     const texts = await Promise.all(responses.map((r) => r.text()))
     for (const res of responses) expect(res.status).toBe(201)
     expect(new Set(texts).size).toBe(1)

@@ -121,7 +121,10 @@ describe('OpenAPI document', () => {
       // Swagger UI sends an example as the value: the cursor has none, since any cursor skips pets, and
       // Idempotency-Key none, since a sent key makes every later Execute a replay (its example is in its words).
       for (const parameter of operation(path, method).parameters ?? [])
-        expect([parameter.name, parameter.example !== undefined]).toEqual([parameter.name, !['cursor', 'Idempotency-Key'].includes(parameter.name)])
+        expect([parameter.name, parameter.example !== undefined]).toEqual([
+          parameter.name,
+          !['cursor', 'Idempotency-Key'].includes(parameter.name),
+        ])
       for (const [status, response] of Object.entries<Json>(operation(path, method).responses)) {
         const media = resolve(response).content?.['application/json']
         if (Number(status) >= 400) {
@@ -283,9 +286,15 @@ describe('OpenAPI document', () => {
     }
     expect(() => contract.check('GET', '/v1/pets', good, body)).not.toThrow()
     expect(() => contract.check('GET', '/v1/pets', { status: 418, headers: good.headers }, body)).toThrow(/not documented/)
-    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.delete('x-ratelimit-remaining')) }, body)).toThrow(/required header X-RateLimit-Remaining/)
-    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('x-ratelimit-limit', 'many')) }, body)).toThrow(/X-RateLimit-Limit/)
-    expect(() => contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('content-type', 'text/html')) }, body)).toThrow(/content-type/)
+    expect(() =>
+      contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.delete('x-ratelimit-remaining')) }, body),
+    ).toThrow(/required header X-RateLimit-Remaining/)
+    expect(() =>
+      contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('x-ratelimit-limit', 'many')) }, body),
+    ).toThrow(/X-RateLimit-Limit/)
+    expect(() =>
+      contract.check('GET', '/v1/pets', { status: 200, headers: headers((h) => h.set('content-type', 'text/html')) }, body),
+    ).toThrow(/content-type/)
     expect(() => contract.check('GET', '/v1/pets', good, '[{"id":1}]')).toThrow(/schema/)
     expect(() => contract.check('GET', '/v1/pets', { status: 400, headers: good.headers }, '{"code":"x","message":"y"}')).toThrow(/schema/)
     expect(() => contract.check('DELETE', '/v1/pets', good, body)).toThrow(/not a documented operation/)

@@ -305,7 +305,7 @@ describe('bans', () => {
     expect(body.message).toContain('address is banned')
   })
 
-  test('while banned, X-RateLimit-Remaining is 0 and X-RateLimit-Reset is the ban\'s end, as Retry-After says', async () => {
+  test("while banned, X-RateLimit-Remaining is 0 and X-RateLimit-Reset is the ban's end, as Retry-After says", async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const key = await app.key('free')
     // 60 allowed and 3 refusals; the 4th refusal starts the ban.
@@ -413,9 +413,11 @@ describe('under concurrency', () => {
     const app = await fresh({ banAfter: '100000' })
     const a = await app.key('enterprise', { rpm: 100, rpd: 100_000 })
     const b = await app.key('free')
-    expect(
-      await concurrently(400, 64, (i) => (i % 2 ? postPet(app.base, a, { name: 'a', categoryId: 1 }) : list(app, auth(b)))),
-    ).toEqual({ 200: 60, 201: 100, 429: 240 })
+    expect(await concurrently(400, 64, (i) => (i % 2 ? postPet(app.base, a, { name: 'a', categoryId: 1 }) : list(app, auth(b))))).toEqual({
+      200: 60,
+      201: 100,
+      429: 240,
+    })
   })
 
   test('the day bucket holds under concurrency across minutes', async () => {

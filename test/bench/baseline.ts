@@ -66,10 +66,12 @@ function prebuilt(c: Captured): () => Response {
 
 if (import.meta.main) {
   const captures = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as Captures
-  for (const [label, make] of [['per-request', perRequest], ['prebuilt', prebuilt]] as const) {
+  for (const [label, make] of [
+    ['per-request', perRequest],
+    ['prebuilt', prebuilt],
+  ] as const) {
     const prepared = new Map<string, ByMethod<() => Response>>()
-    for (const [name, { GET, POST }] of Object.entries(captures))
-      prepared.set(name, { GET: GET && make(GET), POST: POST && make(POST) })
+    for (const [name, { GET, POST }] of Object.entries(captures)) prepared.set(name, { GET: GET && make(GET), POST: POST && make(POST) })
     serve(label, prepared)
   }
   process.on('SIGTERM', () => process.exit(0))

@@ -41,7 +41,17 @@ async function runBench(name: string, args: string[]): Promise<{ result: BenchRe
 const finite = (value: unknown) => typeof value === 'number' && Number.isFinite(value)
 
 function expectTarget(target: TargetSummary, runs: number) {
-  for (const field of ['rps', 'p50Ms', 'p99Ms', 'targetCpuPct', 'cpuUsPerRequest', 'generatorCpuPct', 'otherCpuPct', 'requests', 'unexpected'] as const)
+  for (const field of [
+    'rps',
+    'p50Ms',
+    'p99Ms',
+    'targetCpuPct',
+    'cpuUsPerRequest',
+    'generatorCpuPct',
+    'otherCpuPct',
+    'requests',
+    'unexpected',
+  ] as const)
     expect(finite(target[field])).toBe(true)
   expect(target.cpuUsPerRequest).toBeGreaterThan(0)
   expect(target.rps).toBeGreaterThan(0)
@@ -49,7 +59,19 @@ function expectTarget(target: TargetSummary, runs: number) {
   expect(target.p99Ms).toBeGreaterThanOrEqual(target.p50Ms)
   expect(target.runs).toHaveLength(runs)
   for (const run of target.runs) {
-    for (const field of ['requests', 'rps', 'p50Ms', 'p99Ms', 'maxMs', 'socketErrors', 'unexpected', 'targetCpuPct', 'cpuUsPerRequest', 'generatorCpuPct', 'otherCpuPct'] as const)
+    for (const field of [
+      'requests',
+      'rps',
+      'p50Ms',
+      'p99Ms',
+      'maxMs',
+      'socketErrors',
+      'unexpected',
+      'targetCpuPct',
+      'cpuUsPerRequest',
+      'generatorCpuPct',
+      'otherCpuPct',
+    ] as const)
       expect(finite(run[field])).toBe(true)
   }
 }
@@ -135,7 +157,14 @@ describe('bun run bench', () => {
 
 describeWithEngines(['postgresql', 'redis-server'], 'bun run bench on PostgreSQL + Redis', () => {
   test('runs two instances on PostgreSQL and Redis it starts itself, and every 201 is a row', async () => {
-    const { result, stdout } = await runBench('postgres', ['--backend', 'postgres', '--instances', '2', '--scenarios', 'list-20,create,rate-limited'])
+    const { result, stdout } = await runBench('postgres', [
+      '--backend',
+      'postgres',
+      '--instances',
+      '2',
+      '--scenarios',
+      'list-20,create,rate-limited',
+    ])
     expectCommon(result, tool)
     expect(result.config).toMatchObject({ backend: 'postgres', instances: 2 })
     expect(result.config.serverArgs).toContain('DATABASE_URL')

@@ -15,7 +15,9 @@ import { freePort } from '../support/ports'
 import { startPostgres } from '../support/postgres'
 import { cleanEnv, cpuSecondsOf, median, round } from './lib/procs'
 
-const { values } = parseArgs({ options: { binary: { type: 'string', default: 'dist/petstore' }, keys: { type: 'string', default: '200000' } } })
+const { values } = parseArgs({
+  options: { binary: { type: 'string', default: 'dist/petstore' }, keys: { type: 'string', default: '200000' } },
+})
 const BINARY = values.binary!
 const KEYS = Number(values.keys)
 const UNLIMITED = ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000']
@@ -40,7 +42,10 @@ async function start(storage: string[], port: number) {
   })
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`serve exited with ${proc.exitCode}`)
-    const healthy = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)
+    const healthy = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    )
     if (healthy) return { proc, ms: performance.now() - started }
     await Bun.sleep(5)
   }

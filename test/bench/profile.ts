@@ -140,7 +140,10 @@ export function analyze(profile: CpuProfile, top = 20): ProfileSummary {
     byOrigin: [...origins]
       .sort((a, b) => b[1] - a[1])
       .map(([origin, ms]) => ({ origin, ms: Math.round(ms), pct: Math.round((ms / totalMs) * 1000) / 10 })),
-    self: [...self.values()].sort((a, b) => b.ms - a.ms).slice(0, top).map(spot),
+    self: [...self.values()]
+      .sort((a, b) => b.ms - a.ms)
+      .slice(0, top)
+      .map(spot),
     inclusive: [...inclusive.values()]
       .filter(({ frame }) => ['petstore', 'elysia', 'generated (Elysia handlers, validators)'].includes(originOf(frame)))
       .sort((a, b) => b.ms - a.ms)
@@ -195,8 +198,19 @@ async function profileScenario(values: Record<string, string | boolean | undefin
     `--cpu-prof-interval=${interval}`,
     ...(values.md ? ['--cpu-prof-md'] : []),
     entry,
-    'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataFile,
-    '--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0',
+    'serve',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    '0',
+    '--data',
+    dataFile,
+    '--trust-proxy',
+    'loopback',
+    '--ban-after',
+    '100000',
+    '--ban-seconds',
+    '0',
   ]
   const server = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(server.stderr)

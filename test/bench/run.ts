@@ -9,7 +9,20 @@
  * document.
  * It is a benchmark, not a test: a missed goal is printed, never an exit code.
  */
-import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, ftruncateSync, fstatSync } from 'node:fs'
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  closeSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  ftruncateSync,
+  fstatSync,
+} from 'node:fs'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -30,7 +43,15 @@ import {
   StreamTail,
   track,
 } from './lib/procs'
-import { comparison, markdown, RESULT_VERSION, type BenchResult, type RunFigures, type ScenarioResult, type TargetSummary } from './lib/report'
+import {
+  comparison,
+  markdown,
+  RESULT_VERSION,
+  type BenchResult,
+  type RunFigures,
+  type ScenarioResult,
+  type TargetSummary,
+} from './lib/report'
 import { countPets, countPostgresPets, seed, seedPostgres } from './lib/seed'
 import { concrete, SCENARIOS, type BenchContext, type LoadSpec, type RequestShape, type Scenario } from './lib/scenarios'
 import { postgresBinaries } from '../support/postgres'
@@ -135,9 +156,13 @@ function parseOptions(argv: string[]): Options | null {
     throw new Error(tool === 'wrk' ? 'wrk is not installed (apt-get install -y wrk)' : 'autocannon is missing (bun install)')
   let scenarios = SCENARIOS
   if (values.scenarios !== undefined) {
-    const names = values.scenarios.split(',').map((name) => name.trim()).filter(Boolean)
+    const names = values.scenarios
+      .split(',')
+      .map((name) => name.trim())
+      .filter(Boolean)
     for (const name of names)
-      if (!SCENARIOS.some((s) => s.name === name)) throw new Error(`unknown scenario "${name}"; known: ${SCENARIOS.map((s) => s.name).join(', ')}`)
+      if (!SCENARIOS.some((s) => s.name === name))
+        throw new Error(`unknown scenario "${name}"; known: ${SCENARIOS.map((s) => s.name).join(', ')}`)
     // Always in the canonical order: the spray runs last so the RSS before it means something.
     scenarios = SCENARIOS.filter((s) => names.includes(s.name))
   }
@@ -159,7 +184,10 @@ function parseOptions(argv: string[]): Options | null {
     scenarios,
     pets: Math.round(number('pets', values.pets, quick ? 1_000 : 10_000, 100, 10_000_000)),
     starts: Math.round(number('starts', values.starts, quick ? 3 : 10, 1, 100)),
-    out: resolve(values.out ?? (backend === 'postgres' ? DEFAULT_OUT.replace(/\.json$/, `-postgres${instances > 1 ? `-${instances}` : ''}.json`) : DEFAULT_OUT)),
+    out: resolve(
+      values.out ??
+        (backend === 'postgres' ? DEFAULT_OUT.replace(/\.json$/, `-postgres${instances > 1 ? `-${instances}` : ''}.json`) : DEFAULT_OUT),
+    ),
     backend,
     instances,
     compare: values.compare,
@@ -419,7 +447,9 @@ async function prepareStore(backend: Store['backend'], options: Options, dir: st
   // Several instances share the access log (appends of whole lines) and split the load evenly.
   const count = backend === 'postgres' ? options.instances : 1
   const petstores = await Promise.all(Array.from({ length: count }, () => startPetstore(storageArgs, logFd)))
-  log(`petstore on ${backend} (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`)
+  log(
+    `petstore on ${backend} (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`,
+  )
   return {
     backend,
     countRows,
@@ -483,9 +513,17 @@ async function bench(options: Options): Promise<BenchResult> {
       const answer = await capture(petstore.port, request)
       if (answer.status === 201) main.created201++
       entry[shape.method] = answer
-      info.push({ method: request.method, path: request.path, status: answer.status, code: errorCode(answer.body), bytes: Buffer.byteLength(answer.body) })
+      info.push({
+        method: request.method,
+        path: request.path,
+        status: answer.status,
+        code: errorCode(answer.body),
+        bytes: Buffer.byteLength(answer.body),
+      })
       if (!scenario.expected.includes(answer.status))
-        notes.push(`${scenario.name}: the captured ${request.method} answer was ${answer.status} (${errorCode(answer.body) ?? 'no code'}), expected ${scenario.expected.join('/')}.`)
+        notes.push(
+          `${scenario.name}: the captured ${request.method} answer was ${answer.status} (${errorCode(answer.body) ?? 'no code'}), expected ${scenario.expected.join('/')}.`,
+        )
     }
     captures[scenario.name] = entry
     capturedInfo.set(scenario.name, info)
@@ -516,7 +554,13 @@ async function bench(options: Options): Promise<BenchResult> {
     const result =
       store.petstores.length === 1
         ? await load(store.petstores[0]!.port, durationS, spec)
-        : combined(await Promise.all(store.petstores.map((p) => load(p.port, durationS, spec, Math.max(1, Math.round(options.connections / store.petstores.length))))))
+        : combined(
+            await Promise.all(
+              store.petstores.map((p) =>
+                load(p.port, durationS, spec, Math.max(1, Math.round(options.connections / store.petstores.length))),
+              ),
+            ),
+          )
     const cpu = serverCpu() - cpuBefore
     const busy = systemBusySeconds() - busyBefore
     const statuses = await store.accessLog.collect()
@@ -544,7 +588,9 @@ async function bench(options: Options): Promise<BenchResult> {
     }
     const loadAvg1m = round(os.loadavg()[0]!, 2)
     const targets = ['baseline', ...(options.strict ? ['prebuilt baseline'] : []), ...stores.map((s) => `petstore (${s.backend})`)]
-    log(`${scenario.name}: ${options.warmupS ? `warm-up ${options.warmupS} s each, then ` : ''}${options.runs} × (${targets.map((t) => `${t} ${options.durationS} s`).join(', ')})`)
+    log(
+      `${scenario.name}: ${options.warmupS ? `warm-up ${options.warmupS} s each, then ` : ''}${options.runs} × (${targets.map((t) => `${t} ${options.durationS} s`).join(', ')})`,
+    )
     if (options.warmupS > 0) {
       await measureBaseline(baseline.port, options.warmupS, scenario)
       for (const store of stores) await measureStore(store, options.warmupS, scenario)
@@ -561,7 +607,12 @@ async function bench(options: Options): Promise<BenchResult> {
       for (const i of order) storeRuns[i]!.push(await measureStore(stores[i]!, options.durationS, scenario))
       log(
         `  run ${run + 1}: baseline ${Math.round(baselineRuns[run]!.rps).toLocaleString('en')} req/s, ` +
-          stores.map((s, i) => `${s.backend} ${Math.round(storeRuns[i]![run]!.rps).toLocaleString('en')} req/s ${storeRuns[i]![run]!.cpuUsPerRequest} µs CPU/req`).join(', '),
+          stores
+            .map(
+              (s, i) =>
+                `${s.backend} ${Math.round(storeRuns[i]![run]!.rps).toLocaleString('en')} req/s ${storeRuns[i]![run]!.cpuUsPerRequest} µs CPU/req`,
+            )
+            .join(', '),
       )
     }
     const baselineSummary = summarise(baselineRuns)
@@ -607,7 +658,8 @@ async function bench(options: Options): Promise<BenchResult> {
   const afterScenarios = peakBeforeSpray ?? endMemory?.peakRssMb ?? null
   const baselineMemory = memoryOf(baseline.proc.pid)
   for (const store of stores)
-    for (const p of store.petstores) if (p.proc.exitCode !== null) notes.push(`petstore on ${store.backend} exited early (code ${p.proc.exitCode}).`)
+    for (const p of store.petstores)
+      if (p.proc.exitCode !== null) notes.push(`petstore on ${store.backend} exited early (code ${p.proc.exitCode}).`)
 
   // Durability: kill without warning; every 201 must already be a row.
   for (const store of stores) for (const p of store.petstores) await stop(p.proc, 'SIGKILL')
@@ -631,10 +683,14 @@ async function bench(options: Options): Promise<BenchResult> {
     )
   const generatorBound = results.filter((r) => r.baseline.generatorCpuPct >= 90 && r.baseline.targetCpuPct < 90).map((r) => r.name)
   if (generatorBound.length)
-    notes.push(`The load generator, not the baseline, was the limit in: ${generatorBound.join(', ')} (generator ≥ 90 % of a core, baseline < 90 %).`)
+    notes.push(
+      `The load generator, not the baseline, was the limit in: ${generatorBound.join(', ')} (generator ≥ 90 % of a core, baseline < 90 %).`,
+    )
   const noisy = results.filter((r) => Math.max(r.baseline.otherCpuPct, r.petstore.otherCpuPct) >= 10).map((r) => r.name)
   if (noisy.length)
-    notes.push(`Other processes used ≥ 10 % of a core during: ${noisy.join(', ')} (see otherCpuPct in the JSON); those figures are noisier.`)
+    notes.push(
+      `Other processes used ≥ 10 % of a core during: ${noisy.join(', ')} (see otherCpuPct in the JSON); those figures are noisier.`,
+    )
 
   const startupOf = (store: Store) => {
     const medianMs = round(median(store.startSamplesMs), 1)
@@ -666,7 +722,13 @@ async function bench(options: Options): Promise<BenchResult> {
       pets: options.pets,
       startSamples: options.starts,
       serverArgs: petstore.args.map((arg, i, args) =>
-        arg === dataFile ? 'DATA_FILE' : args[i - 1] === '--database-url' ? 'DATABASE_URL' : args[i - 1] === '--redis-url' ? 'REDIS_URL' : arg,
+        arg === dataFile
+          ? 'DATA_FILE'
+          : args[i - 1] === '--database-url'
+            ? 'DATABASE_URL'
+            : args[i - 1] === '--redis-url'
+              ? 'REDIS_URL'
+              : arg,
       ),
       backend: options.backend,
       instances: options.instances,

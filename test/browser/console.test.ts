@@ -30,7 +30,15 @@ beforeAll(async () => {
   if (!available) return
   browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   })
   server = await startServer({ args: ['--ban-after', '1'] })
   consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
@@ -95,7 +103,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
 
       // Push it into 429s and a ban (--ban-after 1), then find it in Bans and lift it.
       const statuses: number[] = []
-      for (let i = 0; i < 4; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status)
+      for (let i = 0; i < 4; i++)
+        statuses.push((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status)
       expect(statuses).toEqual([200, 429, 429, 429])
       await page.locator('[data-tab=bans]').click()
       const ban = page.locator('#ban-table tbody tr', { hasText: 'browser key' })
@@ -125,7 +134,10 @@ describe.skipIf(!available)('the console page in a browser', () => {
       page.once('dialog', (dialog) => dialog.accept())
       await page.locator('#key-table tbody tr', { hasText: 'browser key' }).locator('button', { hasText: 'Revoke' }).click()
       const revokedAt = Date.now()
-      await eventually(async () => (await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status === 401, 1_000)
+      await eventually(
+        async () => (await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${secret}` } })).status === 401,
+        1_000,
+      )
       expect(Date.now() - revokedAt).toBeLessThan(1_000)
       await page.locator('#key-table tbody tr', { hasText: 'browser key' }).waitFor({ state: 'detached' })
       await page.screenshot({ path: join(SCREENSHOTS, 'keys-1280.png'), fullPage: true })
@@ -164,7 +176,7 @@ describe.skipIf(!available)('the console page in a browser', () => {
     }
   }, 60_000)
 
-  test('usage: known traffic from two keys shows exactly its counts in the keys table, the key\'s chart and the deprecation page, also after a restart; screenshots at both widths', async () => {
+  test("usage: known traffic from two keys shows exactly its counts in the keys table, the key's chart and the deprecation page, also after a restart; screenshots at both widths", async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     // Made before the start, so that no request is needed to wait for the server to know them.
     const limited = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '3', '--rpd', '1000', '--name', 'limited'])
@@ -180,7 +192,11 @@ describe.skipIf(!available)('the console page in a browser', () => {
       for (let i = 0; i < 7; i++) statuses.push((await fetch(`${usageServer.base}/pets`, { headers: headers(limited) })).status)
       expect(statuses).toEqual([200, 200, 200, 429, 429, 429, 429])
       // "caller": adds a pet, then calls the deprecated getPet 5 times.
-      const pet = await fetch(`${usageServer.base}/pets`, { method: 'POST', headers: headers(caller), body: JSON.stringify({ name: 'Rex', categoryId: 1, status: 'available' }) })
+      const pet = await fetch(`${usageServer.base}/pets`, {
+        method: 'POST',
+        headers: headers(caller),
+        body: JSON.stringify({ name: 'Rex', categoryId: 1, status: 'available' }),
+      })
       expect(pet.status).toBe(201)
       const { id } = (await pet.json()) as { id: number }
       const GET_PET_CALLS = 5
@@ -193,7 +209,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
       expect(new Date(sunset).toISOString()).toBe('2030-12-05T00:00:00.000Z')
 
       const expectCounts = async (page: Page, width: number, shots: boolean, sameProcess: boolean) => {
-        const shot = (name: string) => (shots ? page.screenshot({ path: join(SCREENSHOTS, `${name}-${width}.png`), fullPage: true }) : undefined)
+        const shot = (name: string) =>
+          shots ? page.screenshot({ path: join(SCREENSHOTS, `${name}-${width}.png`), fullPage: true }) : undefined
         const fits = async () => expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(width)
         // The overview: every request of both keys, the ban, two active keys.
         await page.locator('[data-tab=overview]').click()
@@ -211,7 +228,9 @@ describe.skipIf(!available)('the console page in a browser', () => {
         // The keys table: requests and 429s today, getPet calls.
         await page.locator('[data-tab=keys]').click()
         const cells = async (name: string) => {
-          const row = page.locator('#key-table tbody tr', { has: page.locator('td:first-child button', { hasText: new RegExp(`^${name}$`) }) })
+          const row = page.locator('#key-table tbody tr', {
+            has: page.locator('td:first-child button', { hasText: new RegExp(`^${name}$`) }),
+          })
           return (await row.locator('td').allInnerTexts()).slice(3, 6)
         }
         await page.locator('#key-table tbody tr', { hasText: 'caller' }).waitFor()
@@ -229,7 +248,9 @@ describe.skipIf(!available)('the console page in a browser', () => {
         // The key: its chart's lines and what they sum to, its refusals.
         await page.locator('#key-table tbody tr td:first-child button', { hasText: 'limited' }).click()
         await page.locator('#key-caption', { hasText: 'in all' }).waitFor()
-        expect(await page.locator('#key-caption').innerText()).toStartWith('Requests per minute over the last day: 7 in all, 3 2xx, 0 4xx (not 429), 4 429, 0 5xx.')
+        expect(await page.locator('#key-caption').innerText()).toStartWith(
+          'Requests per minute over the last day: 7 in all, 3 2xx, 0 4xx (not 429), 4 429, 0 5xx.',
+        )
         expect(await page.locator('#key-chart .u-legend th').allInnerTexts()).toEqual(['Time', '2xx', '4xx (not 429)', '429', '5xx'])
         const keyFigures = await page.locator('#key-figures').innerText()
         expect(figure(keyFigures, 'Requests today')).toBe('7')
@@ -265,7 +286,8 @@ describe.skipIf(!available)('the console page in a browser', () => {
             await page.emulateMedia({ colorScheme: 'light' })
           }
           if (withRefusals) expect(await page.locator('#refusal-table tbody tr').allInnerTexts()).toHaveLength(4)
-          for (const refusal of withRefusals ? await page.locator('#refusal-table tbody tr td:nth-child(4)').allInnerTexts() : []) expect(refusal).toBe('429')
+          for (const refusal of withRefusals ? await page.locator('#refusal-table tbody tr td:nth-child(4)').allInnerTexts() : [])
+            expect(refusal).toBe('429')
           // Deprecation: the caller, its calls, the days left until the Sunset header's date.
           await page.locator('[data-tab=deprecation]').click()
           const row = page.locator('#deprecation-table tbody tr', { hasText: 'caller' })

@@ -69,7 +69,12 @@ async function tryItOut(page: Page, operationId: string, fill?: (block: ReturnTy
 
 /** The body the page shows for the operation's last Execute. */
 async function shownBody(page: Page, operationId: string): Promise<string> {
-  return page.locator(`[id$="-${operationId}"]`).first().locator('.live-responses-table .response-col_description .microlight').first().innerText()
+  return page
+    .locator(`[id$="-${operationId}"]`)
+    .first()
+    .locator('.live-responses-table .response-col_description .microlight')
+    .first()
+    .innerText()
 }
 
 describe.skipIf(!available)('/docs in a browser', () => {
@@ -117,7 +122,6 @@ describe.skipIf(!available)('/docs in a browser', () => {
       await server.stop()
     }
   }, 90_000)
-
 
   for (const env of ['production', 'staging'] as const) {
     for (const host of ['127.0.0.1', 'localhost']) {
@@ -180,7 +184,15 @@ describe.skipIf(!available)('/docs in a browser', () => {
       await authorize(page, server.bootstrapKey!)
       const status = await tryItOut(page, 'getPet', async (block) => {
         const choice = block.locator('tr[data-param-name="Prefer"] select')
-        expect(await choice.locator('option').allInnerTexts()).toEqual(['--', 'code=404', 'code=429', 'code=500', 'code=503', 'delay=2000', 'code=503, delay=2000'])
+        expect(await choice.locator('option').allInnerTexts()).toEqual([
+          '--',
+          'code=404',
+          'code=429',
+          'code=500',
+          'code=503',
+          'delay=2000',
+          'code=503, delay=2000',
+        ])
         expect(await choice.inputValue()).toBe('')
         await choice.selectOption('code=429')
       })

@@ -74,17 +74,30 @@ async function recipeAsWritten(server: Server, makeKey: MakeKey): Promise<void> 
   // Stored exactly, as the server itself answers them.
   const page = await fetch(`${server.base}/pets?limit=100`, { headers: reader })
   const text = await page.text()
-  for (const digits of ['9223372036854775807', '-9223372036854775808', '9007199254740993']) expect(text).toContain(`"categoryId":${digits},`)
+  for (const digits of ['9223372036854775807', '-9223372036854775808', '9007199254740993'])
+    expect(text).toContain(`"categoryId":${digits},`)
 
   // And the code the page shows type-checks against the generated types, strictly.
   writeFileSync(
     join(dir, 'tsconfig.json'),
     JSON.stringify({
-      compilerOptions: { strict: true, noEmit: true, target: 'esnext', module: 'esnext', moduleResolution: 'bundler', types: ['bun'], skipLibCheck: true },
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        target: 'esnext',
+        module: 'esnext',
+        moduleResolution: 'bundler',
+        types: ['bun'],
+        skipLibCheck: true,
+      },
       files: ['main.ts', 'client.ts', 'petstore.d.ts'],
     }),
   )
-  const checked = Bun.spawnSync([join(ROOT, 'node_modules', '.bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: dir, stdout: 'pipe', stderr: 'pipe' })
+  const checked = Bun.spawnSync([join(ROOT, 'node_modules', '.bin', 'tsc'), '-p', 'tsconfig.json'], {
+    cwd: dir,
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
   expect(checked.stdout.toString() + checked.stderr.toString()).toBe('')
   expect(checked.exitCode).toBe(0)
 }

@@ -59,7 +59,12 @@ describe('README', () => {
   })
 
   test('every npx line in the guide says --yes: without it npx asks before installing, and a script or CI stops there', () => {
-    const pages = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)]
+    const pages = [
+      'README.md',
+      ...readdirSync(join(ROOT, 'docs'))
+        .filter((name) => name.endsWith('.md'))
+        .map((name) => `docs/${name}`),
+    ]
     const asking = pages.flatMap((page) =>
       readFileSync(join(ROOT, page), 'utf8')
         .split('\n')

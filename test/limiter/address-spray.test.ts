@@ -38,7 +38,9 @@ describeWithEngines(['redis-server'], 'limiter: an address spray against Redis',
       for (let start = 0; start < SPRAY; start += 500) {
         const batch = Array.from({ length: 500 }, (_, i) => {
           const n = start + i
-          return Promise.resolve(limiter.check(named(`ip:2001:db8:${(n >> 16).toString(16)}:${(n & 0xffff).toString(16)}::/64`), FREE)).then(
+          return Promise.resolve(
+            limiter.check(named(`ip:2001:db8:${(n >> 16).toString(16)}:${(n & 0xffff).toString(16)}::/64`), FREE),
+          ).then(
             () => {},
             () => void refused++,
           )

@@ -21,8 +21,7 @@ function conformance(makeLimiter: () => Make) {
     const time = futureClock()
     const limiter = makeLimiter()({ ...settings, now: () => time.clock.now })
     made.push(limiter)
-    const check = (subject = 'key:a', limits = FREE): Promise<Decision> =>
-      Promise.resolve(limiter.check(named(subject), limits))
+    const check = (subject = 'key:a', limits = FREE): Promise<Decision> => Promise.resolve(limiter.check(named(subject), limits))
     const run = async (n: number, subject = 'key:a', limits = FREE) => {
       const decisions: Decision[] = []
       for (let i = 0; i < n; i++) decisions.push(await check(subject, limits))
@@ -97,7 +96,7 @@ function conformance(makeLimiter: () => Make) {
     expect(pro).toMatchObject({ allowed: true, quota: { limit: 300, remaining: 299 } })
   })
 
-  test('forget drops a key\'s buckets and ban', async () => {
+  test("forget drops a key's buckets and ban", async () => {
     const { limiter, check, run } = make({ banAfter: 1, banSeconds: 600 })
     await run(62)
     expect(await check()).toMatchObject({ reason: 'key_banned' })
@@ -186,11 +185,12 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
     const { clock } = futureClock()
     const settings = { banAfter: 50, now: () => clock.now }
     const prefix = uniquePrefix()
-    const instances = [redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 }), redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 })]
+    const instances = [
+      redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 }),
+      redisLimiter(redis.url, settings, { prefix, timeoutMs: 2_000 }),
+    ]
     const limits = { rpm: 100, rpd: 1000 }
-    const decisions = await Promise.all(
-      Array.from({ length: 300 }, (_, i) => instances[i % 2]!.check(named('key:shared'), limits)),
-    )
+    const decisions = await Promise.all(Array.from({ length: 300 }, (_, i) => instances[i % 2]!.check(named('key:shared'), limits)))
     const count = (f: (d: Decision) => boolean) => decisions.filter(f).length
     expect(count((d) => d.allowed)).toBe(100)
     expect(count((d) => !d.allowed && d.reason === 'rate_limited')).toBe(51)

@@ -96,11 +96,15 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
             const state = stateOf(memoryStore.take(who, limitsOf[subject]!, clock.now))
             const redisState = stateOf(await redisStore.take(who, limitsOf[subject]!, clock.now))
             if (!Bun.deepEquals(redisState, state, true))
-              throw new Error(`request ${n} (${id} at ${clock.now}): Redis left ${JSON.stringify(redisState)}, in process ${JSON.stringify(state)}`)
+              throw new Error(
+                `request ${n} (${id} at ${clock.now}): Redis left ${JSON.stringify(redisState)}, in process ${JSON.stringify(state)}`,
+              )
             const expected = await memory.check(who, limitsOf[subject]!)
             const actual = await shared.check(who, limitsOf[subject]!)
             if (!Bun.deepEquals(actual, expected, true))
-              throw new Error(`request ${n} (${id} at ${clock.now}): Redis ${JSON.stringify(actual)}, in process ${JSON.stringify(expected)}`)
+              throw new Error(
+                `request ${n} (${id} at ${clock.now}): Redis ${JSON.stringify(actual)}, in process ${JSON.stringify(expected)}`,
+              )
             seen[expected.allowed ? 'allowed' : expected.reason]++
             if (!expected.allowed && expected.bannedNow) seen.bannedNow++
           }

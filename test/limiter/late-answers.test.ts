@@ -63,7 +63,10 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
    * each answer back for up to 1.5 times the timeout; `afterUnavailable` runs when a request got 503.
    * Answers the tallies, once Redis holds what `settled` accepts (undos are sent as late answers arrive).
    */
-  async function hammer(afterUnavailable: (relay: Relay, limiter: AnyLimiter) => Promise<void>, settled: (tally: Tally, held: Held) => string | null) {
+  async function hammer(
+    afterUnavailable: (relay: Relay, limiter: AnyLimiter) => Promise<void>,
+    settled: (tally: Tally, held: Held) => string | null,
+  ) {
     // One instant for every take (an injected clock that does not move): nothing refills, nothing ages.
     const { clock } = futureClock()
     const prefix = uniquePrefix()
@@ -96,15 +99,20 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
         }
       }
       const queue = [...subjects]
-      await Promise.all([1, 2, 3].map(async () => {
-        for (let subject = queue.shift(); subject !== undefined; subject = queue.shift()) await client(subject)
-      }))
+      await Promise.all(
+        [1, 2, 3].map(async () => {
+          for (let subject = queue.shift(); subject !== undefined; subject = queue.shift()) await client(subject)
+        }),
+      )
       relay.answerDelayMs = () => 0
 
       const sum = (kind: keyof Tally) => [...tallies.values()].reduce((total, tally) => total + tally[kind], 0)
-      console.error(`late-answers: of ${subjects.length * CALLS} takes, ${sum('unavailable')} answered 503, ${sum('allowed')} allowed, ${sum('rejected')} refused, ${sum('bannedNow')} bans`)
+      console.error(
+        `late-answers: of ${subjects.length * CALLS} takes, ${sum('unavailable')} answered 503, ${sum('allowed')} allowed, ${sum('rejected')} refused, ${sum('bannedNow')} bans`,
+      )
       // Enough of each kind that late answers hit takes that took, refused and started bans.
-      for (const kind of ['unavailable', 'allowed', 'rejected', 'bannedNow'] as const) expect(sum(kind)).toBeGreaterThan(subjects.length / 3)
+      for (const kind of ['unavailable', 'allowed', 'rejected', 'bannedNow'] as const)
+        expect(sum(kind)).toBeGreaterThan(subjects.length / 3)
 
       const mismatches = async () => {
         const wrong: string[] = []
@@ -148,16 +156,22 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
       // A ban starts the count of rejections afresh; without one, each rejection answered is there.
       const expected = { banned: tally.bannedNow > 0, rejections: tally.bannedNow > 0 ? 0 : tally.rejected }
       if (tally.bannedNow > 1) return 'more than one ban started'
-      return tokensWrong(tally, held) ?? (Bun.deepEquals({ banned: held.banned, rejections: held.rejections }, expected) ? null : `expected ${JSON.stringify(expected)}`)
+      return (
+        tokensWrong(tally, held) ??
+        (Bun.deepEquals({ banned: held.banned, rejections: held.rejections }, expected) ? null : `expected ${JSON.stringify(expected)}`)
+      )
     })
   }, 60_000)
 
   test('with clients that retry at once: tokens spent are the allowed answers, and no ban without banAfter+1 visible refusals', async () => {
-    await hammer(async () => {}, (tally, held) => {
-      if (held.banned && tally.rejected < BAN_AFTER + 1) return `banned after ${tally.rejected} refusals answered`
-      if (!held.banned && held.rejections > tally.rejected) return 'more rejections recorded than answered'
-      return tokensWrong(tally, held)
-    })
+    await hammer(
+      async () => {},
+      (tally, held) => {
+        if (held.banned && tally.rejected < BAN_AFTER + 1) return `banned after ${tally.rejected} refusals answered`
+        if (!held.banned && held.rejections > tally.rejected) return 'more rejections recorded than answered'
+        return tokensWrong(tally, held)
+      },
+    )
   }, 60_000)
 })
 

@@ -50,7 +50,12 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
   afterEach(async () => {
     limiters.splice(0).forEach((made) => made.close())
     // A test that stopped Redis leaves it running for the next.
-    if (!(await Promise.resolve(admin.send('PING', [])).then(() => true, () => false))) {
+    if (
+      !(await Promise.resolve(admin.send('PING', [])).then(
+        () => true,
+        () => false,
+      ))
+    ) {
       await redis.start()
       await admin.connect()
     }

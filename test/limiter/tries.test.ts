@@ -22,7 +22,13 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     const limiter = makeLimiter()({ now: () => clock.now })
     made.push(limiter)
     const count = (group: string, id: string) => limiter.tries.countTry(group, id, 1_000)
-    expect([await count('k1', 'a'), await count('k1', 'a'), await count('k1', 'b'), await count('k2', 'a'), await count('k1', 'a')]).toEqual([1, 2, 1, 1, 3])
+    expect([
+      await count('k1', 'a'),
+      await count('k1', 'a'),
+      await count('k1', 'b'),
+      await count('k2', 'a'),
+      await count('k1', 'a'),
+    ]).toEqual([1, 2, 1, 1, 3])
     // Counting takes no token.
     expect((await limiter.check(named('key:a'), { rpm: 60, rpd: 1000 })).quota.remaining).toBe(59)
     // The process forgets by the injected clock, Redis by its own (real time must pass for it): both after keepMs.
@@ -50,7 +56,8 @@ test('past 10,000 counts a new id is refused, not counted over another key; expi
   expect(await limiter.tries.countTry('victim', 'retry', KEEP_MS)).toBe(1)
   advance(1_000)
   for (let group = 0; group < 10; group++)
-    for (let id = 0; id < 1_000; id++) if (group * 1_000 + id < 9_999) expect(await limiter.tries.countTry(`flood${group}`, `id${id}`, KEEP_MS)).toBe(1)
+    for (let id = 0; id < 1_000; id++)
+      if (group * 1_000 + id < 9_999) expect(await limiter.tries.countTry(`flood${group}`, `id${id}`, KEEP_MS)).toBe(1)
   // 10,000 held: one more new id is refused, for as long as the victim's count (the oldest) is kept.
   const refused = await limiter.tries.countTry('flood9', 'one-more', KEEP_MS).catch((error: unknown) => error)
   expect(refused).toBeInstanceOf(TriesFullError)

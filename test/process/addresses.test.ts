@@ -91,7 +91,13 @@ describe('--trust-proxy ADDR|CIDR', () => {
     expect(() => new TrustedProxies(['proxy.local'])).toThrow(/proxy\.local/)
     expect(() => new TrustedProxies(['10.0.0.0/8/1'])).toThrow()
     const trusted = new TrustedProxies(['loopback', '10.0.0.0/8', '2001:db8::/32'])
-    expect(['127.0.0.1', '127.9.9.9', '::1', '10.1.2.3', '2001:db8:ffff::1'].map((a) => trusted.has(a))).toEqual([true, true, true, true, true])
+    expect(['127.0.0.1', '127.9.9.9', '::1', '10.1.2.3', '2001:db8:ffff::1'].map((a) => trusted.has(a))).toEqual([
+      true,
+      true,
+      true,
+      true,
+      true,
+    ])
     expect(['11.0.0.1', '::2', '2001:db9::1', '128.0.0.1'].map((a) => trusted.has(a))).toEqual([false, false, false, false])
     expect(forwardedClient('127.0.0.1', '198.51.100.1, 10.0.0.5', trusted)).toBe('198.51.100.1')
     expect(forwardedClient('127.0.0.1', '6.6.6.6, 198.51.100.1', trusted)).toBe('198.51.100.1')

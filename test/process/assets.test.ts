@@ -20,7 +20,10 @@ afterAll(async () => {
 
 /** fetch without Bun's own decompression, so the test sees the bytes on the wire. */
 async function raw(url: string, acceptEncoding: string | null) {
-  const response = await fetch(url, { headers: acceptEncoding === null ? {} : { 'accept-encoding': acceptEncoding }, decompress: false } as RequestInit)
+  const response = await fetch(url, {
+    headers: acceptEncoding === null ? {} : { 'accept-encoding': acceptEncoding },
+    decompress: false,
+  } as RequestInit)
   return { response, bytes: new Uint8Array(await response.arrayBuffer()) }
 }
 
@@ -28,11 +31,7 @@ describe('compressed assets', () => {
   test('Swagger UI and the console page: br, gzip or plain per Accept-Encoding, Vary on each, the same bytes', async () => {
     const page = await (await fetch(`${consoleOrigin}/`)).text()
     const consoleScript = /src="\.?\/?([^"]+\.js)"/.exec(page)![1]!
-    const urls = [
-      `${server.origin}/docs/swagger-ui-bundle.js`,
-      `${server.origin}/docs/swagger-ui.css`,
-      `${consoleOrigin}/${consoleScript}`,
-    ]
+    const urls = [`${server.origin}/docs/swagger-ui-bundle.js`, `${server.origin}/docs/swagger-ui.css`, `${consoleOrigin}/${consoleScript}`]
     for (const url of urls) {
       // 30 first requests at once: one compression, every answer whole.
       const first = await Promise.all(Array.from({ length: 30 }, () => raw(url, 'gzip, deflate, br')))
@@ -40,7 +39,12 @@ describe('compressed assets', () => {
       expect(plain.response.headers.get('content-encoding')).toBeNull()
       expect(plain.response.headers.get('vary')).toBe('Accept-Encoding')
       for (const { response, bytes } of first) {
-        expect([url, response.status, response.headers.get('content-encoding'), response.headers.get('vary')]).toEqual([url, 200, 'br', 'Accept-Encoding'])
+        expect([url, response.status, response.headers.get('content-encoding'), response.headers.get('vary')]).toEqual([
+          url,
+          200,
+          'br',
+          'Accept-Encoding',
+        ])
         expect(Buffer.from(brotliDecompressSync(bytes)).equals(Buffer.from(plain.bytes))).toBe(true)
       }
       const gz = await raw(url, 'gzip;q=0.8, br;q=0')
@@ -50,7 +54,9 @@ describe('compressed assets', () => {
       expect(identity.response.headers.get('content-encoding')).toBeNull()
       expect(identity.bytes.byteLength).toBe(plain.bytes.byteLength)
       const ratio = first[0]!.bytes.byteLength / plain.bytes.byteLength
-      console.log(`${url.replace(/^http:\/\/[^/]+/, '')}: ${plain.bytes.byteLength} bytes, br ${first[0]!.bytes.byteLength} (${(ratio * 100).toFixed(0)} %), gzip ${gz.bytes.byteLength}`)
+      console.log(
+        `${url.replace(/^http:\/\/[^/]+/, '')}: ${plain.bytes.byteLength} bytes, br ${first[0]!.bytes.byteLength} (${(ratio * 100).toFixed(0)} %), gzip ${gz.bytes.byteLength}`,
+      )
       expect(ratio).toBeLessThan(0.4)
     }
     // The page still renders what it says: the console's HTML keeps its headers, compressed too.

@@ -46,7 +46,9 @@ async function createsAroundARefusedRow(base: string, key: string): Promise<void
   expect(listed.map((pet) => pet.id)).toEqual(listed.map((pet) => pet.id).sort((a, b) => a - b))
   // The Idempotency-Keys were kept with the pets: a replay answers the first bytes and creates nothing.
   const replays = await Promise.all(
-    innocent.slice(0, PER_ROUND).map((answer) => postPet(base, key, { name: answer.name, categoryId: 1 }, { 'idempotency-key': answer.idempotencyKey })),
+    innocent
+      .slice(0, PER_ROUND)
+      .map((answer) => postPet(base, key, { name: answer.name, categoryId: 1 }, { 'idempotency-key': answer.idempotencyKey })),
   )
   expect(await Promise.all(replays.map((response) => response.text()))).toEqual(innocent.slice(0, PER_ROUND).map((answer) => answer.body))
   expect(await listAll(base, key)).toHaveLength(listed.length)
@@ -57,7 +59,9 @@ describe('one refused row in a batch, on the data file', () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, UNLIMITED)
     const db = new Database(dataFile)
-    db.run(`CREATE TRIGGER refuse_poison BEFORE INSERT ON pets WHEN NEW.name = '${POISON}' BEGIN SELECT RAISE(ABORT, 'this name is refused'); END`)
+    db.run(
+      `CREATE TRIGGER refuse_poison BEFORE INSERT ON pets WHEN NEW.name = '${POISON}' BEGIN SELECT RAISE(ABORT, 'this name is refused'); END`,
+    )
     db.close()
     const server = await startServer({ dataFile, args: ['--no-access-log'] })
     await createsAroundARefusedRow(server.base, key)

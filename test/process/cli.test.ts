@@ -26,12 +26,27 @@ describe('usage and version', () => {
   })
 
   test.each([
-    [['serve', '--help'], ['Usage: petstore serve', '--port', '--host', '--base-url', '--env', '--data']],
-    [['keys', '--help'], ['Usage: petstore keys create', 'keys list', 'keys revoke', '--plan', '--rpm', '--rpd']],
-    [['keys', 'create', '--help'], ['Usage: petstore keys create', '--plan']],
+    [
+      ['serve', '--help'],
+      ['Usage: petstore serve', '--port', '--host', '--base-url', '--env', '--data'],
+    ],
+    [
+      ['keys', '--help'],
+      ['Usage: petstore keys create', 'keys list', 'keys revoke', '--plan', '--rpm', '--rpd'],
+    ],
+    [
+      ['keys', 'create', '--help'],
+      ['Usage: petstore keys create', '--plan'],
+    ],
     [['backup', '--help'], ['Usage: petstore backup FILE']],
-    [['restore', '--help'], ['Usage: petstore restore FILE', 'before-restore', '--data']],
-    [['healthcheck', '--help'], ['Usage: petstore healthcheck', '--port']],
+    [
+      ['restore', '--help'],
+      ['Usage: petstore restore FILE', 'before-restore', '--data'],
+    ],
+    [
+      ['healthcheck', '--help'],
+      ['Usage: petstore healthcheck', '--port'],
+    ],
   ])('%p prints that command’s usage on stdout and exits 0', (args, expected) => {
     const cwd = tempDir()
     const result = cli(args, { cwd })
@@ -62,7 +77,9 @@ describe('usage and version', () => {
     const head = Bun.spawnSync(['git', 'rev-parse', '--short=12', 'HEAD'], { cwd: root }).stdout.toString().trim()
     expect(result.exitCode).toBe(0)
     expect(result.stdout.toString()).toMatch(
-      new RegExp(`^petstore ${pkg.version.replace(/\./g, '\\.')} \\(not a release build: run from the sources at commit ${head}(-dirty)?\\)\n$`),
+      new RegExp(
+        `^petstore ${pkg.version.replace(/\./g, '\\.')} \\(not a release build: run from the sources at commit ${head}(-dirty)?\\)\n$`,
+      ),
     )
   })
 })
@@ -121,7 +138,10 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
     const cwd = tempDir()
     for (const data of [[], ['--data', join(cwd, 'named', 'p.db')]]) {
       const result = cli(['serve', '--port', '0', '--ban-after', '500000', ...data], { cwd })
-      expect([result.code, reasonLine(result.stderr)]).toEqual([2, 'petstore: --ban-after must be an integer from 1 to 100000, not "500000"'])
+      expect([result.code, reasonLine(result.stderr)]).toEqual([
+        2,
+        'petstore: --ban-after must be an integer from 1 to 100000, not "500000"',
+      ])
       expect(readdirSync(cwd)).toEqual([])
     }
   })
@@ -154,8 +174,20 @@ describe('keys', () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const before = Date.now()
     const pro = cli(['keys', 'create', '--plan', 'pro', '--name', 'mobile app', '--data', dataFile]).stdout.trim()
-    const big = cli(['keys', 'create', '--plan', 'enterprise', '--rpm', '1000', '--rpd', '30', '--name', 'big', '--data', dataFile])
-      .stdout.trim()
+    const big = cli([
+      'keys',
+      'create',
+      '--plan',
+      'enterprise',
+      '--rpm',
+      '1000',
+      '--rpd',
+      '30',
+      '--name',
+      'big',
+      '--data',
+      dataFile,
+    ]).stdout.trim()
     const after = Date.now()
 
     const json = cli(['keys', 'list', '--json', '--data', dataFile])
@@ -178,8 +210,7 @@ describe('keys', () => {
     const table = cli(['keys', 'list', '--data', dataFile])
     expect(table.code).toBe(0)
     const [header, ...lines] = table.stdout.trimEnd().split('\n')
-    for (const column of ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED'])
-      expect(header).toContain(column)
+    for (const column of ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED']) expect(header).toContain(column)
     expect(lines).toHaveLength(2)
     const proLine = lines.find((l) => l.includes(byName['mobile app'].id))!
     expect(proLine).toContain('mobile app')
@@ -204,7 +235,8 @@ describe('keys', () => {
     const dataFile = join(tempDir(), 'petstore.db')
     cli(['keys', 'create', '--plan', 'pro', '--name', 'keep', '--data', dataFile])
     cli(['keys', 'create', '--plan', 'pro', '--name', 'drop', '--data', dataFile])
-    const rows = () => JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string; revoked: string | null }[]
+    const rows = () =>
+      JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string; revoked: string | null }[]
     const drop = rows().find((r) => r.name === 'drop')!
     const before = Date.now()
     const result = cli(['keys', 'revoke', drop.id, '--data', dataFile])
@@ -216,7 +248,9 @@ describe('keys', () => {
     expect(Date.parse(revoked!)).toBeGreaterThanOrEqual(before - 1000)
     expect(after.find((r) => r.name === 'keep')!.revoked).toBeNull()
     // The table shows it too.
-    const line = cli(['keys', 'list', '--data', dataFile]).stdout.split('\n').find((l) => l.includes(drop.id))!
+    const line = cli(['keys', 'list', '--data', dataFile])
+      .stdout.split('\n')
+      .find((l) => l.includes(drop.id))!
     expect(line).toContain(revoked!)
 
     cli(['keys', 'revoke', drop.id, '--data', dataFile])
@@ -277,7 +311,9 @@ describe('help for a newcomer', () => {
     expect([serve.code, serve.stdout.startsWith('Usage: petstore serve')]).toEqual([0, true])
     const unknown = cli(['help', 'frob'], { cwd: tempDir() })
     expect(unknown.code).toBe(2)
-    expect(reasonLine(unknown.stderr)).toBe('petstore: no help for "frob"; commands are serve, keys, operators, pets, backup, restore, healthcheck')
+    expect(reasonLine(unknown.stderr)).toBe(
+      'petstore: no help for "frob"; commands are serve, keys, operators, pets, backup, restore, healthcheck',
+    )
     const keys = cli(['keys', 'create', '--help'], { cwd: tempDir() })
     expect(keys.stdout).toMatch(/free +60 \/ 1,000/)
     expect(keys.stdout).toMatch(/pro +300 \/ 10,000/)
@@ -311,7 +347,12 @@ describe('help for a newcomer', () => {
 describe('the data file is never a surprise', () => {
   test('on the default path, key commands refuse to make a new store and name the file they looked for', () => {
     const cwd = tempDir()
-    for (const args of [['keys', 'create', '--plan', 'pro'], ['keys', 'list'], ['keys', 'revoke', 'key_x'], ['backup', 'copy.db']]) {
+    for (const args of [
+      ['keys', 'create', '--plan', 'pro'],
+      ['keys', 'list'],
+      ['keys', 'revoke', 'key_x'],
+      ['backup', 'copy.db'],
+    ]) {
       const result = cli(args, { cwd })
       expect(result.code).toBe(1)
       expect(result.stderr).toBe(

@@ -64,11 +64,18 @@ async function rawRequest(port: number, head: string, bodyBytes = 0, text = ''):
         const end = received.indexOf('\r\n\r\n')
         if (done || end < 0) return
         const [statusLine, ...lines] = received.slice(0, end).split('\r\n')
-        const headers = Object.fromEntries(lines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]))
+        const headers = Object.fromEntries(
+          lines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+        )
         const length = Number(headers['content-length'] ?? 0)
         if (received.length < end + 4 + length) return
         done = true
-        settle({ status: Number(statusLine!.split(' ')[1]), headers, body: received.slice(end + 4, end + 4 + length), ms: performance.now() - started })
+        settle({
+          status: Number(statusLine!.split(' ')[1]),
+          headers,
+          body: received.slice(end + 4, end + 4 + length),
+          ms: performance.now() - started,
+        })
         socket.end()
         wake()
       },
@@ -122,7 +129,8 @@ describe('no console route reads a body before the operator is known', () => {
   test('20 MB to every declared route without credentials, with and without Content-Length, all at once: answered at once, RSS flat, /healthz in milliseconds', async () => {
     const head = (method: string, path: string, length: boolean) =>
       `${method} ${path} HTTP/1.1\r\nHost: 127.0.0.1:${server.consolePort}\r\nContent-Type: application/json\r\n` +
-      `Origin: http://127.0.0.1:${server.consolePort}` + (length ? `\r\nContent-Length: ${BODY_BYTES}` : '\r\nTransfer-Encoding: chunked')
+      `Origin: http://127.0.0.1:${server.consolePort}` +
+      (length ? `\r\nContent-Length: ${BODY_BYTES}` : '\r\nTransfer-Encoding: chunked')
     // Warm up both listeners, so the baseline holds what any first request allocates.
     for (let i = 0; i < 20; i++) await fetch(`${server.origin}/healthz`)
     await rawRequest(server.consolePort, head('DELETE', '/api/keys/key_x', false), 1024 * 1024)
@@ -140,7 +148,9 @@ describe('no console route reads a body before the operator is known', () => {
       }
     })()
     const cases = DECLARED.flatMap(([method, path]) => [true, false].map((length) => ({ method, path, length })))
-    const answers = await Promise.all(cases.map(({ method, path, length }) => rawRequest(server.consolePort, head(method, path, length), BODY_BYTES)))
+    const answers = await Promise.all(
+      cases.map(({ method, path, length }) => rawRequest(server.consolePort, head(method, path, length), BODY_BYTES)),
+    )
     probing = false
     await probe
     const grew = peak - before
@@ -161,7 +171,8 @@ describe('no console route reads a body before the operator is known', () => {
     for (const answer of answers) {
       // At once: not after reading 20 MB (about half a second each on this machine, 38 of them at once).
       expect(answer.ms).toBeLessThan(1_000)
-      if (answer.status >= 400) expect(JSON.parse(answer.body)).toMatchObject({ status: answer.status, code: expect.any(String), message: expect.any(String) })
+      if (answer.status >= 400)
+        expect(JSON.parse(answer.body)).toMatchObject({ status: answer.status, code: expect.any(String), message: expect.any(String) })
     }
     expect(grew).toBeLessThan(30)
     expect(slowest).toBeLessThan(250)
@@ -219,9 +230,17 @@ describe('the host names the console answers to', () => {
     }
   })
 
-  test('--console-host and PETSTORE_CONSOLE_HOST add names; a trusted proxy\'s X-Forwarded-Host must be one of them', async () => {
+  test("--console-host and PETSTORE_CONSOLE_HOST add names; a trusted proxy's X-Forwarded-Host must be one of them", async () => {
     const named = await startWithConsole({
-      args: ['--no-access-log', '--console-host', 'console.example.com', '--console-host', 'ops.example.com:8443', '--trust-proxy', '127.0.0.1'],
+      args: [
+        '--no-access-log',
+        '--console-host',
+        'console.example.com',
+        '--console-host',
+        'ops.example.com:8443',
+        '--trust-proxy',
+        '127.0.0.1',
+      ],
     })
     const fromEnv = await startWithConsole({ args: ['--no-access-log'], env: { PETSTORE_CONSOLE_HOST: 'a.example, b.example' } })
     try {
@@ -238,7 +257,13 @@ describe('the host names the console answers to', () => {
       // Sign-in through the proxy: the Origin the browser sends is the proxy's.
       const signIn = await fetch(`${named.console}/api/session`, {
         method: 'POST',
-        headers: { host: 'console.example.com', 'x-forwarded-host': 'console.example.com', 'x-forwarded-proto': 'https', origin: 'https://console.example.com', 'content-type': 'application/json' },
+        headers: {
+          host: 'console.example.com',
+          'x-forwarded-host': 'console.example.com',
+          'x-forwarded-proto': 'https',
+          origin: 'https://console.example.com',
+          'content-type': 'application/json',
+        },
         body: JSON.stringify({ name: 'admin', password: named.password }),
       })
       expect(signIn.status).toBe(200)
@@ -278,13 +303,18 @@ async function badIds(server: ConsoleServer, token: string): Promise<string[]> {
       seen.push(`${method} ${path.replace('%00', id.slice(0, 12))} ${response.status} ${answer.code}`)
     }
   }
-  const address = await fetch(`${server.console}/api/bans/addresses/%00`, { method: 'DELETE', headers: { authorization: `Bearer ${token}` } })
+  const address = await fetch(`${server.console}/api/bans/addresses/%00`, {
+    method: 'DELETE',
+    headers: { authorization: `Bearer ${token}` },
+  })
   seen.push(`DELETE /api/bans/addresses/%00 ${address.status} ${((await address.json()) as { code: string }).code}`)
   return seen
 }
 
 const expectedBadIds = (seen: string[]) =>
-  seen.map((line) => (line.includes('/addresses/') ? line.replace(/ \d+ \w+$/, ' 400 invalid_request') : line.replace(/ \d+ \w+$/, ' 404 not_found')))
+  seen.map((line) =>
+    line.includes('/addresses/') ? line.replace(/ \d+ \w+$/, ' 400 invalid_request') : line.replace(/ \d+ \w+$/, ' 404 not_found'),
+  )
 
 test('key ids that are not key ids answer 404 on every route that takes one (SQLite), an address 400', async () => {
   const server = await startWithConsole({ args: ['--no-access-log'] })
@@ -306,7 +336,10 @@ describeWithEngines(['postgresql'], 'with PostgreSQL', () => {
     const url = await cluster.createDatabase('console_edges')
     const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
     try {
-      const token = cli(['operators', 'token', 'admin'], { env: { PETSTORE_DATABASE_URL: url } }).stdout.trim().split('\n').at(-1)!
+      const token = cli(['operators', 'token', 'admin'], { env: { PETSTORE_DATABASE_URL: url } })
+        .stdout.trim()
+        .split('\n')
+        .at(-1)!
       const seen = await badIds(server, token)
       expect(seen).toEqual(expectedBadIds(seen))
       expect(server.stderr()).not.toContain('internal error')
@@ -333,7 +366,10 @@ test('with several petstore_console cookies, the first live session among them i
     expect(await me(`${dead}; ${dead.replace('AAAA', 'BBBB')}`)).toBe(401)
     expect(await me('petstore_console=')).toBe(401)
     // Sign-out ends the live one, whichever place it had.
-    const out = await fetch(`${server.console}/api/session`, { method: 'DELETE', headers: { cookie: `${dead}; ${live}`, origin: server.console } })
+    const out = await fetch(`${server.console}/api/session`, {
+      method: 'DELETE',
+      headers: { cookie: `${dead}; ${live}`, origin: server.console },
+    })
     expect(out.status).toBe(204)
     expect(out.headers.get('set-cookie')).toBe('petstore_console=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict')
     expect(await me(live)).toBe(401)

@@ -27,16 +27,23 @@ function hold(port: number): { stop(closeActiveConnections?: boolean): void } | 
 test("the console's default address taken: the API serves without it, and one line names --console-address", async () => {
   const held = hold(CONSOLE_PORT)
   if (!held) {
-    console.error(`SKIPPED: console-port test: 127.0.0.1:${CONSOLE_PORT} is held by something else on this machine, so the default cannot be tested`)
+    console.error(
+      `SKIPPED: console-port test: 127.0.0.1:${CONSOLE_PORT} is held by something else on this machine, so the default cannot be tested`,
+    )
     return
   }
   try {
     const dir = tempDir()
     const server = await spawnServe(['--port', String(await unusedPort()), '--data', join(dir, 'petstore.db')])
-    const said = server.stderr().split('\n').filter((line) => line.includes('console'))
+    const said = server
+      .stderr()
+      .split('\n')
+      .filter((line) => line.includes('console'))
     expect(said).toEqual([
       expect.stringMatching(
-        new RegExp(`^petstore: the console's default address 127\\.0\\.0\\.1:${CONSOLE_PORT} is taken \\(.+\\); serving the API without the console: --console-address HOST:PORT puts it elsewhere$`),
+        new RegExp(
+          `^petstore: the console's default address 127\\.0\\.0\\.1:${CONSOLE_PORT} is taken \\(.+\\); serving the API without the console: --console-address HOST:PORT puts it elsewhere$`,
+        ),
       ),
     ])
     expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
@@ -45,7 +52,12 @@ test("the console's default address taken: the API serves without it, and one li
     expect(await server.stop()).toBe(0)
 
     const explicit = await serveExpectingFailure([
-      '--port', String(await unusedPort()), '--data', join(tempDir(), 'petstore.db'), '--console-address', `127.0.0.1:${CONSOLE_PORT}`,
+      '--port',
+      String(await unusedPort()),
+      '--data',
+      join(tempDir(), 'petstore.db'),
+      '--console-address',
+      `127.0.0.1:${CONSOLE_PORT}`,
     ])
     expect(explicit.listened).toBe(false)
     expect(explicit.code).toBe(1)

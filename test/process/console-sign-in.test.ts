@@ -50,7 +50,9 @@ async function burst(consoles: string[], name: string, password: string) {
   const answers = await Promise.all([...wrong, right])
   const statuses = answers.map((answer) => answer.status)
   const counted = { 401: statuses.filter((s) => s === 401).length, 429: statuses.filter((s) => s === 429).length }
-  console.log(`burst of 40 wrong + the right one over ${consoles.length} instance(s): ${JSON.stringify(counted)}, the right one ${statuses.at(-1)}`)
+  console.log(
+    `burst of 40 wrong + the right one over ${consoles.length} instance(s): ${JSON.stringify(counted)}, the right one ${statuses.at(-1)}`,
+  )
   expect(counted[401]).toBe(5)
   expect(counted[429]).toBe(36)
   expect(statuses.at(-1)).toBe(429)
@@ -112,7 +114,7 @@ describe('sign-in on the data file', () => {
     await server.stop()
   })
 
-  test('a flood of refused sign-ins for made-up names is one audit entry; the operators\' actions stay in the last 200', async () => {
+  test("a flood of refused sign-ins for made-up names is one audit entry; the operators' actions stay in the last 200", async () => {
     const server = await startWithConsole()
     const signedIn = await attempt(server.console, 'admin', server.password)
     const cookie = cookieOf(signedIn)!
@@ -156,12 +158,18 @@ describe('sign-in on the data file', () => {
     await again.stop()
   })
 
-  test('two pollers hammering /api/me write a session\'s last use at most once per 5 seconds, not per request', async () => {
+  test("two pollers hammering /api/me write a session's last use at most once per 5 seconds, not per request", async () => {
     const server = await startWithConsole()
-    const cookies = [cookieOf(await attempt(server.console, 'admin', server.password))!, cookieOf(await attempt(server.console, 'admin', server.password))!]
+    const cookies = [
+      cookieOf(await attempt(server.console, 'admin', server.password))!,
+      cookieOf(await attempt(server.console, 'admin', server.password))!,
+    ]
     const reader = new Database(server.dataFile, { readonly: true })
     const lastSeen = () =>
-      reader.query<{ at: number }, []>("SELECT last_seen_at AS at FROM operator_credentials WHERE kind = 'session' ORDER BY created_at").all().map((row) => row.at)
+      reader
+        .query<{ at: number }, []>("SELECT last_seen_at AS at FROM operator_credentials WHERE kind = 'session' ORDER BY created_at")
+        .all()
+        .map((row) => row.at)
     const first = lastSeen()
     const seen = new Set<string>([JSON.stringify(first)])
     let requests = 0
@@ -178,7 +186,9 @@ describe('sign-in on the data file', () => {
     const last = lastSeen()
     reader.close()
     const moves = last.map((at, i) => at - first[i]!)
-    console.log(`${requests} requests in 7 s from two pollers: ${seen.size} distinct last-use states; each session moved by ${moves.join(', ')} ms`)
+    console.log(
+      `${requests} requests in 7 s from two pollers: ${seen.size} distinct last-use states; each session moved by ${moves.join(', ')} ms`,
+    )
     // Each session written once at most in 7 s (at 5 s), so at most 3 states: before, one moved, both moved.
     expect(seen.size).toBeLessThanOrEqual(3)
     for (const move of moves) expect(move).toBeGreaterThanOrEqual(5_000)

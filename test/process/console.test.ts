@@ -103,7 +103,7 @@ describe('console on its own listener', () => {
           body: method === 'GET' || method === 'DELETE' ? undefined : '{"plan":"free"}',
         })
         expect(`${method} ${path} ${response.status}`).toBe(`${method} ${path} 401`)
-        expect(await response.json() as any).toMatchObject({ code: 'unauthorized', status: 401 })
+        expect((await response.json()) as any).toMatchObject({ code: 'unauthorized', status: 401 })
       }
     }
     // An API key is not an operator's token.
@@ -111,7 +111,7 @@ describe('console on its own listener', () => {
   })
 
   test('a request that changes something, with the cookie but from another origin (or none), is refused and changes nothing', async () => {
-    const before = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.length
+    const before = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.length
     for (const origin of ['http://evil.example', 'null', server.origin, undefined]) {
       const response = await fetch(`${server.console}/api/keys`, {
         method: 'POST',
@@ -119,9 +119,9 @@ describe('console on its own listener', () => {
         body: JSON.stringify({ plan: 'pro', name: 'csrf' }),
       })
       expect(response.status).toBe(403)
-      expect(await response.json() as any).toMatchObject({ code: 'forbidden', status: 403 })
+      expect((await response.json()) as any).toMatchObject({ code: 'forbidden', status: 403 })
     }
-    const after = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys
+    const after = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys
     expect(after.length).toBe(before)
     expect(after.map((key: { name: string }) => key.name)).not.toContain('csrf')
   })
@@ -131,7 +131,11 @@ describe('console on its own listener', () => {
       await call(server.console, cookie, 'GET', '/api/me'),
       await fetch(`${server.console}/api/keys`),
       await fetch(`${server.console}/nowhere`),
-      await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: '{}' }),
+      await fetch(`${server.console}/api/session`, {
+        method: 'POST',
+        headers: { origin: server.console, 'content-type': 'application/json' },
+        body: '{}',
+      }),
     ]
     expect(answers.map((response) => response.status)).toEqual([200, 401, 404, 400])
     for (const response of answers) {
@@ -154,16 +158,20 @@ describe('console on its own listener', () => {
     ]
     for (const [method, path, body, message] of cases) {
       const response = await call(server.console, cookie, method, path, body)
-      expect(await response.json() as any).toEqual({ code: 'invalid_request', message, status: 400 })
+      expect((await response.json()) as any).toEqual({ code: 'invalid_request', message, status: 400 })
     }
     const query = await call(server.console, cookie, 'GET', '/api/requests?limit=0')
-    expect(await query.json() as any).toEqual({ code: 'invalid_request', message: 'limit: must be an integer from 1 to 5000', status: 400 })
+    expect((await query.json()) as any).toEqual({
+      code: 'invalid_request',
+      message: 'limit: must be an integer from 1 to 5000',
+      status: 400,
+    })
   })
 
   test('a key created in the console works on the API at once, its secret shown once; revoked in the console, it is refused within a second', async () => {
     const created = await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'from the console' })
     expect(created.status).toBe(201)
-    const { key, secret } = await created.json() as any
+    const { key, secret } = (await created.json()) as any
     expect(secret).toMatch(/^psk_/)
     expect(key).toMatchObject({ name: 'from the console', plan: 'pro', rpm: 300, rpd: 10000, dayQuotaLeft: 10000, bannedUntil: null })
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
@@ -174,7 +182,11 @@ describe('console on its own listener', () => {
     // The day quota left, read without taking a token: one request was made.
     const row = JSON.parse(listed).keys.find((k: { id: string }) => k.id === key.id)
     expect(row.dayQuotaLeft).toBe(9999)
-    expect((await call(server.console, cookie, 'GET', '/api/keys').then((r) => r.json() as Promise<any>)).keys.find((k: { id: string }) => k.id === key.id).dayQuotaLeft).toBe(9999)
+    expect(
+      (await call(server.console, cookie, 'GET', '/api/keys').then((r) => r.json() as Promise<any>)).keys.find(
+        (k: { id: string }) => k.id === key.id,
+      ).dayQuotaLeft,
+    ).toBe(9999)
 
     const revoked = await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
     expect(revoked.status).toBe(204)
@@ -185,22 +197,31 @@ describe('console on its own listener', () => {
   })
 
   test('a plan change in the console applies to the API within a second', async () => {
-    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json() as any
+    const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json()) as any
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
-    expect((await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'enterprise', rpm: 7, rpd: 70 })).status).toBe(204)
-    await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')!.includes('"minute";q=7'), 1_000)
-    const row = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
+    expect((await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'enterprise', rpm: 7, rpd: 70 })).status).toBe(
+      204,
+    )
+    await eventually(
+      async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')!.includes('"minute";q=7'),
+      1_000,
+    )
+    const row = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find(
+      (k: { id: string }) => k.id === key.id,
+    )
     expect(row).toMatchObject({ plan: 'enterprise', rpm: 7, rpd: 70 })
   })
 
   test('a banned key and a banned address are listed, and lifting each in the console gives 200 again', async () => {
-    const { key, secret } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })).json() as any
+    const { key, secret } = (await (
+      await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })
+    ).json()) as any
     // Two allowed, then 429s: with --ban-after 1, the second rejection starts the ban.
     const statuses: number[] = []
     for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
     expect(statuses).toEqual([200, 200, 429, 429, 429])
     const banned = await fetch(`${server.base}/pets`, { headers: auth(secret) })
-    expect((await banned.json() as any).code).toBe('key_banned')
+    expect(((await banned.json()) as any).code).toBe('key_banned')
 
     // The recent requests show the refusals, filtered by key and status, with the key's name and no secret.
     const recent = await (await call(server.console, cookie, 'GET', `/api/requests?key=${key.id}&status=429`)).text()
@@ -215,12 +236,14 @@ describe('console on its own listener', () => {
     while ((await fetch(`${server.base}/pets`)).status !== 429) expect(++noKey).toBeLessThanOrEqual(60)
     // The second rejection within a minute starts the ban (--ban-after 1); the next is refused by it.
     expect((await fetch(`${server.base}/pets`)).status).toBe(429)
-    expect((await (await fetch(`${server.base}/pets`)).json() as any).code).toBe('address_banned')
+    expect(((await (await fetch(`${server.base}/pets`)).json()) as any).code).toBe('address_banned')
 
-    const bans = (await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans
+    const bans = ((await (await call(server.console, cookie, 'GET', '/api/bans')).json()) as any).bans
     expect(bans).toContainEqual({ kind: 'key', keyId: key.id, keyName: 'noisy', bannedUntil: expect.any(String) })
     expect(bans).toContainEqual({ kind: 'address', address: '127.0.0.1', bannedUntil: expect.any(String) })
-    const keyRow = (await (await call(server.console, cookie, 'GET', '/api/keys')).json() as any).keys.find((k: { id: string }) => k.id === key.id)
+    const keyRow = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find(
+      (k: { id: string }) => k.id === key.id,
+    )
     expect(Date.parse(keyRow.bannedUntil)).toBeGreaterThan(Date.now() + 500_000)
 
     expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
@@ -228,28 +251,42 @@ describe('console on its own listener', () => {
     expect((await call(server.console, cookie, 'DELETE', '/api/bans/addresses/127.0.0.1')).status).toBe(204)
     // No key after the lift: a 401 (the key is missing), no longer a 429.
     expect((await fetch(`${server.base}/pets`)).status).toBe(401)
-    expect((await (await call(server.console, cookie, 'GET', '/api/bans')).json() as any).bans).toEqual([])
+    expect(((await (await call(server.console, cookie, 'GET', '/api/bans')).json()) as any).bans).toEqual([])
 
-    const byAddress = (await (await call(server.console, cookie, 'GET', '/api/requests?status=401&limit=1')).json() as any).requests
+    const byAddress = ((await (await call(server.console, cookie, 'GET', '/api/requests?status=401&limit=1')).json()) as any).requests
     expect(byAddress).toEqual([
-      { time: expect.any(String), method: 'GET', path: '/v1/pets', status: 401, keyId: null, keyName: null, client: '127.0.0.1', durationMs: expect.any(Number), requestId: expect.any(String) },
+      {
+        time: expect.any(String),
+        method: 'GET',
+        path: '/v1/pets',
+        status: 401,
+        keyId: null,
+        keyName: null,
+        client: '127.0.0.1',
+        durationMs: expect.any(Number),
+        requestId: expect.any(String),
+      },
     ])
   })
 
   test('the audit log records each action: who, what, when', async () => {
     const since = Date.now()
-    const { key } = await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'audited' })).json() as any
+    const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'audited' })).json()) as any
     await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'business' })
     await call(server.console, cookie, 'POST', `/api/keys/${key.id}/reset-limits`)
     await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)
     await call(server.console, cookie, 'DELETE', '/api/bans/addresses/10.0.0.9')
     await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
-    await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'admin', password: 'wrong' }) })
+    await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'admin', password: 'wrong' }),
+    })
     const other = await signIn(server.console, 'admin', server.password)
     expect((await call(server.console, other, 'DELETE', '/api/session')).status).toBe(204)
     expect((await call(server.console, other, 'GET', '/api/me')).status).toBe(401)
 
-    const entries = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json() as any).entries.reverse()
+    const entries = ((await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json()) as any).entries.reverse()
     expect(entries.map((entry: { action: string; target: string; actor: string }) => [entry.actor, entry.action, entry.target])).toEqual([
       ['admin', 'key.create', key.id],
       ['admin', 'key.set-plan', `${key.id} business`],
@@ -268,11 +305,16 @@ describe('console on its own listener', () => {
     const html = await (await fetch(`${server.console}/`)).text()
     const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!)
     expect(assets.every((asset) => !/^(https?:)?\/\//.test(asset))).toBe(true)
-    const bodies = [html, ...(await Promise.all(assets.map(async (asset) => {
-      const response = await fetch(new URL(asset, `${server.console}/`))
-      expect(response.status).toBe(200)
-      return response.text()
-    })))]
+    const bodies = [
+      html,
+      ...(await Promise.all(
+        assets.map(async (asset) => {
+          const response = await fetch(new URL(asset, `${server.console}/`))
+          expect(response.status).toBe(200)
+          return response.text()
+        }),
+      )),
+    ]
     const scripts = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.js'))
     const styles = bodies.filter((_, i) => i > 0 && assets[i - 1]!.endsWith('.css'))
     // uPlot and its stylesheet are in the bundle.
@@ -283,10 +325,14 @@ describe('console on its own listener', () => {
     expect(gzipped).toBeLessThan(200_000)
   })
 
-  test('its OpenAPI document is made from the routes it serves: each with an operationId, the guard\'s answers and the 8 KiB limit', async () => {
-    const document = await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any
-    const described = Object.entries(document.paths).flatMap(([path, item]) => Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`))
-    const served = CONSOLE_ROUTES.filter(({ path }) => path.startsWith('/api/')).map(({ method, path }) => `${method} ${path.replace(/:(\w+)/g, '{$1}')}`)
+  test("its OpenAPI document is made from the routes it serves: each with an operationId, the guard's answers and the 8 KiB limit", async () => {
+    const document = (await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any
+    const described = Object.entries(document.paths).flatMap(([path, item]) =>
+      Object.keys(item as object).map((method) => `${method.toUpperCase()} ${path}`),
+    )
+    const served = CONSOLE_ROUTES.filter(({ path }) => path.startsWith('/api/')).map(
+      ({ method, path }) => `${method} ${path.replace(/:(\w+)/g, '{$1}')}`,
+    )
     expect(described.sort()).toEqual(served.sort())
     const operations = Object.values(document.paths).flatMap((item) => Object.entries(item as Record<string, any>))
     const ids = operations.map(([, operation]) => operation.operationId)
@@ -294,7 +340,9 @@ describe('console on its own listener', () => {
     expect(new Set(ids).size).toBe(ids.length)
     for (const [method, operation] of operations) {
       // Every route: the host check and the body's size before routing; every route answers 401 (sign-in for a wrong password).
-      expect(`${operation.operationId} ${Object.keys(operation.responses).filter((status) => ['401', '413', '421'].includes(status))}`).toBe(`${operation.operationId} 401,413,421`)
+      expect(
+        `${operation.operationId} ${Object.keys(operation.responses).filter((status) => ['401', '413', '421'].includes(status))}`,
+      ).toBe(`${operation.operationId} 401,413,421`)
       if (method !== 'get') expect(Object.keys(operation.responses)).toContain('403')
       for (const parameter of operation.parameters ?? []) expect(parameter.description).toBeString()
     }
@@ -310,19 +358,23 @@ describe('console on its own listener', () => {
     // The suite's hook has checked this console's answers against its served document.
     console.log(`console answers checked against the console's document so far: ${checkEveryAnswer.consoleChecked}`)
     expect(checkEveryAnswer.consoleChecked).toBeGreaterThan(20)
-    const contract = new Contract(await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json() as any)
+    const contract = new Contract((await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any)
     const me = await call(server.console, cookie, 'GET', '/api/me')
     const body = await me.text()
     expect(() => contract.check('GET', '/api/me', me, body)).not.toThrow()
     expect(() => contract.check('GET', '/api/me', { status: 418, headers: me.headers }, body)).toThrow(/not documented/)
     expect(() => contract.check('GET', '/api/me', me, '{"name":"admin","via":"carrier pigeon"}')).toThrow(/schema/)
     const keys = await call(server.console, cookie, 'GET', '/api/keys')
-    const list = await keys.json() as any
+    const list = (await keys.json()) as any
     delete list.keys[0].plan
     expect(() => contract.check('GET', '/api/keys', keys, JSON.stringify(list))).toThrow(/schema/)
-    expect(() => contract.check('DELETE', '/api/keys/key_x', { status: 204, headers: new Headers() }, '{}')).toThrow(/no(ne)? is documented/)
+    expect(() => contract.check('DELETE', '/api/keys/key_x', { status: 204, headers: new Headers() }, '{}')).toThrow(
+      /no(ne)? is documented/,
+    )
     const throttled = new Headers({ 'content-type': 'application/json' })
-    expect(() => contract.check('POST', '/api/session', { status: 429, headers: throttled }, '{"code":"rate_limited","message":"x","status":429}')).toThrow(/Retry-After/)
+    expect(() =>
+      contract.check('POST', '/api/session', { status: 429, headers: throttled }, '{"code":"rate_limited","message":"x","status":429}'),
+    ).toThrow(/Retry-After/)
     expect(() => contract.check('PATCH', '/api/keys', me, body)).toThrow(/not a documented operation/)
   })
 })
@@ -346,7 +398,12 @@ describe('usage in the console', () => {
     // "caller": its first listing above, then getPet 4 times (404: no such pet).
     for (let i = 0; i < 4; i++) expect((await fetch(`${server.base}/pets/999999`, { headers: auth(caller) })).status).toBe(404)
 
-    type Usage = { keyId: string | null; name: string | null; today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>; deprecated: { day: number; week: number; last: string | null } }
+    type Usage = {
+      keyId: string | null
+      name: string | null
+      today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>
+      deprecated: { day: number; week: number; last: string | null }
+    }
     const usage = async () => {
       const result = await cliAsync(['keys', 'usage', '--json', '--data', server.dataFile])
       return (JSON.parse(result.stdout) as { keys: Usage[] }).keys
@@ -395,7 +452,9 @@ describe('usage in the console', () => {
     // The overview: the fleet's hour, with the ban.
     const overview = await get('/api/overview')
     const everyone = rows.reduce((total, row) => total + row.today.requests, 0)
-    expect(sum(overview.hour.ok) + sum(overview.hour.clientErrors) + sum(overview.hour.limited) + sum(overview.hour.serverErrors)).toBe(everyone)
+    expect(sum(overview.hour.ok) + sum(overview.hour.clientErrors) + sum(overview.hour.limited) + sum(overview.hour.serverErrors)).toBe(
+      everyone,
+    )
     expect(overview.hour.total.requests).toBe(everyone)
     expect(overview.activeKeysToday).toBe(rows.filter((row) => row.keyId !== null && row.today.requests > 0).length)
     expect(overview.bansNow).toBe(1)
@@ -426,7 +485,7 @@ describe('sign-in throttle', () => {
     const retryAfter = Number(throttled.headers.get('retry-after'))
     expect(retryAfter).toBeGreaterThan(880)
     expect(retryAfter).toBeLessThanOrEqual(900)
-    expect(await throttled.json() as any).toMatchObject({ code: 'rate_limited', status: 429 })
+    expect((await throttled.json()) as any).toMatchObject({ code: 'rate_limited', status: 429 })
     // Names that do not exist are throttled alike (nothing tells which names exist) and apart.
     for (let i = 0; i < 5; i++) expect((await attempt('ghost', 'x')).status).toBe(401)
     expect((await attempt('ghost', 'x')).status).toBe(429)
@@ -444,13 +503,17 @@ describe('sessions end', () => {
     const added = cli(['operators', 'add', 'carla', '--data', server.dataFile])
     const first = added.stdout.trim().split('\n').at(-1)!
     const session = await signIn(server.console, 'carla', first)
-    expect(await (await call(server.console, session, 'GET', '/api/me')).json() as any).toEqual({ name: 'carla', via: 'session' })
+    expect((await (await call(server.console, session, 'GET', '/api/me')).json()) as any).toEqual({ name: 'carla', via: 'session' })
     const token = cli(['operators', 'token', 'carla', '--data', server.dataFile]).stdout.trim().split('\n').at(-1)!
     expect(token).toMatch(/^pso_/)
     const byToken = () => fetch(`${server.console}/api/me`, { headers: auth(token) })
-    expect(await (await byToken()).json() as any).toEqual({ name: 'carla', via: 'token' })
+    expect((await (await byToken()).json()) as any).toEqual({ name: 'carla', via: 'token' })
     // A script changes things with its token and no Origin.
-    const created = await fetch(`${server.console}/api/keys`, { method: 'POST', headers: { ...auth(token), 'content-type': 'application/json' }, body: '{"plan":"free"}' })
+    const created = await fetch(`${server.console}/api/keys`, {
+      method: 'POST',
+      headers: { ...auth(token), 'content-type': 'application/json' },
+      body: '{"plan":"free"}',
+    })
     expect(created.status).toBe(201)
 
     const reset = cli(['operators', 'reset-password', 'carla', '--data', server.dataFile])
@@ -459,7 +522,11 @@ describe('sessions end', () => {
     expect(second).not.toBe(first)
     expect((await call(server.console, session, 'GET', '/api/me')).status).toBe(401)
     expect((await byToken()).status).toBe(200)
-    const old = await fetch(`${server.console}/api/session`, { method: 'POST', headers: { origin: server.console, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'carla', password: first }) })
+    const old = await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'carla', password: first }),
+    })
     expect(old.status).toBe(401)
     const again = await signIn(server.console, 'carla', second)
     expect((await call(server.console, again, 'GET', '/api/me')).status).toBe(200)
@@ -482,7 +549,7 @@ describe('sessions end', () => {
       const session = await signIn(a.console, 'dana', added.stdout.trim().split('\n').at(-1)!)
       expect((await call(b.console, session, 'GET', '/api/me')).status).toBe(200)
       // A key made through one instance's console works on the other's API within a second.
-      const { secret } = await (await call(a.console, session, 'POST', '/api/keys', { plan: 'pro' })).json() as any
+      const { secret } = (await (await call(a.console, session, 'POST', '/api/keys', { plan: 'pro' })).json()) as any
       await eventually(async () => (await fetch(`${b.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
       expect((await cliAsync(['operators', 'reset-password', 'dana'], { env: { PETSTORE_DATABASE_URL: url } })).code).toBe(0)
       expect((await call(a.console, session, 'GET', '/api/me')).status).toBe(401)
@@ -496,14 +563,17 @@ describe('sessions end', () => {
 })
 
 describe('with Redis', () => {
-  test('the day quota left and a key\'s ban are read from Redis without taking a token, and the lift applies there', async () => {
+  test("the day quota left and a key's ban are read from Redis without taking a token, and the lift applies there", async () => {
     let redis: RedisServer | undefined
     try {
       redis = await startRedis()
       const server = await startWithConsole({ args: ['--redis-url', redis.url, '--ban-after', '1'] })
       const cookie = await signIn(server.console, 'admin', server.password)
-      const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 50 })).json()) as any
-      const row = async () => ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find((k: { id: string }) => k.id === key.id)
+      const { key, secret } = (await (
+        await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 50 })
+      ).json()) as any
+      const row = async () =>
+        ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys.find((k: { id: string }) => k.id === key.id)
       expect((await row()).dayQuotaLeft).toBe(50)
       const statuses: number[] = []
       for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
@@ -546,7 +616,16 @@ describe('--console-address', () => {
     const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {
       const dir = tempDir()
-      const result = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', join(dir, 'petstore.db'), '--console-address', `127.0.0.1:${taken.port}`])
+      const result = await serveExpectingFailure([
+        '--port',
+        '0',
+        '--host',
+        '127.0.0.1',
+        '--data',
+        join(dir, 'petstore.db'),
+        '--console-address',
+        `127.0.0.1:${taken.port}`,
+      ])
       expect(result.listened).toBe(false)
       expect(result.code).toBe(1)
       expect(result.stderr).toContain(`petstore: cannot listen on 127.0.0.1:${taken.port}:`)

@@ -81,7 +81,9 @@ describe('--env', () => {
     expect(p.location).toBe(`http://localhost:${production.port}/v1/pets/${p.id}`)
     const s = await createdLocation(staging.base, staging.bootstrapKey!, 'Stage')
     expect(s.location).toBe(`http://localhost:${staging.port}/v1/pets/${s.id}`)
-    const prodPets = (await (await fetch(`${production.base}/pets`, { headers: auth(production.bootstrapKey!) })).json()) as { name: string }[]
+    const prodPets = (await (await fetch(`${production.base}/pets`, { headers: auth(production.bootstrapKey!) })).json()) as {
+      name: string
+    }[]
     const stagePets = (await (await fetch(`${staging.base}/pets`, { headers: auth(staging.bootstrapKey!) })).json()) as { name: string }[]
     expect(prodPets.map((x: { name: string }) => x.name)).toEqual(['Prod'])
     expect(stagePets.map((x: { name: string }) => x.name)).toEqual(['Stage'])
@@ -236,10 +238,7 @@ describe('flags win over environment variables', () => {
 describe('no autoloaded configuration from the working directory', () => {
   test('.env and bunfig.toml in the cwd are ignored', async () => {
     const cwd = tempDir()
-    writeFileSync(
-      join(cwd, '.env'),
-      'PETSTORE_BASE_URL=https://evil.example/v1\nPETSTORE_ENV=staging\nPETSTORE_DATA=./evil.db\n',
-    )
+    writeFileSync(join(cwd, '.env'), 'PETSTORE_BASE_URL=https://evil.example/v1\nPETSTORE_ENV=staging\nPETSTORE_DATA=./evil.db\n')
     writeFileSync(join(cwd, 'bunfig.toml'), 'preload = ["./evil.ts"]\n')
     writeFileSync(join(cwd, 'evil.ts'), 'require("node:fs").writeFileSync("preloaded", "yes")\n')
     mkdirSync(join(cwd, 'state'))

@@ -74,7 +74,8 @@ function halfSentPost(withKey: string | undefined): Promise<HalfSent> {
 async function openMany(withKey: string | undefined): Promise<HalfSent[]> {
   const all: HalfSent[] = []
   // In batches, so that connecting does not outrun the listen backlog on a loaded host.
-  for (let i = 0; i < SOCKETS; i += 200) all.push(...(await Promise.all(Array.from({ length: Math.min(200, SOCKETS - i) }, () => halfSentPost(withKey)))))
+  for (let i = 0; i < SOCKETS; i += 200)
+    all.push(...(await Promise.all(Array.from({ length: Math.min(200, SOCKETS - i) }, () => halfSentPost(withKey)))))
   return all
 }
 
@@ -88,7 +89,9 @@ async function until(check: () => boolean, ms: number): Promise<boolean> {
 }
 
 function rssMiB(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'))!
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('VmRSS:'))!
   return Number(/(\d+)/.exec(line)![1]) / 1024
 }
 
@@ -103,9 +106,15 @@ async function probeWhile<T>(during: Promise<T>): Promise<{ result: T; probes: {
   let peakRss = rssMiB(server.proc.pid)
   const prober = (async () => {
     while (running) {
-      for (const [url, headers] of [[`${server.origin}/healthz`, {}], [`${server.base}/pets?limit=1`, auth(key)]] as const) {
+      for (const [url, headers] of [
+        [`${server.origin}/healthz`, {}],
+        [`${server.base}/pets?limit=1`, auth(key)],
+      ] as const) {
         const started = performance.now()
-        const status = await fetch(url, { headers, signal: AbortSignal.timeout(5_000) }).then((r) => r.status, () => 0)
+        const status = await fetch(url, { headers, signal: AbortSignal.timeout(5_000) }).then(
+          (r) => r.status,
+          () => 0,
+        )
         probes.push({ status, ms: performance.now() - started })
       }
       peakRss = Math.max(peakRss, rssMiB(server.proc.pid))
@@ -133,7 +142,9 @@ describe('half-sent bodies', () => {
     const statuses = new Set(sockets.map((s) => s.status))
     // Closed by the server right after its answer, not when the client gives up.
     const lingering = sockets.filter((s) => s.closedAt === undefined || s.closedAt - s.answeredAt! > 2_000).length
-    console.log(`no key: statuses ${[...statuses].join(',')}, ${lingering} lingered, probes max ${Math.round(Math.max(...probes.map((p) => p.ms)))} ms`)
+    console.log(
+      `no key: statuses ${[...statuses].join(',')}, ${lingering} lingered, probes max ${Math.round(Math.max(...probes.map((p) => p.ms)))} ms`,
+    )
     expect({ unanswered, lingering }).toEqual({ unanswered: 0, lingering: 0 })
     expect([...statuses].every((status) => status === 401 || status === 429)).toBe(true)
     expect(probes.length).toBeGreaterThan(0)
@@ -144,7 +155,11 @@ describe('half-sent bodies', () => {
   test(`${SOCKETS} with a valid key: beyond the in-flight budget refused at once with 503, the rest cut with 408 after the deadline; RSS bounded`, async () => {
     const rssBefore = rssMiB(server.proc.pid)
     const logBefore = readFileSync(logFile, 'utf8').split('\n').length
-    const { result: sockets, probes, peakRss } = await probeWhile(
+    const {
+      result: sockets,
+      probes,
+      peakRss,
+    } = await probeWhile(
       (async () => {
         const sockets = await openMany(key)
         await until(() => sockets.every((s) => s.closedAt !== undefined), DEADLINE_MS + 15_000)
@@ -153,7 +168,9 @@ describe('half-sent bodies', () => {
     )
     for (const s of sockets) s.socket.destroy()
     const count = (status: number) => sockets.filter((s) => s.status === status).length
-    const lingering = sockets.filter((s) => s.closedAt === undefined || s.answeredAt === undefined || s.closedAt - s.answeredAt > 2_000).length
+    const lingering = sockets.filter(
+      (s) => s.closedAt === undefined || s.answeredAt === undefined || s.closedAt - s.answeredAt > 2_000,
+    ).length
     const cut = sockets.filter((s) => s.status === 408).map((s) => s.answeredAt! - s.startedAt)
     console.log(
       `valid key: ${count(503)} × 503, ${count(408)} × 408 after ${Math.round(Math.min(...cut))}–${Math.round(Math.max(...cut))} ms, ` +

@@ -61,11 +61,7 @@ export async function cliAsync(args: string[], options: { cwd?: string; env?: Re
     stdout: 'pipe',
     stderr: 'pipe',
   })
-  const [stdout, stderr, code] = await Promise.all([
-    new Response(proc.stdout).text(),
-    new Response(proc.stderr).text(),
-    proc.exited,
-  ])
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
   return { code, stdout, stderr }
 }
 
@@ -90,10 +86,7 @@ export interface RawServer extends Omit<Server, 'dataFile'> {
  * `petstore serve ARGS` exactly as given (no --port/--data added), waiting for the "listening" line.
  * Pass `--port 0` yourself unless the test is about the port.
  */
-export async function spawnServe(
-  args: string[],
-  options: { cwd?: string; env?: Record<string, string> } = {},
-): Promise<RawServer> {
+export async function spawnServe(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<RawServer> {
   const proc = Bun.spawn([BINARY, 'serve', ...args], {
     cwd: options.cwd,
     env: cleanEnv(options.env),

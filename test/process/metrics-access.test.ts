@@ -45,6 +45,8 @@ describe('/metrics access', () => {
       'petstore: --metrics-token must be 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)',
     )
     const bad = cli(['serve', '--port', '0', '--metrics-address', 'localhost'])
-    expect(reasonLine(bad.stderr)).toBe('petstore: --metrics-address must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "localhost"')
+    expect(reasonLine(bad.stderr)).toBe(
+      'petstore: --metrics-address must be HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464, not "localhost"',
+    )
   })
 })

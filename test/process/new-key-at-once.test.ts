@@ -49,7 +49,9 @@ async function newKeyBurst(servers: Server[], storage: string[]): Promise<void> 
   const statuses = answers.map((answer) => answer.status)
   const keyless = await fetch(`${servers[0]!.base}/pets`)
   const count = (status: number) => statuses.filter((s) => s === status).length
-  console.log(`a new key's first burst of 64: ${count(200)} x 200, ${count(429)} x 429; keyless remaining after: ${keyless.headers.get('x-ratelimit-remaining')}`)
+  console.log(
+    `a new key's first burst of 64: ${count(200)} x 200, ${count(429)} x 429; keyless remaining after: ${keyless.headers.get('x-ratelimit-remaining')}`,
+  )
   expect(statuses).toEqual(Array(64).fill(200))
   expect(new Set(answers.map((answer) => answer.headers.get('x-ratelimit-limit')))).toEqual(new Set(['300']))
   expect(keyless.status).toBe(401)

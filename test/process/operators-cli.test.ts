@@ -60,7 +60,9 @@ describe('operators', () => {
       expect(missing.stderr).toBe(`petstore: no operator named "ben" in ${dataFile}\n`)
     }
     const db = new Database(dataFile, { readonly: true })
-    const audit = db.query<{ actor: string; action: string; target: string }, []>('SELECT actor, action, target FROM audit_log ORDER BY id').all()
+    const audit = db
+      .query<{ actor: string; action: string; target: string }, []>('SELECT actor, action, target FROM audit_log ORDER BY id')
+      .all()
     db.close()
     expect(audit).toEqual([
       { actor: '(command line)', action: 'operator.add', target: 'ben' },
@@ -100,8 +102,14 @@ describe('keys set-plan', () => {
     const id = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)[0].id
     const moved = cli(['keys', 'set-plan', id, 'business', '--data', dataFile])
     expect(moved.code).toBe(0)
-    expect(moved.stderr).toBe(`petstore: ${id} is now on the business plan (1000/min, 100000/day) in ${dataFile}; a running server applies it within a second\n`)
-    expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)[0]).toMatchObject({ plan: 'business', rpm: 1000, rpd: 100000 })
+    expect(moved.stderr).toBe(
+      `petstore: ${id} is now on the business plan (1000/min, 100000/day) in ${dataFile}; a running server applies it within a second\n`,
+    )
+    expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)[0]).toMatchObject({
+      plan: 'business',
+      rpm: 1000,
+      rpd: 100000,
+    })
     const own = cli(['keys', 'set-plan', id, 'enterprise', '--rpm', '5', '--rpd', '50', '--data', dataFile])
     expect(own.code).toBe(0)
     expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)[0]).toMatchObject({ plan: 'enterprise', rpm: 5, rpd: 50 })

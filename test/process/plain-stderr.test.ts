@@ -62,6 +62,7 @@ describe('stderr on a terminal', () => {
     await serve.finished()
     expect(serve.output()).toContain('petstore: stopped')
 
-    for (const output of [created.output(), backup.output(), serve.output()]) expect(output.includes(ESCAPE) ? output : 'no escape').toBe('no escape')
+    for (const output of [created.output(), backup.output(), serve.output()])
+      expect(output.includes(ESCAPE) ? output : 'no escape').toBe('no escape')
   })
 })

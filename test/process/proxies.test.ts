@@ -36,7 +36,12 @@ async function behind(configure: (dir: string, backend: number, port: number) =>
   const server = await startServer({ args: ['--base-url', 'https://pets.example.com/v1', '--trust-proxy', 'loopback'] })
   const dir = tempDir()
   const port = await unusedPort()
-  const proxy = Bun.spawn(configure(dir, server.port, port), { cwd: dir, env: { ...process.env, HOME: dir, XDG_DATA_HOME: dir, XDG_CONFIG_HOME: dir }, stdout: 'ignore', stderr: 'pipe' })
+  const proxy = Bun.spawn(configure(dir, server.port, port), {
+    cwd: dir,
+    env: { ...process.env, HOME: dir, XDG_DATA_HOME: dir, XDG_CONFIG_HOME: dir },
+    stdout: 'ignore',
+    stderr: 'pipe',
+  })
   proxies.push(proxy)
   const origin = `https://localhost:${port}`
   const tls = { rejectUnauthorized: false }
@@ -58,8 +63,20 @@ async function behind(configure: (dir: string, backend: number, port: number) =>
  * through curl --path-as-is, as fetch resolves them before sending.
  */
 async function expectMetricsKeptFromPublic(origin: string, server: Server) {
-  for (const path of ['/metrics', '/metrics/', '/metrics?format=text', '/%6Detrics', '//metrics', '/METRICS', '/v1/../metrics', '/./metrics']) {
-    const curl = Bun.spawnSync(['curl', '-sk', '--path-as-is', '-w', '\n%{http_code}', `${origin}${path}`], { stdout: 'pipe', stderr: 'pipe' })
+  for (const path of [
+    '/metrics',
+    '/metrics/',
+    '/metrics?format=text',
+    '/%6Detrics',
+    '//metrics',
+    '/METRICS',
+    '/v1/../metrics',
+    '/./metrics',
+  ]) {
+    const curl = Bun.spawnSync(['curl', '-sk', '--path-as-is', '-w', '\n%{http_code}', `${origin}${path}`], {
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
     const output = curl.stdout.toString()
     expect({ path, status: output.slice(output.lastIndexOf('\n') + 1) }).toEqual({ path, status: '404' })
     expect(output).not.toContain('petstore_')
@@ -82,7 +99,11 @@ async function expectServedThrough(target: Awaited<ReturnType<typeof behind>>) {
   )
   // The proxy set X-Forwarded-For: no warning, and the keyless client is logged by its address.
   // Whole lines only: the log hands its lines over in batches, which a read may catch half way.
-  const logged = () => server.stdout().split('\n').find((l) => l.includes('"status":401') && l.endsWith('}'))
+  const logged = () =>
+    server
+      .stdout()
+      .split('\n')
+      .find((l) => l.includes('"status":401') && l.endsWith('}'))
   await eventually(() => logged() !== undefined)
   expect(server.stderr()).not.toContain('carried no X-Forwarded-For')
   const line = logged()!
@@ -91,11 +112,28 @@ async function expectServedThrough(target: Awaited<ReturnType<typeof behind>>) {
   expect(await server.stop()).toBe(0)
 }
 
-describe.skipIf(!available)('behind the README\'s proxies', () => {
+describe.skipIf(!available)("behind the README's proxies", () => {
   test('nginx (deploy/nginx-petstore.conf): TLS in front, Host and X-Forwarded-For set', async () => {
     const target = await behind((dir, backend, port) => {
-      Bun.spawnSync(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-        '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdout: 'ignore', stderr: 'ignore' })
+      Bun.spawnSync(
+        [
+          'openssl',
+          'req',
+          '-x509',
+          '-newkey',
+          'rsa:2048',
+          '-nodes',
+          '-days',
+          '1',
+          '-subj',
+          '/CN=localhost',
+          '-keyout',
+          join(dir, 'key.pem'),
+          '-out',
+          join(dir, 'cert.pem'),
+        ],
+        { stdout: 'ignore', stderr: 'ignore' },
+      )
       const snippet = readFileSync(join(ROOT, 'deploy', 'nginx-petstore.conf'), 'utf8')
         .replace('listen 443 ssl;', `listen 127.0.0.1:${port} ssl;`)
         .replace('/etc/ssl/certs/pets.example.com.pem', join(dir, 'cert.pem'))

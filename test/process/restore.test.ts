@@ -35,7 +35,10 @@ function petsIn(file: string): Row[] {
 function keyIdsIn(file: string): string[] {
   const db = new Database(file, { readonly: true })
   try {
-    return db.query<{ id: string }, []>('SELECT id FROM api_keys ORDER BY id').all().map((row) => row.id)
+    return db
+      .query<{ id: string }, []>('SELECT id FROM api_keys ORDER BY id')
+      .all()
+      .map((row) => row.id)
   } finally {
     db.close()
   }
@@ -50,7 +53,11 @@ function copyParts(from: string, dir: string, name = 'live.db'): string {
 
 /** Every file in `dir` with its bytes, to show that nothing changed. */
 function snapshot(dir: string): Record<string, string> {
-  return Object.fromEntries(readdirSync(dir).sort().map((name) => [name, readFileSync(join(dir, name)).toString('base64')]))
+  return Object.fromEntries(
+    readdirSync(dir)
+      .sort()
+      .map((name) => [name, readFileSync(join(dir, name)).toString('base64')]),
+  )
 }
 
 // Made once: a store crashed under writers (its -wal holds pets its main file lacks) and a backup of
@@ -71,7 +78,11 @@ beforeAll(async () => {
   let server = await startServer({ dataFile, args: ['--no-access-log'] })
   acknowledged = []
   const post = async (i: number) => {
-    const response = await postPet(server.base, key, { name: `pet ${i}`, categoryId: i % 7, status: ['available', 'pending', 'sold'][i % 3] })
+    const response = await postPet(server.base, key, {
+      name: `pet ${i}`,
+      categoryId: i % 7,
+      status: ['available', 'pending', 'sold'][i % 3],
+    })
     expect(response.status).toBe(201)
     acknowledged.push((await response.json()) as PetBody)
   }
@@ -113,7 +124,9 @@ function expectHoldsAcknowledged(file: string): void {
 }
 
 function keptParts(dir: string): string[] {
-  return readdirSync(dir).filter((name) => name.startsWith('live.db.before-restore-')).sort()
+  return readdirSync(dir)
+    .filter((name) => name.startsWith('live.db.before-restore-'))
+    .sort()
 }
 
 describe('petstore restore', () => {
@@ -122,7 +135,9 @@ describe('petstore restore', () => {
     const file = copyParts(crashed, dir)
     const result = await cliAsync(['restore', backup, '--data', file])
     expect({ code: result.code, stdout: result.stdout }).toEqual({ code: 0, stdout: '' })
-    expect(result.stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(/^petstore: restored .*backup\.db into .*live\.db; the previous data file is kept as /)])
+    expect(result.stderr.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/^petstore: restored .*backup\.db into .*live\.db; the previous data file is kept as /),
+    ])
     const stem = keptParts(dir)[0]!
     expect(keptParts(dir)).toEqual(PARTS.map((suffix) => stem + suffix).sort())
     expect(stem).toMatch(/^live\.db\.before-restore-\d{8}T\d{6}Z$/)
@@ -151,7 +166,9 @@ describe('petstore restore', () => {
     const before = readdirSync(dir).sort()
     const result = await cliAsync(['restore', backup, '--data', file])
     expect(result.code).toBe(1)
-    expect(result.stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(/^petstore: .*live\.db is already served by another petstore; stop that one first$/)])
+    expect(result.stderr.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/^petstore: .*live\.db is already served by another petstore; stop that one first$/),
+    ])
     expect(readdirSync(dir).sort()).toEqual(before)
     const served = await listAll(server.base, key, (url) => url.replace(/^http:\/\/localhost:\d+/, server.origin))
     expect(served.at(-1)!.name).toBe('while running')
@@ -159,7 +176,11 @@ describe('petstore restore', () => {
   })
 
   const badBackups: [string, (file: string) => void, RegExp][] = [
-    ['not SQLite', (file) => writeFileSync(file, 'name,status\nRex,available\n'.repeat(100)), /is not a petstore data file \(it is not an SQLite database\)/],
+    [
+      'not SQLite',
+      (file) => writeFileSync(file, 'name,status\nRex,available\n'.repeat(100)),
+      /is not a petstore data file \(it is not an SQLite database\)/,
+    ],
     ['empty', (file) => writeFileSync(file, ''), /holds no petstore data/],
     [
       'damaged',
@@ -231,7 +252,22 @@ describe('a restore killed with kill -9', () => {
       const dir = join(root, `killed-${n}`)
       const file = copyParts(crashed, dir)
       const proc = Bun.spawn(
-        ['strace', '-f', '-qq', '-o', '/dev/null', '-e', `trace=${CALLS}`, '-e', `inject=${CALLS}:signal=SIGKILL:when=${n}`, BINARY, 'restore', backup, '--data', file],
+        [
+          'strace',
+          '-f',
+          '-qq',
+          '-o',
+          '/dev/null',
+          '-e',
+          `trace=${CALLS}`,
+          '-e',
+          `inject=${CALLS}:signal=SIGKILL:when=${n}`,
+          BINARY,
+          'restore',
+          backup,
+          '--data',
+          file,
+        ],
         { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' },
       )
       const [code, stderr] = await Promise.all([proc.exited, new Response(proc.stderr).text()])
@@ -249,11 +285,17 @@ describe('a restore killed with kill -9', () => {
       } else {
         outcomes.push('refused')
         expect(keys.code).toBe(1)
-        expect(keys.stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(/a restore of .*live\.db was interrupted .*; run petstore restore again to finish it$/)])
+        expect(keys.stderr.trimEnd().split('\n')).toEqual([
+          expect.stringMatching(/a restore of .*live\.db was interrupted .*; run petstore restore again to finish it$/),
+        ])
       }
 
       const again = await cliAsync(['restore', backup, '--data', file])
-      expect({ n, code: again.code, stderr: again.stderr }).toEqual({ n, code: 0, stderr: expect.stringMatching(/^petstore: (restored|finished an interrupted restore)/) })
+      expect({ n, code: again.code, stderr: again.stderr }).toEqual({
+        n,
+        code: 0,
+        stderr: expect.stringMatching(/^petstore: (restored|finished an interrupted restore)/),
+      })
       expect(petsIn(file)).toEqual(inBackup)
       const kept = keptParts(dir)
       // One kept set when the killed run had moved nothing, or when the re-run finished its plan; a

@@ -37,9 +37,7 @@ describe('serve listens on loopback unless told otherwise', () => {
   test('by default: 127.0.0.1 only, and the startup lines say how to open it', async () => {
     const server = await spawnServe(['--port', '0', '--data', join(tempDir(), 'p.db')])
     expect(server.stderr()).toMatch(/listening on http:\/\/127\.0\.0\.1:\d+, API at /)
-    expect(server.stderr()).toContain(
-      'petstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network',
-    )
+    expect(server.stderr()).toContain('petstore: only this machine can connect; --host 0.0.0.0 (or PETSTORE_HOST) opens it to the network')
     expect(await answers(`${server.origin}/healthz`)).toBe(true)
     // From the machine's network address, as another host would come: nothing listens there.
     if (outside) expect(await answers(`http://${outside}:${server.port}/healthz`)).toBe(false)
@@ -62,14 +60,22 @@ describe('serve listens on loopback unless told otherwise', () => {
     const server = await spawnServe(['--port', '0', '--host', '0.0.0.0', '--data', join(tempDir(), 'p.db')])
     const stderr = server.stderr()
     expect(server.apiBase).toBe('/v1')
-    expect(stderr).toContain('petstore: no --base-url: links are relative (/v1/pets/42); --base-url https://pets.example.com/v1 makes them absolute')
-    expect(stderr).toContain('petstore: /metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it')
+    expect(stderr).toContain(
+      'petstore: no --base-url: links are relative (/v1/pets/42); --base-url https://pets.example.com/v1 makes them absolute',
+    )
+    expect(stderr).toContain(
+      'petstore: /metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it',
+    )
     // A client on another machine, as the network address makes it.
     const remote = `http://${outside}:${server.port}`
     const key = { authorization: `Bearer ${server.bootstrapKey}` }
     const pets = []
     for (const name of ['a', 'b']) {
-      const created = await fetch(`${remote}/v1/pets`, { method: 'POST', headers: { ...key, 'content-type': 'application/json' }, body: JSON.stringify({ name, categoryId: 1 }) })
+      const created = await fetch(`${remote}/v1/pets`, {
+        method: 'POST',
+        headers: { ...key, 'content-type': 'application/json' },
+        body: JSON.stringify({ name, categoryId: 1 }),
+      })
       expect(created.status).toBe(201)
       const location = created.headers.get('location')!
       expect(location).toMatch(/^\/v1\/pets\/\d+$/)
@@ -129,9 +135,20 @@ describe('serve listens on loopback unless told otherwise', () => {
 describe('an empty environment variable counts as unset', () => {
   test('serve with every variable set empty starts as with none: production, loopback, /metrics without a token', async () => {
     const empty = Object.fromEntries(
-      ['ENV', 'HOST', 'PORT', 'BASE_URL', 'STAGING_BASE_URL', 'TRUST_PROXY', 'METRICS_ADDRESS', 'METRICS_TOKEN', 'DATABASE_URL', 'DATABASE_POOL', 'REDIS_URL', 'LIMITER_FALLBACK'].map(
-        (name) => [`PETSTORE_${name}`, ''],
-      ),
+      [
+        'ENV',
+        'HOST',
+        'PORT',
+        'BASE_URL',
+        'STAGING_BASE_URL',
+        'TRUST_PROXY',
+        'METRICS_ADDRESS',
+        'METRICS_TOKEN',
+        'DATABASE_URL',
+        'DATABASE_POOL',
+        'REDIS_URL',
+        'LIMITER_FALLBACK',
+      ].map((name) => [`PETSTORE_${name}`, '']),
     )
     const server = await spawnServe(['--port', '0', '--data', join(tempDir(), 'p.db')], { env: empty })
     expect(server.env).toBe('production')
@@ -195,10 +212,18 @@ describe('a data file the permissions keep from the process', () => {
     const { dir, dataFile } = folderWithDataFile()
     // Root reads any file: without setpriv, the tests' own user cannot read a file of mode 0000.
     chmodSync(dataFile, asRoot ? 0o600 : 0o000)
-    for (const args of [['serve', '--port', '0', '--data', dataFile], ['keys', 'list', '--data', dataFile], ['keys', 'create', '--plan', 'free', '--data', dataFile]]) {
+    for (const args of [
+      ['serve', '--port', '0', '--data', dataFile],
+      ['keys', 'list', '--data', dataFile],
+      ['keys', 'create', '--plan', 'free', '--data', dataFile],
+    ]) {
       const result = asOtherUser(args, dir)
       expect(result.code).toBe(1)
-      expect(result.stderr).toMatch(new RegExp(`^petstore: permission denied: ${dataFile} exists but cannot be read \\(owner .*, mode 0[0-7]{3}\\); petstore runs as ${OTHER.replace(/[()]/g, '\\$&')}: `))
+      expect(result.stderr).toMatch(
+        new RegExp(
+          `^petstore: permission denied: ${dataFile} exists but cannot be read \\(owner .*, mode 0[0-7]{3}\\); petstore runs as ${OTHER.replace(/[()]/g, '\\$&')}: `,
+        ),
+      )
       expect(result.stderr.split('\n')).toHaveLength(2)
     }
   })
@@ -210,11 +235,17 @@ describe('a data file the permissions keep from the process', () => {
     createKeyWithCli(join(dir, 'data', 'petstore.db'), ['--plan', 'free'])
     chmodSync(join(dir, 'data'), 0o700)
     if (!asRoot) chmodSync(join(dir, 'data'), 0o000)
-    for (const args of [['keys', 'list'], ['keys', 'create', '--plan', 'free'], ['serve', '--port', '0']]) {
+    for (const args of [
+      ['keys', 'list'],
+      ['keys', 'create', '--plan', 'free'],
+      ['serve', '--port', '0'],
+    ]) {
       const result = asOtherUser(args, dir)
       expect(result.code).toBe(1)
       expect(result.stderr).not.toContain('no data file')
-      expect(result.stderr).toContain(`permission denied: ${join(dir, 'data', 'petstore.db')} cannot be reached: a folder on its path cannot be entered`)
+      expect(result.stderr).toContain(
+        `permission denied: ${join(dir, 'data', 'petstore.db')} cannot be reached: a folder on its path cannot be entered`,
+      )
       expect(result.stderr).toContain(`petstore runs as ${OTHER}`)
     }
     if (!asRoot) chmodSync(join(dir, 'data'), 0o700)

@@ -194,7 +194,7 @@ describe('forced answers look like real ones and cost nothing', () => {
     expect(remaining(await fetch(`${server.base}/pets/${id}`, { headers: auth(keys.key!) }))).toBe(7)
   })
 
-  test('code=500: the error handler\'s 500 (a real one cannot be made on purpose), with a real error\'s headers', async () => {
+  test("code=500: the error handler's 500 (a real one cannot be made on purpose), with a real error's headers", async () => {
     const { server, keys } = await staging({ key: 10 })
     const real = await fetch(`${server.base}/pets?limit=0`, { headers: auth(keys.key!) })
     const forced = await fetch(`${server.base}/pets`, { headers: prefer(keys.key!, 'code=500') })
@@ -216,7 +216,12 @@ describe('forced answers look like real ones and cost nothing', () => {
       ['/pets', 'delay=-1', 'Prefer delay: must be an integer from 0 to 10000 (milliseconds), not "-1"'],
       ['/pets', 'delay=20000', 'Prefer delay: must be an integer from 0 to 10000 (milliseconds), not "20000"'],
       ['/pets', 'fail=2; code=503', 'Prefer fail: needs an Idempotency-Key header, under which the tries are counted'],
-      ['/pets', 'fail=2; code=503, code=429', 'Prefer code: differs from the code parameter of fail; give one of them', { 'idempotency-key': 'k1' }],
+      [
+        '/pets',
+        'fail=2; code=503, code=429',
+        'Prefer code: differs from the code parameter of fail; give one of them',
+        { 'idempotency-key': 'k1' },
+      ],
       ['/pets', 'code=429 x', 'Prefer: is not a list of preferences as RFC 7240 writes them (at character 10)'],
     ]
     for (const [path, value, message, extra] of cases) {
@@ -254,7 +259,12 @@ describe('fail=N with an Idempotency-Key', () => {
     const statuses: number[] = []
     const applied: (string | null)[] = []
     for (let i = 0; i < 4; i++) {
-      const answer = await postPet(server.base, keys.key!, { name: 'Once', categoryId: 3 }, { prefer: 'fail=2; code=503', 'idempotency-key': 'create-once' })
+      const answer = await postPet(
+        server.base,
+        keys.key!,
+        { name: 'Once', categoryId: 3 },
+        { prefer: 'fail=2; code=503', 'idempotency-key': 'create-once' },
+      )
       statuses.push(answer.status)
       applied.push(answer.headers.get('preference-applied'))
       if (i === 3) expect(answer.headers.get('idempotent-replayed')).toBe('true')
@@ -277,7 +287,9 @@ describe('fail=N with an Idempotency-Key', () => {
   test("another key's flood of Idempotency-Keys does not reset a key's count of tries", async () => {
     const { server, keys } = await staging({ mine: 100, flood: 100 })
     const send = (key: string, idempotencyKey: string) =>
-      fetch(`${server.base}/pets`, { headers: prefer(key, 'fail=2, code=503', { 'idempotency-key': idempotencyKey }) }).then((r) => r.status)
+      fetch(`${server.base}/pets`, { headers: prefer(key, 'fail=2, code=503', { 'idempotency-key': idempotencyKey }) }).then(
+        (r) => r.status,
+      )
     expect(await send(keys.mine!, 'mine')).toBe(503)
     // Forced answers cost no token, so a key may send as many as it likes, each under a new id.
     let next = 0
@@ -361,7 +373,10 @@ describe('delay=MS', () => {
 })
 
 describe('the OpenAPI document and the docs page', () => {
-  type Operation = { operationId: string; parameters?: { name: string; in: string; example?: unknown; schema: { enum?: string[]; default?: unknown } }[] }
+  type Operation = {
+    operationId: string
+    parameters?: { name: string; in: string; example?: unknown; schema: { enum?: string[]; default?: unknown } }[]
+  }
   const operations = async (server: { origin: string }): Promise<Operation[]> => {
     const document = (await (await fetch(`${server.origin}/openapi.json`)).json()) as { paths: Record<string, Record<string, Operation>> }
     return Object.values(document.paths).flatMap((item) => Object.values(item))
@@ -465,7 +480,12 @@ describeWithEngines(['postgresql', 'redis-server'], 'scenarios on several instan
     const instances = [await startServer({ databaseUrl, args }), await startServer({ databaseUrl, args })]
     const statuses: number[] = []
     for (let i = 0; i < 4; i++) {
-      const answer = await postPet(instances[i % 2]!.base, key, { name: 'Shared', categoryId: 1 }, { prefer: 'fail=2; code=503', 'idempotency-key': 'shared-1' })
+      const answer = await postPet(
+        instances[i % 2]!.base,
+        key,
+        { name: 'Shared', categoryId: 1 },
+        { prefer: 'fail=2; code=503', 'idempotency-key': 'shared-1' },
+      )
       statuses.push(answer.status)
     }
     expect(statuses).toEqual([503, 503, 201, 201])

@@ -70,7 +70,10 @@ describe('graceful shutdown', () => {
     const stored = await listAll(again.base, key)
     for (const answer of answered) expect(stored).toContainEqual(JSON.parse(answer.body) as PetBody)
     // And the server acted on no request it then left unanswered.
-    const storedBurst = stored.filter((pet) => pet.name.startsWith('burst ')).map((pet) => pet.name).sort()
+    const storedBurst = stored
+      .filter((pet) => pet.name.startsWith('burst '))
+      .map((pet) => pet.name)
+      .sort()
     expect(storedBurst).toEqual(answered.map((a) => (JSON.parse(a.body) as PetBody).name).sort())
     expect(await again.stop()).toBe(0)
   })

@@ -60,7 +60,9 @@ async function primed(name: string) {
   // 300 answered requests, 30 at a time, right before the signal: within the 2 s between usage writes
   // and the 5 s between saves of the day buckets, so only the stop's last save can keep them.
   for (let round = 0; round < 10; round++) {
-    const statuses = await Promise.all(Array.from({ length: 30 }, () => fetch(`${server.base}/pets`, { headers: auth(key) }).then((r) => r.status)))
+    const statuses = await Promise.all(
+      Array.from({ length: 30 }, () => fetch(`${server.base}/pets`, { headers: auth(key) }).then((r) => r.status)),
+    )
     expect(statuses).toEqual(statuses.map(() => 200))
   }
   return { dataFile, key, keyId, server }
@@ -78,7 +80,12 @@ describe('signals', () => {
       await eventually(() => server.stderr().includes(`${signal} received`) || ended(server))
       await traffic.stop()
       slow.finish()
-      expect(await slow.response.then((answer) => answer.status, (error: Error) => error.message)).toBe(201)
+      expect(
+        await slow.response.then(
+          (answer) => answer.status,
+          (error: Error) => error.message,
+        ),
+      ).toBe(201)
       slow.close()
       expect({ exitCode: await server.proc.exited, signalCode: server.proc.signalCode }).toEqual({ exitCode: 0, signalCode: null })
       expect(server.stderr()).toContain('petstore: stopped')
@@ -110,7 +117,12 @@ describe('signals', () => {
       expect({ exitCode: server.proc.exitCode, signalCode: server.proc.signalCode }).toEqual({ exitCode: null, signalCode: null })
       await traffic.stop()
       expect(traffic.statuses.filter((status) => status !== 200)).toEqual([])
-      expect(server.stderr().split('\n').filter((line) => line.includes(signal)).length).toBeLessThanOrEqual(1)
+      expect(
+        server
+          .stderr()
+          .split('\n')
+          .filter((line) => line.includes(signal)).length,
+      ).toBeLessThanOrEqual(1)
       expect(await server.stop()).toBe(0)
     },
   )

@@ -21,7 +21,10 @@ const snapshotOf = (dir: string) =>
     readdirSync(dir)
       .filter((name) => !name.includes('.lock'))
       .sort()
-      .map((name) => [name, `${mode(join(dir, name)).toString(8)} ${new Bun.CryptoHasher('sha256').update(readFileSync(join(dir, name))).digest('hex')}`]),
+      .map((name) => [
+        name,
+        `${mode(join(dir, name)).toString(8)} ${new Bun.CryptoHasher('sha256').update(readFileSync(join(dir, name))).digest('hex')}`,
+      ]),
   )
 
 describe('the data file', () => {
@@ -311,7 +314,14 @@ describe('commits off the event loop', () => {
   test('a second server on the port of a running one exits 1 instead of sharing the port', async () => {
     const first = await startServer()
     const dir = tempDir()
-    const served = await serveExpectingFailure(['--port', String(first.port), '--host', '127.0.0.1', '--data', join(dir, 'new', 'petstore.db')])
+    const served = await serveExpectingFailure([
+      '--port',
+      String(first.port),
+      '--host',
+      '127.0.0.1',
+      '--data',
+      join(dir, 'new', 'petstore.db'),
+    ])
     expect(served.listened).toBe(false)
     expect(served.code).toBe(1)
     // A start that failed leaves nothing on disk: no data file, no companions, no folder.
@@ -327,9 +337,18 @@ describe('commits off the event loop', () => {
     const taken = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {
       const started = Date.now()
-      const served = await serveExpectingFailure(['--port', String(taken.port), '--host', '127.0.0.1', '--data', join(tempDir(), 'petstore.db')])
+      const served = await serveExpectingFailure([
+        '--port',
+        String(taken.port),
+        '--host',
+        '127.0.0.1',
+        '--data',
+        join(tempDir(), 'petstore.db'),
+      ])
       expect(served.listened).toBe(false)
-      expect(served.stderr.trimEnd().split('\n').at(-1)).toMatch(new RegExp(`^petstore: cannot listen on 127\\.0\\.0\\.1:${taken.port}: .*in use`))
+      expect(served.stderr.trimEnd().split('\n').at(-1)).toMatch(
+        new RegExp(`^petstore: cannot listen on 127\\.0\\.0\\.1:${taken.port}: .*in use`),
+      )
       expect(served.stderr).not.toMatch(/\n\s+at /)
       expect(served.code).toBe(1)
       expect(Date.now() - started).toBeLessThan(5_000)

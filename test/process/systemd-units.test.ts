@@ -94,7 +94,8 @@ describe('deploy/systemd', () => {
       const result = Bun.spawnSync(['/bin/sh', '-c', command], { cwd: root, env: cleanEnv(), stdout: 'pipe', stderr: 'pipe' })
       expect({ command, code: result.exitCode }).toEqual({ command, code: 0 })
     }
-    for (const setting of ['ExecStartPre', 'ExecStart', 'ExecStartPost']) for (const command of commands('petstore-backup.service', setting, root)) run(command)
+    for (const setting of ['ExecStartPre', 'ExecStart', 'ExecStartPost'])
+      for (const command of commands('petstore-backup.service', setting, root)) run(command)
     const kept = readdirSync(join(root, 'backups')).sort()
     expect(kept).toHaveLength(14)
     // The two oldest went; the new one, named by today's date, is a data file the CLI can read.

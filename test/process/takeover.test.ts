@@ -11,13 +11,33 @@ import { existsSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
-import { auth, killSpawned, listAll, parseRawResponse, postPet, serveExpectingFailure, spawnServe, startSlowPost, unusedPort } from './helpers'
+import {
+  auth,
+  killSpawned,
+  listAll,
+  parseRawResponse,
+  postPet,
+  serveExpectingFailure,
+  spawnServe,
+  startSlowPost,
+  unusedPort,
+} from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
 
 // No console: its default port is fixed; the test that moves the console gives it a free one.
-const serveArgs = (port: number, dataFile: string) => ['--port', String(port), '--host', '127.0.0.1', '--data', dataFile, '--no-access-log', '--console-address', 'off']
+const serveArgs = (port: number, dataFile: string) => [
+  '--port',
+  String(port),
+  '--host',
+  '127.0.0.1',
+  '--data',
+  dataFile,
+  '--no-access-log',
+  '--console-address',
+  'off',
+]
 
 interface Outcome {
   status: number | string
@@ -141,7 +161,8 @@ describe('serve --takeover', () => {
     // The key: its 2 a minute, then 429s until the fourth starts the ban.
     const bannedAt = Date.now()
     const keyCodes: string[] = []
-    while (keyCodes.at(-1) !== 'key_banned' && keyCodes.length < 10) keyCodes.push((await answer(old.base, auth(key, from('198.51.100.1')))).code)
+    while (keyCodes.at(-1) !== 'key_banned' && keyCodes.length < 10)
+      keyCodes.push((await answer(old.base, auth(key, from('198.51.100.1')))).code)
     expect(keyCodes).toEqual(['ok', 'ok', 'rate_limited', 'rate_limited', 'rate_limited', 'rate_limited', 'key_banned'])
     // Two addresses spend their keyless 60 a minute at once, 30 requests at a time; the second then
     // keeps going until it is banned.
@@ -177,11 +198,17 @@ describe('serve --takeover', () => {
     const [port, metricsPort, consolePort] = [await unusedPort(), await unusedPort(), await unusedPort()]
     const args = [
       ...serveArgs(port, dataFile).slice(0, -2),
-      '--metrics-address', `127.0.0.1:${metricsPort}`,
-      '--console-address', `127.0.0.1:${consolePort}`,
+      '--metrics-address',
+      `127.0.0.1:${metricsPort}`,
+      '--console-address',
+      `127.0.0.1:${consolePort}`,
     ]
     const old = await spawnServe(args)
-    const other = await serveExpectingFailure([...serveArgs(await unusedPort(), join(tempDir(), 'other.db')).slice(0, -2), '--console-address', `127.0.0.1:${consolePort}`])
+    const other = await serveExpectingFailure([
+      ...serveArgs(await unusedPort(), join(tempDir(), 'other.db')).slice(0, -2),
+      '--console-address',
+      `127.0.0.1:${consolePort}`,
+    ])
     expect(other.stderr).toContain(`cannot listen on 127.0.0.1:${consolePort}`)
     const next = await spawnServe([...args, '--takeover'])
     expect(await old.proc.exited).toBe(0)
@@ -238,7 +265,9 @@ describe('serve --takeover', () => {
       expect(refused.listened).toBe(false)
       expect(refused.code).toBe(1)
       expect(refused.stderr.trimEnd().split('\n')).toEqual([
-        expect.stringMatching(/^petstore: cannot take over: .* was written by a newer petstore \(schema 999, .*; the running server keeps serving$/),
+        expect.stringMatching(
+          /^petstore: cannot take over: .* was written by a newer petstore \(schema 999, .*; the running server keeps serving$/,
+        ),
       ])
     } finally {
       db.run(`PRAGMA user_version = ${version}`)
@@ -272,7 +301,11 @@ describe('serve --takeover', () => {
     const port = await unusedPort()
     const old = await spawnServe(serveArgs(port, dataFile))
     old.proc.kill('SIGSTOP')
-    const next = Bun.spawn([BINARY, 'serve', ...serveArgs(port, dataFile), '--takeover'], { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' })
+    const next = Bun.spawn([BINARY, 'serve', ...serveArgs(port, dataFile), '--takeover'], {
+      env: cleanEnv(),
+      stdout: 'ignore',
+      stderr: 'pipe',
+    })
     let nextErr = ''
     const reading = (async () => {
       for await (const chunk of next.stderr) nextErr += Buffer.from(chunk).toString()
@@ -283,7 +316,9 @@ describe('serve --takeover', () => {
     const answers = Array.from({ length: 12 }, () => rawGet(port, '/v1/pets', key))
     expect(await next.exited).toBe(1)
     await reading
-    expect(nextErr).toMatch(/^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m)
+    expect(nextErr).toMatch(
+      /^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m,
+    )
     const settled = await Promise.all(answers.map((answer) => Promise.race([answer, Bun.sleep(2_000).then(() => 'pending')])))
     old.proc.kill('SIGCONT')
     // Those the new server held are 503s; the frozen server's are answered once it runs again.
@@ -333,7 +368,9 @@ describe('serve --takeover', () => {
     await until(() => existsSync(`${dataFile}.handover`))
     expect(statSync(`${dataFile}.handover`).mode & 0o777).toBe(0o600)
     taker.proc.kill('SIGKILL')
-    await until(() => (old.stderr().includes('serving again') && old.stderr().split('listening on').length === 3) || old.proc.exitCode !== null)
+    await until(
+      () => (old.stderr().includes('serving again') && old.stderr().split('listening on').length === 3) || old.proc.exitCode !== null,
+    )
     expect(old.proc.exitCode).toBeNull()
     // The same process serves the port, with the minute bucket it handed over: 10 left, not 60.
     let more = 0
@@ -412,7 +449,13 @@ describe('serve --takeover', () => {
 
   test('with PostgreSQL, --takeover is refused in one line that points to a rolling restart', async () => {
     const refused = await serveExpectingFailure([
-      '--takeover', '--port', String(await unusedPort()), '--host', '127.0.0.1', '--database-url', 'postgres://petstore@127.0.0.1:1/petstore',
+      '--takeover',
+      '--port',
+      String(await unusedPort()),
+      '--host',
+      '127.0.0.1',
+      '--database-url',
+      'postgres://petstore@127.0.0.1:1/petstore',
     ])
     expect(refused.code).toBe(1)
     expect(refused.stderr).toBe(

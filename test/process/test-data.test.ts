@@ -35,7 +35,9 @@ describe('test data and limits for integrators', () => {
 
     const refused = cli(['pets', 'reset', '--data', server.dataFile])
     expect(refused.code).toBe(2)
-    expect(refused.stderr).toBe(`petstore: pets reset deletes all 251 pets in ${server.dataFile} (keys are kept); run it again with --yes\n`)
+    expect(refused.stderr).toBe(
+      `petstore: pets reset deletes all 251 pets in ${server.dataFile} (keys are kept); run it again with --yes\n`,
+    )
     const reset = cli(['pets', 'reset', '--yes', '--data', server.dataFile])
     expect(reset.code).toBe(0)
     await eventually(async () => (await listAll(server.base, key)).length === 0, 2_000)

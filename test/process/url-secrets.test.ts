@@ -62,7 +62,8 @@ describeWithEngines(['postgresql', 'redis-server'], 'secrets in URLs', () => {
     // tried below, where the start fails.
     for (const [i, url] of postgresUrls('secrets').slice(0, 2).entries()) {
       // Redis has no password set; Bun's client sends the one given, which Redis refuses or ignores.
-      const redisUrl = i === 0 ? `redis://default:${SECRETS[3]}@127.0.0.1:${redisPort}` : `redis://127.0.0.1:${redisPort}?password=${SECRETS[4]}`
+      const redisUrl =
+        i === 0 ? `redis://default:${SECRETS[3]}@127.0.0.1:${redisPort}` : `redis://127.0.0.1:${redisPort}?password=${SECRETS[4]}`
       const server = await startServer({ databaseUrl: url, args: ['--redis-url', redisUrl, '--limiter-fallback', 'local'] })
       expect(server.stderr()).toContain('listening on')
       await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${server.bootstrapKey}` } })

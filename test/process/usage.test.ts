@@ -71,7 +71,9 @@ describe('keys usage', () => {
     for (let i = 0; i < 8; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(limited) })).status)
     expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429])
     // "caller": a create, three getPet of it, one getPet of a pet that does not exist.
-    const created = (await (await postPet(server.base, caller, { name: 'Rex', categoryId: 1, status: 'available' })).json()) as { id: number }
+    const created = (await (await postPet(server.base, caller, { name: 'Rex', categoryId: 1, status: 'available' })).json()) as {
+      id: number
+    }
     for (const id of [created.id, created.id, created.id, created.id + 1000])
       expect((await fetch(`${server.base}/pets/${id}`, { headers: auth(caller) })).status).toBe(id === created.id ? 200 : 404)
     // No key, twice; and outside the API, which is not usage.
@@ -148,7 +150,11 @@ describe('keys set-plan', () => {
     const changedAt = Date.now()
     await eventually(async () => (await policy()) === '"minute";q=7;w=60, "day";q=70;w=86400', 1_000)
     expect(Date.now() - changedAt).toBeLessThan(1_000)
-    const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout) as { id: string; plan: string; rpm: number }[]
+    const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout) as {
+      id: string
+      plan: string
+      rpm: number
+    }[]
     expect(listed.find((key) => key.id === id)).toMatchObject({ plan: 'enterprise', rpm: 7, rpd: 70 })
     expect(await server.stop()).toBe(0)
   })
@@ -161,7 +167,9 @@ describe('keys set-plan', () => {
     expect(bad.code).toBe(2)
     expect(bad.stderr).toContain('--plan must be one of free, pro, business, enterprise, not "gold"')
     expect(cli(['keys', 'set-plan', id, 'enterprise', '--data', dataFile]).stderr).toContain('an enterprise key needs its own limits')
-    expect(cli(['keys', 'set-plan', id, 'pro', '--rpm', '5', '--data', dataFile]).stderr).toContain('--rpm and --rpd are only for --plan enterprise')
+    expect(cli(['keys', 'set-plan', id, 'pro', '--rpm', '5', '--data', dataFile]).stderr).toContain(
+      '--rpm and --rpd are only for --plan enterprise',
+    )
     expect(cli(['keys', 'set-plan', id, '--data', dataFile]).stderr).toContain('keys set-plan needs a key ID and a plan')
     const missing = cli(['keys', 'set-plan', 'key_nope', 'pro', '--data', dataFile])
     expect(missing.code).toBe(1)
@@ -179,7 +187,11 @@ describe('usage retention flags', () => {
       [['--usage-minutes-days', '0'], {}, '--usage-minutes-days must be an integer from 1 to 365, not "0"'],
       [['--usage-hours-days', 'x'], {}, '--usage-hours-days must be an integer from 1 to 3650, not "x"'],
       [[], { PETSTORE_USAGE_HOURS_DAYS: '99999' }, 'PETSTORE_USAGE_HOURS_DAYS must be an integer from 1 to 3650, not "99999"'],
-      [['--usage-minutes-days', '30', '--usage-hours-days', '20'], {}, '--usage-hours-days (20) must be at least --usage-minutes-days (30)'],
+      [
+        ['--usage-minutes-days', '30', '--usage-hours-days', '20'],
+        {},
+        '--usage-hours-days (20) must be at least --usage-minutes-days (30)',
+      ],
       [[], { PETSTORE_USAGE_MINUTES_DAYS: '100' }, '--usage-hours-days'],
     ]
     for (const [args, env, message] of cases) {
@@ -204,7 +216,10 @@ describe('usage retention', () => {
     const kept = () => {
       const storage = openSqliteStorage(dataFile)
       try {
-        return { minute: storage.usage.series('minute', 0).map((row) => row.at), hour: storage.usage.series('hour', 0).map((row) => row.at) }
+        return {
+          minute: storage.usage.series('minute', 0).map((row) => row.at),
+          hour: storage.usage.series('hour', 0).map((row) => row.at),
+        }
       } finally {
         storage.close()
       }

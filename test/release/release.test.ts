@@ -49,7 +49,12 @@ function architecture(file: string): string {
 
 /** Starts `serve` from a binary (optionally through qemu) in `cwd`; resolves with its origin. */
 async function serve(command: string[], cwd: string): Promise<string> {
-  const proc = Bun.spawn([...command, 'serve', '--port', '0', '--host', '127.0.0.1'], { cwd, env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' })
+  const proc = Bun.spawn([...command, 'serve', '--port', '0', '--host', '127.0.0.1'], {
+    cwd,
+    env: cleanEnv(),
+    stdout: 'ignore',
+    stderr: 'pipe',
+  })
   running.push(proc)
   let stderr = ''
   void (async () => {
@@ -73,7 +78,11 @@ describe('release binaries', () => {
     expect(sums).toHaveLength(5)
     for (const line of sums) {
       const [hash, file] = line.split('  ')
-      expect(createHash('sha256').update(readFileSync(join(dir, file!))).digest('hex')).toBe(hash!)
+      expect(
+        createHash('sha256')
+          .update(readFileSync(join(dir, file!)))
+          .digest('hex'),
+      ).toBe(hash!)
     }
   })
 
@@ -98,16 +107,20 @@ describe('release binaries', () => {
     expect((await fetch(`${origin}/v1/store/orders`, { headers: auth })).status).toBe(501)
   }, 60_000)
 
-  test.skipIf(!canRunArm64)('the linux-arm64 binary runs under qemu-user: its version, /healthz and a keyed list', async () => {
-    const qemu = [QEMU, '-L', ARM64_LIBC, fileOf('linux-arm64')]
-    const version = Bun.spawnSync([...qemu, '--version'], { env: cleanEnv() })
-    expect(version.stdout.toString()).toStartWith(`petstore ${pkg.version} (commit `)
-    const home = tempDir()
-    const origin = await serve(qemu, home)
-    expect((await fetch(`${origin}/healthz`)).status).toBe(200)
-    const key = readFileSync(join(home, 'data', 'petstore-bootstrap-key.txt'), 'utf8').trim()
-    const listed = await fetch(`${origin}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-    expect(listed.status).toBe(200)
-    expect(await listed.json()).toEqual([])
-  }, 120_000)
+  test.skipIf(!canRunArm64)(
+    'the linux-arm64 binary runs under qemu-user: its version, /healthz and a keyed list',
+    async () => {
+      const qemu = [QEMU, '-L', ARM64_LIBC, fileOf('linux-arm64')]
+      const version = Bun.spawnSync([...qemu, '--version'], { env: cleanEnv() })
+      expect(version.stdout.toString()).toStartWith(`petstore ${pkg.version} (commit `)
+      const home = tempDir()
+      const origin = await serve(qemu, home)
+      expect((await fetch(`${origin}/healthz`)).status).toBe(200)
+      const key = readFileSync(join(home, 'data', 'petstore-bootstrap-key.txt'), 'utf8').trim()
+      const listed = await fetch(`${origin}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      expect(listed.status).toBe(200)
+      expect(await listed.json()).toEqual([])
+    },
+    120_000,
+  )
 })

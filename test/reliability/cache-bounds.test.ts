@@ -11,9 +11,11 @@ import { join } from 'node:path'
 /** Runs `task(i)` for i in [0, count), `concurrency` at a time. */
 async function each(count: number, concurrency: number, task: (i: number) => Promise<void>) {
   let next = 0
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < count) await task(next++)
-  }))
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) await task(next++)
+    }),
+  )
 }
 
 describe('caches bounded in bytes', () => {
@@ -43,7 +45,9 @@ describe('caches bounded in bytes', () => {
     for (let round = 0; round < 4; round++) {
       await each(1_000, 16, async (j) => {
         const i = round * 1_000 + j
-        const response = await fetch(`${server.base}/pets?limit=${100 - (i % 50)}&cursor=${encodeCursor(1 + (i % 1900))}`, { headers: auth(key) })
+        const response = await fetch(`${server.base}/pets?limit=${100 - (i % 50)}&cursor=${encodeCursor(1 + (i % 1900))}`, {
+          headers: auth(key),
+        })
         expect(response.status).toBe(200)
         await response.arrayBuffer()
       })

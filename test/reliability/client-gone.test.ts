@@ -44,7 +44,11 @@ describe('clients that go away', () => {
     await send(server, `${head('Content-Length: 1000')}{"name":`, { closeAfterMs: 100 })
     await send(server, `${head('Transfer-Encoding: chunked')}5\r\n{"nam\r\n`, { closeAfterMs: 100 })
     await eventually(() => logLines(server).filter((line) => line.method === 'POST').length === 2)
-    expect(logLines(server).filter((line) => line.method === 'POST').map((line) => line.status)).toEqual([499, 499])
+    expect(
+      logLines(server)
+        .filter((line) => line.method === 'POST')
+        .map((line) => line.status),
+    ).toEqual([499, 499])
     const metrics = await (await fetch(`${server.origin}/metrics`)).text()
     expect(metrics).toContain('petstore_requests_total{operation="createPet",status="499"} 2')
     expect(metrics).not.toContain('status="500"')
@@ -52,7 +56,7 @@ describe('clients that go away', () => {
     expect(await server.stop()).toBe(0)
   })
 
-  test('a POST with a request pipelined behind it: the connection closes, and no pet is created behind the client\'s back', async () => {
+  test("a POST with a request pipelined behind it: the connection closes, and no pet is created behind the client's back", async () => {
     const server = await startServer()
     const key = server.bootstrapKey!
     const post =

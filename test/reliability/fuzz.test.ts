@@ -73,8 +73,7 @@ async function checkAnswer(method: string, response: Response, allowed: number[]
 const auth = () => ({ authorization: `Bearer ${key}` })
 
 /** Percent-encodes any string; a lone surrogate becomes the invalid UTF-8 bytes it would have been. */
-const pct = (text: string) =>
-  text.isWellFormed() ? encodeURIComponent(text) : `${encodeURIComponent(text.toWellFormed())}%ED%A0%80`
+const pct = (text: string) => (text.isWellFormed() ? encodeURIComponent(text) : `${encodeURIComponent(text.toWellFormed())}%ED%A0%80`)
 
 const hostileString = fc.oneof(
   fc.string({ unit: 'grapheme', maxLength: 60 }),
@@ -105,21 +104,30 @@ const rawBody = fc.oneof(
   fc.integer({ min: 1, max: 3000 }).map((depth) => '['.repeat(depth) + ']'.repeat(depth)),
   fc.integer({ min: 1, max: 3000 }).map((depth) => `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`),
   fc.tuple(hostileString, hostileString).map(([a, b]) => `{"name":${JSON.stringify(a)},"name":${JSON.stringify(b)},"categoryId":1}`),
-  fc.constantFrom('{"name":"a","categoryId":9007199254740993}', '{"name":"a","categoryId":1e400}', '{"name":"a","categoryId":1.0000000000000001}', '{"name":"a\\u0000","categoryId":1}'),
+  fc.constantFrom(
+    '{"name":"a","categoryId":9007199254740993}',
+    '{"name":"a","categoryId":1e400}',
+    '{"name":"a","categoryId":1.0000000000000001}',
+    '{"name":"a\\u0000","categoryId":1}',
+  ),
 )
 
 describe('fuzzing over HTTP', () => {
   test('POST /pets: any body is a 201 that reads back identical, or a 4xx Error body', async () => {
     await fc.assert(
-      fc.asyncProperty(rawBody, fc.constantFrom('application/json', 'application/json; charset=utf-8', 'text/plain', 'application/jsonx'), async (body, type) => {
-        const response = await fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(), 'content-type': type }, body })
-        const answer = await checkAnswer('POST', response, [201, 400, 413, 415])
-        if (response.status === 201) {
-          expect(isValidPet(answer)).toBe(true)
-          const read = await fetch(`${server.base}/pets/${(answer as { id: number }).id}`, { headers: auth() })
-          expect(await checkAnswer('GET', read, [200])).toEqual(answer)
-        }
-      }),
+      fc.asyncProperty(
+        rawBody,
+        fc.constantFrom('application/json', 'application/json; charset=utf-8', 'text/plain', 'application/jsonx'),
+        async (body, type) => {
+          const response = await fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(), 'content-type': type }, body })
+          const answer = await checkAnswer('POST', response, [201, 400, 413, 415])
+          if (response.status === 201) {
+            expect(isValidPet(answer)).toBe(true)
+            const read = await fetch(`${server.base}/pets/${(answer as { id: number }).id}`, { headers: auth() })
+            expect(await checkAnswer('GET', read, [200])).toEqual(answer)
+          }
+        },
+      ),
       { numRuns: RUNS * 3 },
     )
   })
@@ -143,7 +151,11 @@ describe('fuzzing over HTTP', () => {
 
   test('GET /pets/{petId}: any path id is a pet, a 404 or a 400', async () => {
     // "." and ".." are dot segments: the URL parser removes them, so they never reach /pets/{petId}.
-    const id = fc.oneof(hostileString.filter((s) => s !== '' && s !== '.' && s !== '..'), fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String), fc.integer().map(String))
+    const id = fc.oneof(
+      hostileString.filter((s) => s !== '' && s !== '.' && s !== '..'),
+      fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
+      fc.integer().map(String),
+    )
     await fc.assert(
       fc.asyncProperty(id, async (petId) => {
         const response = await fetch(`${server.base}/pets/${pct(petId)}`, { headers: auth() })
@@ -158,12 +170,20 @@ describe('fuzzing over HTTP', () => {
     const ascii = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 300 })
     await fc.assert(
       fc.asyncProperty(
-        fc.record({
-          authorization: fc.oneof(ascii, ascii.map((s) => `Bearer ${s}`), fc.constant(`Bearer ${key}`), fc.constant(`bEaReR ${key}`)),
-          'idempotency-key': ascii,
-          'x-request-id': ascii,
-          'content-type': fc.oneof(ascii, fc.constant('application/json')),
-        }, { requiredKeys: [] }),
+        fc.record(
+          {
+            authorization: fc.oneof(
+              ascii,
+              ascii.map((s) => `Bearer ${s}`),
+              fc.constant(`Bearer ${key}`),
+              fc.constant(`bEaReR ${key}`),
+            ),
+            'idempotency-key': ascii,
+            'x-request-id': ascii,
+            'content-type': fc.oneof(ascii, fc.constant('application/json')),
+          },
+          { requiredKeys: [] },
+        ),
         async (headers) => {
           const response = await fetch(`${server.base}/pets`, { method: 'POST', headers, body: '{"name":"Header","categoryId":2}' })
           await checkAnswer('POST', response, [201, 400, 401, 409, 415, 429])
@@ -177,8 +197,12 @@ describe('fuzzing over HTTP', () => {
 
   test('a 10 MB body is refused with 413 without being stored', async () => {
     const body = `{"name":"${'x'.repeat(10 * 1024 * 1024)}","categoryId":1}`
-    const response = await fetch(`${server.base}/pets`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body })
-    expect((await checkAnswer('POST', response, [413]) as { code: string }).code).toBe('payload_too_large')
+    const response = await fetch(`${server.base}/pets`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json' },
+      body,
+    })
+    expect(((await checkAnswer('POST', response, [413])) as { code: string }).code).toBe('payload_too_large')
   })
 
   test('a slow sender does not hold up other clients', async () => {
@@ -192,7 +216,9 @@ describe('fuzzing over HTTP', () => {
         },
       },
     })
-    socket.write(`POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"na`)
+    socket.write(
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"na`,
+    )
     const others = await Promise.all(Array.from({ length: 20 }, () => fetch(`${server.base}/pets?limit=1`, { headers: auth() })))
     for (const response of others) expect(response.status).toBe(200)
     socket.end()

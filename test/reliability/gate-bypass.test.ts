@@ -117,7 +117,8 @@ async function sweep(server: Server, basePath: string, credentials: (string | nu
           if (method === 'OPTIONS' && response.status === 204 && response.body === '') continue
           if (host === null && response.status === 400 && response.body === '') continue
           const error = JSON.parse(response.body || 'null') as { code?: string; status?: number } | null
-          if (![400, 401, 404, 405, 429].includes(response.status)) failures.push(`${what} → ${response.status} ${response.body.slice(0, 120)}`)
+          if (![400, 401, 404, 405, 429].includes(response.status))
+            failures.push(`${what} → ${response.status} ${response.body.slice(0, 120)}`)
           else if (error?.status !== response.status || response.headers['content-type'] !== 'application/json')
             failures.push(`${what} → ${response.status} without the Error body: ${response.body.slice(0, 120)}`)
           else if ((response.status === 404 || response.status === 405) && response.headers['x-ratelimit-limit'])
@@ -145,7 +146,11 @@ describe('no Host or path shape reaches an API handler without a valid key', () 
       // The log hands its lines over every 50 ms: a last request's whole line shows every earlier one is in.
       await (await fetch(`${server.origin}/healthz`, { headers: { 'x-request-id': 'sweep-last' } })).arrayBuffer()
       await eventually(() => server.stdout().includes('"sweep-last"') && server.stdout().endsWith('\n'))
-      const log = server.stdout().trim().split('\n').map((line) => JSON.parse(line) as { status: number })
+      const log = server
+        .stdout()
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { status: number })
       expect(log.filter((line) => line.status >= 500)).toEqual([])
       expect(await server.stop()).toBe(0)
     })

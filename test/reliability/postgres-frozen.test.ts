@@ -24,7 +24,11 @@ const frozen = new Set<number>()
 /** The postmaster of the cluster and all its children (backends, checkpointer, ...). */
 function postgresProcesses(): number[] {
   const pgrep = (args: string[]) =>
-    Bun.spawnSync(['pgrep', ...args]).stdout.toString().split('\n').filter(Boolean).map(Number)
+    Bun.spawnSync(['pgrep', ...args])
+      .stdout.toString()
+      .split('\n')
+      .filter(Boolean)
+      .map(Number)
   const postmaster = pgrep(['-f', `postgres -D \\S+ -p ${cluster.port} `])
   if (postmaster.length !== 1) throw new Error(`expected one postmaster on port ${cluster.port}, found ${postmaster.length}`)
   return [postmaster[0]!, ...pgrep(['-P', String(postmaster[0])])]

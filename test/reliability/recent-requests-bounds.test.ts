@@ -75,7 +75,9 @@ test('10,000 GETs with 16 KB paths, then 10,000 with 8 KB queries: RSS grows by 
 
   const longQueries = await flood(Array.from({ length: 10_000 }, (_, i) => `${server.base}/pets?q${i}=${'q'.repeat(8_000)}`))
   const afterQueries = rssMB(pid)
-  console.error(`recent requests: 10,000 GETs with 8 KB queries ${JSON.stringify([...longQueries])}, RSS ${afterPaths.toFixed(1)} → ${afterQueries.toFixed(1)} MB`)
+  console.error(
+    `recent requests: 10,000 GETs with 8 KB queries ${JSON.stringify([...longQueries])}, RSS ${afterPaths.toFixed(1)} → ${afterQueries.toFixed(1)} MB`,
+  )
   expect(afterQueries - afterPaths).toBeLessThan(32)
   expect(await server.stop()).toBe(0)
 })

@@ -106,7 +106,14 @@ describe('stdout that is not read or is closed', () => {
     const errFile = join(dir, 'stderr')
     // `head -c 1` reads one byte of the log and exits, closing the pipe.
     const proc = Bun.spawn(
-      ['sh', '-c', `exec "$0" serve --port 0 --host 127.0.0.1 --data "$1" 2>"$2" | head -c 1 >/dev/null`, BINARY, join(dir, 'p.db'), errFile],
+      [
+        'sh',
+        '-c',
+        `exec "$0" serve --port 0 --host 127.0.0.1 --data "$1" 2>"$2" | head -c 1 >/dev/null`,
+        BINARY,
+        join(dir, 'p.db'),
+        errFile,
+      ],
       { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'ignore' },
     )
     const stderr = () => readIfThere(errFile)
@@ -117,7 +124,9 @@ describe('stdout that is not read or is closed', () => {
       await eventually(() => /stdout was closed/.test(stderr()), 5_000)
       expect((await fetch(`${origin}/healthz`)).status).toBe(200)
       await flood(origin, 500, 8)
-      const lines = stderr().split('\n').filter((line) => /stdout/.test(line))
+      const lines = stderr()
+        .split('\n')
+        .filter((line) => /stdout/.test(line))
       expect(lines).toEqual(['petstore: stdout was closed by its reader; the access log is off from now on'])
       expect(stderr()).not.toMatch(/\n\s+at /)
     } finally {

@@ -181,7 +181,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await knownEverywhere(servers, key)
     for (let round = 0; round < 5; round++) {
       const answers = await Promise.all(
-        Array.from({ length: 16 }, (_, i) => post(servers[i % 2]!, key, { name: `Rex${round}`, categoryId: 1 }, { 'idempotency-key': `race-${round}` })),
+        Array.from({ length: 16 }, (_, i) =>
+          post(servers[i % 2]!, key, { name: `Rex${round}`, categoryId: 1 }, { 'idempotency-key': `race-${round}` }),
+        ),
       )
       expect(answers.map((answer) => answer.status)).toEqual(Array(16).fill(201))
       const bodies = new Set(await Promise.all(answers.map((answer) => answer.text())))
@@ -255,7 +257,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await redis.stop()
     try {
       const refused = await fetch(`${server!.base}/pets`, { headers: auth(key) })
-      await eventually(() => server!.stderr().includes('petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does\n'))
+      await eventually(() =>
+        server!.stderr().includes('petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does\n'),
+      )
       expect(refused.status).toBe(503)
       expect(refused.headers.get('retry-after')).toBe('1')
       expect(((await refused.json()) as { code: string }).code).toBe('unavailable')
@@ -328,7 +332,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(after.headers.get('x-ratelimit-remaining')).toBe('2')
     expect(second!.stderr()).not.toContain('per instance')
     const alone = await startServer({ databaseUrl, args: ['--no-access-log'] })
-    expect(alone.stderr()).toContain('petstore: rate limits are per instance: with several instances, give them --redis-url to share them\n')
+    expect(alone.stderr()).toContain(
+      'petstore: rate limits are per instance: with several instances, give them --redis-url to share them\n',
+    )
   })
 
   test('four instances starting at once on an empty database migrate once and make one bootstrap key', async () => {
@@ -339,12 +345,15 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(keys).toHaveLength(1)
     const admin = new Bun.SQL(databaseUrl, { max: 1 })
     try {
-      expect((await admin`SELECT version FROM petstore_schema`).map((row: { version: number }) => row.version)).toEqual(MIGRATIONS.map((_, i) => i + 1))
+      expect((await admin`SELECT version FROM petstore_schema`).map((row: { version: number }) => row.version)).toEqual(
+        MIGRATIONS.map((_, i) => i + 1),
+      )
     } finally {
       await admin.close()
     }
     // The one key works on every instance.
-    for (const server of servers) expect((await fetch(`${server.base}/pets`, { headers: auth(announced[0]!.bootstrapKey!) })).status).toBe(200)
+    for (const server of servers)
+      expect((await fetch(`${server.base}/pets`, { headers: auth(announced[0]!.bootstrapKey!) })).status).toBe(200)
   })
 
   test('a start that cannot write the bootstrap secret fails with one line, makes no key and leaves no process', async () => {
@@ -352,7 +361,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     writeFileSync(join(cwd, 'data'), 'not a folder')
     const result = cli(['serve', '--port', '0', '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log'], { cwd })
     expect(result.code).toBe(1)
-    expect(result.stderr).toMatch(/petstore: cannot write the bootstrap key's secret to .*data\/petstore-bootstrap-key\.txt\.\d+\.tmp: .*\n$/)
+    expect(result.stderr).toMatch(
+      /petstore: cannot write the bootstrap key's secret to .*data\/petstore-bootstrap-key\.txt\.\d+\.tmp: .*\n$/,
+    )
     expect(JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout)).toEqual([])
   })
 
@@ -362,7 +373,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(bad.stderr).not.toContain('s3cret')
     const badRedis = cli(['keys', 'list', '--database-url', databaseUrl, '--redis-url', 'http://:s3cret@host'])
     expect(badRedis.code).toBe(2)
-    expect(reasonLine(badRedis.stderr)).toBe('petstore: --redis-url must be a redis:// or rediss:// or redis+unix:// URL (the value is not shown)')
+    expect(reasonLine(badRedis.stderr)).toBe(
+      'petstore: --redis-url must be a redis:// or rediss:// or redis+unix:// URL (the value is not shown)',
+    )
     expect(badRedis.stderr).not.toContain('s3cret')
     const both = cli(['keys', 'list', '--database-url', databaseUrl, '--data', `${tempDir()}/petstore.db`])
     expect(both.code).toBe(2)
@@ -385,7 +398,7 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
     await Promise.all([cluster?.destroy(), redis?.destroy()])
   })
 
-  test('the README\'s nginx upstream spreads requests over both instances, which share one address bucket', async () => {
+  test("the README's nginx upstream spreads requests over both instances, which share one address bucket", async () => {
     const servers = await instances(2, ['--trust-proxy', 'loopback'], { accessLog: true })
     // The file as shipped, with the instances' and nginx's addresses made local.
     let origin: string

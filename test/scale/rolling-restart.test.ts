@@ -35,9 +35,24 @@ describeWithEngines(['postgresql', 'nginx-light'], 'a rolling restart behind ngi
     const key = made.stdout.trim().split('\n').at(-1)!
     const ports = [await freePort(), await freePort()]
     const start = (port: number) =>
-      spawnServe(['--port', String(port), '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log', '--trust-proxy', 'loopback', '--console-address', 'off'], {
-        cwd: tempDir(),
-      })
+      spawnServe(
+        [
+          '--port',
+          String(port),
+          '--host',
+          '127.0.0.1',
+          '--database-url',
+          databaseUrl,
+          '--no-access-log',
+          '--trust-proxy',
+          'loopback',
+          '--console-address',
+          'off',
+        ],
+        {
+          cwd: tempDir(),
+        },
+      )
     const servers: RawServer[] = await Promise.all(ports.map(start))
 
     let origin: string
@@ -49,7 +64,8 @@ describeWithEngines(['postgresql', 'nginx-light'], 'a rolling restart behind ngi
     const clients = [0, 1, 2, 3].map(async (id) => {
       for (let i = 0; running; i++) {
         try {
-          const create = () => postPet(base, key, { name: `rolling ${id}.${i}`, categoryId: id }, { 'idempotency-key': `rolling-${id}-${i}` })
+          const create = () =>
+            postPet(base, key, { name: `rolling ${id}.${i}`, categoryId: id }, { 'idempotency-key': `rolling-${id}-${i}` })
           const response = i % 2 === 0 ? await create().catch(create) : await fetch(`${base}/pets?limit=5`, { headers: auth(key) })
           outcomes.push({ status: response.status, body: await response.text() })
         } catch (error) {

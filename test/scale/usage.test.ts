@@ -43,7 +43,9 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
       const result = cli(['keys', 'usage', '--json', '--database-url', databaseUrl])
       if (result.code !== 0) throw new Error(result.stderr)
       const keys = (JSON.parse(result.stdout) as { keys: Figures[] }).keys
-      return Object.fromEntries(keys.map((k) => [k.name ?? '(no key)', { today: k.today, deprecated: { day: k.deprecated.day, week: k.deprecated.week } }]))
+      return Object.fromEntries(
+        keys.map((k) => [k.name ?? '(no key)', { today: k.today, deprecated: { day: k.deprecated.day, week: k.deprecated.week } }]),
+      )
     }
 
     for (const server of servers) {
@@ -72,7 +74,9 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
       expect([row('limited').requestsToday, row('limited').limitedToday, row('limited').deprecatedWeek]).toEqual([10, 4, 0])
       expect([row('caller').requestsToday, row('caller').limitedToday, row('caller').deprecatedWeek]).toEqual([6, 0, 6])
       const { callers } = await read('/api/deprecation')
-      expect(callers.map((caller: { name: string; day: number; week: number }) => [caller.name, caller.day, caller.week])).toEqual([['caller', 6, 6]])
+      expect(callers.map((caller: { name: string; day: number; week: number }) => [caller.name, caller.day, caller.week])).toEqual([
+        ['caller', 6, 6],
+      ])
       const one = await read(`/api/keys/${row('limited').id}/usage?window=hour`)
       expect(one.series.total).toMatchObject({ requests: 10, ok: 6, limited: 4 })
       const overview = await read('/api/overview')
@@ -83,6 +87,9 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
     // One more from each, written at their stops.
     for (const server of servers) expect((await fetch(`${server.base}/pets/1`, { headers: auth(caller) })).status).toBe(404)
     expect(await Promise.all(servers.map((server) => server.stop()))).toEqual([0, 0])
-    expect(figures().caller).toEqual({ today: { requests: 8, ok: 0, clientErrors: 8, limited: 0, serverErrors: 0 }, deprecated: { day: 8, week: 8 } })
+    expect(figures().caller).toEqual({
+      today: { requests: 8, ok: 0, clientErrors: 8, limited: 0, serverErrors: 0 },
+      deprecated: { day: 8, week: 8 },
+    })
   })
 })

@@ -10,10 +10,28 @@ import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import { INT64_MAX, INT64_MIN, type NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
-import { COUNTERS, DAY_MS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
+import {
+  COUNTERS,
+  DAY_MS,
+  DEPRECATED,
+  emptyCounts,
+  FIRST_LATENCY,
+  HOUR_MS,
+  LIMITED,
+  MINUTE_MS,
+  NO_KEY,
+  OK,
+  type UsageRow,
+} from '../../src/domain/usage'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
-import { BatchRolledBackError, type CreatePetCommand, type Storage, StorageOpenError, StorageUnavailableError } from '../../src/domain/repositories'
+import {
+  BatchRolledBackError,
+  type CreatePetCommand,
+  type Storage,
+  StorageOpenError,
+  StorageUnavailableError,
+} from '../../src/domain/repositories'
 import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
@@ -136,7 +154,10 @@ function conformance(name: string, backend: Backend) {
     const { a } = await backend.fresh()
     // int64's ends and the first values a double cannot hold, stored and read back exactly.
     const extremes = [INT64_MAX, INT64_MIN, 0n, 2n ** 53n + 1n, -(2n ** 53n) - 1n, -INT64_MAX]
-    const outcomes = await create(a, extremes.map((categoryId, i) => ({ pet: pet(`p${i}`, categoryId) })))
+    const outcomes = await create(
+      a,
+      extremes.map((categoryId, i) => ({ pet: pet(`p${i}`, categoryId) })),
+    )
     const ids = outcomes.map((outcome) => (outcome.kind === 'created' ? outcome.pet.id : -1))
     expect(ids[0]).toBeGreaterThan(0)
     expect(ids).toEqual([...ids].sort((x, y) => x - y))
@@ -188,7 +209,11 @@ function conformance(name: string, backend: Backend) {
     const reader = await b()
     let writing = true
     const writer = async (storage: Storage, tag: string) => {
-      for (let i = 0; i < 60; i++) await create(storage, Array.from({ length: 1 + (i % 3) }, (_, j) => ({ pet: pet(`${tag}${i}.${j}`) })))
+      for (let i = 0; i < 60; i++)
+        await create(
+          storage,
+          Array.from({ length: 1 + (i % 3) }, (_, j) => ({ pet: pet(`${tag}${i}.${j}`) })),
+        )
     }
     const seen: number[] = []
     const read = async () => {
@@ -227,7 +252,10 @@ function conformance(name: string, backend: Backend) {
 
   test(`${name}: a batch of 9,000 creates with Idempotency-Keys is one transaction`, async () => {
     const { a } = await backend.fresh()
-    const outcomes = await create(a, Array.from({ length: 9_000 }, (_, i) => withKey(`p${i}`, `bulk-${i}`)))
+    const outcomes = await create(
+      a,
+      Array.from({ length: 9_000 }, (_, i) => withKey(`p${i}`, `bulk-${i}`)),
+    )
     expect(outcomes.every((outcome) => outcome.kind === 'created')).toBe(true)
     const again = await create(a, [withKey('p8999', 'bulk-8999'), withKey('x', 'bulk-0', 'other')])
     expect(again.map((outcome) => outcome.kind)).toEqual(['replayed', 'conflict'])
@@ -279,7 +307,9 @@ function conformance(name: string, backend: Backend) {
   test(`${name}: handles that make the bootstrap key at the same moment make one`, async () => {
     const { a, b } = await backend.fresh()
     const handles = [a, await b(), await b(), await b()]
-    const made = await Promise.all(handles.map((storage) => storage.keys.insertIfNone(makeKey({ plan: 'free', name: 'bootstrap' }, NOW).record)))
+    const made = await Promise.all(
+      handles.map((storage) => storage.keys.insertIfNone(makeKey({ plan: 'free', name: 'bootstrap' }, NOW).record)),
+    )
     expect(made.filter(Boolean)).toHaveLength(1)
     expect(await a.keys.list()).toHaveLength(1)
   })
@@ -288,7 +318,12 @@ function conformance(name: string, backend: Backend) {
     const { a } = await backend.fresh()
     const { record } = makeKey({ plan: 'free' }, NOW)
     await a.keys.insert(record)
-    await a.limiterState.save(new Map([[`key:${record.id}`, { tokens: 12.5, updatedAt: NOW }], ['key:other', { tokens: 3, updatedAt: NOW }]]))
+    await a.limiterState.save(
+      new Map([
+        [`key:${record.id}`, { tokens: 12.5, updatedAt: NOW }],
+        ['key:other', { tokens: 3, updatedAt: NOW }],
+      ]),
+    )
     expect(await a.keys.takeLimitResets()).toEqual([])
     expect(await a.keys.resetLimits(record.id, NOW)).toBe(true)
     expect(await a.keys.resetLimits('key_missing', NOW)).toBe(false)
@@ -376,7 +411,9 @@ function conformance(name: string, backend: Backend) {
     const { a, b } = await backend.fresh()
     const other = await b()
     const since = NOW - 15 * MINUTE_MS
-    const answers = await Promise.all(Array.from({ length: 32 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.reserveSignIn('eve', NOW + i, since, 5))))
+    const answers = await Promise.all(
+      Array.from({ length: 32 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.reserveSignIn('eve', NOW + i, since, 5))),
+    )
     expect(answers.filter((answer) => answer === null)).toHaveLength(5)
     const refused = answers.filter((answer): answer is number => answer !== null)
     expect(refused).toHaveLength(27)
@@ -409,7 +446,9 @@ function conformance(name: string, backend: Backend) {
     expect((await other.operators.credential('s-new'))!.lastSeenAt).toBe(NOW + 6_000)
 
     await a.operators.audit({ at: NOW, actor: 'eve', action: 'key.create', target: 'key_1' })
-    await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.countUnknownSignIn(NOW + i, NOW - 1))))
+    await Promise.all(
+      Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.countUnknownSignIn(NOW + i, NOW - 1))),
+    )
     expect(await a.operators.auditLog(200)).toEqual([
       { at: expect.any(Number), actor: '(unknown names)', action: 'operator.sign-in-refused', target: '30' },
       { at: NOW, actor: 'eve', action: 'key.create', target: 'key_1' },
@@ -430,11 +469,15 @@ function conformance(name: string, backend: Backend) {
   test(`${name}: the first operator is made once by handles at the same moment; a name is added once; removing one ends their credentials`, async () => {
     const { a, b } = await backend.fresh()
     const other = await b()
-    const firsts = await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.addIfNone(`first-${i}`, `hash-${i}`, NOW + i))))
+    const firsts = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.addIfNone(`first-${i}`, `hash-${i}`, NOW + i))),
+    )
     expect(firsts.filter(Boolean)).toHaveLength(1)
     const first = `first-${firsts.indexOf(true)}`
     expect(await other.operators.addIfNone('late', 'hash', NOW)).toBe(false)
-    const adds = await Promise.all(Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.add('eve', `hash-${i}`, NOW + 1))))
+    const adds = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.add('eve', `hash-${i}`, NOW + 1))),
+    )
     expect(adds.filter(Boolean)).toHaveLength(1)
     expect(await other.operators.list()).toEqual([
       { name: 'eve', createdAt: NOW + 1 },
@@ -470,7 +513,10 @@ describe('storage conformance', () => {
     const file = join(tempDir(), 'petstore.db')
     await track(openSqliteStorage(file))
     const db = new Database(file, { readonly: true })
-    const plan = db.query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${KEY_CHANGES_SQL}`).all(0).map((step) => step.detail)
+    const plan = db
+      .query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${KEY_CHANGES_SQL}`)
+      .all(0)
+      .map((step) => step.detail)
     db.close()
     expect(plan).toEqual(['SEARCH api_keys USING INDEX api_keys_by_change (change>?)'])
   })
@@ -511,7 +557,9 @@ describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
       await admin`INSERT INTO petstore_schema (version) VALUES (99)`
       const refused = openPostgresStorage(url, { pool: 1 })
       await expect(refused).rejects.toBeInstanceOf(StorageOpenError)
-      await expect(refused).rejects.toThrow(/^the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/newer_schema was written by a newer petstore \(schema 99, this one knows up to \d+\); run that newer petstore, or go back to this version by restoring the dump taken before the upgrade \(pg_restore, every instance stopped; see docs\/upgrading\.md\)$/)
+      await expect(refused).rejects.toThrow(
+        /^the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/newer_schema was written by a newer petstore \(schema 99, this one knows up to \d+\); run that newer petstore, or go back to this version by restoring the dump taken before the upgrade \(pg_restore, every instance stopped; see docs\/upgrading\.md\)$/,
+      )
       expect((await admin`SELECT max(version) AS v FROM petstore_schema`)[0].v).toBe(99)
     } finally {
       await admin.close()

@@ -50,7 +50,7 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
     await cluster?.destroy()
   })
 
-  test('08 and Bun\'s connection codes: a refused port, a server that never answers, a session the server ended, a connection closed under a query', async () => {
+  test("08 and Bun's connection codes: a refused port, a server that never answers, a session the server ended, a connection closed under a query", async () => {
     const closed = await freePort()
     const refused = await classify(() => client(urlWith((u) => (u.port = String(closed))))`SELECT 1`)
     expect(refused).toMatchObject({ answer: 503, errno: 'ERR_POSTGRES_CONNECTION_REFUSED' })
@@ -60,7 +60,13 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
     const silentPort = await freePort()
     await new Promise<void>((resolve) => silent.listen(silentPort, '127.0.0.1', resolve))
     try {
-      const timedOut = await classify(() => client(urlWith((u) => (u.port = String(silentPort))), { connectionTimeout: 0.5 })`SELECT 1`)
+      const timedOut = await classify(
+        () =>
+          client(
+            urlWith((u) => (u.port = String(silentPort))),
+            { connectionTimeout: 0.5 },
+          )`SELECT 1`,
+      )
       expect(timedOut).toMatchObject({ answer: 503, errno: 'ERR_POSTGRES_CONNECTION_TIMEOUT' })
     } finally {
       silent.close()
@@ -180,6 +186,9 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
         }),
       ),
     ).toMatchObject({ answer: 500, errno: '25P02' })
-    expect(await classify(() => client(cluster.url, { max: 2 })`BEGIN`)).toMatchObject({ answer: 500, code: 'ERR_POSTGRES_UNSAFE_TRANSACTION' })
+    expect(await classify(() => client(cluster.url, { max: 2 })`BEGIN`)).toMatchObject({
+      answer: 500,
+      code: 'ERR_POSTGRES_UNSAFE_TRANSACTION',
+    })
   })
 })

@@ -5,7 +5,19 @@
  */
 import { afterAll, expect, test } from 'bun:test'
 import { makeKey } from '../../src/domain/api-key'
-import { CLIENT_ERRORS, DAY_MS, DEPRECATED, emptyCounts, FIRST_LATENCY, HOUR_MS, LIMITED, MINUTE_MS, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
+import {
+  CLIENT_ERRORS,
+  DAY_MS,
+  DEPRECATED,
+  emptyCounts,
+  FIRST_LATENCY,
+  HOUR_MS,
+  LIMITED,
+  MINUTE_MS,
+  NO_KEY,
+  OK,
+  type UsageRow,
+} from '../../src/domain/usage'
 import { UsageService } from '../../src/modules/usage/service'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 
@@ -43,7 +55,12 @@ test('per key, per bucket and for the fleet, the figures are the rows written', 
   // Three days ago: outside the last day, inside the week, and known to the hour.
   expect(byName.c!.deprecated).toEqual({ day: 0, week: 2, last: DAY - 3 * DAY_MS })
   expect(byName.c!.today.requests).toBe(0)
-  expect(byName['(no key)']).toMatchObject({ keyId: null, plan: null, today: { requests: 4, clientErrors: 4 }, lastUsed: DAY + 25 * MINUTE_MS })
+  expect(byName['(no key)']).toMatchObject({
+    keyId: null,
+    plan: null,
+    today: { requests: 4, clientErrors: 4 },
+    lastUsed: DAY + 25 * MINUTE_MS,
+  })
   // A 4-day window is read by the hour.
   expect((await service.key(c!.id, 4 * DAY_MS))!.window.ok).toBe(7)
   expect(await service.key('key_missing')).toBeNull()

@@ -145,9 +145,7 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
     },
     reloadKeys,
     async metrics() {
-      const texts = await Promise.all(
-        petstores.map((petstore) => petstore.answerMetrics(new Request(`${origin}/metrics`)).text()),
-      )
+      const texts = await Promise.all(petstores.map((petstore) => petstore.answerMetrics(new Request(`${origin}/metrics`)).text()))
       return sumMetrics(texts)
     },
     async closeStorage() {

@@ -29,8 +29,7 @@ export function tempDir(): string {
 /** A clean environment: no PETSTORE_* variable of the developer's leaks into a test. */
 export function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
   const env: Record<string, string> = {}
-  for (const [name, value] of Object.entries(process.env))
-    if (!name.startsWith('PETSTORE_') && value !== undefined) env[name] = value
+  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith('PETSTORE_') && value !== undefined) env[name] = value
   return { ...env, ...extra }
 }
 

@@ -29,4 +29,5 @@ export const DECLARED: [string, string][] = CONSOLE_ROUTES.map(({ method, path }
 ])
 
 /** What anyone may ask for: the page's files and sign-in. */
-export const isPublic = ([method, path]: [string, string]) => (method === 'GET' && !path.startsWith('/api/')) || (method === 'POST' && path === '/api/session')
+export const isPublic = ([method, path]: [string, string]) =>
+  (method === 'GET' && !path.startsWith('/api/')) || (method === 'POST' && path === '/api/session')

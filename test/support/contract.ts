@@ -203,7 +203,12 @@ export const checkEveryAnswer = {
       if (url.hostname !== '127.0.0.1') return response
       const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase()
       if (fromConsole(url, response)) {
-        const answer = { method, path: url.pathname, response: { status: response.status, headers: new Headers(response.headers) }, body: await response.clone().text() }
+        const answer = {
+          method,
+          path: url.pathname,
+          response: { status: response.status, headers: new Headers(response.headers) },
+          body: await response.clone().text(),
+        }
         await checkConsoleAnswer(url, answer, credentials(input, init, response))
         return response
       }

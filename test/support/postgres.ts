@@ -32,16 +32,19 @@ const running = new Set<PostgresCluster>()
 export function postgresBinaries(): string | null {
   const root = '/usr/lib/postgresql'
   if (!existsSync(root)) return null
-  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'pg_ctl'))).sort((a, b) => Number(b) - Number(a))
+  const versions = readdirSync(root)
+    .filter((v) => existsSync(join(root, v, 'bin', 'pg_ctl')))
+    .sort((a, b) => Number(b) - Number(a))
   return versions.length ? join(root, versions[0]!, 'bin') : null
 }
 
 function run(args: string[]): Promise<{ code: number; output: string }> {
   const asPostgres = userInfo().uid === 0 ? ['runuser', '-u', 'postgres', '--'] : []
   const proc = Bun.spawn([...asPostgres, ...args], { stdout: 'pipe', stderr: 'pipe', stdin: 'ignore' })
-  return Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]).then(
-    ([out, err, code]) => ({ code, output: out + err }),
-  )
+  return Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]).then(([out, err, code]) => ({
+    code,
+    output: out + err,
+  }))
 }
 
 export async function startPostgres(): Promise<PostgresCluster> {
@@ -59,8 +62,14 @@ export async function startPostgres(): Promise<PostgresCluster> {
   const port = await freePort()
   const start = async () => {
     const result = await run([
-      join(bin, 'pg_ctl'), '-D', data, '-w', '-l', join(dir, 'log'),
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=200`,
+      join(bin, 'pg_ctl'),
+      '-D',
+      data,
+      '-w',
+      '-l',
+      join(dir, 'log'),
+      '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=200`,
       'start',
     ])
     if (result.code !== 0) throw new Error(`pg_ctl start failed: ${result.output}`)

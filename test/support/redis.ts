@@ -31,8 +31,22 @@ export async function startRedis(options: { appendOnly?: boolean; args?: string[
   let proc: ReturnType<typeof Bun.spawn> | null = null
   const start = async () => {
     proc = Bun.spawn(
-      [binary, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '',
-        '--appendonly', options.appendOnly ? 'yes' : 'no', '--loglevel', 'warning', ...(options.args ?? [])],
+      [
+        binary,
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--save',
+        '',
+        '--appendonly',
+        options.appendOnly ? 'yes' : 'no',
+        '--loglevel',
+        'warning',
+        ...(options.args ?? []),
+      ],
       { stdout: 'ignore', stderr: 'pipe', stdin: 'ignore' },
     )
     // Ready once it answers PING.

@@ -59,7 +59,12 @@ describe('AccessLog', () => {
   test('a sink whose write throws stops the log, and the lines it refused are counted as dropped', () => {
     const closed: string[] = []
     const log = new AccessLog(
-      { write: () => { throw Object.assign(new Error('broken pipe'), { code: 'EPIPE' }) }, flush: () => 0 },
+      {
+        write: () => {
+          throw Object.assign(new Error('broken pipe'), { code: 'EPIPE' })
+        },
+        flush: () => 0,
+      },
       { flushEveryMs: 60_000, onClosed: (reason) => closed.push(reason) },
     )
     log.write('{"a":1}')
@@ -96,7 +101,10 @@ describe('AccessLog bounds', () => {
   test('a sink that answers a flush with nothing is closed: told once, nothing more written', () => {
     const closed: string[] = []
     const written: string[] = []
-    const log = new AccessLog({ write: (text) => written.push(text), flush: () => undefined }, { flushEveryMs: 60_000, onClosed: (reason) => closed.push(reason) })
+    const log = new AccessLog(
+      { write: (text) => written.push(text), flush: () => undefined },
+      { flushEveryMs: 60_000, onClosed: (reason) => closed.push(reason) },
+    )
     log.write('{"a":1}')
     log.flush()
     log.write('{"b":2}')

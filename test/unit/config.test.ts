@@ -106,7 +106,21 @@ describe('resolveConfig precedence', () => {
 
 describe('an empty variable counts as unset', () => {
   test('every PETSTORE_ variable set empty resolves as none set', () => {
-    const names = ['ENV', 'DATA', 'HOST', 'PORT', 'BASE_URL', 'STAGING_BASE_URL', 'TRUST_PROXY', 'METRICS_ADDRESS', 'METRICS_TOKEN', 'DATABASE_URL', 'DATABASE_POOL', 'REDIS_URL', 'LIMITER_FALLBACK']
+    const names = [
+      'ENV',
+      'DATA',
+      'HOST',
+      'PORT',
+      'BASE_URL',
+      'STAGING_BASE_URL',
+      'TRUST_PROXY',
+      'METRICS_ADDRESS',
+      'METRICS_TOKEN',
+      'DATABASE_URL',
+      'DATABASE_POOL',
+      'REDIS_URL',
+      'LIMITER_FALLBACK',
+    ]
     const empty = Object.fromEntries(names.map((name) => [`PETSTORE_${name}`, '']))
     const { trustProxy: a, ...fromEmpty } = resolveConfig({}, empty)
     const { trustProxy: b, ...fromNone } = resolveConfig({}, {})
@@ -130,7 +144,15 @@ describe('resolveConfig refuses bad values', () => {
     expect(resolveConfig({ port: '65535' }, {}).port).toBe(65535)
   })
 
-  for (const baseUrl of ['not a url', 'ftp://example.com/v1', 'http://example.com', 'http://example.com/', 'http://example.com/v1?x=1', 'http://example.com/v1#top', '/v1'])
+  for (const baseUrl of [
+    'not a url',
+    'ftp://example.com/v1',
+    'http://example.com',
+    'http://example.com/',
+    'http://example.com/v1?x=1',
+    'http://example.com/v1#top',
+    '/v1',
+  ])
     test(`base URL ${JSON.stringify(baseUrl)}`, () => {
       expect(() => resolveConfig({ baseUrl }, {})).toThrow(ConfigError)
       expect(() => resolveConfig({}, { PETSTORE_BASE_URL: baseUrl })).toThrow(ConfigError)

@@ -25,7 +25,8 @@ describe('allowed host names', () => {
     for (const bound of ['0.0.0.0', '::']) {
       const hosts = new AllowedHosts({ host: bound, port: 8090 }, [])
       for (const host of ['192.0.2.10:8090', '[2001:db8::1]:8090', 'localhost:8090']) expect(hosts.has(host)).toBe(true)
-      for (const host of ['192.0.2.10:8091', '192.0.2.10', 'evil.example:8090', '[zz]:8090', '1.2.3.4.5:8090']) expect(hosts.has(host)).toBe(false)
+      for (const host of ['192.0.2.10:8091', '192.0.2.10', 'evil.example:8090', '[zz]:8090', '1.2.3.4.5:8090'])
+        expect(hosts.has(host)).toBe(false)
     }
   })
 
@@ -37,7 +38,10 @@ describe('allowed host names', () => {
 
   test('--console-host and PETSTORE_CONSOLE_HOST; a bad name is refused with the flag named', () => {
     expect(resolveConfig({}, {}).consoleHosts).toEqual([])
-    expect(resolveConfig({ consoleHost: ['A.example', 'b.example:8443'] }, { PETSTORE_CONSOLE_HOST: 'c.example' }).consoleHosts).toEqual(['a.example', 'b.example:8443'])
+    expect(resolveConfig({ consoleHost: ['A.example', 'b.example:8443'] }, { PETSTORE_CONSOLE_HOST: 'c.example' }).consoleHosts).toEqual([
+      'a.example',
+      'b.example:8443',
+    ])
     expect(resolveConfig({}, { PETSTORE_CONSOLE_HOST: 'c.example, d.example' }).consoleHosts).toEqual(['c.example', 'd.example'])
     expect(() => resolveConfig({ consoleHost: ['bad host'] }, {})).toThrow('--console-host must be a host name')
     expect(() => resolveConfig({}, { PETSTORE_CONSOLE_HOST: 'x.example:99999' })).toThrow('PETSTORE_CONSOLE_HOST must be a host name')

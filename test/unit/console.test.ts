@@ -20,7 +20,11 @@ async function consoleWithClock() {
   return { service, clock, storage }
 }
 
-const refusal = (promise: Promise<unknown>) => promise.then(() => null, (error) => ({ status: error.status, headers: error.headers }))
+const refusal = (promise: Promise<unknown>) =>
+  promise.then(
+    () => null,
+    (error) => ({ status: error.status, headers: error.headers }),
+  )
 
 describe('sign-in throttle', () => {
   test('5 failures within 15 minutes refuse the name until the oldest of them is 15 minutes old; then it may sign in', async () => {
@@ -65,7 +69,10 @@ describe('console address', () => {
     expect(withBoundPort(free, 4321).consoleAddress).toEqual({ host: '127.0.0.1', port: 0 })
     expect(resolveConfig({ consoleAddress: 'off' }, {}).consoleAddress).toBeNull()
     expect(resolveConfig({}, { PETSTORE_CONSOLE_ADDRESS: '[::1]:9000' }).consoleAddress).toEqual({ host: '::1', port: 9000 })
-    expect(resolveConfig({ consoleAddress: '0.0.0.0:9001' }, { PETSTORE_CONSOLE_ADDRESS: 'off' }).consoleAddress).toEqual({ host: '0.0.0.0', port: 9001 })
+    expect(resolveConfig({ consoleAddress: '0.0.0.0:9001' }, { PETSTORE_CONSOLE_ADDRESS: 'off' }).consoleAddress).toEqual({
+      host: '0.0.0.0',
+      port: 9001,
+    })
     expect(() => resolveConfig({}, { PETSTORE_CONSOLE_ADDRESS: '9000' })).toThrow('PETSTORE_CONSOLE_ADDRESS must be HOST:PORT')
   })
 })

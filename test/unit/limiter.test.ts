@@ -10,12 +10,12 @@ import { named } from '../limiter/stores'
 const T0 = Date.UTC(2026, 0, 1)
 const FREE: Limits = { rpm: 60, rpd: 1000 }
 
-function make(options: Partial<{ banAfter: number; banSeconds: number; maxAddresses: number }> = {}, saved?: Map<string, { tokens: number; updatedAt: number }>) {
+function make(
+  options: Partial<{ banAfter: number; banSeconds: number; maxAddresses: number }> = {},
+  saved?: Map<string, { tokens: number; updatedAt: number }>,
+) {
   const clock = { now: T0 }
-  const limiter = new RateLimiter(
-    { banAfter: 50, banSeconds: 600, maxAddresses: 1000, ...options, now: () => clock.now },
-    saved,
-  )
+  const limiter = new RateLimiter({ banAfter: 50, banSeconds: 600, maxAddresses: 1000, ...options, now: () => clock.now }, saved)
   return { limiter, clock, advance: (ms: number) => (clock.now += ms) }
 }
 
@@ -99,7 +99,7 @@ describe('RateLimiter buckets', () => {
     expect(d.quota.limit).toBe(300)
   })
 
-  test('forget drops a key\'s state', async () => {
+  test("forget drops a key's state", async () => {
     const { limiter } = make()
     await run(limiter, 60)
     limiter.forget(named('key:a'))
@@ -139,7 +139,7 @@ describe('RateLimiter bans', () => {
     const banned = await limiter.check(named('key:a'), limits)
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
     advance(9_001)
-    expect((await limiter.check(named('key:a'), limits))).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
+    expect(await limiter.check(named('key:a'), limits)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
     advance(999)
     expect((await limiter.check(named('key:a'), limits)).allowed).toBe(true)
   })
@@ -196,7 +196,7 @@ describe('RateLimiter bans', () => {
     const { limiter } = make({ banAfter: 2, banSeconds: 10 })
     await run(limiter, 60, 'ip:9.9.9.9', FREE)
     await run(limiter, 3, 'ip:9.9.9.9', FREE)
-    expect((await limiter.check(named('ip:9.9.9.9'), FREE))).toMatchObject({ allowed: false, reason: 'key_banned' })
+    expect(await limiter.check(named('ip:9.9.9.9'), FREE)).toMatchObject({ allowed: false, reason: 'key_banned' })
   })
 })
 
@@ -239,7 +239,7 @@ describe('RateLimiter saved day buckets', () => {
     expect((await limiter.check(named('key:a'), FREE)).allowed).toBe(false)
   })
 
-  test('a saved bucket never exceeds the key\'s current daily capacity', async () => {
+  test("a saved bucket never exceeds the key's current daily capacity", async () => {
     const saved = new Map([['key:a', { tokens: 5000, updatedAt: T0 }]])
     const { limiter } = make({}, saved)
     await run(limiter, 60, 'key:a', { rpm: 1000, rpd: 10 })

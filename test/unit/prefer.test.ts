@@ -11,13 +11,22 @@ describe('parsePrefer', () => {
   test('preferences, values and parameters', () => {
     expect(read('code=429')).toEqual([['code', '429', {}]])
     expect(read('fail=2; code=503')).toEqual([['fail', '2', { code: '503' }]])
-    expect(read('fail=2, code=503')).toEqual([['fail', '2', {}], ['code', '503', {}]])
-    expect(read('respond-async, wait=10')).toEqual([['respond-async', undefined, {}], ['wait', '10', {}]])
+    expect(read('fail=2, code=503')).toEqual([
+      ['fail', '2', {}],
+      ['code', '503', {}],
+    ])
+    expect(read('respond-async, wait=10')).toEqual([
+      ['respond-async', undefined, {}],
+      ['wait', '10', {}],
+    ])
     expect(read('return=minimal ;foo="bar"')).toEqual([['return', 'minimal', { foo: 'bar' }]])
   })
 
   test('quoted strings may hold commas, semicolons and escaped quotes; an empty value is no value', () => {
-    expect(read('x="a, b; c", y="say \\"hi\\""')).toEqual([['x', 'a, b; c', {}], ['y', 'say "hi"', {}]])
+    expect(read('x="a, b; c", y="say \\"hi\\""')).toEqual([
+      ['x', 'a, b; c', {}],
+      ['y', 'say "hi"', {}],
+    ])
     expect(read('code=""')).toEqual([['code', undefined, {}]])
   })
 
@@ -28,7 +37,13 @@ describe('parsePrefer', () => {
   })
 
   test('what is not a list of preferences is refused with where it breaks', () => {
-    for (const [text, at] of [['code=4 29', 7], ['code="429', 9], ['=1', 0], ['code=(429)', 5], ['a b', 2]] as const) {
+    for (const [text, at] of [
+      ['code=4 29', 7],
+      ['code="429', 9],
+      ['=1', 0],
+      ['code=(429)', 5],
+      ['a b', 2],
+    ] as const) {
       let error: unknown
       try {
         parsePrefer(text)

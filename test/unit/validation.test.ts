@@ -37,8 +37,7 @@ describe('integerDenoted', () => {
     ['9007199254740991.0', 9007199254740991],
     ['9.007199254740991e15', 9007199254740991],
   ]
-  for (const [source, value] of equal)
-    test(`${source} denotes exactly ${value}`, () => expect(integerDenoted(source)).toBe(BigInt(value)))
+  for (const [source, value] of equal) test(`${source} denotes exactly ${value}`, () => expect(integerDenoted(source)).toBe(BigInt(value)))
 
   const notEqual: [string, number][] = [
     ['1.0000000000000001', 1],
@@ -105,7 +104,8 @@ describe('parseListQuery', () => {
   })
 
   test('an unknown status is refused naming status', () => {
-    for (const value of ['lost', '', 'SOLD', 'sold ']) expectBadRequest(() => parseListQuery(`http://h/v1/pets?status=${encodeURIComponent(value)}`), 'status')
+    for (const value of ['lost', '', 'SOLD', 'sold '])
+      expectBadRequest(() => parseListQuery(`http://h/v1/pets?status=${encodeURIComponent(value)}`), 'status')
   })
 
   test('an unknown parameter is refused naming it', () => {
@@ -136,7 +136,21 @@ describe('parsePetId', () => {
     expect(() => parsePetId('9223372036854775807')).not.toThrow()
   })
 
-  for (const text of ['0', '-1', '01', 'abc', '1.5', '1e3', ' 1', '1 ', '+1', '', '9223372036854775808', '18446744073709551616', '99999999999999999999'])
+  for (const text of [
+    '0',
+    '-1',
+    '01',
+    'abc',
+    '1.5',
+    '1e3',
+    ' 1',
+    '1 ',
+    '+1',
+    '',
+    '9223372036854775808',
+    '18446744073709551616',
+    '99999999999999999999',
+  ])
     test(`refuses ${JSON.stringify(text)} naming petId`, () => expectBadRequest(() => parsePetId(text), 'petId'))
 })
 

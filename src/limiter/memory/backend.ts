@@ -7,7 +7,16 @@
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import type { Limits } from '../../domain/plans'
 import type { Subject } from '../../domain/subject'
-import { type BanRule, type Inspected, type LimiterBackend, MINUTE_MS, type PeekResult, shapesOf, type SubjectReader, type TakeResult } from '../backend'
+import {
+  type BanRule,
+  type Inspected,
+  type LimiterBackend,
+  MINUTE_MS,
+  type PeekResult,
+  shapesOf,
+  type SubjectReader,
+  type TakeResult,
+} from '../backend'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
@@ -151,7 +160,10 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       for (const [id, subject] of generation) {
         const handed = this.handed(subject, true, now)
         const fresh =
-          handed.minute.tokens >= subject.limits.rpm && handed.day!.tokens >= subject.limits.rpd && !handed.bannedUntil && !handed.rejections
+          handed.minute.tokens >= subject.limits.rpm &&
+          handed.day!.tokens >= subject.limits.rpd &&
+          !handed.bannedUntil &&
+          !handed.rejections
         if (fresh) addresses.delete(id)
         else addresses.set(id, handed)
       }

@@ -20,7 +20,16 @@
 import { randomBytes } from 'node:crypto'
 import type { Limits } from '../../domain/plans'
 import type { Subject } from '../../domain/subject'
-import { type BanRule, type Inspected, LimiterUnavailableError, type PeekResult, type SharedBackend, shapesOf, type TakeResult, TRIES_PER_KEY } from '../backend'
+import {
+  type BanRule,
+  type Inspected,
+  LimiterUnavailableError,
+  type PeekResult,
+  type SharedBackend,
+  shapesOf,
+  type TakeResult,
+  TRIES_PER_KEY,
+} from '../backend'
 import { fullBucket, refill } from '../token-bucket'
 import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
 
@@ -212,8 +221,14 @@ export class RedisLimiterBackend implements SharedBackend {
   private undo({ result, keys, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
     const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply
-    this.evaluate(UNDO_SCRIPT, keys.slice(0, 3), [generation, String(allowed), String(bannedNow), now, bannedUntil, String(this.rule.banAfter)])
-      .catch(() => {})
+    this.evaluate(UNDO_SCRIPT, keys.slice(0, 3), [
+      generation,
+      String(allowed),
+      String(bannedNow),
+      now,
+      bannedUntil,
+      String(this.rule.banAfter),
+    ]).catch(() => {})
   }
 
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
@@ -273,11 +288,14 @@ export class RedisLimiterBackend implements SharedBackend {
   private bounded<T>(work: Promise<T>, giveUpAt: number, onLate?: (value: T) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       let gaveUp = false
-      const timer = setTimeout(() => {
-        gaveUp = true
-        this.reconnect()
-        reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
-      }, Math.max(0, giveUpAt - performance.now()))
+      const timer = setTimeout(
+        () => {
+          gaveUp = true
+          this.reconnect()
+          reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
+        },
+        Math.max(0, giveUpAt - performance.now()),
+      )
       work.then(
         (value) => {
           clearTimeout(timer)
@@ -344,10 +362,13 @@ export class RedisLimiterBackend implements SharedBackend {
   private answers(): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
       const silence = setTimeout(resolve, this.connectTimeoutMs, false)
-      this.client.send('PING', []).then(
-        () => resolve(true),
-        () => resolve(false),
-      ).finally(() => clearTimeout(silence))
+      this.client
+        .send('PING', [])
+        .then(
+          () => resolve(true),
+          () => resolve(false),
+        )
+        .finally(() => clearTimeout(silence))
     })
   }
 

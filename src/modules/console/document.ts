@@ -18,7 +18,7 @@ const TAGS = {
   keys: 'The API keys: list, create, revoke, change plan, reset limits.',
   usage: 'Requests by outcome over time, per key and for the fleet; callers of the deprecated getPet.',
   bans: 'Keys and client addresses banned now, and lifting a ban.',
-  log: 'The API\'s recent answers and the audit log.',
+  log: "The API's recent answers and the audit log.",
   document: 'This document.',
 }
 type Tag = keyof typeof TAGS
@@ -32,25 +32,36 @@ export const json = (description: string, schema: SchemaName, headers: Record<st
   content: { 'application/json': { schema: ref(schema) } },
 })
 /** An answer without a body. */
-export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({ description, ...(Object.keys(headers).length ? { headers } : {}) })
+export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({
+  description,
+  ...(Object.keys(headers).length ? { headers } : {}),
+})
 export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string) => json(description, 'Error')
 
-const SET_COOKIE = { description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`, required: true, schema: { type: 'string' } }
+const SET_COOKIE = {
+  description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
+  required: true,
+  schema: { type: 'string' },
+}
 const ENDED_COOKIE = { ...SET_COOKIE, description: 'The session cookie, emptied with Max-Age=0.' }
 export const HEADERS = {
   setCookie: { 'Set-Cookie': SET_COOKIE },
   endedCookie: { 'Set-Cookie': ENDED_COOKIE },
-  retryAfter: { 'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } } },
+  retryAfter: {
+    'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } },
+  },
 }
 
 const ERRORS = {
   400: error('The request is malformed; the message names the field.'),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
-  403: error('A sign-in, or a request that changes something with the session cookie, without this console\'s own Origin.'),
+  403: error("A sign-in, or a request that changes something with the session cookie, without this console's own Origin."),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
   413: error(`A body over ${KIB} KiB (by its Content-Length, before anything else, or as it arrives); the connection is closed.`),
-  421: error('The Host (or a trusted proxy\'s X-Forwarded-Host) is not one of the console\'s names (--console-host); refused before anything else.'),
+  421: error(
+    "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
+  ),
   500: error('The server failed; details are in its log.'),
   503: error('Storage cannot serve this now.'),
 }
@@ -82,7 +93,13 @@ export function operation(operationId: string, tag: Tag, summary: string, spec: 
       ...(description ? { description } : {}),
       ...(parameters.length ? { parameters } : {}),
       ...(body
-        ? { requestBody: { required: true, description: `JSON, at most ${KIB} KiB.`, content: { 'application/json': { schema: ref(body) } } } }
+        ? {
+            requestBody: {
+              required: true,
+              description: `JSON, at most ${KIB} KiB.`,
+              content: { 'application/json': { schema: ref(body) } },
+            },
+          }
         : {}),
       // Elysia types `detail` with its OpenAPI types; this is an OpenAPI responses object.
       // biome-ignore lint/suspicious/noExplicitAny: see above
@@ -129,7 +146,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
         'Usage figures are those of `petstore keys usage`: written to storage every 2 s, so they lag the traffic by up to about 2 s. ' +
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
-        'something must carry this console\'s own `Origin`, and so must sign-in. The console answers only to its own ' +
+        "something must carry this console's own `Origin`, and so must sign-in. The console answers only to its own " +
         `address and the names given with \`--console-host\` (421 otherwise), and reads no body over ${KIB} KiB (413).`,
     },
     servers: [{ url: '/', description: 'this console' }],
@@ -138,7 +155,12 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
     paths: generated.paths,
     components: {
       securitySchemes: {
-        session: { type: 'apiKey', in: 'cookie', name: SESSION_COOKIE, description: 'Set by POST /api/session; HttpOnly, SameSite=Strict.' },
+        session: {
+          type: 'apiKey',
+          in: 'cookie',
+          name: SESSION_COOKIE,
+          description: 'Set by POST /api/session; HttpOnly, SameSite=Strict.',
+        },
         operatorToken: { type: 'http', scheme: 'bearer', description: 'An operator token from `petstore operators token NAME`.' },
       },
       schemas: SCHEMAS,

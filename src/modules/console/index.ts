@@ -94,7 +94,9 @@ const SESSION_COOKIES_TRIED = 4
 type Who = Credential & { secret: string }
 type Set = { status?: number | string; headers: Record<string, unknown> }
 
-const MISDIRECTED = misdirectedRequest('This console does not answer to that host name: use its own address, or a name given with --console-host.')
+const MISDIRECTED = misdirectedRequest(
+  'This console does not answer to that host name: use its own address, or a name given with --console-host.',
+)
 const TOO_LARGE = payloadTooLarge(MAX_BODY_BYTES, { connection: 'close' })
 const NO_SUCH_KEY = notFound('No key with this id: a key id is key_ followed by letters, digits, - and _.')
 
@@ -153,7 +155,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   const admit = (request: Request): void => {
     hosts ??= new AllowedHosts({ host: options.address.host, port: server()?.port ?? options.address.port }, options.hosts)
     if (!hosts.has(request.headers.get('host'))) throw MISDIRECTED
-    if (viaProxy(request) && request.headers.has('x-forwarded-host') && !hosts.has(forwarded(request, 'x-forwarded-host'))) throw MISDIRECTED
+    if (viaProxy(request) && request.headers.has('x-forwarded-host') && !hosts.has(forwarded(request, 'x-forwarded-host')))
+      throw MISDIRECTED
     const declared = request.headers.get('content-length')
     if (declared !== null && !(Number(declared) <= MAX_BODY_BYTES)) throw TOO_LARGE
   }
@@ -181,7 +184,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   const recentRows = async (filter: Parameters<RecentRequests['list']>[0]) => {
     const requests = options.recent.list(filter)
     const names = new Map((await options.storage.keys.list()).map((key) => [key.id, key.name]))
-    return requests.map((entry) => ({ ...entry, time: new Date(entry.time).toISOString(), keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null }))
+    return requests.map((entry) => ({
+      ...entry,
+      time: new Date(entry.time).toISOString(),
+      keyName: entry.keyId ? (names.get(entry.keyId) ?? null) : null,
+    }))
   }
 
   /** The guard: every route declared after it needs an operator, found before its body is read. */
@@ -237,9 +244,21 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           },
           operation('signOut', 'session', 'Sign out: ends this session', { responses: { 204: done('Signed out.', HEADERS.endedCookie) } }),
         )
-        .get('/api/me', ({ who }): Model<'Operator'> => ({ name: who.operator, via: who.kind }), operation('me', 'session', 'Who is signed in', { responses: { 200: json('The operator.', 'Operator') } }))
-        .get('/api/openapi.json', () => (document ??= consoleDocument(app, options.version, behindGuard)), operation('openapi', 'document', 'This document', { responses: { 200: THIS_DOCUMENT } }))
-        .get('/api/keys', () => service.listKeys(), operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }))
+        .get(
+          '/api/me',
+          ({ who }): Model<'Operator'> => ({ name: who.operator, via: who.kind }),
+          operation('me', 'session', 'Who is signed in', { responses: { 200: json('The operator.', 'Operator') } }),
+        )
+        .get(
+          '/api/openapi.json',
+          () => (document ??= consoleDocument(app, options.version, behindGuard)),
+          operation('openapi', 'document', 'This document', { responses: { 200: THIS_DOCUMENT } }),
+        )
+        .get(
+          '/api/keys',
+          () => service.listKeys(),
+          operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }),
+        )
         .post(
           '/api/keys',
           async ({ who, request, set }) => {
@@ -248,7 +267,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             set.status = 201
             return created
           },
-          operation('createKey', 'keys', 'Create a key; its secret is in this answer only', { body: 'NewKey', responses: { 201: json('Created.', 'CreatedKey') }, errors: [400] }),
+          operation('createKey', 'keys', 'Create a key; its secret is in this answer only', {
+            body: 'NewKey',
+            responses: { 201: json('Created.', 'CreatedKey') },
+            errors: [400],
+          }),
         )
         .delete(
           '/api/keys/:id',
@@ -256,7 +279,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             await service.revokeKey(who.operator, params.id)
             return noContent(set)
           },
-          operation('revokeKey', 'keys', 'Revoke a key: refused by the API within a second', { path: KeyParams, responses: { 204: done('Revoked.') } }),
+          operation('revokeKey', 'keys', 'Revoke a key: refused by the API within a second', {
+            path: KeyParams,
+            responses: { 204: done('Revoked.') },
+          }),
         )
         .post(
           '/api/keys/:id/reset-limits',
@@ -264,7 +290,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             await service.resetLimits(who.operator, params.id)
             return noContent(set)
           },
-          operation('resetLimits', 'keys', 'Refill a key\'s buckets and lift its ban, within a second', { path: KeyParams, responses: { 204: done('Reset.') } }),
+          operation('resetLimits', 'keys', "Refill a key's buckets and lift its ban, within a second", {
+            path: KeyParams,
+            responses: { 204: done('Reset.') },
+          }),
         )
         .put(
           '/api/keys/:id/plan',
@@ -273,16 +302,28 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             await service.setPlan(who.operator, params.id, input)
             return noContent(set)
           },
-          operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', { path: KeyParams, body: 'PlanChange', responses: { 204: done('Moved.') }, errors: [400] }),
+          operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', {
+            path: KeyParams,
+            body: 'PlanChange',
+            responses: { 204: done('Moved.') },
+            errors: [400],
+          }),
         )
-        .get('/api/bans', () => service.bans(), operation('listBans', 'bans', 'Current bans of keys and client addresses', { responses: { 200: json('The bans.', 'BanList') } }))
+        .get(
+          '/api/bans',
+          () => service.bans(),
+          operation('listBans', 'bans', 'Current bans of keys and client addresses', { responses: { 200: json('The bans.', 'BanList') } }),
+        )
         .delete(
           '/api/bans/keys/:id',
           async ({ who, params, set }) => {
             await service.liftKeyBan(who.operator, params.id)
             return noContent(set)
           },
-          operation('liftKeyBan', 'bans', 'Lift a key\'s ban (a limit reset), within a second', { path: KeyParams, responses: { 204: done('Lifted.') } }),
+          operation('liftKeyBan', 'bans', "Lift a key's ban (a limit reset), within a second", {
+            path: KeyParams,
+            responses: { 204: done('Lifted.') },
+          }),
         )
         .delete(
           '/api/bans/addresses/:address',
@@ -290,7 +331,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             await service.liftAddressBan(who.operator, addressSubjectOf(params.address))
             return noContent(set)
           },
-          operation('liftAddressBan', 'bans', 'Lift a client address\'s ban', { path: AddressParams, responses: { 204: done('Lifted.') }, errors: [400] }),
+          operation('liftAddressBan', 'bans', "Lift a client address's ban", {
+            path: AddressParams,
+            responses: { 204: done('Lifted.') },
+            errors: [400],
+          }),
         )
         .get(
           '/api/requests',
@@ -300,12 +345,21 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             const keyId = query.get('key') ?? undefined
             return { requests: await recentRows({ keyId, status, limit: limitOf(query) }) }
           },
-          operation('recentRequests', 'log', 'The API\'s recent answers (this instance\'s), newest first', { query: RequestsQuery, responses: { 200: json('The requests.', 'RecentRequests') }, errors: [400] }),
+          operation('recentRequests', 'log', "The API's recent answers (this instance's), newest first", {
+            query: RequestsQuery,
+            responses: { 200: json('The requests.', 'RecentRequests') },
+            errors: [400],
+          }),
         )
         .get(
           '/api/overview',
           () => service.overview(),
-          operation('overview', 'usage', 'The fleet\'s requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now', { responses: { 200: json('The overview.', 'Overview') } }),
+          operation(
+            'overview',
+            'usage',
+            "The fleet's requests per minute (hour, day) and per hour (week) by outcome, p50/p99, active keys today, bans now",
+            { responses: { 200: json('The overview.', 'Overview') } },
+          ),
         )
         .get(
           '/api/keys/:id/usage',
@@ -318,7 +372,12 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
               .slice(0, REFUSALS_SHOWN)
             return { ...usage, refusals }
           },
-          operation('keyUsage', 'usage', 'One key\'s figures, its requests over a window by outcome, and its recent refusals', { path: KeyParams, query: UsageQuery, responses: { 200: json('The key\'s usage.', 'KeyUsage') }, errors: [400] }),
+          operation('keyUsage', 'usage', "One key's figures, its requests over a window by outcome, and its recent refusals", {
+            path: KeyParams,
+            query: UsageQuery,
+            responses: { 200: json("The key's usage.", 'KeyUsage') },
+            errors: [400],
+          }),
         )
         .get(
           '/api/deprecation',
@@ -328,12 +387,23 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             path: '/pets/{petId}',
             ...(await service.deprecation(SUNSET_MS)),
           }),
-          operation('deprecation', 'usage', 'Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset', { responses: { 200: json('The callers.', 'Deprecation') } }),
+          operation(
+            'deprecation',
+            'usage',
+            'Who still calls the deprecated getPet (GET /pets/{petId}), and the days left until its sunset',
+            { responses: { 200: json('The callers.', 'Deprecation') } },
+          ),
         )
         .get(
           '/api/audit',
-          async ({ request }): Promise<Model<'AuditLog'>> => ({ entries: await service.auditLog(limitOf(new URL(request.url).searchParams)) }),
-          operation('auditLog', 'log', 'The audit log, newest first', { query: AuditQuery, responses: { 200: json('The entries.', 'AuditLog') }, errors: [400] }),
+          async ({ request }): Promise<Model<'AuditLog'>> => ({
+            entries: await service.auditLog(limitOf(new URL(request.url).searchParams)),
+          }),
+          operation('auditLog', 'log', 'The audit log, newest first', {
+            query: AuditQuery,
+            responses: { 200: json('The entries.', 'AuditLog') },
+            errors: [400],
+          }),
         ),
     )
   routes.read(app.routes)
@@ -350,7 +420,11 @@ async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Req
   const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
   if (compiled) {
     for (const file of compiled)
-      files.push({ path: file.loader === 'html' ? '/' : `/${basename(file.path)}`, type: file.headers['content-type']!, body: Bun.file(file.path) })
+      files.push({
+        path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
+        type: file.headers['content-type']!,
+        body: Bun.file(file.path),
+      })
   } else {
     const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
     if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
@@ -358,7 +432,11 @@ async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Req
       files.push({ path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`, type: output.type, body: output })
   }
   const answers = new Map<string, (request: Request) => Promise<Response>>()
-  for (const file of files) answers.set(file.path, compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type }))
+  for (const file of files)
+    answers.set(
+      file.path,
+      compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type }),
+    )
   return answers
 }
 
@@ -381,7 +459,8 @@ function integerParameter(query: URLSearchParams, name: string, schema: TInteger
   const text = query.get(name)
   if (text === null) return schema.default
   const { minimum, maximum } = schema as TInteger & { minimum: number; maximum: number }
-  if (!/^\d{1,10}$/.test(text) || Number(text) < minimum || Number(text) > maximum) throw badRequest(`${name}: must be an integer from ${minimum} to ${maximum}`)
+  if (!/^\d{1,10}$/.test(text) || Number(text) < minimum || Number(text) > maximum)
+    throw badRequest(`${name}: must be an integer from ${minimum} to ${maximum}`)
   return Number(text)
 }
 

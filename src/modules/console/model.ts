@@ -14,7 +14,7 @@ export const SESSION_COOKIE = 'petstore_console'
 
 const Plan = Type.Union(
   PLANS.map((plan) => Type.Literal(plan)),
-  { description: 'free, pro and business carry their plan\'s limits; enterprise carries its own rpm and rpd.' },
+  { description: "free, pro and business carry their plan's limits; enterprise carries its own rpm and rpd." },
 )
 const Limit = (what: string) => Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: `${what}, for the enterprise plan only.` })
 const Time = (description: string) => Type.String({ format: 'date-time', description })
@@ -22,8 +22,8 @@ const NullableTime = (description: string) => Type.Union([Time(description), Typ
 
 export const SignIn = Type.Object(
   {
-    name: Type.String({ description: 'The operator\'s name.' }),
-    password: Type.String({ description: 'The operator\'s password.' }),
+    name: Type.String({ description: "The operator's name." }),
+    password: Type.String({ description: "The operator's password." }),
   },
   { additionalProperties: false },
 )
@@ -62,12 +62,17 @@ const Key = Type.Object({
   lastUsedAt: NullableTime('Last request with the key, saved every few seconds.'),
   revokedAt: NullableTime('When the key was revoked.'),
   dayQuotaLeft: Type.Union([Type.Integer(), Type.Null()], {
-    description: 'Requests left in the day bucket now, as the limiter holds it (read without taking a token); null for a revoked key or when the limiter does not answer.',
+    description:
+      'Requests left in the day bucket now, as the limiter holds it (read without taking a token); null for a revoked key or when the limiter does not answer.',
   }),
-  bannedUntil: NullableTime('When the key\'s ban ends; null when it is not banned.'),
-  requestsToday: Type.Integer({ description: 'Requests with the key in the UTC day so far (every instance\'s), as written to storage every 2 s.' }),
+  bannedUntil: NullableTime("When the key's ban ends; null when it is not banned."),
+  requestsToday: Type.Integer({
+    description: "Requests with the key in the UTC day so far (every instance's), as written to storage every 2 s.",
+  }),
   limitedToday: Type.Integer({ description: 'Of those, refused with 429.' }),
-  deprecatedWeek: Type.Integer({ description: 'Calls of the deprecated getPet (GET /pets/{petId}) in the last 7 days, from the start of the hour.' }),
+  deprecatedWeek: Type.Integer({
+    description: 'Calls of the deprecated getPet (GET /pets/{petId}) in the last 7 days, from the start of the hour.',
+  }),
 })
 
 const Count = (description: string) => Type.Integer({ minimum: 0, description })
@@ -79,7 +84,7 @@ const Outcomes = Type.Object({
   serverErrors: Count('Answered 5xx.'),
 })
 const Millis = Type.Union([Type.Number(), Type.Null()], {
-  description: 'Milliseconds: the upper bound of the duration histogram\'s bucket (within 2x); null without requests.',
+  description: "Milliseconds: the upper bound of the duration histogram's bucket (within 2x); null without requests.",
 })
 const Counts = (description: string) => Type.Array(Type.Integer({ minimum: 0 }), { description })
 
@@ -111,7 +116,7 @@ const Ban = Type.Union([
   Type.Object({ kind: Type.Literal('key'), keyId: Type.String(), keyName: Type.String(), bannedUntil: Time('When the ban ends.') }),
   Type.Object({
     kind: Type.Literal('address'),
-    address: Type.String({ description: 'A client address, or an IPv6 client\'s /64.' }),
+    address: Type.String({ description: "A client address, or an IPv6 client's /64." }),
     bannedUntil: Time('When the ban ends.'),
   }),
 ])
@@ -123,7 +128,7 @@ const RecentRequest = Type.Object({
   status: Type.Integer(),
   keyId: Type.Union([Type.String(), Type.Null()]),
   keyName: Type.Union([Type.String(), Type.Null()]),
-  client: Type.Union([Type.String(), Type.Null()], { description: 'The client\'s address, for a request without a valid key.' }),
+  client: Type.Union([Type.String(), Type.Null()], { description: "The client's address, for a request without a valid key." }),
   durationMs: Type.Number(),
   requestId: Type.String(),
 })
@@ -156,7 +161,7 @@ const KeyUsage = Type.Object({
     name: Type.String(),
     plan: Plan,
     today: Outcomes,
-    lastUsedAt: NullableTime('The key\'s last request.'),
+    lastUsedAt: NullableTime("The key's last request."),
     deprecated: Type.Object({
       day: Count('getPet calls in the last 24 hours.'),
       week: Count('getPet calls in the last 7 days.'),
@@ -165,7 +170,9 @@ const KeyUsage = Type.Object({
   }),
   window: UsageWindow,
   series: Series,
-  refusals: Type.Array(RecentRequest, { description: 'The key\'s 429s and 401s among this instance\'s recent requests, newest first (at most 100).' }),
+  refusals: Type.Array(RecentRequest, {
+    description: "The key's 429s and 401s among this instance's recent requests, newest first (at most 100).",
+  }),
 })
 
 const Deprecation = Type.Object({
@@ -193,7 +200,7 @@ const Operator = Type.Object({
 })
 
 const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
-const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: 'The key\'s secret, shown only in this answer.' }) })
+const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: "The key's secret, shown only in this answer." }) })
 const BanList = Type.Object({ bans: Type.Array(Ban), limiterAnswered: Type.Boolean() })
 const RecentRequests = Type.Object({ requests: Type.Array(RecentRequest) })
 const AuditLog = Type.Object({ entries: Type.Array(AuditEntry) })
@@ -225,7 +232,7 @@ export type SchemaName = keyof typeof SCHEMAS
 export type Model<N extends SchemaName> = Static<(typeof SCHEMAS)[N]>
 
 /** The path parameters: a key id (checked by the guard before anything looks for it), a banned address. */
-export const KeyParams = Type.Object({ id: Type.String({ description: 'The key\'s id (key_...).' }) })
+export const KeyParams = Type.Object({ id: Type.String({ description: "The key's id (key_...)." }) })
 export const AddressParams = Type.Object({
   address: Type.String({ description: 'The address as the ban list gives it (an IPv6 client is banned by its /64), URL-encoded.' }),
 })

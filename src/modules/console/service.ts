@@ -47,7 +47,11 @@ export interface ConsoleServiceDeps {
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
 
-const UNAUTHORIZED = new ApiError(401, 'unauthorized', 'Sign in first (POST /api/session), or send an operator token as Authorization: Bearer.')
+const UNAUTHORIZED = new ApiError(
+  401,
+  'unauthorized',
+  'Sign in first (POST /api/session), or send an operator token as Authorization: Bearer.',
+)
 const BAD_SIGN_IN = new ApiError(401, 'unauthorized', 'Wrong operator name or password.')
 
 /** A key input's complaint, which names command-line flags, as a 400 naming the body's field. */
@@ -208,7 +212,10 @@ export class ConsoleService {
   }
 
   /** Every key with what the limiter holds of it. */
-  private async limiterRows(): Promise<{ keys: Omit<Model<'Key'>, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]; limiterAnswered: boolean }> {
+  private async limiterRows(): Promise<{
+    keys: Omit<Model<'Key'>, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]
+    limiterAnswered: boolean
+  }> {
     const records = await this.deps.storage.keys.list()
     let limiterAnswered = true
     const keys = await Promise.all(
@@ -235,7 +242,14 @@ export class ConsoleService {
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
-    const key: Model<'Key'> = { ...keyFields(made.record), dayQuotaLeft: made.record.rpd, bannedUntil: null, requestsToday: 0, limitedToday: 0, deprecatedWeek: 0 }
+    const key: Model<'Key'> = {
+      ...keyFields(made.record),
+      dayQuotaLeft: made.record.rpd,
+      bannedUntil: null,
+      requestsToday: 0,
+      limitedToday: 0,
+      deprecatedWeek: 0,
+    }
     return { key, secret: made.secret }
   }
 

@@ -58,7 +58,10 @@ export function buildDocument(options: OpsModuleOptions) {
     if (detail?.parameters) operation.parameters = detail.parameters
     if (options.scenarios && detail?.responses) {
       const takesIdempotencyKey = detail.parameters?.some((parameter) => parameter.name === 'Idempotency-Key') ?? false
-      operation.parameters = [...(operation.parameters ?? []), preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey)]
+      operation.parameters = [
+        ...(operation.parameters ?? []),
+        preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey),
+      ]
       // A Prefer the server cannot honour is a 400 on any operation.
       operation.responses = Object.fromEntries(Object.entries({ ...errorResponses([400]), ...operation.responses }).sort())
     }
@@ -100,7 +103,11 @@ export function buildDocument(options: OpsModuleOptions) {
 function withoutIds(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutIds)
   if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(Object.entries(value).filter(([key]) => key !== '$id').map(([key, v]) => [key, withoutIds(v)]))
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([key]) => key !== '$id')
+      .map(([key, v]) => [key, withoutIds(v)]),
+  )
 }
 
 /**
@@ -115,19 +122,15 @@ const DOCS_HEADERS = {
 
 export function opsModule(options: OpsModuleOptions) {
   let document: string | undefined
-  const json = (body: string, status = 200) =>
-    new Response(body, { status, headers: { 'content-type': 'application/json' } })
-  const docsPage = SwaggerUIRender(
-    { title: INFO.title, description: INFO.description, version: INFO.version },
-    {
-      url: '/openapi.json',
-      dom_id: '#swagger-ui',
-      cdn: '/docs/swagger-ui-bundle.js',
-      theme: '/docs/swagger-ui.css',
-      autoDarkMode: true,
-      validatorUrl: null,
-    } as never,
-  )
+  const json = (body: string, status = 200) => new Response(body, { status, headers: { 'content-type': 'application/json' } })
+  const docsPage = SwaggerUIRender({ title: INFO.title, description: INFO.description, version: INFO.version }, {
+    url: '/openapi.json',
+    dom_id: '#swagger-ui',
+    cdn: '/docs/swagger-ui-bundle.js',
+    theme: '/docs/swagger-ui.css',
+    autoDarkMode: true,
+    validatorUrl: null,
+  } as never)
 
   // What a person or a script finds at the root: where the API, its description and the docs are.
   const root = JSON.stringify({
@@ -153,7 +156,9 @@ export function opsModule(options: OpsModuleOptions) {
       },
       hidden('readyz'),
     )
-    .use((ops) => (answerMetrics ? ops.get('/metrics', ({ request, info }) => answerMetrics(request, info.address), hidden('metrics')) : ops))
+    .use((ops) =>
+      answerMetrics ? ops.get('/metrics', ({ request, info }) => answerMetrics(request, info.address), hidden('metrics')) : ops,
+    )
     .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
     .get('/docs/swagger-ui-bundle.js', ({ request }) => script(request), hidden('docs/swagger-ui-bundle.js'))

@@ -16,7 +16,8 @@ export function ordersModule() {
       detail: {
         operationId: 'listOrders',
         summary: 'List orders (not implemented)',
-        description: 'Part of the interface whose shape is not described; this server answers 501 (503 while the shared rate limiter does not answer, as every operation).',
+        description:
+          'Part of the interface whose shape is not described; this server answers 501 (503 while the shared rate limiter does not answer, as every operation).',
         tags: ['store'],
         responses: errorResponses([401, 429, 501, 503]),
       },

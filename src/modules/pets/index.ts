@@ -137,30 +137,24 @@ export function petsModule(options: PetsModuleOptions) {
   return new Elysia({ name: 'pets' })
     .use(requestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })
-    .get(
-      '/pets',
-      listPets,
-      {
-        detail: {
-          operationId: 'listPets',
-          summary: 'List pets',
-          description:
-            'Pets in id order. When more match, `Link: <…&cursor=…>; rel="next"` gives the next page (keyset pagination).',
-          tags: ['pets'],
-          parameters: parametersFrom(PetModel.ListQuery, 'query'),
-          responses: {
-            200: jsonResponse('A page of pets.', schemaRef('Pets'), ['Link']),
-            ...errorResponses([400, 401, 429, 500, 503]),
-          },
+    .get('/pets', listPets, {
+      detail: {
+        operationId: 'listPets',
+        summary: 'List pets',
+        description: 'Pets in id order. When more match, `Link: <…&cursor=…>; rel="next"` gives the next page (keyset pagination).',
+        tags: ['pets'],
+        parameters: parametersFrom(PetModel.ListQuery, 'query'),
+        responses: {
+          200: jsonResponse('A page of pets.', schemaRef('Pets'), ['Link']),
+          ...errorResponses([400, 401, 429, 500, 503]),
         },
       },
-    )
+    })
     .post(
       '/pets',
       async ({ request, info, set }) => {
         const idempotencyKey = request.headers.get('idempotency-key')
-        if (idempotencyKey !== null && !IDEMPOTENCY_KEY.test(idempotencyKey))
-          throw badRequest(`Idempotency-Key: ${IDEMPOTENCY_KEY_RULE}`)
+        if (idempotencyKey !== null && !IDEMPOTENCY_KEY.test(idempotencyKey)) throw badRequest(`Idempotency-Key: ${IDEMPOTENCY_KEY_RULE}`)
         const pet = parseNewPet(await readJsonBody(request, maxBodyBytes))
         const created = await service.create(
           pet,
@@ -191,8 +185,7 @@ export function petsModule(options: PetsModuleOptions) {
               required: false,
               // No `example`: Swagger UI sends a parameter's example as its value, so every Execute
               // from /docs would replay the first pet.
-              description:
-                'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key; for example `order-1234-create`.',
+              description: 'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key; for example `order-1234-create`.',
               schema: { type: 'string', minLength: 1, maxLength: 255 },
             },
           ],
@@ -204,23 +197,19 @@ export function petsModule(options: PetsModuleOptions) {
         },
       },
     )
-    .get(
-      '/pets/:petId',
-      getPet,
-      {
-        transform: deprecationHeaders,
-        detail: {
-          operationId: DEPRECATED_OPERATION,
-          summary: 'Get one pet (deprecated)',
-          description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
-          deprecated: true,
-          tags: ['pets'],
-          parameters: parametersFrom(PetModel.PetParams, 'path'),
-          responses: {
-            200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
-            ...errorResponses([400, 401, 404, 429, 500, 503], ['Deprecation', 'Sunset', 'Link']),
-          },
+    .get('/pets/:petId', getPet, {
+      transform: deprecationHeaders,
+      detail: {
+        operationId: DEPRECATED_OPERATION,
+        summary: 'Get one pet (deprecated)',
+        description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
+        deprecated: true,
+        tags: ['pets'],
+        parameters: parametersFrom(PetModel.PetParams, 'path'),
+        responses: {
+          200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
+          ...errorResponses([400, 401, 404, 429, 500, 503], ['Deprecation', 'Sunset', 'Link']),
         },
       },
-    )
+    })
 }

@@ -233,7 +233,9 @@ export class PetService {
       const after = this.options.storageFault()
       if (after) return refuse(after)
     }
-    const refusal = results.find((result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError)
+    const refusal = results.find(
+      (result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError,
+    )
     if (refusal) this.noteRefusal(refusal.error.code)
     else if (written) this.noteRefusal(null)
     /** One answer per error, so a batch that failed as a whole is logged once. */

@@ -26,7 +26,8 @@ const UNAVAILABLE_STATES = /^(08|28|3D|40|53|57|58)...$|^(25006|25P03|25P04|5500
  * system's for a socket that failed. Its other codes (a query it cannot build, an unsafe transaction)
  * are bugs.
  */
-const UNAVAILABLE_CODES = /^ERR_POSTGRES_(CONNECTION_\w+|\w+_TIMEOUT|TLS_\w+)$|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN|EHOSTUNREACH|ENETUNREACH)$/
+const UNAVAILABLE_CODES =
+  /^ERR_POSTGRES_(CONNECTION_\w+|\w+_TIMEOUT|TLS_\w+)$|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN|EHOSTUNREACH|ENETUNREACH)$/
 
 export function isUnavailable(error: unknown): boolean {
   const { errno, code } = (error ?? {}) as { errno?: unknown; code?: unknown }

@@ -28,22 +28,26 @@ const MIGRATION_MS = 60_000
 export async function openPostgresStorage(url: string, options: PostgresOptions): Promise<PostgresStorage> {
   const location = redactedUrl(url)
   const deadlines = options.deadlines ?? SERVING
-  const sql = openDatabase(url, {
-    max: options.pool,
-    connection: {
-      // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
-      synchronous_commit: 'on',
-      // The server's own limits, for a server that answers (pool.ts bounds the wait for one that does
-      // not): a lock held by a stalled instance or a long `pets seed` is given up on before our
-      // transaction deadline, so the connection stays usable; a query that does not finish, or a
-      // transaction left open by an instance that froze, ends in an error (a 503).
-      lock_timeout: `${deadlines.transactionMs / 2}ms`,
-      statement_timeout: '10s',
-      idle_in_transaction_session_timeout: '10s',
-      application_name: 'petstore',
+  const sql = openDatabase(
+    url,
+    {
+      max: options.pool,
+      connection: {
+        // A 201 only after its commit is flushed, whatever the server's default: pinned per connection.
+        synchronous_commit: 'on',
+        // The server's own limits, for a server that answers (pool.ts bounds the wait for one that does
+        // not): a lock held by a stalled instance or a long `pets seed` is given up on before our
+        // transaction deadline, so the connection stays usable; a query that does not finish, or a
+        // transaction left open by an instance that froze, ends in an error (a 503).
+        lock_timeout: `${deadlines.transactionMs / 2}ms`,
+        statement_timeout: '10s',
+        idle_in_transaction_session_timeout: '10s',
+        application_name: 'petstore',
+      },
+      connectionTimeout: 5,
     },
-    connectionTimeout: 5,
-  }, deadlines)
+    deadlines,
+  )
   try {
     await checkEncoding(sql, location)
     await migrate(sql, location)

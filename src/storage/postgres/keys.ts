@@ -96,7 +96,8 @@ export class PostgresKeys implements KeyRepository {
     return guarded(() =>
       this.sql.begin(async (tx) => {
         const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
-        if (key) await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
+        if (key)
+          await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
         return key !== undefined
       }),
     )
@@ -113,7 +114,9 @@ export class PostgresKeys implements KeyRepository {
       const records: KeyChange[] = []
       for (let last = after; ; ) {
         const rows = (await this.sql`SELECT id, plan, rpm, rpd, secret_hash, revoked_at, change FROM api_keys
-                                     WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as (ChangeRow & { change: string })[]
+                                     WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as (ChangeRow & {
+          change: string
+        })[]
         for (const row of rows) records.push(toChange(row))
         if (rows.length > 0) last = exactInteger(rows[rows.length - 1]!.change)
         if (rows.length < CHANGES_PAGE) return { records, last }
@@ -148,7 +151,10 @@ export class PostgresKeys implements KeyRepository {
   takeLimitResets(): Promise<LimitReset[]> {
     return guarded(async () => {
       const seen = this.resetsSeen
-      const rows = (await this.sql`SELECT key_id, seq FROM limit_resets WHERE seq > ${seen ?? 0} ORDER BY seq`) as { key_id: string; seq: string }[]
+      const rows = (await this.sql`SELECT key_id, seq FROM limit_resets WHERE seq > ${seen ?? 0} ORDER BY seq`) as {
+        key_id: string
+        seq: string
+      }[]
       if (rows.length > 0) this.resetsSeen = exactInteger(rows[rows.length - 1]!.seq)
       else this.resetsSeen ??= 0
       return seen === null ? [] : rows.map((row) => ({ keyId: row.key_id, seq: exactInteger(row.seq) }))

@@ -64,7 +64,11 @@ export class PostgresPets implements PetRepository {
         await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
         const ids = await takeIds(tx, pets.length)
         for (let start = 0; start < pets.length; start += INSERT_ROWS)
-          await insertPets(tx, pets.slice(start, start + INSERT_ROWS).map((pet, i) => ({ id: ids[start + i]!, ...pet })), now)
+          await insertPets(
+            tx,
+            pets.slice(start, start + INSERT_ROWS).map((pet, i) => ({ id: ids[start + i]!, ...pet })),
+            now,
+          )
         await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
       }),
     )
@@ -128,7 +132,17 @@ export class PostgresPets implements PetRepository {
           const { idempotency } = commands[index]!
           if (!idempotency) return []
           const { body, location } = answers.get(index)!
-          return [{ key_id: idempotency.keyId, idem_key: idempotency.key, request_hash: idempotency.requestHash, status: 201, body, location, created_at: now }]
+          return [
+            {
+              key_id: idempotency.keyId,
+              idem_key: idempotency.key,
+              request_hash: idempotency.requestHash,
+              status: 201,
+              body,
+              location,
+              created_at: now,
+            },
+          ]
         })
         for (let start = 0; start < records.length; start += CLAIM_ROWS)
           await tx`INSERT INTO idempotency ${tx(records.slice(start, start + CLAIM_ROWS))}

@@ -69,8 +69,7 @@ export function openDatabase(url: string, options: Omit<SQL.PostgresOrMySQLOptio
 
   const database = ((strings: TemplateStringsArray, ...values: unknown[]) =>
     within(deadlines.queryMs, (sql) => sql(strings, ...values))) as Database
-  database.begin = <T>(body: Transaction<T>, ms = deadlines.transactionMs) =>
-    within(ms, (sql) => sql.begin((tx) => body(tx)) as Promise<T>)
+  database.begin = <T>(body: Transaction<T>, ms = deadlines.transactionMs) => within(ms, (sql) => sql.begin((tx) => body(tx)) as Promise<T>)
   database.unsafe = (query: string, parameters: unknown[]) => within(deadlines.queryMs, (sql) => sql.unsafe(query, parameters))
   // Every query has ended or been given up on by now: the wait is a bound, not a need.
   database.close = () => pool.close({ timeout: 1 })

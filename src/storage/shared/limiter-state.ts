@@ -8,7 +8,9 @@ export class SqlLimiterState<M extends Mode> implements LimiterStateRepository {
 
   load(): Answer<M, Map<string, SavedBucket>> {
     return this.db.read(function* () {
-      const found = yield* rows<{ subject: string; tokens: number; updated_at: Integer }>(sql`SELECT subject, tokens, updated_at FROM limiter_state`)
+      const found = yield* rows<{ subject: string; tokens: number; updated_at: Integer }>(
+        sql`SELECT subject, tokens, updated_at FROM limiter_state`,
+      )
       return new Map(found.map((row) => [row.subject, { tokens: Number(row.tokens), updatedAt: exactInteger(row.updated_at) }]))
     })
   }

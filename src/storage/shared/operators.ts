@@ -3,7 +3,14 @@
  * In storage shared by every instance (on PostgreSQL): a session ended on one is refused by all at once.
  * An operator's credentials are deleted with them here, since SQLite does not enforce foreign keys.
  */
-import { type AuditEntry, type Credential, type CredentialKind, type OperatorRecord, SIGN_IN_REFUSED, UNKNOWN_NAMES_ACTOR } from '../../domain/operators'
+import {
+  type AuditEntry,
+  type Credential,
+  type CredentialKind,
+  type OperatorRecord,
+  SIGN_IN_REFUSED,
+  UNKNOWN_NAMES_ACTOR,
+} from '../../domain/operators'
 import type { OperatorRepository } from '../../domain/repositories'
 import { exactInteger } from './numbers'
 import { type Answer, changes, FOR_UPDATE, type Integer, lock, type Mode, ROW_ID, rows, type Runner, sql } from './sql'
@@ -15,8 +22,10 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
 
   add(name: string, passwordHash: string, now: number): Answer<M, boolean> {
     return this.db.write(function* () {
-      return (yield* changes(sql`INSERT INTO operators (name, password_hash, created_at) VALUES (${name}, ${passwordHash}, ${now})
+      return (
+        (yield* changes(sql`INSERT INTO operators (name, password_hash, created_at) VALUES (${name}, ${passwordHash}, ${now})
                                  ON CONFLICT (name) DO NOTHING`)) === 1
+      )
     })
   }
 
@@ -62,10 +71,14 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
   /** The operator's row is read for update: a password reset (which updates it) and this come one after the other. */
   addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): Answer<M, boolean> {
     return this.db.write(function* () {
-      const [current] = yield* rows<{ password_hash: string }>(sql`SELECT password_hash FROM operators WHERE name = ${operator} ${FOR_UPDATE}`)
+      const [current] = yield* rows<{ password_hash: string }>(
+        sql`SELECT password_hash FROM operators WHERE name = ${operator} ${FOR_UPDATE}`,
+      )
       if (!current || (checkedHash !== undefined && current.password_hash !== checkedHash)) return false
       if (kind === 'token') yield* changes(sql`DELETE FROM operator_credentials WHERE operator = ${operator} AND kind = 'token'`)
-      yield* changes(sql`INSERT INTO operator_credentials (hash, operator, kind, created_at, last_seen_at) VALUES (${hash}, ${operator}, ${kind}, ${now}, ${now})`)
+      yield* changes(
+        sql`INSERT INTO operator_credentials (hash, operator, kind, created_at, last_seen_at) VALUES (${hash}, ${operator}, ${kind}, ${now}, ${now})`,
+      )
       return true
     })
   }
@@ -96,7 +109,9 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     return this.db.write(function* () {
       yield* lock({ of: 'sign-in', name })
       yield* changes(sql`DELETE FROM sign_in_failures WHERE name = ${name} AND at <= ${since}`)
-      const times = (yield* rows<{ at: Integer }>(sql`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`)).map((row) => exactInteger(row.at))
+      const times = (yield* rows<{ at: Integer }>(sql`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`)).map((row) =>
+        exactInteger(row.at),
+      )
       if (times.length >= limit) return times[times.length - limit]!
       yield* changes(sql`INSERT INTO sign_in_failures (name, at) VALUES (${name}, ${at})`)
       return null
@@ -105,17 +120,23 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
 
   releaseSignIn(name: string, at: number): Answer<M, void> {
     return this.db.write(function* () {
-      yield* changes(sql`DELETE FROM sign_in_failures WHERE ${ROW_ID} = (SELECT ${ROW_ID} FROM sign_in_failures WHERE name = ${name} AND at = ${at} LIMIT 1)`)
+      yield* changes(
+        sql`DELETE FROM sign_in_failures WHERE ${ROW_ID} = (SELECT ${ROW_ID} FROM sign_in_failures WHERE name = ${name} AND at = ${at} LIMIT 1)`,
+      )
     })
   }
 
   countUnknownSignIn(at: number, since: number): Answer<M, void> {
     return this.db.write(function* () {
       yield* lock({ of: 'sign-in', name: null })
-      const [found] = yield* rows<{ target: string }>(sql`DELETE FROM audit_log WHERE id = (SELECT id FROM audit_log WHERE actor = ${UNKNOWN_NAMES_ACTOR}
+      const [found] = yield* rows<{
+        target: string
+      }>(sql`DELETE FROM audit_log WHERE id = (SELECT id FROM audit_log WHERE actor = ${UNKNOWN_NAMES_ACTOR}
                                                         AND action = ${SIGN_IN_REFUSED} AND at >= ${since} ORDER BY id DESC LIMIT 1) RETURNING target`)
       const count = String(Number(found?.target ?? 0) + 1)
-      yield* changes(sql`INSERT INTO audit_log (at, actor, action, target) VALUES (${at}, ${UNKNOWN_NAMES_ACTOR}, ${SIGN_IN_REFUSED}, ${count})`)
+      yield* changes(
+        sql`INSERT INTO audit_log (at, actor, action, target) VALUES (${at}, ${UNKNOWN_NAMES_ACTOR}, ${SIGN_IN_REFUSED}, ${count})`,
+      )
     })
   }
 
@@ -129,7 +150,9 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
 
   audit(entry: AuditEntry): Answer<M, void> {
     return this.db.write(function* () {
-      yield* changes(sql`INSERT INTO audit_log (at, actor, action, target) VALUES (${entry.at}, ${entry.actor}, ${entry.action}, ${entry.target})`)
+      yield* changes(
+        sql`INSERT INTO audit_log (at, actor, action, target) VALUES (${entry.at}, ${entry.actor}, ${entry.action}, ${entry.target})`,
+      )
     })
   }
 

@@ -46,9 +46,7 @@ export function lockDataFile(file: string): DataFileLock | null {
   } catch (error) {
     db.close()
     if (/^SQLITE_BUSY/.test((error as { code?: string }).code ?? ''))
-      throw new DataFileBusyError(
-        `${file} is already served by another petstore; stop that one first`,
-      )
+      throw new DataFileBusyError(`${file} is already served by another petstore; stop that one first`)
     throw new StorageOpenError(`cannot lock ${file} for serving: ${(error as Error).message}`)
   }
   return { release: () => db.close() }

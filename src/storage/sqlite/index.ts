@@ -3,7 +3,19 @@
  * Every member answers at once, with no promise.
  */
 import { Database } from 'bun:sqlite'
-import { accessSync, chmodSync, constants as fs, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs'
+import {
+  accessSync,
+  chmodSync,
+  constants as fs,
+  existsSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+} from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { SqlLimiterState } from '../shared/limiter-state'
@@ -25,7 +37,9 @@ export function openSqliteStorage(file: string, options: OpenOptions & { mustWri
     refuseDenied(file, { create: !options.mustExist, write: options.mustWrite === true })
     refuseInterruptedRestore(file)
     if (options.mustExist && !existsSync(file))
-      throw new StorageOpenError(`no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`)
+      throw new StorageOpenError(
+        `no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`,
+      )
     prepareDataFolder(file)
     try {
       checkHeader(file)
@@ -51,8 +65,7 @@ export function openSqliteStorage(file: string, options: OpenOptions & { mustWri
     if (error instanceof StorageOpenError) throw error
     throw new StorageOpenError(`${file} cannot be used: ${(error as Error).message}`)
   }
-  if (!inMemory && !readOnly)
-    for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
+  if (!inMemory && !readOnly) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
   return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
 }
 
@@ -82,7 +95,9 @@ export function prepareDataFolder(file: string): void {
 function refuseDenied(given: string, { create, write }: { create: boolean; write: boolean }): void {
   const file = resolve(given)
   const denied = (what: string) =>
-    new StorageOpenError(`permission denied: ${what}; petstore runs as ${userNamed(process.getuid?.())}: give that user access, or run petstore as the data's owner`)
+    new StorageOpenError(
+      `permission denied: ${what}; petstore runs as ${userNamed(process.getuid?.())}: give that user access, or run petstore as the data's owner`,
+    )
   let stat: ReturnType<typeof statSync>
   try {
     stat = statSync(file, { throwIfNoEntry: false })
@@ -229,7 +244,8 @@ export class SqliteStorage implements Storage {
         `${file} is a symbolic link to ${readlinkSync(file)}, which does not exist; a backup is only written as a new file, never through a link: choose a new file name`,
       )
     if (existing) throw new StorageOpenError(`${file} already exists; choose a new file name`)
-    if (!existsSync(dirname(file))) throw new StorageOpenError(`cannot write the backup to ${file}: the folder ${dirname(file)} does not exist`)
+    if (!existsSync(dirname(file)))
+      throw new StorageOpenError(`cannot write the backup to ${file}: the folder ${dirname(file)} does not exist`)
     const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
     try {
       rmSync(partial, { force: true })

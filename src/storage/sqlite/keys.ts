@@ -36,18 +36,18 @@ export class SqliteKeys implements KeyRepository {
     )
     this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
     this.revokeKey = db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?')
-    this.touchKey = db.query(
-      'UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?',
-    )
+    this.touchKey = db.query('UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?')
     this.changedKeys = db.query(KEY_CHANGES_SQL)
     this.takeChange = db.query("UPDATE meta SET value = value + 1 WHERE name = 'keys_change' RETURNING value")
   }
 
   insert(r: ApiKeyRecord): void {
     try {
-      this.db.transaction(() => {
-        this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
-      }).immediate()
+      this.db
+        .transaction(() => {
+          this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -55,11 +55,13 @@ export class SqliteKeys implements KeyRepository {
 
   insertIfNone(record: ApiKeyRecord): boolean {
     try {
-      return this.db.transaction(() => {
-        if (this.db.query('SELECT 1 FROM api_keys LIMIT 1').get()) return false
-        this.insert(record)
-        return true
-      }).immediate()
+      return this.db
+        .transaction(() => {
+          if (this.db.query('SELECT 1 FROM api_keys LIMIT 1').get()) return false
+          this.insert(record)
+          return true
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -72,11 +74,15 @@ export class SqliteKeys implements KeyRepository {
   /** True when the key exists; a key already revoked keeps its time and takes no change number. */
   revoke(id: string, now: number): boolean {
     try {
-      return this.db.transaction(() => {
-        const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
-        if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
-        return key !== null
-      }).immediate()
+      return this.db
+        .transaction(() => {
+          const key = this.db
+            .query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?')
+            .get(id)
+          if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
+          return key !== null
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -84,14 +90,16 @@ export class SqliteKeys implements KeyRepository {
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): boolean {
     try {
-      return this.db.transaction(() => {
-        const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
-        if (active)
-          this.db
-            .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
-            .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
-        return active !== null
-      }).immediate()
+      return this.db
+        .transaction(() => {
+          const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
+          if (active)
+            this.db
+              .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
+              .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
+          return active !== null
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -104,12 +112,14 @@ export class SqliteKeys implements KeyRepository {
 
   resetLimits(id: string, now: number): boolean {
     try {
-      return this.db.transaction(() => {
-        if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
-        this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
-        this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
-        return true
-      }).immediate()
+      return this.db
+        .transaction(() => {
+          if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
+          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+          this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
+          return true
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -119,20 +129,24 @@ export class SqliteKeys implements KeyRepository {
     const pending = this.db.query<{ keyId: string }, []>('SELECT key_id AS keyId FROM limit_resets')
     if (!pending.get()) return []
     // Taken and cleared together, with any day bucket the server saved since the reset was asked for.
-    return this.db.transaction(() => {
-      const ids = pending.all().map((row) => row.keyId)
-      for (const id of ids) {
-        this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
-        this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
-      }
-      return ids.map((keyId) => ({ keyId, seq: null }))
-    }).immediate()
+    return this.db
+      .transaction(() => {
+        const ids = pending.all().map((row) => row.keyId)
+        for (const id of ids) {
+          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+          this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
+        }
+        return ids.map((keyId) => ({ keyId, seq: null }))
+      })
+      .immediate()
   }
 
   recordLastUsed(lastUsed: Map<string, number>): void {
     if (lastUsed.size === 0) return
-    this.db.transaction(() => {
-      for (const [id, at] of lastUsed) this.touchKey.run(at, id)
-    }).immediate()
+    this.db
+      .transaction(() => {
+        for (const [id, at] of lastUsed) this.touchKey.run(at, id)
+      })
+      .immediate()
   }
 }

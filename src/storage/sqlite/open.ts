@@ -106,7 +106,7 @@ export function checkWhole(db: Database, file: string, remedy: string): void {
 export function checkSchema(db: Database, file: string): number {
   const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
   const appId = db.query<{ application_id: number }, []>('PRAGMA application_id').get()!.application_id
-  const tables = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n
+  const tables = db.query<{ n: number }, []>('SELECT count(*) AS n FROM sqlite_schema').get()!.n
   if (appId !== APPLICATION_ID && (version !== 0 || tables !== 0))
     throw new StorageOpenError(`${file} is an SQLite database that petstore did not create; refusing to use it`)
   // Most often met when going back to an older binary after an upgrade: say what to do.

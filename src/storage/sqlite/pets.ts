@@ -39,9 +39,7 @@ export class SqlitePets implements PetRepository {
       .query<PetRow, [string, number, number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`)
       .safeIntegers(true)
     this.byId = db.query<PetRow, [number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`).safeIntegers(true)
-    this.insert = db.query(
-      'INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?) RETURNING id',
-    )
+    this.insert = db.query('INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?) RETURNING id')
     this.findIdempotent = db.query(
       `SELECT request_hash AS requestHash, status, body, location, created_at AS createdAt
          FROM idempotency WHERE key_id = ? AND idem_key = ?`,
@@ -53,9 +51,7 @@ export class SqlitePets implements PetRepository {
     this.countAll = db.query('SELECT count(*) AS n FROM pets')
     this.bumpGeneration = db.query("UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'")
     this.readGeneration = db.query("SELECT value FROM meta WHERE name = 'pets_generation'")
-    this.createTransaction = db.transaction((batch: PetBatch) =>
-      batch.commands.map((command) => this.createOne(command, batch)),
-    )
+    this.createTransaction = db.transaction((batch: PetBatch) => batch.commands.map((command) => this.createOne(command, batch)))
   }
 
   list(afterId: number, limit: number, status: PetStatus | undefined): Pet[] {
@@ -75,10 +71,12 @@ export class SqlitePets implements PetRepository {
 
   seed(pets: NewPet[], now: number): void {
     try {
-      this.db.transaction(() => {
-        for (const pet of pets) this.insert.get(pet.name, pet.categoryId, pet.status, now)
-        this.bumpGeneration.run()
-      }).immediate()
+      this.db
+        .transaction(() => {
+          for (const pet of pets) this.insert.get(pet.name, pet.categoryId, pet.status, now)
+          this.bumpGeneration.run()
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -86,12 +84,14 @@ export class SqlitePets implements PetRepository {
 
   reset(): number {
     try {
-      return this.db.transaction(() => {
-        const deleted = this.db.run('DELETE FROM pets').changes
-        this.db.run('DELETE FROM idempotency')
-        this.bumpGeneration.run()
-        return deleted
-      }).immediate()
+      return this.db
+        .transaction(() => {
+          const deleted = this.db.run('DELETE FROM pets').changes
+          this.db.run('DELETE FROM idempotency')
+          this.bumpGeneration.run()
+          return deleted
+        })
+        .immediate()
     } catch (error) {
       describeUnavailable(error)
     }
@@ -122,8 +122,7 @@ export class SqlitePets implements PetRepository {
     const { id } = this.insert.get(pet.name, pet.categoryId, pet.status, now)!
     const created = { id, ...pet }
     const { body, location } = createdAnswer(created, locationPrefix)
-    if (idempotency)
-      this.saveIdempotent.run(idempotency.keyId, idempotency.key, idempotency.requestHash, 201, body, location, now)
+    if (idempotency) this.saveIdempotent.run(idempotency.keyId, idempotency.key, idempotency.requestHash, 201, body, location, now)
     return { kind: 'created', pet: created, body, location }
   }
 }

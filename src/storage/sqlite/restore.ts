@@ -10,7 +10,20 @@
  * plan exists has changed nothing but a temporary copy, which the next one replaces.
  */
 import { Database } from 'bun:sqlite'
-import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import {
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { lockDataFile } from './data-file-lock'
@@ -74,7 +87,10 @@ function temporaryOf(file: string): string {
 
 /** `petstore.db.before-restore-20261123T201500Z`, with `.2`, `.3`… when a name of its set is taken. */
 function keptName(file: string, now: number): string {
-  const stamp = new Date(now).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')
+  const stamp = new Date(now)
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, 'Z')
   for (let n = 1; ; n++) {
     const name = `${file}.before-restore-${stamp}${n === 1 ? '' : `.${n}`}`
     if (COMPANIONS.every((suffix) => !existsSync(name + suffix))) return name
@@ -152,7 +168,9 @@ function carryOut(file: string, plan: Plan): string[] {
     renameSync(temporary, file)
     fsyncPath(dir)
   } else if (!existsSync(file)) {
-    throw new StorageOpenError(`cannot finish the restore: neither ${temporary} nor ${file} exists; the previous data file is kept as ${plan.kept}`)
+    throw new StorageOpenError(
+      `cannot finish the restore: neither ${temporary} nor ${file} exists; the previous data file is kept as ${plan.kept}`,
+    )
   }
   for (const suffix of COMPANIONS) if (existsSync(plan.kept + suffix)) keptParts.push(plan.kept + suffix)
   rmSync(restorePlanOf(file), { force: true })

@@ -5,10 +5,7 @@
 import type { CreatePetOutcome } from '../../domain/idempotency'
 import { BatchRolledBackError, type PetBatch, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
 
-export type CommitRequest =
-  | { kind: 'open'; file: string }
-  | { kind: 'commit'; seq: number; batch: PetBatch }
-  | { kind: 'close' }
+export type CommitRequest = { kind: 'open'; file: string } | { kind: 'commit'; seq: number; batch: PetBatch } | { kind: 'close' }
 
 export type CommitResult =
   | { kind: 'committed'; outcomes: CreatePetOutcome[] }

@@ -56,7 +56,10 @@ export function toolAvailable(tool: Tool): boolean {
 export function toolVersion(tool: Tool): string {
   if (tool === 'wrk') {
     const out = Bun.spawnSync(['wrk', '--version'], { stdout: 'pipe', stderr: 'pipe' })
-    return (out.stdout.toString() + out.stderr.toString()).split('\n')[0]!.replace(/ Copyright.*/, '').trim()
+    return (out.stdout.toString() + out.stderr.toString())
+      .split('\n')[0]!
+      .replace(/ Copyright.*/, '')
+      .trim()
   }
   try {
     const pkg = require(Bun.resolveSync('autocannon/package.json', import.meta.dir)) as { version: string }
@@ -181,11 +184,16 @@ async function runWrk(options: LoadOptions): Promise<LoadResult> {
     Bun.spawn(
       [
         'wrk',
-        '-t', String(threads),
-        '-c', String(options.connections),
-        '-d', `${options.durationS}s`,
-        '--timeout', '5s',
-        '-s', script,
+        '-t',
+        String(threads),
+        '-c',
+        String(options.connections),
+        '-d',
+        `${options.durationS}s`,
+        '--timeout',
+        '5s',
+        '-s',
+        script,
         `http://${host}/`,
         '--',
         String(options.offset),

@@ -73,7 +73,10 @@ export class StreamTail {
   private waiters: (() => void)[] = []
   readonly done: Promise<void>
 
-  constructor(stream: ReadableStream<Uint8Array>, private readonly keep = 1 << 20) {
+  constructor(
+    stream: ReadableStream<Uint8Array>,
+    private readonly keep = 1 << 20,
+  ) {
     this.done = this.drain(stream)
   }
 
@@ -175,7 +178,6 @@ export function median(values: number[]): number {
 /** The environment without PETSTORE_* variables, so the developer's settings do not leak in. */
 export function cleanEnv(): Record<string, string> {
   const env: Record<string, string> = {}
-  for (const [name, value] of Object.entries(process.env))
-    if (!name.startsWith('PETSTORE_') && value !== undefined) env[name] = value
+  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith('PETSTORE_') && value !== undefined) env[name] = value
   return env
 }

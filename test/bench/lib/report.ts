@@ -92,7 +92,15 @@ export interface BenchResult {
     baseline?: string
     accessLog: string
   }
-  binary: { path: string; sizeBytes: number; sizeMb: number; built: boolean; staleVsSources: boolean; commit: string; dirtySources: boolean }
+  binary: {
+    path: string
+    sizeBytes: number
+    sizeMb: number
+    built: boolean
+    staleVsSources: boolean
+    commit: string
+    dirtySources: boolean
+  }
   startup: { samplesMs: number[]; medianMs: number; goalMs: number; met: boolean }
   memory: {
     idleRssMb: number | null
@@ -133,7 +141,7 @@ export function markdown(result: BenchResult): string {
   const lines: string[] = []
   lines.push(
     `Storage: ${storageOf(c)}. ` +
-    `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
+      `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
       `baseline and petstore interleaved, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
       `The baseline builds its header fields per request${result.scenarios.some((s) => s.prebuiltBaseline) ? '; "ratio, prebuilt" is against one replaying Headers built once' : ''}. ` +
       `Machine: ${result.machine.cpus} × ${result.machine.cpuModel}, load average ${result.machine.loadAvgStart.map((v) => v.toFixed(2)).join(' ')} at start, ` +
@@ -162,7 +170,7 @@ export function markdown(result: BenchResult): string {
     lines.push(
       '',
       `The data file against PostgreSQL + Redis (${c.instances} instance(s)), run for run, interleaved: server CPU per request ` +
-        '(the instances\' own; PostgreSQL\'s and Redis\'s is in "other CPU %", with whatever else the machine ran), ' +
+        "(the instances' own; PostgreSQL's and Redis's is in \"other CPU %\", with whatever else the machine ran), " +
         'and the ratio shared ÷ embedded, the median over the pairs of runs (goal ≤ 1.5).',
       '',
       '| scenario | embedded µs/req | shared µs/req | shared ÷ embedded | embedded req/s | shared req/s | ratio, embedded | ratio, shared | shared p99 ms | other CPU % | unexpected |',

@@ -143,7 +143,8 @@ export const SCENARIOS: Scenario[] = [
     title: '429 `rate_limited` (exhausted key)',
     expected: [429],
     goal: { kind: 'refusal', ratio: 0.7 },
-    describe: 'Enterprise key with 1/min and 1/day, used once; server runs with --ban-after 100000 --ban-seconds 0 so it stays rate_limited, never key_banned',
+    describe:
+      'Enterprise key with 1/min and 1/day, used once; server runs with --ban-after 100000 --ban-seconds 0 so it stays rate_limited, never key_banned',
     load: ({ exhaustedKey }) => ({ read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(exhaustedKey) } }),
   },
   {

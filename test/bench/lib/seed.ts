@@ -57,7 +57,13 @@ export async function seedPostgres(cli: string[], databaseUrl: string, pets: num
     for (let start = 0; start < pets; start += 5_000) {
       const rows = Array.from({ length: Math.min(5_000, pets - start) }, (_, j) => {
         const i = start + j
-        return { id: i + 1, name: `${NAMES[i % NAMES.length]} ${i + 1}`, category_id: (i % 40) + 1, status: STATUSES[i % STATUSES.length]!, created_at: now }
+        return {
+          id: i + 1,
+          name: `${NAMES[i % NAMES.length]} ${i + 1}`,
+          category_id: (i % 40) + 1,
+          status: STATUSES[i % STATUSES.length]!,
+          created_at: now,
+        }
       })
       await sql`INSERT INTO pets ${sql(rows)}`
     }

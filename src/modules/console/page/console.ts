@@ -74,7 +74,8 @@ async function run(action: () => Promise<unknown>): Promise<void> {
 const APPLIED_WITHIN_MS = 1_000
 const applied = () => new Promise((resolve) => setTimeout(resolve, APPLIED_WITHIN_MS))
 
-const when = (iso: string | null) => (iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' }))
+const when = (iso: string | null) =>
+  iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' })
 
 function showSignIn(): void {
   $<HTMLElement>('#sign-in').hidden = false
@@ -93,7 +94,8 @@ async function showConsole(name: string): Promise<void> {
 }
 
 async function showTab(name: string): Promise<void> {
-  for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]')) tab.setAttribute('aria-pressed', String(tab.dataset.tab === name))
+  for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]'))
+    tab.setAttribute('aria-pressed', String(tab.dataset.tab === name))
   for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== name
   if (name === 'overview') await loadOverview()
   else if (name === 'keys') await loadKeys()
@@ -199,12 +201,21 @@ function drawChart(container: HTMLElement, caption: HTMLElement, series: Model<'
       height: container.clientWidth < 500 ? 220 : 280,
       scales: { x: { time: true }, y: { range: (_chart, _min, max) => [0, Math.max(4, max)] } },
       // Time labels at least 80 px apart, so that they do not run into each other at 390 px.
-      axes: [{ ...axis, space: 80 }, { ...axis, size: 48 }],
+      axes: [
+        { ...axis, space: 80 },
+        { ...axis, size: 48 },
+      ],
       cursor: { drag: { x: false, y: false } },
       series: [
         { label: 'Time' },
         // Steps: a count holds for its whole minute (or hour).
-        ...OUTCOMES.map((outcome) => ({ label: outcome.label, stroke: colour(outcome.color), width: 2, points: { show: false }, paths: steps })),
+        ...OUTCOMES.map((outcome) => ({
+          label: outcome.label,
+          stroke: colour(outcome.color),
+          width: 2,
+          points: { show: false },
+          paths: steps,
+        })),
       ],
     },
     [times, ...OUTCOMES.map((outcome) => line(series[outcome.field]))],
@@ -216,11 +227,12 @@ function drawChart(container: HTMLElement, caption: HTMLElement, series: Model<'
   caption.textContent =
     `Requests per ${series.resolution} over ${WINDOW_WORDS[window]}: ${sums.reduce((a, b) => a + b, 0)} in all, ` +
     OUTCOMES.map((outcome, i) => `${sums[i]} ${outcome.label}`).join(', ') +
-    '. Hover or touch the chart for one point\'s figures; choose a name in the legend to hide its line.'
+    ". Hover or touch the chart for one point's figures; choose a name in the legend to hide its line."
 }
 
 function pressed(selector: string, value: string, attribute: string): void {
-  for (const choice of document.querySelectorAll<HTMLButtonElement>(selector)) choice.setAttribute('aria-pressed', String(choice.getAttribute(attribute) === value))
+  for (const choice of document.querySelectorAll<HTMLButtonElement>(selector))
+    choice.setAttribute('aria-pressed', String(choice.getAttribute(attribute) === value))
 }
 
 async function loadOverview(): Promise<void> {
@@ -234,7 +246,11 @@ async function loadOverview(): Promise<void> {
     ['Median time', ms(total.p50), 'half the requests took at most this (within 2x)'],
     ['p99 time', ms(total.p99), '99 in 100 took at most this (within 2x)'],
     ['Active keys today', overview.activeKeysToday, 'keys with a request in the UTC day so far'],
-    ['Bans now', overview.bansNow, overview.limiterAnswered ? 'keys and addresses banned right now' : 'the rate limiter did not answer: there may be more'],
+    [
+      'Bans now',
+      overview.bansNow,
+      overview.limiterAnswered ? 'keys and addresses banned right now' : 'the rate limiter did not answer: there may be more',
+    ],
   ])
   drawChart($('#overview-chart'), $('#overview-caption'), series, overviewWindow)
 }
@@ -247,7 +263,10 @@ async function showKey(id: string): Promise<void> {
 }
 
 async function loadKey(): Promise<void> {
-  const { key, series, refusals } = await api<Model<'KeyUsage'>>('GET', `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`)
+  const { key, series, refusals } = await api<Model<'KeyUsage'>>(
+    'GET',
+    `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`,
+  )
   $('#key-title').textContent = `Key ${key.name || '(no name)'} (${key.id}, ${key.plan})`
   pressed('[data-key-window]', keyWindow, 'data-key-window')
   figures($('#key-figures'), [
@@ -296,7 +315,8 @@ async function loadBans(): Promise<void> {
     const row = body.insertRow()
     cell(row, ban.kind === 'key' ? `key ${ban.keyName || ban.keyId} (${ban.keyId})` : `address ${ban.address}`)
     cell(row, when(ban.bannedUntil))
-    const path = ban.kind === 'key' ? `/api/bans/keys/${encodeURIComponent(ban.keyId)}` : `/api/bans/addresses/${encodeURIComponent(ban.address)}`
+    const path =
+      ban.kind === 'key' ? `/api/bans/keys/${encodeURIComponent(ban.keyId)}` : `/api/bans/addresses/${encodeURIComponent(ban.address)}`
     button(cell(row, ''), 'Lift', async () => {
       await api('DELETE', path)
       await applied()
@@ -315,7 +335,16 @@ async function loadRequests(): Promise<void> {
   body.replaceChildren()
   for (const entry of requests) {
     const row = body.insertRow()
-    for (const value of [when(entry.time), entry.method, entry.path, entry.status, entry.keyName ?? entry.keyId ?? entry.client, entry.durationMs, entry.requestId]) cell(row, value)
+    for (const value of [
+      when(entry.time),
+      entry.method,
+      entry.path,
+      entry.status,
+      entry.keyName ?? entry.keyId ?? entry.client,
+      entry.durationMs,
+      entry.requestId,
+    ])
+      cell(row, value)
   }
 }
 
@@ -339,11 +368,14 @@ function wire(): void {
       .then((me) => showConsole(me.name))
       .catch((failure: Error) => (error.textContent = failure.message))
   })
-  $('#sign-out').addEventListener('click', () => run(async () => {
-    await api('DELETE', '/api/session')
-    showSignIn()
-  }))
-  for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]')) tab.addEventListener('click', () => run(() => showTab(tab.dataset.tab!)))
+  $('#sign-out').addEventListener('click', () =>
+    run(async () => {
+      await api('DELETE', '/api/session')
+      showSignIn()
+    }),
+  )
+  for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]'))
+    tab.addEventListener('click', () => run(() => showTab(tab.dataset.tab!)))
   for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]'))
     header.addEventListener('click', () => {
       const column = header.dataset.sort as keyof Model<'Key'>
