@@ -67,12 +67,29 @@ function strictValues(this: unknown, key: string, value: unknown, context?: { so
 /** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */
 export const BODY_DEADLINE_MS = 5_000
 /**
- * The bytes of request bodies being received at once, in the whole process (a body counts its
- * declared length, or the cap when it has none): 256 bodies of 64 KiB. Beyond it, a create is refused
- * at once with 503 and its connection closed, instead of letting half-sent bodies grow memory.
+ * The bytes of request bodies being received at once (a body counts its declared length, or the cap
+ * when it has none). Beyond it, a body is refused at once with 503 and its connection closed, instead
+ * of letting half-sent bodies grow memory. Each listener's audience has its own budget, so that bodies
+ * half-sent to the console (sign-in needs no credentials) cannot take the API's creates away.
  */
-export const BODIES_IN_FLIGHT_BYTES = 16 * 1024 * 1024
-let bytesInFlight = 0
+export class BodyBudget {
+  private inFlight = 0
+  constructor(readonly bytes: number) {}
+
+  /** Holds `size` bytes until `give` hands them back; false, holding nothing, when they do not fit. */
+  take(size: number): boolean {
+    if (this.inFlight + size > this.bytes) return false
+    this.inFlight += size
+    return true
+  }
+
+  give(size: number): void {
+    this.inFlight -= size
+  }
+}
+
+/** The API's bodies in flight: 256 bodies of 64 KiB. */
+const API_BODIES = new BodyBudget(16 * 1024 * 1024)
 
 const BUSY = new ApiError(503, 'unavailable', 'Too many request bodies are arriving at once; retry in a second.', {
   'retry-after': '1',
@@ -86,12 +103,11 @@ export function bodyUnread(request: Request): boolean {
   return (length !== null && length !== '0') || request.headers.has('transfer-encoding')
 }
 
-async function readCapped(request: Request, maxBytes: number): Promise<Uint8Array> {
+async function readCapped(request: Request, maxBytes: number, budget: BodyBudget): Promise<Uint8Array> {
   const declared = request.headers.get('content-length')
   if (declared !== null && Number(declared) > maxBytes) throw payloadTooLarge(maxBytes)
   const reserved = declared === null ? maxBytes : Number(declared)
-  if (bytesInFlight + reserved > BODIES_IN_FLIGHT_BYTES) throw BUSY
-  bytesInFlight += reserved
+  if (!budget.take(reserved)) throw BUSY
   let timer: ReturnType<typeof setTimeout> | undefined
   try {
     // With a declared length within the cap, Bun holds at most that much: read it in one go.
@@ -102,7 +118,7 @@ async function readCapped(request: Request, maxBytes: number): Promise<Uint8Arra
     return await Promise.race([read, late])
   } finally {
     clearTimeout(timer)
-    bytesInFlight -= reserved
+    budget.give(reserved)
   }
 }
 
@@ -157,7 +173,7 @@ export function duplicateKey(text: string): string | null {
   return null
 }
 
-export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+export async function readJsonBody(request: Request, maxBytes: number, budget: BodyBudget = API_BODIES): Promise<unknown> {
   const contentType = request.headers.get('content-type')
   if (!isJsonMediaType(contentType)) {
     if (contentType === null && request.headers.get('content-length') === '0') throw badRequest('body: is required (a JSON object)')
@@ -165,7 +181,7 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   }
   let bytes: Uint8Array
   try {
-    bytes = await readCapped(request, maxBytes)
+    bytes = await readCapped(request, maxBytes, budget)
   } catch (error) {
     if (error instanceof ApiError) throw error
     // The client went away before its body arrived: its own doing, not the server's.

@@ -137,6 +137,13 @@ const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
 const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
 
+/**
+ * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path
+ * of Bun's whole 16 KiB header allowance (up to 9 characters a byte once percent-encoded), and the log
+ * must not grow, or drop other clients' lines, at that rate.
+ */
+const LOGGED_PATH_CHARS = 2048
+
 /** A query longer than this is not kept alive by the path sliced from its URL. */
 const LONG_QUERY = 256
 
@@ -204,7 +211,7 @@ export function requestContext(options: RequestContextOptions) {
     const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
       `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
-        `"path":${jsonString(info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
+        `"path":${jsonString(info.path.length > LOGGED_PATH_CHARS ? `${info.path.slice(0, LOGGED_PATH_CHARS)}…` : info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }
   return (

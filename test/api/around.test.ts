@@ -208,6 +208,16 @@ describe('access log', () => {
     expect(entry.durationMs).toBeGreaterThanOrEqual(0)
   })
 
+  test('a path longer than 2,048 characters is logged as its first 2,048 and …, whoever sends it', async () => {
+    const app = await fresh()
+    const long = `/v1/${'\u00ff'.repeat(1_500)}`
+    await (await fetch(`${app.origin}${long}`, { headers: { 'x-request-id': 'long-1' } })).arrayBuffer()
+    const { path } = await lineFor(app, 'long-1')
+    expect(path.length).toBe(2_049)
+    expect(path.startsWith('/v1/%C3%BF%C3%BF')).toBe(true)
+    expect(path.endsWith('…')).toBe(true)
+  })
+
   test('every line is a single JSON object, one per request', async () => {
     const app = await fresh()
     const key = await app.key('free')

@@ -377,3 +377,48 @@ test('with several petstore_console cookies, the first live session among them i
     await server.stop()
   }
 })
+
+test("sign-in bodies half sent to the console hold the console's own budget: the API's creates go on, operators' key creates too", async () => {
+  const server = await startWithConsole()
+  const held: import('node:net').Socket[] = []
+  try {
+    // More declared sign-in bytes than the API's whole 16 MiB of bodies in flight, each stopping at its first byte.
+    const { connect } = await import('node:net')
+    const head = (n: number) =>
+      `POST /api/session HTTP/1.1\r\nHost: 127.0.0.1:${server.consolePort}\r\nOrigin: http://127.0.0.1:${server.consolePort}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${n}\r\n\r\n{`
+    await Promise.all(
+      Array.from(
+        { length: 2_100 },
+        () =>
+          new Promise<void>((resolve, reject) => {
+            const socket = connect(server.consolePort, '127.0.0.1', () => socket.write(head(8192), () => resolve()))
+            socket.on('error', reject)
+            held.push(socket)
+          }),
+      ),
+    )
+    // Sign-in's budget is spent: one more is refused at once.
+    const refused = await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'admin', password: server.password }),
+    })
+    expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
+    const created = await fetch(`${server.base}/pets`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.bootstrapKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Rex', categoryId: 1, status: 'available' }),
+    })
+    expect(created.status).toBe(201)
+    const token = cli(['operators', 'token', 'admin', '--data', server.dataFile]).stdout.trim()
+    const key = await fetch(`${server.console}/api/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ plan: 'free', name: 'during' }),
+    })
+    expect(key.status).toBe(201)
+  } finally {
+    for (const socket of held) socket.destroy()
+  }
+})

@@ -24,7 +24,7 @@ import { AllowedHosts } from '../../http/allowed-hosts'
 import { compressedAsset, noFavicon } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
 import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
-import { bodyUnread, readJsonBody } from '../../http/json-body'
+import { BodyBudget, bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
 import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
@@ -100,8 +100,15 @@ const MISDIRECTED = misdirectedRequest(
 const TOO_LARGE = payloadTooLarge(MAX_BODY_BYTES, { connection: 'close' })
 const NO_SUCH_KEY = notFound('No key with this id: a key id is key_ followed by letters, digits, - and _.')
 
+/** Console bodies of 8 KiB received at once, per budget (1 MiB). */
+const BODIES_IN_FLIGHT = 128
+
 export function consoleModule(options: ConsoleOptions): AnyElysia {
   const service = new ConsoleService(options)
+  // Bodies half-sent to this listener hold budgets of its own, never the API's: sign-in's (anyone may
+  // send one) apart from the operators', so a flood of the first cannot stop keys being made.
+  const signInBodies = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
+  const operatorBodies = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
   const routes = new RouteTable()
   const server = (): Server<unknown> | null => app.server
   let hosts: AllowedHosts | undefined
@@ -218,7 +225,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           '/api/session',
           async ({ request, set }): Promise<Model<'Operator'>> => {
             checkOrigin(request)
-            const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, signInBodies))
             const { secret, operator: name } = await service.signIn(input.name, input.password)
             set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
             return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
@@ -262,7 +269,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .post(
           '/api/keys',
           async ({ who, request, set }) => {
-            const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
             const created = await service.createKey(who.operator, input)
             set.status = 201
             return created
@@ -298,7 +305,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .put(
           '/api/keys/:id/plan',
           async ({ who, params, request, set }) => {
-            const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES))
+            const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
             await service.setPlan(who.operator, params.id, input)
             return noContent(set)
           },
