@@ -78,7 +78,7 @@ export const SECURITY_HEADERS: Record<string, string> = {
   'cache-control': 'no-store',
 }
 
-const signInValidator = compileValidator(SignIn, FIELD_RULES)
+const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: 'must be a string (an operator name)' })
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
 const SAFE_METHODS = new Set(['GET', 'HEAD'])
