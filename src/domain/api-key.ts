@@ -6,6 +6,7 @@
  */
 import { CONTROL_CHARACTERS } from './pet'
 import { CUSTOM_PLAN, type Limits, type Plan, PLAN_LIMITS, PLANS } from './plans'
+import type { KeySubject } from './subject'
 
 export interface ApiKeyRecord {
   id: string
@@ -27,6 +28,24 @@ const NAME_MAX = 200
 const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`)
 
 export class KeyInputError extends Error {}
+
+/** A key as a running server holds it: what the gate, the limiter and the handlers need of it. */
+export interface ActiveKey {
+  id: string
+  plan: Plan
+  limits: Limits
+  /** The limiter's subject for this key. */
+  subject: KeySubject
+}
+
+/** The key registry's look-ups, as the gate makes them (the registry is modules/keys/service.ts). */
+export interface KeyLookup {
+  /** The key of a secret, from memory. */
+  find(secret: string): ActiveKey | undefined
+  /** For a secret `find` missed: looks again after reading storage's changes; undefined when known to be no key. */
+  findLate(secret: string): Promise<ActiveKey | undefined> | undefined
+  markUsed(key: ActiveKey, now: number): void
+}
 
 export interface CreateKeyInput {
   plan: string

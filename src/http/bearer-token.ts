@@ -1,6 +1,18 @@
-/** The bearer credential of an Authorization header (RFC 6750), read without making strings on the usual path. */
+/**
+ * The bearer credential of an Authorization header (RFC 6750), read without making strings on the usual
+ * path, and the two 401s that challenge for it (made once: refusals are the cheap path under abuse).
+ */
+import { ApiError } from './api-errors'
 
 const MAX_TOKEN_LENGTH = 256
+const REALM = 'Bearer realm="petstore"'
+
+export const MISSING_KEY = new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
+  'www-authenticate': REALM,
+})
+export const INVALID_KEY = new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
+  'www-authenticate': `${REALM}, error="invalid_token"`,
+})
 
 /** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
 export function bearerToken(header: string | null): string | undefined {

@@ -11,14 +11,14 @@ import { ApiError } from '../http/api-errors'
 import { type Limits, PLAN_LIMITS } from '../domain/plans'
 import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
 import { LimiterUnavailableError } from '../limiter/backend'
-import { bearerToken } from '../http/bearer-token'
-import type { ActiveKey, KeyRegistry } from '../modules/keys/service'
+import { bearerToken, INVALID_KEY, MISSING_KEY } from '../http/bearer-token'
+import type { ActiveKey, KeyLookup } from '../domain/api-key'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
 import { answerWith, type RequestInfo, requestInfo } from './request-context'
 
 export interface GateOptions {
-  keys: KeyRegistry
+  keys: KeyLookup
   limiter: RateLimiter
   metrics: Metrics
   corsEnabled: boolean
@@ -28,15 +28,8 @@ export interface GateOptions {
   scenario?: (key: ActiveKey, request: Request, set: HookContext['set'], info: RequestInfo) => Promise<string | undefined> | undefined
 }
 
-const REALM = 'Bearer realm="petstore"'
-
-// Refusals are the cheap path under abuse, so their error objects are made once and reused.
-const MISSING_KEY = new ApiError(401, 'unauthorized', 'An API key is required: send Authorization: Bearer <key>.', {
-  'www-authenticate': REALM,
-})
-const INVALID_KEY = new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
-  'www-authenticate': `${REALM}, error="invalid_token"`,
-})
+// Refusals are the cheap path under abuse, so their error objects are made once and reused (the 401s
+// with the bearer token's reading, http/bearer-token.ts).
 const refusals = new Map<string, ApiError>()
 /**
  * The shared limiter (Redis) does not answer: plans are entitlements and the address bucket is what
@@ -87,15 +80,6 @@ export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: fal
     refusals.set(id, error)
   }
   return error
-}
-
-/**
- * The key the gate verified. A handler reached without one would be a bug; it is answered as a
- * missing key, never as a 500.
- */
-export function verifiedKey(info: RequestInfo): ActiveKey {
-  if (!info.key) throw MISSING_KEY
-  return info.key
 }
 
 /** The gate as a hook of the instance that uses it (`scoped`): the API, and every route it holds. */

@@ -14,10 +14,11 @@ import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { isIPv6 } from 'node:net'
 import { type ApiError, badRequest, JSON_TYPE } from '../http/api-errors'
+import { MISSING_KEY } from '../http/bearer-token'
 import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
+import type { ActiveKey } from '../domain/api-key'
 import type { AddressSubject } from '../domain/subject'
 import { bodyUnread } from '../http/json-body'
-import type { ActiveKey } from '../modules/keys/service'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
 import type { UsageCounter } from '../observability/usage'
@@ -238,6 +239,15 @@ export function requestContext(options: RequestContextOptions) {
       })
       .onAfterHandle({ as: 'global' }, recordAnswer)
   )
+}
+
+/**
+ * The key the gate verified, for the handlers behind it. A handler reached without one would be a bug;
+ * it is answered as a missing key, never as a 500.
+ */
+export function verifiedKey(info: RequestInfo): ActiveKey {
+  if (!info.key) throw MISSING_KEY
+  return info.key
 }
 
 /**

@@ -2,10 +2,18 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import { type ApiKeyRecord, type CreateKeyInput, hashSecret, limitsFor, makeKey } from '../../domain/api-key'
-import type { Limits, Plan } from '../../domain/plans'
+import {
+  type ActiveKey,
+  type ApiKeyRecord,
+  type CreateKeyInput,
+  hashSecret,
+  type KeyLookup,
+  limitsFor,
+  makeKey,
+} from '../../domain/api-key'
+import type { Plan } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, Storage } from '../../domain/repositories'
-import { type KeySubject, keySubject } from '../../domain/subject'
+import { keySubject } from '../../domain/subject'
 
 /** Creates and stores a key; returns its one-time secret with the stored record. */
 export async function createKey(
@@ -29,21 +37,13 @@ export async function setKeyPlan(keys: KeyRepository, id: string, input: CreateK
 const CATCH_UP_GAP_MS = 10
 const MAX_REMEMBERED_MISSES = 10_000
 
-export interface ActiveKey {
-  id: string
-  plan: Plan
-  limits: Limits
-  /** The limiter's subject for this key. */
-  subject: KeySubject
-}
-
 /**
  * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
  * Keys another process (the CLI, another instance) creates, revokes or gives another plan are read from storage's change
  * numbers at each poll, and only those: the change takes effect everywhere in under a second, at a
  * cost that does not grow with the number of keys.
  */
-export class KeyRegistry {
+export class KeyRegistry implements KeyLookup {
   private byHash = new Map<string, ActiveKey>()
   /**
    * Secrets already found valid, to skip hashing on the hot path. Only hits are kept (at most one entry

@@ -7,8 +7,8 @@ import { badRequest, ClientClosedError, petNotFound } from '../../http/api-error
 import { readJsonBody } from '../../http/json-body'
 import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
-import { verifiedKey } from '../../plugins/gate'
-import { type RequestInfo, requestInfo } from '../../plugins/request-context'
+import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-context'
+import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
 import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
@@ -27,13 +27,6 @@ const JSON_TYPE = 'application/json'
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
 const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
-
-/** The operation deprecated, as its calls are counted (usage, /metrics). */
-export const DEPRECATED_OPERATION = 'getPet'
-
-/** getPet was deprecated with interface 1.0.0 and is removed on 5 December 2030 (RFC 9745, RFC 8594). */
-export const DEPRECATED_SINCE = '@1767225600'
-export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
 
 const parsedQueries = new Map<string, ListQuery>()
 /** Far above any query this operation takes (three short parameters); keeps the parse cache small. */
