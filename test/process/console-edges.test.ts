@@ -6,29 +6,14 @@
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
-import { cli, type Server, startServer } from '../support/binary'
+import { cli } from '../support/binary'
 import { DECLARED, isPublic } from '../support/console'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
-import { killSpawned, serveExpectingFailure } from './helpers'
+import { killSpawned, serveExpectingFailure, startWithConsole, type ConsoleServer } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
-
-interface ConsoleServer extends Server {
-  consolePort: number
-  /** http://127.0.0.1:CONSOLE_PORT */
-  console: string
-  password: string
-}
-
-async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
-  const server = await startServer(options)
-  const port = Number(/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1])
-  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
-  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
-  return { ...server, consolePort: port, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
-}
 
 interface Answer {
   status: number

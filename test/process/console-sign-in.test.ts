@@ -7,28 +7,14 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { eventually, type Server, startServer } from '../support/binary'
+import { eventually } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
-import { cliAsync, killSpawned } from './helpers'
+import { cliAsync, killSpawned, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(120_000)
-
-interface ConsoleServer extends Server {
-  console: string
-  password: string
-}
-
-async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
-  const server = await startServer(options)
-  const port = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1]
-  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
-  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
-  return { ...server, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
-}
 
 const attempt = (origin: string, name: string, password: string) =>
   fetch(`${origin}/api/session`, {

@@ -5,31 +5,17 @@
  * a session made on one instance works on another and ends on both.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, readFileSync, statSync } from 'node:fs'
+import { existsSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { cli, eventually, startServer, tempDir } from '../support/binary'
 import { CONSOLE_ROUTES, DECLARED, isPublic } from '../support/console'
 import { checkEveryAnswer, Contract } from '../support/contract'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
-import { auth, cliAsync, killSpawned, serveExpectingFailure } from './helpers'
+import { auth, cliAsync, killSpawned, serveExpectingFailure, startWithConsole, type ConsoleServer } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(30_000)
-
-interface ConsoleServer extends Server {
-  /** http://127.0.0.1:CONSOLE_PORT */
-  console: string
-  password: string
-}
-
-async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
-  const server = await startServer(options)
-  const port = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1]
-  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
-  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
-  return { ...server, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
-}
 
 /** Signs in and returns the session cookie (name=value). */
 async function signIn(origin: string, name: string, password: string): Promise<string> {

@@ -5,8 +5,9 @@
  */
 import { afterAll } from 'bun:test'
 import type { Subprocess } from 'bun'
+import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
-import { BINARY, bootstrapSecret, type CliResult, cleanEnv, type Server } from '../support/binary'
+import { BINARY, bootstrapSecret, type CliResult, cleanEnv, type Server, startServer } from '../support/binary'
 
 const running = new Set<Subprocess>()
 
@@ -276,4 +277,21 @@ export async function connectionRefused(port: number): Promise<boolean> {
     })
     socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code === 'ECONNREFUSED'))
   })
+}
+
+export interface ConsoleServer extends Server {
+  consolePort: number
+  /** http://127.0.0.1:CONSOLE_PORT */
+  console: string
+  /** The first operator's password, from the file the first start wrote ('' when none was made). */
+  password: string
+}
+
+/** The binary with its console on a free port, read from the startup line. */
+export async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
+  const server = await startServer(options)
+  const port = Number(/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1])
+  if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
+  const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
+  return { ...server, consolePort: port, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
 }
