@@ -194,17 +194,23 @@ export function scenarios(options: ScenarioOptions) {
   async function run(key: ActiveKey, request: Request, header: string, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
     const operationId = routes.operationAt(request.method, info.path)
     if (operationId === undefined) return undefined
-    // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
-    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits))) !== false) return undefined
-    info.key = key
     let plan: Plan | undefined
+    let refusal: ApiError | undefined
     try {
       plan = planOf(header, operationId, routes.documentedStatuses(operationId), request.headers.get('idempotency-key'))
     } catch (error) {
-      // A Prefer that cannot be honoured is answered like every 400, rate-limit fields included; it spends no token.
       if (!(error instanceof ApiError)) throw error
-      const body = await withQuota(error, key, set, info)
-      if (body === undefined) throw error
+      refusal = error
+    }
+    // A Prefer naming nothing known here changes nothing, and costs no look at the limiter.
+    if (!plan && !refusal) return undefined
+    // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
+    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits))) !== false) return undefined
+    info.key = key
+    if (refusal) {
+      // A Prefer that cannot be honoured is answered like every 400, rate-limit fields included; it spends no token.
+      const body = await withQuota(refusal, key, set, info)
+      if (body === undefined) throw refusal
       return body
     }
     if (!plan) return undefined
