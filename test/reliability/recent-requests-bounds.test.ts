@@ -2,9 +2,9 @@
  * The console's recent requests over the compiled binary (issue 21, item 5): the ring keeps a bounded
  * prefix of each path, and neither a long path nor a long query string is held alive by what it keeps
  * (a string sliced from the URL holds the whole URL in JSC). Two floods of 5,000 GETs with 16 KB paths,
- * then two of 5,000 with 8 KB query strings: the server's RSS ends under 32 MB above where each started
- * (measured: about 20; a bare Bun.serve grows 12 under the first; before the fix, 80 a flood and
- * climbing), and the console's list of the last 5,000 answers stays under 5 MB (82 MB before).
+ * then two of 5,000 with 8 KB query strings: the server's RSS ends under 48 MB above where each started
+ * (measured: 11 to 34 on a busy host, the heap and allocator growing once; a bare Bun.serve grows 12
+ * under the first; before the fix, 80 a flood and climbing), and the console's list of the last 5,000 answers stays under 5 MB (82 MB before).
  */
 import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
@@ -37,7 +37,7 @@ async function flood(urls: string[]): Promise<Map<number, number>> {
   return statuses
 }
 
-test('10,000 GETs with 16 KB paths, then 10,000 with 8 KB queries: RSS grows by under 32 MB each, the list stays under 5 MB', async () => {
+test('10,000 GETs with 16 KB paths, then 10,000 with 8 KB queries: RSS grows by under 48 MB each, the list stays under 5 MB', async () => {
   // The access log goes to /dev/null: it writes each whole path, which this test need not keep.
   const server = await startServer({ stdoutFile: '/dev/null' })
   const consolePort = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]
@@ -71,13 +71,13 @@ test('10,000 GETs with 16 KB paths, then 10,000 with 8 KB queries: RSS grows by 
   expect(new Set(requests.map((request) => request.path.length))).toEqual(new Set([PATH_KEPT]))
   expect(requests[0]!.path).toMatch(/^\/v1\/\d+-p+$/)
   expect(text.length).toBeLessThan(5_000_000)
-  expect(afterPaths - before).toBeLessThan(32)
+  expect(afterPaths - before).toBeLessThan(48)
 
   const longQueries = await flood(Array.from({ length: 10_000 }, (_, i) => `${server.base}/pets?q${i}=${'q'.repeat(8_000)}`))
   const afterQueries = rssMB(pid)
   console.error(
     `recent requests: 10,000 GETs with 8 KB queries ${JSON.stringify([...longQueries])}, RSS ${afterPaths.toFixed(1)} → ${afterQueries.toFixed(1)} MB`,
   )
-  expect(afterQueries - afterPaths).toBeLessThan(32)
+  expect(afterQueries - afterPaths).toBeLessThan(48)
   expect(await server.stop()).toBe(0)
 })
