@@ -115,6 +115,8 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store decides as the i
       }),
       { numRuns: 100 },
     )
-    expect(Math.min(...Object.values(seen)), `too few of a kind: ${JSON.stringify(seen)}`).toBeGreaterThan(50)
+    // A floor, not a figure: 100 random runs reach each kind about 50 to 1,500 times, and a generator that
+    // never bans reaches it never.
+    expect(Math.min(...Object.values(seen)), `too few of a kind: ${JSON.stringify(seen)}`).toBeGreaterThanOrEqual(10)
   }, 60_000)
 })
