@@ -2,7 +2,7 @@
 import { integer, option, reader, toggle } from '../config'
 import { type ApiKeyRecord, checkKeyName, limitsFor, looksLikeSecret } from '../domain/api-key'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
-import { DAY_MS } from '../domain/usage'
+import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { parseSince, printUsage } from './keys-usage'
 import {

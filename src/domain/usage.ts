@@ -5,6 +5,8 @@
  * from the summed histogram.
  */
 
+import { DAY_MS, HOUR_MS, MINUTE_MS } from './time'
+
 /** The key id of requests without a valid key: one bucket for all of them, by nothing more. */
 export const NO_KEY = ''
 
@@ -26,10 +28,6 @@ export const SERVER_ERRORS = 3
 export const DEPRECATED = 4
 export const FIRST_LATENCY = 5
 export const COUNTERS = FIRST_LATENCY + LATENCY_BUCKETS
-
-export const MINUTE_MS = 60_000
-export const HOUR_MS = 60 * MINUTE_MS
-export const DAY_MS = 24 * HOUR_MS
 
 export type Resolution = 'minute' | 'hour'
 export const RESOLUTION_MS: Record<Resolution, number> = { minute: MINUTE_MS, hour: HOUR_MS }

@@ -7,7 +7,8 @@
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
-import { DAY_MS, emptyCounts, HOUR_MS, OK } from '../../src/domain/usage'
+import { emptyCounts, OK } from '../../src/domain/usage'
+import { DAY_MS, HOUR_MS } from '../../src/domain/time'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure } from './helpers'

@@ -11,12 +11,12 @@ import {
   type BanRule,
   type Inspected,
   type LimiterBackend,
-  MINUTE_MS,
   type PeekResult,
   shapesOf,
   type SubjectReader,
   type TakeResult,
 } from '../backend'
+import { MINUTE_MS } from '../../domain/time'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {

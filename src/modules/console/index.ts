@@ -32,6 +32,7 @@ import { KEY_ID } from '../../domain/api-key'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
+import { MINUTE_MS } from '../../domain/time'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { type Window, WINDOWS } from '../usage/service'
@@ -228,7 +229,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, signInBodies))
             const { secret, operator: name } = await service.signIn(input.name, input.password)
             set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
-            return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
+            return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / MINUTE_MS }
           },
           operation('signIn', 'session', 'Sign in: sets the session cookie', {
             body: 'SignIn',

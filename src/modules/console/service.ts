@@ -23,7 +23,8 @@ import {
 import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
 import { type AddressSubject, keySubject, type Subject } from '../../domain/subject'
-import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
+import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
+import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry } from '../keys/service'
 import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
@@ -96,7 +97,7 @@ export class ConsoleService {
     const checked = await storage.operators.passwordHash(name)
     if (!(await passwordMatches(password, checked))) {
       // An operator's name is throttled, so its refusals are few; other names are counted in one entry a day.
-      if (checked === null) await storage.operators.countUnknownSignIn(now(), Math.floor(now() / DAY_MS) * DAY_MS)
+      if (checked === null) await storage.operators.countUnknownSignIn(now(), utcDayStart(now()))
       else await this.audit(name, SIGN_IN_REFUSED, '')
       throw BAD_SIGN_IN
     }
