@@ -11,6 +11,7 @@ import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
 import type { MaybePromise, Storage } from './domain/repositories'
 import { DAY_MS, HOUR_MS, MINUTE_MS } from './domain/time'
+import { USAGE_WRITE_MS } from './domain/usage'
 import { keySubject } from './domain/subject'
 import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from './domain/operators'
 import type { UsageRetention } from './config'
@@ -18,8 +19,6 @@ import type { UsageRetention } from './config'
 const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
 const PURGE_MS = HOUR_MS
-/** How often usage counted in memory is added to storage: what a `kill -9` can lose. */
-const USAGE_WRITE_MS = 2_000
 const USAGE_PRUNE_MS = 10 * MINUTE_MS
 /** Idle sessions, sign-in attempts out of the throttle's window and old refused sign-ins go this often. */
 const OPERATORS_PRUNE_MS = MINUTE_MS

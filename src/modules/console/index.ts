@@ -21,7 +21,7 @@ import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
 import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge } from '../../http/api-errors'
 import { AllowedHosts } from '../../http/allowed-hosts'
-import { compressedAsset, noFavicon } from '../../http/assets'
+import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
 import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { BodyBudget, bodyUnread, readJsonBody } from '../../http/json-body'
@@ -70,10 +70,9 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
 
 /** On every answer of the console listener. */
 export const SECURITY_HEADERS: Record<string, string> = {
-  'content-security-policy':
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-  'x-frame-options': 'DENY',
+  ...noFraming(
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; ",
+  ),
   'x-content-type-options': 'nosniff',
   'referrer-policy': 'no-referrer',
   'cache-control': 'no-store',

@@ -5,7 +5,9 @@
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
+import { DEPRECATED_OPERATION } from '../../domain/deprecation'
 import { PLANS } from '../../domain/plans'
+import { USAGE_WRITE_MS } from '../../domain/usage'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
 export const MAX_BODY_BYTES = 8 * 1024
@@ -67,7 +69,7 @@ const Key = Type.Object({
   }),
   bannedUntil: NullableTime("When the key's ban ends; null when it is not banned."),
   requestsToday: Type.Integer({
-    description: "Requests with the key in the UTC day so far (every instance's), as written to storage every 2 s.",
+    description: `Requests with the key in the UTC day so far (every instance's), as written to storage every ${USAGE_WRITE_MS / 1000} s.`,
   }),
   limitedToday: Type.Integer({ description: 'Of those, refused with 429.' }),
   deprecatedWeek: Type.Integer({
@@ -176,7 +178,7 @@ const KeyUsage = Type.Object({
 })
 
 const Deprecation = Type.Object({
-  operation: Type.Literal('getPet'),
+  operation: Type.Literal(DEPRECATED_OPERATION),
   method: Type.Literal('GET'),
   path: Type.Literal('/pets/{petId}'),
   sunset: Time('When the operation is removed: the date of its Sunset header.'),

@@ -2,7 +2,7 @@
  * The usage tables' columns, for both backends: one column per counter of domain/usage.ts, in its
  * order. Part of the schema: a change to the counters needs a migration, not an edit here.
  */
-import { COUNTERS, LATENCY_BUCKETS, type Resolution } from '../../domain/usage'
+import { COUNTERS, LATENCY_SLOTS, type Resolution } from '../../domain/usage'
 
 export const USAGE_TABLES: Record<Resolution, string> = { minute: 'usage_minutes', hour: 'usage_hours' }
 
@@ -12,7 +12,7 @@ export const COUNTER_COLUMNS: readonly string[] = [
   'limited',
   'server_errors',
   'deprecated',
-  ...Array.from({ length: LATENCY_BUCKETS }, (_, i) => `latency_${String(i).padStart(2, '0')}`),
+  ...Array.from({ length: LATENCY_SLOTS }, (_, i) => `latency_${String(i).padStart(2, '0')}`),
 ]
 if (COUNTER_COLUMNS.length !== COUNTERS) throw new Error('the usage columns do not match the counters')
 
