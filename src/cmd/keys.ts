@@ -1,6 +1,7 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
 import { integer, option, reader, toggle } from '../config'
-import { type ApiKeyRecord, checkKeyName, limitsFor, looksLikeSecret } from '../domain/api-key'
+import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
+import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
@@ -19,9 +20,6 @@ import {
   UsageError,
 } from './options'
 
-/** An enterprise key's own limits, per minute and per day. */
-const LIMIT = { min: 1, max: 1_000_000_000 }
-
 /** Each flag with the sub-commands it applies to. */
 const FLAGS = {
   plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
@@ -30,14 +28,14 @@ const FLAGS = {
     flag: 'rpm',
     value: 'N',
     help: 'requests per minute of an enterprise key',
-    parse: integer(LIMIT),
+    parse: integer(CUSTOM_LIMIT),
     only: ['create', 'set-plan'],
   }),
   rpd: option({
     flag: 'rpd',
     value: 'N',
     help: 'requests per day of an enterprise key',
-    parse: integer(LIMIT),
+    parse: integer(CUSTOM_LIMIT),
     only: ['create', 'set-plan'],
   }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),

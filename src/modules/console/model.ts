@@ -6,6 +6,7 @@
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
+import { CUSTOM_LIMIT, KEY_NAME_MAX } from '../../domain/key-input'
 import { PLANS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
 
@@ -18,7 +19,8 @@ const Plan = Type.Union(
   PLANS.map((plan) => Type.Literal(plan)),
   { description: "free, pro and business carry their plan's limits; enterprise carries its own rpm and rpd." },
 )
-const Limit = (what: string) => Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: `${what}, for the enterprise plan only.` })
+const Limit = (what: string) =>
+  Type.Integer({ minimum: CUSTOM_LIMIT.min, maximum: CUSTOM_LIMIT.max, description: `${what}, for the enterprise plan only.` })
 const Time = (description: string) => Type.String({ format: 'date-time', description })
 const NullableTime = (description: string) => Type.Union([Time(description), Type.Null()], { description })
 
@@ -33,7 +35,9 @@ export const SignIn = Type.Object(
 export const NewKey = Type.Object(
   {
     plan: Plan,
-    name: Type.Optional(Type.String({ maxLength: 200, description: 'A name to tell the key by (at most 200 characters).' })),
+    name: Type.Optional(
+      Type.String({ maxLength: KEY_NAME_MAX, description: `A name to tell the key by (at most ${KEY_NAME_MAX} characters).` }),
+    ),
     rpm: Type.Optional(Limit('Requests per minute')),
     rpd: Type.Optional(Limit('Requests per day')),
   },
@@ -47,11 +51,11 @@ export const PlanChange = Type.Object(
 
 /** What each field must be, for the 400 that names it. */
 export const FIELD_RULES: Record<string, string> = {
-  name: 'must be a string (a key name: at most 200 characters)',
+  name: `must be a string (a key name: at most ${KEY_NAME_MAX} characters)`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
-  rpm: 'must be an integer from 1 to 1000000000',
-  rpd: 'must be an integer from 1 to 1000000000',
+  rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
+  rpd: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
 }
 
 const Key = Type.Object({

@@ -4,7 +4,8 @@
  * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
-import { type ApiKeyRecord, type CreateKeyInput, KeyInputError, limitsFor } from '../../domain/api-key'
+import type { ApiKeyRecord } from '../../domain/api-key'
+import { type CreateKeyInput, KeyInputError, limitsFor } from '../../domain/key-input'
 import {
   type AuditEntry,
   type Credential,
@@ -55,11 +56,10 @@ const UNAUTHORIZED = new ApiError(
 )
 const BAD_SIGN_IN = new ApiError(401, 'unauthorized', 'Wrong operator name or password.')
 
-/** A key input's complaint, which names command-line flags, as a 400 naming the body's field. */
+/** A key's rule broken, as a 400 naming the body's field. */
 function keyInputError(error: unknown): never {
   if (!(error instanceof KeyInputError)) throw error
-  const field = /--(\w+)/.exec(error.message)?.[1] ?? 'plan'
-  throw badRequest(`${field}: ${error.message.replace(/--(\w+)/g, '$1')}`)
+  throw badRequest(`${error.field}: ${error.message}`)
 }
 
 export class ConsoleService {
