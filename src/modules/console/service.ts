@@ -35,7 +35,7 @@ export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
 /** What the console reads of the rate limiter (limiter/admin.ts's LimiterAdmin), declared here. */
 export interface LimiterView {
-  look(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
+  inspect(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
   bans(now: number): { subject: Subject; until: number }[]
   liftAddress(subject: AddressSubject): Promise<void>
 }
@@ -221,13 +221,13 @@ export class ConsoleService {
     let limiterAnswered = true
     const keys = await Promise.all(
       records.map(async (record) => {
-        let look: { dayLeft: number; bannedUntil: number | null } | null = null
+        let held: { dayLeft: number; bannedUntil: number | null } | null = null
         if (record.revokedAt === null)
-          look = await this.deps.limiter.look(keySubject(record.id), record).catch(() => {
+          held = await this.deps.limiter.inspect(keySubject(record.id), record).catch(() => {
             limiterAnswered = false
             return null
           })
-        return { ...keyFields(record), dayQuotaLeft: look?.dayLeft ?? null, bannedUntil: iso(look?.bannedUntil ?? null) }
+        return { ...keyFields(record), dayQuotaLeft: held?.dayLeft ?? null, bannedUntil: iso(held?.bannedUntil ?? null) }
       }),
     )
     return { keys, limiterAnswered }
@@ -289,8 +289,8 @@ export class ConsoleService {
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
     for (const { subject } of this.deps.limiter.bans(this.deps.now())) {
       if (subject.kind !== 'address') continue
-      const look = await this.deps.limiter.look(subject, PLAN_LIMITS.free).catch(() => null)
-      if (look?.bannedUntil) bans.push({ kind: 'address', address: subject.address, bannedUntil: iso(look.bannedUntil)! })
+      const held = await this.deps.limiter.inspect(subject, PLAN_LIMITS.free).catch(() => null)
+      if (held?.bannedUntil) bans.push({ kind: 'address', address: subject.address, bannedUntil: iso(held.bannedUntil)! })
     }
     return { bans, limiterAnswered }
   }

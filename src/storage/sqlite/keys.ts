@@ -7,6 +7,7 @@ import type { Database, Statement } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
+import { keySubject } from '../../domain/subject'
 import { describeUnavailable } from './failures'
 
 const KEY_COLUMNS =
@@ -115,7 +116,7 @@ export class SqliteKeys implements KeyRepository {
       return this.db
         .transaction(() => {
           if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
-          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(keySubject(id).name)
           this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
           return true
         })
@@ -133,7 +134,7 @@ export class SqliteKeys implements KeyRepository {
       .transaction(() => {
         const ids = pending.all().map((row) => row.keyId)
         for (const id of ids) {
-          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(keySubject(id).name)
           this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
         }
         return ids.map((keyId) => ({ keyId, seq: null }))
