@@ -33,7 +33,7 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     expect((await limiter.check(key, limits)).quota.remaining).toBe(2)
   })
 
-  test('a ban started here is listed and looked at; an address ban is lifted with its buckets', async () => {
+  test('a ban started here is listed and inspected; an address ban is lifted with its buckets', async () => {
     const { limiter, start } = make()
     const address = addressSubject('192.0.2.7')
     const limits = { rpm: 1, rpd: 1000 }
