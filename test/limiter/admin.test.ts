@@ -20,7 +20,7 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     return { limiter, ...time }
   }
 
-  test("look says a subject's day left without taking; not held, or held under other limits, is a full day", async () => {
+  test("inspect says a subject's day left without taking; not held, or held under other limits, is a full day", async () => {
     const { limiter } = make()
     const key = named('key:looked')
     const limits = { rpm: 5, rpd: 10 }
