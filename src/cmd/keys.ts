@@ -20,24 +20,23 @@ import {
   UsageError,
 } from './options'
 
+/** An enterprise key's own limit, per minute or per day. */
+function ownLimit(flag: 'rpm' | 'rpd', per: string) {
+  return option({
+    flag,
+    value: 'N',
+    help: `requests per ${per} of an enterprise key`,
+    parse: integer(CUSTOM_LIMIT),
+    only: ['create', 'set-plan'],
+  })
+}
+
 /** Each flag with the sub-commands it applies to. */
 const FLAGS = {
   plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
   name: option({ flag: 'name', value: 'TEXT', help: 'what the key is for, as keys list shows it', only: ['create'] }),
-  rpm: option({
-    flag: 'rpm',
-    value: 'N',
-    help: 'requests per minute of an enterprise key',
-    parse: integer(CUSTOM_LIMIT),
-    only: ['create', 'set-plan'],
-  }),
-  rpd: option({
-    flag: 'rpd',
-    value: 'N',
-    help: 'requests per day of an enterprise key',
-    parse: integer(CUSTOM_LIMIT),
-    only: ['create', 'set-plan'],
-  }),
+  rpm: ownLimit('rpm', 'minute'),
+  rpd: ownLimit('rpd', 'day'),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
   since: option({
     flag: 'since',
