@@ -123,9 +123,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await knownEverywhere(servers, key)
     for (let i = 0; i < 30; i++) await fetch(`${servers[i % 2]!.base}/pets`, { headers: auth(key) })
     expect((await fetch(`${servers[0]!.base}/pets`, { headers: auth(key) })).status).toBe(429)
-    const id = (
-      JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as { id: string; name: string }[]
-    ).find((k) => k.name === 'refilled')!.id
+    const id = (JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout) as { id: string; name: string }[]).find(
+      (k) => k.name === 'refilled',
+    )!.id
     expect(cli(['keys', 'reset-limits', id, '--database-url', databaseUrl]).code).toBe(0)
     // Each instance applies the reset at its next poll: wait for both, not for one and then read the other.
     let after: Response[] = []
