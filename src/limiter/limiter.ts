@@ -194,9 +194,19 @@ export class RateLimiter {
     return this.backend.forget(subject, seq)
   }
 
-  /** Whether the backend answers (readiness); always true in process. */
-  ping(): Promise<boolean> {
-    return this.backend.ping()
+  /** Whether the state lives outside this process (Redis), where it can stop answering. */
+  get shared(): boolean {
+    return this.memory === null
+  }
+
+  /**
+   * Whether the backend answers (readiness, and the jobs' watch, so that an idle instance's operator
+   * hears of an outage too); a change is noted as a request's would be. Always true in process.
+   */
+  async ping(): Promise<boolean> {
+    const answers = await this.backend.ping()
+    if (answers === this.storeUnavailable) this.noteUnavailable(!answers)
+    return answers
   }
 
   close(): void | Promise<void> {
