@@ -103,7 +103,11 @@ describeWithEngines(['redis-server'], 'a Redis outage under an idle instance', (
   test('with no request arriving, one line when Redis stops answering and one when it answers again', async () => {
     redis = await startRedis()
     const server = await startWithConsole({ args: ['--no-access-log', '--redis-url', redis.url] })
-    const lines = () => server.stderr().split('\n').filter((line) => line.includes('the shared rate limiter (Redis)'))
+    const lines = () =>
+      server
+        .stderr()
+        .split('\n')
+        .filter((line) => line.includes('the shared rate limiter (Redis)'))
     await redis.stop()
     await eventually(() => lines().length === 1, 5_000)
     expect(lines()).toEqual(['petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does'])
@@ -119,4 +123,3 @@ describeWithEngines(['redis-server'], 'a Redis outage under an idle instance', (
     await server.stop()
   })
 })
-
