@@ -1,6 +1,7 @@
 /**
  * What the binary says while an engine it needs is away. PostgreSQL stopped: every answer says storage
- * does not answer (a create's 503 once said "reads still work" while reads failed too), the console
+ * does not answer (a create's 503 once said "reads still work" while reads failed too; a token not yet
+ * known was called invalid or revoked, though storage could not be asked), the console
  * answers 503 rather than 500 with a stack trace in the log, and the log says storage does not answer;
  * set read-only instead, a create's 503 says reads still work, and they do. Redis stopped under an idle
  * instance: one line when it stops answering, one when it is back, nothing more, with no request at all.
@@ -42,6 +43,8 @@ describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () =
         create: await answer(await postPet(server.base, key, { name: 'during', categoryId: 1 })),
         list: await answer(await fetch(`${server.base}/pets`, { headers: auth(key) })),
         get: await answer(await fetch(`${server.base}/pets/1`, { headers: auth(key) })),
+        // A token this instance does not know may be a key made a moment ago: storage cannot say.
+        unknownKey: await answer(await fetch(`${server.base}/pets`, { headers: auth('psk_made_a_moment_ago_elsewhere') })),
         consoleKeys: await answer(await fetch(`${server.console}/api/keys`, { headers: { cookie } })),
         signIn: await answer(
           await fetch(`${server.console}/api/session`, {
