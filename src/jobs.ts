@@ -77,7 +77,7 @@ export class Jobs {
     this.every(STATE_SAVE_MS, () => this.saveState())
     if (this.petstore.limiter.shared)
       this.every(LIMITER_WATCH_MS, async () => {
-        await this.petstore.limiter.ping()
+        await this.petstore.limiter.watch()
       })
     this.every(USAGE_WRITE_MS, () => this.afterUsageWork(() => this.writeUsage()))
     this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
