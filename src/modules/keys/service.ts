@@ -136,7 +136,7 @@ export class KeyRegistry implements KeyLookup {
         return key
       },
       // Storage does not answer: whether the token is a key cannot be known, so it is not called unknown
-      // (the gate answers 503 as for any read storage cannot give); a failure of another kind is a miss.
+      // (the gate answers 503, as for any read storage cannot give); any other failure refuses it as unknown.
       (error) => {
         if (error instanceof StorageUnavailableError) throw error
         return undefined
