@@ -228,12 +228,15 @@ export interface PetBatch {
 
 /**
  * Storage cannot write, or does not answer (disk full, read-only file, database down): the API answers
- * 503 and keeps serving what it can.
+ * 503 and keeps serving what it can. `down` tells the two apart, so that no answer says reads work
+ * while they fail too.
  */
 export class StorageUnavailableError extends Error {
   constructor(
     readonly code: string,
     message = `the data file cannot be written now (${code})`,
+    /** Storage does not answer at all (its connection, its server): reads fail as well as writes. */
+    readonly down = false,
   ) {
     super(message)
   }
