@@ -387,7 +387,7 @@ describe('usage in the console', () => {
     type Usage = {
       keyId: string | null
       name: string | null
-      today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>
+      today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'notImplemented' | 'serverErrors', number>
       deprecated: { day: number; week: number; last: string | null }
     }
     const usage = async () => {
@@ -402,7 +402,7 @@ describe('usage in the console', () => {
     const rows = await usage()
     const limitedRow = byName(rows, 'limited')
     const callerRow = byName(rows, 'caller')
-    expect(limitedRow.today).toEqual({ requests: 7, ok: 3, clientErrors: 0, limited: 4, serverErrors: 0 })
+    expect(limitedRow.today).toEqual({ requests: 7, ok: 3, clientErrors: 0, limited: 4, notImplemented: 0, serverErrors: 0 })
     expect(callerRow.deprecated).toMatchObject({ day: 4, week: 4 })
 
     const get = async (path: string) => {

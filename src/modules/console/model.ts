@@ -81,7 +81,8 @@ const Outcomes = Type.Object({
   ok: Count('Answered 2xx.'),
   clientErrors: Count('Answered 4xx other than 429 (a bad request, no key, no such pet).'),
   limited: Count('Refused with 429 (a rate limit or a ban).'),
-  serverErrors: Count('Answered 5xx.'),
+  notImplemented: Count('Answered 501: an operation this server does not implement, by design (GET /store/orders); no failure.'),
+  serverErrors: Count('Answered 5xx other than 501: the server failed.'),
 })
 const Millis = Type.Union([Type.Number(), Type.Null()], {
   description: "Milliseconds: the upper bound of the duration histogram's bucket (within 2x); null without requests.",
@@ -97,7 +98,8 @@ const Series = Type.Object(
     ok: Counts('2xx per point.'),
     clientErrors: Counts('4xx other than 429 per point.'),
     limited: Counts('429 per point.'),
-    serverErrors: Counts('5xx per point.'),
+    notImplemented: Counts('501 (not implemented, by design) per point.'),
+    serverErrors: Counts('5xx other than 501 per point.'),
     p50: Type.Array(Millis, { description: 'Median duration per point.' }),
     p99: Type.Array(Millis, { description: '99th percentile duration per point.' }),
     total: Type.Composite([Outcomes, Type.Object({ p50: Millis, p99: Millis })], { description: 'The whole window.' }),

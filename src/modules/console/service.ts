@@ -337,6 +337,7 @@ function columns(series: UsageSeries): Model<'Series'> {
     ok: column('ok'),
     clientErrors: column('clientErrors'),
     limited: column('limited'),
+    notImplemented: column('notImplemented'),
     serverErrors: column('serverErrors'),
     p50: column('p50'),
     p99: column('p99'),

@@ -16,7 +16,8 @@ const OUTCOMES = [
   { field: 'ok', label: '2xx', color: '--ok', means: 'answered' },
   { field: 'clientErrors', label: '4xx (not 429)', color: '--client', means: 'bad request, no valid key, no such pet' },
   { field: 'limited', label: '429', color: '--limited', means: 'refused: over a limit, or banned' },
-  { field: 'serverErrors', label: '5xx', color: '--server', means: 'the server failed' },
+  { field: 'notImplemented', label: '501', color: '--unimplemented', means: 'not implemented here, by design (GET /store/orders)' },
+  { field: 'serverErrors', label: '5xx (not 501)', color: '--server', means: 'the server failed' },
 ] as const
 
 const $ = <T extends Element>(selector: string) => document.querySelector<T>(selector)!
