@@ -137,8 +137,13 @@ const RecentRequest = Type.Object({
 
 const AuditEntry = Type.Object({
   at: Time('When it was done.'),
-  actor: Type.String({ description: 'The operator, or (command line) for the operators command.' }),
-  action: Type.String({ description: 'e.g. operator.sign-in, key.create, key.revoke, key.reset-limits, key.set-plan, ban.lift.' }),
+  actor: Type.String({
+    description:
+      "The operator; cli (USER) for the keys and operators commands, USER being the system account that ran them; cli (USER, first start) for the first start's key and operator.",
+  }),
+  action: Type.String({
+    description: 'e.g. operator.sign-in, key.create, key.revoke, key.reset-limits, key.set-plan, ban.lift, operator.add.',
+  }),
   target: Type.String({ description: 'What it was done to: a key id, an address, an operator; empty when nothing.' }),
 })
 
