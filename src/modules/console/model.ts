@@ -252,4 +252,11 @@ export const RequestsQuery = Type.Object({
   limit: Type.Optional(ListLimit),
 })
 export const AuditQuery = Type.Object({ limit: Type.Optional(ListLimit) })
+/** Whether GET /api/keys lists revoked keys too (the CLI's keys list always does). */
+export const RevokedKeys = Type.Union([Type.Literal('exclude'), Type.Literal('include')], {
+  default: 'exclude',
+  description: 'include: revoked keys too (with their revokedAt); exclude: the keys in use only.',
+})
+export type RevokedKeys = Static<typeof RevokedKeys>
+export const KeysQuery = Type.Object({ revoked: Type.Optional(RevokedKeys) })
 export const UsageQuery = Type.Object({ window: Type.Optional(UsageWindow) })

@@ -7,7 +7,7 @@
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 // Types only: the server's model declares what each route answers, and nothing of it is bundled.
-import type { Model, UsageWindow } from '../model'
+import type { Model, RevokedKeys, UsageWindow } from '../model'
 
 const WINDOW_WORDS: Record<UsageWindow, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
 
@@ -47,10 +47,21 @@ async function api<T = null>(method: string, path: string, body?: unknown): Prom
   return value as T
 }
 
+/** A cell, labelled with its column's heading: a narrow screen shows each row as a card of labelled figures. */
 function cell(row: HTMLTableRowElement, text: string | number | null): HTMLTableCellElement {
   const td = row.insertCell()
   td.textContent = text === null ? '-' : String(text)
+  const heading = (row.closest('table') as HTMLTableElement | null)?.tHead?.rows[0]?.cells[td.cellIndex]
+  td.dataset.label = heading?.textContent?.trim() ?? ''
   return td
+}
+
+/** A row that says the table is empty, across its columns. */
+function emptyRow(body: HTMLTableSectionElement, text: string): void {
+  const td = body.insertRow().insertCell()
+  td.className = 'empty'
+  td.colSpan = (body.parentElement as HTMLTableElement).tHead?.rows[0]?.cells.length ?? 1
+  td.textContent = text
 }
 
 function button(parent: HTMLElement, label: string, action: () => Promise<unknown>): void {
@@ -107,7 +118,8 @@ async function showTab(name: string): Promise<void> {
 }
 
 async function loadKeys(): Promise<void> {
-  keys = (await api<Model<'KeyList'>>('GET', '/api/keys')).keys
+  const revoked: RevokedKeys = $<HTMLInputElement>('#key-revoked').checked ? 'include' : 'exclude'
+  keys = (await api<Model<'KeyList'>>('GET', `/api/keys?revoked=${revoked}`)).keys
   drawKeys()
 }
 
@@ -116,7 +128,7 @@ function drawKeys(): void {
   const body = $<HTMLTableSectionElement>('#key-table tbody')
   body.replaceChildren()
   const shown = keys
-    .filter((key) => key.revokedAt === null && key.name.toLowerCase().includes(search))
+    .filter((key) => key.name.toLowerCase().includes(search))
     .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
   for (const key of shown) {
     const row = body.insertRow()
@@ -136,6 +148,13 @@ function drawKeys(): void {
     cell(row, when(key.lastUsedAt))
     cell(row, when(key.bannedUntil))
     const actions = cell(row, '')
+    actions.className = 'actions'
+    // A revoked key is shown for the record: nothing can be done with it any more.
+    if (key.revokedAt !== null) {
+      row.classList.add('revoked')
+      actions.textContent = `Revoked ${when(key.revokedAt)}`
+      continue
+    }
     button(actions, 'Revoke', async () => {
       if (!confirm(`Revoke the key "${key.name || key.id}"? Requests with it are refused within a second.`)) return
       await api('DELETE', `/api/keys/${encodeURIComponent(key.id)}`)
@@ -284,7 +303,7 @@ async function loadKey(): Promise<void> {
     const row = body.insertRow()
     for (const value of [when(entry.time), entry.method, entry.path, entry.status, entry.durationMs, entry.requestId]) cell(row, value)
   }
-  if (refusals.length === 0) cell(body.insertRow(), 'No refusals among the recent requests.')
+  if (refusals.length === 0) emptyRow(body, 'No refusals among the recent requests.')
 }
 
 async function loadDeprecation(): Promise<void> {
@@ -300,7 +319,7 @@ async function loadDeprecation(): Promise<void> {
     button(cell(row, ''), caller.name || caller.keyId, () => showKey(caller.keyId))
     for (const value of [caller.day, caller.week, when(caller.lastCall)]) cell(row, value)
   }
-  if (deprecation.callers.length === 0) cell(body.insertRow(), 'No key called it in the last 7 days.')
+  if (deprecation.callers.length === 0) emptyRow(body, 'No key called it in the last 7 days.')
 }
 
 /** Redraws the charts at their containers' width (a resize, a turned phone) and in the current colours. */
@@ -318,13 +337,15 @@ async function loadBans(): Promise<void> {
     cell(row, when(ban.bannedUntil))
     const path =
       ban.kind === 'key' ? `/api/bans/keys/${encodeURIComponent(ban.keyId)}` : `/api/bans/addresses/${encodeURIComponent(ban.address)}`
-    button(cell(row, ''), 'Lift', async () => {
+    const actions = cell(row, '')
+    actions.className = 'actions'
+    button(actions, 'Lift', async () => {
       await api('DELETE', path)
       await applied()
       await loadBans()
     })
   }
-  if (bans.length === 0) cell(body.insertRow(), 'No bans right now.')
+  if (bans.length === 0) emptyRow(body, 'No bans right now.')
 }
 
 async function loadRequests(): Promise<void> {
@@ -355,7 +376,7 @@ async function loadAudit(): Promise<void> {
   body.replaceChildren()
   for (const entry of entries) {
     const row = body.insertRow()
-    for (const value of [when(entry.at), entry.actor, entry.action, entry.target]) cell(row, value)
+    for (const value of [when(entry.at), entry.actor, entry.action, entry.target || null]) cell(row, value)
   }
 }
 
@@ -385,6 +406,7 @@ function wire(): void {
       drawKeys()
     })
   $('#key-search').addEventListener('input', drawKeys)
+  $('#key-revoked').addEventListener('change', () => run(loadKeys))
   for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-window]'))
     choice.addEventListener('click', () => {
       overviewWindow = choice.dataset.window as UsageWindow
