@@ -2,9 +2,10 @@
  * The console's page as an operator uses it, in Debian's Chromium driven by playwright-core, over the
  * compiled binary: sign in, create a key (its secret shown once) and use it on the API, revoke it (with
  * the confirmation) and see 401 within a second, see a banned key in Bans and lift it, read the recent
- * requests and the audit log. No request leaves for another origin and the page breaks no rule of its
- * Content-Security-Policy. Screenshots of each section at 1280 and 390 pixels are written to
- * dist/console-screenshots/. Without Chromium the suite says so in one line and skips this file; with
+ * requests and the audit log (the command line's changes among them). At 1280 and 390 pixels every
+ * action of the Keys and Bans tables is on screen and clickable, and revoked keys show on request. No
+ * request leaves for another origin and the page breaks no rule of its Content-Security-Policy.
+ * Screenshots of each section at 1280 and 390 pixels are written to dist/console-screenshots/. Without Chromium the suite says so in one line and skips this file; with
  * CI=true it fails instead.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
