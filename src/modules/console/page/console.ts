@@ -127,6 +127,12 @@ function drawKeys(): void {
   const search = $<HTMLInputElement>('#key-search').value.trim().toLowerCase()
   const body = $<HTMLTableSectionElement>('#key-table tbody')
   body.replaceChildren()
+  // The column sorted by says so, and which way (an arrow, and aria-sort for screen readers).
+  for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]')) {
+    const th = header.parentElement!
+    if (header.dataset.sort === sortBy) th.setAttribute('aria-sort', ascending ? 'ascending' : 'descending')
+    else th.removeAttribute('aria-sort')
+  }
   const shown = keys
     .filter((key) => key.name.toLowerCase().includes(search))
     .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
