@@ -84,15 +84,19 @@ describeWithEngines(['postgresql'], 'the pets read cache of instances on one Pos
     const readers = Array.from({ length: 32 }, async (_, r) => {
       for (let i = r; reading; i += 32) await getPet(b, ids[i % ids.length]!)
     })
-    const reset = cli(['pets', 'reset', '--yes', '--database-url', databaseUrl])
-    const resetAt = performance.now()
-    expect(reset.code).toBe(0)
     const firstPage = async () => (await page(b, 20, 0)).ids.length === 0
     const noneFound = async () => (await Promise.all(ids.map((id) => getPet(b, id)))).every((status) => status === 404)
-    await eventually(async () => (await firstPage()) && (await noneFound()), 1_000)
-    const seenAfterMs = performance.now() - resetAt
-    reading = false
-    await Promise.all(readers)
+    let seenAfterMs = Infinity
+    try {
+      const reset = cli(['pets', 'reset', '--yes', '--database-url', databaseUrl])
+      const resetAt = performance.now()
+      expect(reset.code).toBe(0)
+      await eventually(async () => (await firstPage()) && (await noneFound()), 2_000).catch(() => {})
+      seenAfterMs = performance.now() - resetAt
+    } finally {
+      reading = false
+      await Promise.all(readers)
+    }
     expect(seenAfterMs).toBeLessThan(1_000)
     // And it stays so: the caches were not filled again by a read that straddled the reset.
     expect(await noneFound()).toBe(true)
@@ -124,19 +128,21 @@ describeWithEngines(['postgresql'], 'the pets read cache of instances on one Pos
     }
   })
 
-  test('32 readers paging through both instances while both insert never skip or repeat a pet', async () => {
+  test('32 readers paging while the other instance inserts never skip or repeat a pet', async () => {
     expect(cli(['pets', 'seed', '--count', '100', '--database-url', databaseUrl]).code).toBe(0)
     const servers = await twoInstances()
     let writing = true
+    // All on the first instance: the second learns of the new pets only from PostgreSQL.
     const writers = Array.from({ length: 8 }, async (_, w) => {
-      for (let i = 0; i < 30; i++) await create(servers[(w + i) % 2]!, `p${w}.${i}`)
+      for (let i = 0; i < 30; i++) await create(servers[0]!, `p${w}.${i}`)
     })
     const readers = Array.from({ length: 32 }, async (_, r) => {
       const seen: number[] = []
-      // Each page goes to the other instance; an empty page begun after the writers stopped ends it.
-      for (let turn = r, done = false; !done; turn++) {
+      // Half the readers on the second instance alone, half sending each page to the other instance; an
+      // empty page begun after the writers stopped ends a reader's listing.
+      for (let turn = 0, done = false; !done; turn++) {
         const stopped = !writing
-        const read = await page(servers[turn % 2]!, 7, seen.at(-1) ?? 0)
+        const read = await page(servers[r % 2 === 0 ? 1 : turn % 2]!, 7, seen.at(-1) ?? 0)
         seen.push(...read.ids)
         done = stopped && read.ids.length === 0
       }
