@@ -256,7 +256,9 @@ async function profileScenario(values: Record<string, string | boolean | undefin
   if (!file) throw new Error(`no .cpuprofile was written in ${dir}:\n${stderr.text.slice(-2000)}`)
   console.error(`profile: ${join(dir, file)}`)
   const summary = analyze(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile, Number(values.top ?? 25))
-  console.log(`## ${scenario.title} on ${backend === 'postgres' ? 'PostgreSQL + Redis' : 'the data file'} under load (${Math.round(result.rps).toLocaleString('en')} req/s with the profiler on)\n`)
+  console.log(
+    `## ${scenario.title} on ${backend === 'postgres' ? 'PostgreSQL + Redis' : 'the data file'} under load (${Math.round(result.rps).toLocaleString('en')} req/s with the profiler on)\n`,
+  )
   console.log(summaryMarkdown(summary))
 }
 
@@ -308,7 +310,10 @@ const engineStops: (() => Promise<void>)[] = []
 async function startShared(): Promise<{ databaseUrl: string; redisUrl: string }> {
   const [{ startPostgres }, { startRedis }] = await Promise.all([import('../support/postgres'), import('../support/redis')])
   const [cluster, redis] = await Promise.all([startPostgres(), startRedis()])
-  engineStops.push(() => cluster.destroy(), () => redis.destroy())
+  engineStops.push(
+    () => cluster.destroy(),
+    () => redis.destroy(),
+  )
   return { databaseUrl: await cluster.createDatabase('profile'), redisUrl: redis.url }
 }
 
