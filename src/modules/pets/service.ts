@@ -76,7 +76,7 @@ const MAX_CACHED_PAGES = 4096
 export const MAX_PAGE_UNITS = 32 * 1024 * 1024
 const MAX_CACHED_PETS = 100_000
 /** Ids per single-pet read: a miss reads and keeps the pets of its block (see getJson). */
-export const PET_BLOCK = 64
+const PET_BLOCK = 64
 export const MAX_PET_UNITS = 16 * 1024 * 1024
 
 export class PetService {
@@ -159,17 +159,16 @@ export class PetService {
     const after = id - 1 - ((id - 1) % PET_BLOCK)
     const generation = this.generation
     const rows = await this.read(() => this.repo.list(after, PET_BLOCK, undefined))
+    const keep = generation === this.generation
     let json: string | null = null
     for (const pet of rows) {
-      const text = petJson(pet)
-      if (pet.id === id) json = text
-      if (generation === this.generation) this.cachePet(pet.id, text)
+      if (pet.id === id) json = petJson(pet)
+      if (keep && !this.pets.has(pet.id)) this.cachePet(pet.id, pet.id === id ? json! : petJson(pet))
     }
     return json
   }
 
   private cachePet(id: number, json: string): void {
-    if (this.pets.has(id)) return
     for (const [oldest, old] of this.pets) {
       if (this.pets.size < MAX_CACHED_PETS && this.petUnits + json.length <= MAX_PET_UNITS) break
       this.pets.delete(oldest)
