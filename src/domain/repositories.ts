@@ -26,7 +26,6 @@ export interface PetRepository {
    * order, so a page that ends before the newest pet never changes (until a seed or reset).
    */
   list(afterId: number, limit: number, status: PetStatus | undefined): MaybePromise<Pet[]>
-  get(id: number): MaybePromise<Pet | null>
   /**
    * Runs every command in one durable transaction (group commit); outcomes in command order. A command
    * with an Idempotency-Key is settled by the domain's rule (domain/idempotency.ts) inside the
