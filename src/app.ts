@@ -142,8 +142,14 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     now,
     locationPrefix: `${config.baseUrl}/pets/`,
     onInternalError,
-    onWritesRefused: (reason) =>
-      warn(reason ? `storage refuses writes (${reason}); creates answer 503 until it accepts them` : 'storage accepts writes again'),
+    onWritesRefused: (refusal) =>
+      warn(
+        refusal === null
+          ? 'storage accepts writes again'
+          : refusal.down
+            ? `storage does not answer (${refusal.code}); requests that need it answer 503 until it does`
+            : `storage refuses writes (${refusal.code}); creates answer 503 until it accepts them`,
+      ),
     soleWriter: storage.soleWriter,
   })
   const notReady = readinessCheck({

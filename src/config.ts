@@ -245,9 +245,14 @@ function parseListenAddress(value: string, name: string): { host: string; port: 
 
 /** Host names, lower-cased, each optionally with :PORT. */
 function parseConsoleHosts(names: string[], name: string): string[] {
-  for (const value of names)
-    if (value.length > 260 || !HOST_NAME.test(value) || Number(/:(\d+)$/.exec(value)?.[1] ?? 0) > 65535)
-      throw new ConfigError(`${name} must be a host name, optionally with :PORT (such as console.example.com), not "${value.slice(0, 80)}"`)
+  for (const value of names) {
+    // Compared as text with the Host a client sends: a port as clients write it, 1 to 65535 without a leading zero.
+    const port = /:(\d+)$/.exec(value)?.[1]
+    if (value.length > 260 || !HOST_NAME.test(value) || (port !== undefined && !(/^[1-9]\d*$/.test(port) && Number(port) <= 65535)))
+      throw new ConfigError(
+        `${name} must be a host name, optionally with :PORT from 1 to 65535 (such as console.example.com or console.example.com:8443), not "${value.slice(0, 80)}"`,
+      )
+  }
   return names.map((value) => value.toLowerCase())
 }
 

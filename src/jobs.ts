@@ -3,7 +3,8 @@
  * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
  * reset by other processes; the read-only data file's watch), rate-limit state saves, usage writes
  * (every few seconds, and a last one at the stop), idempotency purges, usage pruning, and the pruning
- * of idle sessions, sign-in attempts and old refused sign-ins. Each job
+ * of idle sessions, sign-in attempts and old refused sign-ins; with Redis, a watch that it answers (so an
+ * idle instance logs an outage as a busy one does). Each job
  * runs alone: a turn still running when the next comes is not started twice.
  */
 import type { PetstoreApp } from './app'
@@ -22,6 +23,8 @@ const PURGE_MS = HOUR_MS
 const USAGE_PRUNE_MS = 10 * MINUTE_MS
 /** Idle sessions, sign-in attempts out of the throttle's window and old refused sign-ins go this often. */
 const OPERATORS_PRUNE_MS = MINUTE_MS
+/** How often an instance asks whether the shared rate limiter (Redis) answers, requests or none. */
+const LIMITER_WATCH_MS = 500
 
 export interface JobOptions {
   now: () => number
@@ -71,6 +74,10 @@ export class Jobs {
       await this.pollChanges()
     })
     this.every(STATE_SAVE_MS, () => this.saveState())
+    if (this.petstore.limiter.shared)
+      this.every(LIMITER_WATCH_MS, async () => {
+        await this.petstore.limiter.watch()
+      })
     this.every(USAGE_WRITE_MS, () => this.afterUsageWork(() => this.writeUsage()))
     this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
     // Once at the start as well: a server restarted more often than the prune runs still prunes.

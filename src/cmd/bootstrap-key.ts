@@ -10,13 +10,16 @@ import { basename, dirname, relative, resolve } from 'node:path'
 import { type Config, ENVIRONMENTS } from '../config'
 import { makeKey } from '../domain/api-key'
 import { type MaybePromise, StorageOpenError, type Storage } from '../domain/repositories'
+import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
   const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
   const file = fileBesideData(config.dataFile, 'bootstrap-key.txt')
   const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
-  if (made) announceBootstrapKey(config, record.id, secret, file)
+  if (!made) return
+  announceBootstrapKey(config, record.id, secret, file)
+  await auditCommand(storage, 'key.create', record.id, { firstStart: true })
 }
 
 /**

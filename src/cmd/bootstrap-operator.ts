@@ -6,6 +6,7 @@
 import type { Config } from '../config'
 import { generatePassword, hashPassword } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
+import { auditCommand } from './audit'
 import { commandName, fileBesideData, secretFileFirst, storeFlags } from './bootstrap-key'
 
 export const FIRST_OPERATOR = 'admin'
@@ -24,4 +25,5 @@ export async function bootstrapOperator(config: Config, storage: Storage, consol
       (process.stderr.isTTY ? `:\n${password}` : '') +
       `\npetstore: sign in at ${consoleUrl}; add operators with: ${commandName()} operators add NAME${storeFlags(config)}`,
   )
+  await auditCommand(storage, 'operator.add', FIRST_OPERATOR, { firstStart: true })
 }

@@ -54,7 +54,7 @@ export async function printUsage(
   printKeys([key])
   console.log(`\nRequests per ${series.resolution} since ${since} (only ${series.resolution}s with requests):`)
   printTable(
-    ['AT', 'REQUESTS', '2XX', '4XX', '429', '5XX', 'P50 MS', 'P99 MS'],
+    ['AT', 'REQUESTS', '2XX', '4XX', '429', '501', '5XX', 'P50 MS', 'P99 MS'],
     points.map((p) => [iso(p.at)!, ...outcomeCells(p), String(p.p50), String(p.p99)]),
   )
   return 0
@@ -69,7 +69,7 @@ function pointJson(point: UsagePoint) {
 }
 
 function outcomeCells(o: Outcomes): string[] {
-  return [o.requests, o.ok, o.clientErrors, o.limited, o.serverErrors].map(String)
+  return [o.requests, o.ok, o.clientErrors, o.limited, o.notImplemented, o.serverErrors].map(String)
 }
 
 function printKeys(keys: KeyUsage[]): void {

@@ -5,6 +5,7 @@ import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
+import { auditCommand } from './audit'
 import { parseSince, printUsage } from './keys-usage'
 import {
   asUsageError,
@@ -122,6 +123,8 @@ export async function keys(args: string[]): Promise<number> {
           'Its secret, shown only now, is the next line:',
       )
       console.log(secret)
+      // After the secret: a key made is never left without it, whatever the audit write does.
+      await auditCommand(storage, 'key.create', record.id)
     } else if (sub === 'list') {
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
       printKeys(await storage.keys.list(), values.json === true)
@@ -134,6 +137,7 @@ export async function keys(args: string[]): Promise<number> {
         console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
         return 1
       }
+      await auditCommand(storage, 'key.set-plan', `${id} ${input.plan}`)
       const { rpm, rpd } = limitsFor(input)
       console.error(
         `petstore: ${id} is now on the ${input.plan} plan (${rpm}/min, ${rpd}/day) in ${where}; a running server applies it within a second`,
@@ -145,6 +149,7 @@ export async function keys(args: string[]): Promise<number> {
         console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${where}`)
         return 1
       }
+      await auditCommand(storage, `key.${sub}`, id)
       console.error(
         sub === 'revoke'
           ? `petstore: revoked ${id} in ${where}; a running server refuses it within a second`

@@ -3,18 +3,12 @@
  * straight in storage. A running server refuses a removed operator's session, or a session from before a
  * password reset, at its next request. Each change is written to the console's audit log.
  */
-import {
-  checkOperatorName,
-  COMMAND_LINE_ACTOR,
-  generatePassword,
-  hashPassword,
-  makeCredentialSecret,
-  OperatorInputError,
-} from '../domain/operators'
+import { checkOperatorName, generatePassword, hashPassword, makeCredentialSecret, OperatorInputError } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
 import { existsSync, rmSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { resolveDataFile, toggle } from '../config'
+import { auditCommand } from './audit'
 import { fileBesideData } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
 import { bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, UsageError, type Values } from './options'
@@ -105,7 +99,7 @@ async function change(storage: Storage, where: string, sub: string, name: string
     return 1
   }
   // Stamped when the change took effect, not when the command started (a password's hash takes a while).
-  await storage.operators.audit({ at: Date.now(), actor: COMMAND_LINE_ACTOR, action: `operator.${sub}`, target: name })
+  await auditCommand(storage, `operator.${sub}`, name)
   const said: Record<string, string> = {
     add: `added operator "${name}" in ${where}. Their password, shown only now, is the next line:`,
     'reset-password': `reset the password of "${name}" in ${where} and ended their console sessions. The new password, shown only now, is the next line:`,

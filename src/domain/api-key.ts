@@ -38,7 +38,10 @@ export interface ActiveKey {
 export interface KeyLookup {
   /** The key of a secret, from memory. */
   find(secret: string): ActiveKey | undefined
-  /** For a secret `find` missed: looks again after reading storage's changes; undefined when known to be no key. */
+  /**
+   * For a secret `find` missed: looks again after reading storage's changes; undefined when known to be
+   * no key; rejects with StorageUnavailableError when storage cannot be read.
+   */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined
   markUsed(key: ActiveKey, now: number): void
 }

@@ -23,7 +23,7 @@ export interface Credential {
 
 export interface AuditEntry {
   at: number
-  /** The operator who acted, or `(command line)` for the operators command. */
+  /** The operator who acted, or the command line (commandLineActor). */
   actor: string
   /** What was done, e.g. `key.revoke`. */
   action: string
@@ -31,8 +31,13 @@ export interface AuditEntry {
   target: string
 }
 
-/** The actor of the audit entries the operators command writes. */
-export const COMMAND_LINE_ACTOR = '(command line)'
+/**
+ * The actor of what the command line does (`keys`, `operators`, and the first start's key and operator):
+ * `cli (USER)`, the account that ran it, which no operator's name can be (no spaces or brackets there).
+ */
+export function commandLineActor(user: string, firstStart = false): string {
+  return `cli (${user}${firstStart ? ', first start' : ''})`
+}
 /** The actor of the one audit entry a UTC day that counts refused sign-ins for names that are no operator. */
 export const UNKNOWN_NAMES_ACTOR = '(unknown names)'
 export const SIGN_IN_REFUSED = 'operator.sign-in-refused'

@@ -26,7 +26,6 @@ export interface PetRepository {
    * order, so a page that ends before the newest pet never changes (until a seed or reset).
    */
   list(afterId: number, limit: number, status: PetStatus | undefined): MaybePromise<Pet[]>
-  get(id: number): MaybePromise<Pet | null>
   /**
    * Runs every command in one durable transaction (group commit); outcomes in command order. A command
    * with an Idempotency-Key is settled by the domain's rule (domain/idempotency.ts) inside the
@@ -228,12 +227,15 @@ export interface PetBatch {
 
 /**
  * Storage cannot write, or does not answer (disk full, read-only file, database down): the API answers
- * 503 and keeps serving what it can.
+ * 503 and keeps serving what it can. `down` tells the two apart, so that no answer says reads work
+ * while they fail too.
  */
 export class StorageUnavailableError extends Error {
   constructor(
     readonly code: string,
     message = `the data file cannot be written now (${code})`,
+    /** Storage does not answer at all (its connection, its server): reads fail as well as writes. */
+    readonly down = false,
   ) {
     super(message)
   }

@@ -22,8 +22,11 @@ export const LATENCY_BOUNDS_MS: readonly number[] = Array.from({ length: 18 }, (
 /** How many histogram counters a row has: one per bound, and one beyond the last. */
 export const LATENCY_SLOTS = LATENCY_BOUNDS_MS.length + 1
 
-/** The counters of one row, in one fixed order: the outcome classes, deprecated calls, the histogram. */
-export const OUTCOMES = ['ok', 'clientErrors', 'limited', 'serverErrors'] as const
+/**
+ * The counters of one row, in one fixed order: the outcome classes, deprecated calls, the histogram, then
+ * the 501s (an outcome class counted apart since a later schema step; before it they were among the 5xx).
+ */
+export const OUTCOMES = ['ok', 'clientErrors', 'limited', 'notImplemented', 'serverErrors'] as const
 export type Outcome = (typeof OUTCOMES)[number]
 export const OK = 0
 export const CLIENT_ERRORS = 1
@@ -31,7 +34,8 @@ export const LIMITED = 2
 export const SERVER_ERRORS = 3
 export const DEPRECATED = 4
 export const FIRST_LATENCY = 5
-export const COUNTERS = FIRST_LATENCY + LATENCY_SLOTS
+export const NOT_IMPLEMENTED = FIRST_LATENCY + LATENCY_SLOTS
+export const COUNTERS = NOT_IMPLEMENTED + 1
 
 export type Resolution = 'minute' | 'hour'
 export const RESOLUTION_MS: Record<Resolution, number> = { minute: MINUTE_MS, hour: HOUR_MS }
@@ -47,12 +51,14 @@ export interface UsageRow {
 }
 
 /**
- * The slot an answer counts in: 2xx (and the rest below 400), 4xx other than 429, 429, 5xx. A client
- * that went away (499) counts as a 4xx.
+ * The slot an answer counts in: 2xx (and the rest below 400), 4xx other than 429, 429, 501, other 5xx.
+ * A client that went away (499) counts as a 4xx. A 501 is an operation this server does not implement,
+ * by design (GET /store/orders): what it was asked is known and answered, so it is no failure.
  */
 export function outcomeOf(status: number): number {
   if (status < 400) return OK
   if (status === 429) return LIMITED
+  if (status === 501) return NOT_IMPLEMENTED
   return status < 500 ? CLIENT_ERRORS : SERVER_ERRORS
 }
 
@@ -73,7 +79,7 @@ export function addCounts(into: number[], from: readonly number[]): number[] {
 }
 
 export function requestsIn(counts: readonly number[]): number {
-  return counts[OK]! + counts[CLIENT_ERRORS]! + counts[LIMITED]! + counts[SERVER_ERRORS]!
+  return counts[OK]! + counts[CLIENT_ERRORS]! + counts[LIMITED]! + counts[NOT_IMPLEMENTED]! + counts[SERVER_ERRORS]!
 }
 
 /**

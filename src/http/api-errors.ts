@@ -58,8 +58,13 @@ export const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_t
 /** RFC 9110 §15.5.20: the request names a host this listener does not answer to. */
 export const misdirectedRequest = (message: string) => new ApiError(421, 'misdirected_request', message)
 export const notImplemented = (what: string) => new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)
-export const unavailable = (message = 'Storage cannot accept writes right now; reads still work.') =>
-  new ApiError(503, 'unavailable', message)
+export const unavailable = (message: string) => new ApiError(503, 'unavailable', message)
+/**
+ * Storage that does not answer at all (`down`: a database away, so reads fail too and no answer may say
+ * they work), or answers but takes no writes (disk full, a read-only file or database).
+ */
+export const storageUnavailable = (down: boolean) =>
+  unavailable(down ? 'Storage does not answer now; try again shortly.' : 'Storage cannot accept writes right now; reads still work.')
 export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')
 
 export const JSON_TYPE = 'application/json'

@@ -140,7 +140,7 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
   address_banned: [429, 'Your address is banned for 600 s after too many requests without a valid key were rate limited.'],
   internal_error: [500, 'The server failed to handle this request.'],
   not_implemented: [501, 'GET /store/orders is not implemented by this server.'],
-  unavailable: [503, 'Storage cannot accept writes right now; reads still work.'],
+  unavailable: [503, 'Storage does not answer now; try again shortly.'],
 }
 
 export function components(errorSchema: object) {

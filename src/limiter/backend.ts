@@ -60,8 +60,8 @@ export interface LimiterBackend {
    * it applied; a backend of one process applies every call.
    */
   forget(subject: Subject, seq?: number): void | Promise<void>
-  /** Whether the backend can answer now (readiness). */
-  ping(): Promise<boolean>
+  /** Whether the backend answers now, within `patienceMs` (default: a request's own bound). */
+  ping(patienceMs?: number): Promise<boolean>
   close(): void | Promise<void>
 }
 

@@ -25,6 +25,9 @@ import type { Limits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
 import { type Subject, subjectNamed } from '../domain/subject'
 
+/** How long the watch (RateLimiter.watch) waits for the backend before it counts as not answering. */
+const WATCH_PATIENCE_MS = 1_000
+
 export interface LimiterOptions {
   banAfter: number
   banSeconds: number
@@ -194,9 +197,24 @@ export class RateLimiter {
     return this.backend.forget(subject, seq)
   }
 
+  /** Whether the state lives outside this process (Redis), where it can stop answering. */
+  get shared(): boolean {
+    return this.memory === null
+  }
+
   /** Whether the backend answers (readiness); always true in process. */
   ping(): Promise<boolean> {
     return this.backend.ping()
+  }
+
+  /**
+   * Asks the backend whether it answers, with a second's patience (a busy host is not an outage), and
+   * notes a change as a request's would: the jobs call it twice a second, so that an idle instance's
+   * operator hears of an outage, and of its end, as a busy one's does.
+   */
+  async watch(): Promise<void> {
+    const answers = await this.backend.ping(WATCH_PATIENCE_MS)
+    if (answers === this.storeUnavailable) this.noteUnavailable(!answers)
   }
 
   close(): void | Promise<void> {

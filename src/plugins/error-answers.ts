@@ -1,12 +1,14 @@
 /**
  * The one place errors become responses: typed ApiErrors keep their status and code, a path outside
  * the API that no route has is a 404 (or a 405 with Allow when the path exists for other methods), and
- * anything else is a 500 whose details go to the server's log, never to the client. Paths under the
+ * storage that does not answer or refuses writes is a 503 saying which (the console reads storage in its
+ * handlers), and anything else is a 500 whose details go to the server's log, never to the client. Paths under the
  * base never get here unrouted: the API's own fallback route answers them, behind the gate. Errors
  * skip the afterHandle hook that records answers, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
-import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound } from '../http/api-errors'
+import { StorageUnavailableError } from '../domain/repositories'
+import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound, storageUnavailable } from '../http/api-errors'
 import { bodyUnread } from '../http/json-body'
 import { answerWith, type RequestInfo } from './request-context'
 
@@ -34,6 +36,7 @@ export function errorHandler(options: ErrorHandlerOptions) {
     if (error instanceof ApiError) answer = error
     else if (code === 'NOT_FOUND') answer = unrouted(options.allowedMethods, info?.path ?? ctx.path)
     else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
+    else if (error instanceof StorageUnavailableError) answer = storageUnavailable(error.down)
     else {
       options.onInternalError(error, info?.requestId)
       answer = internalError()

@@ -3,10 +3,12 @@
  * CPU profile of the server under one benchmark scenario:
  *
  *   bun test/bench/profile.ts --scenario list-20 --duration 10
+ *   bun test/bench/profile.ts --scenario get-by-id --backend postgres
  *   bun test/bench/profile.ts --analyze FILE.cpuprofile
  *
  * Runs `bun --cpu-prof src/index.ts serve` (the sources, not the binary, so frames keep their names and
- * files) on a freshly seeded data file, drives the scenario with wrk (autocannon without it), stops the
+ * files) on a freshly seeded data file, or on a throwaway PostgreSQL + Redis (`--backend postgres`, the
+ * test suite's harness), drives the scenario with wrk (autocannon without it), stops the
  * server with SIGTERM so the profile is written, and prints the hottest functions: self time by origin
  * (our code, Elysia, other packages, the runtime), then by function, then inclusive time of our code
  * and Elysia's.
@@ -18,7 +20,7 @@ import { parseArgs } from 'node:util'
 import { runLoad, toolAvailable } from './lib/load'
 import { cleanEnv, installExitHandlers, runCleanups, stop, StreamTail, track } from './lib/procs'
 import { SCENARIOS, type BenchContext } from './lib/scenarios'
-import { seed } from './lib/seed'
+import { seed, seedPostgres } from './lib/seed'
 
 const ROOT = resolve(import.meta.dir, '..', '..')
 const LISTENING = /listening on http:\/\/[^\s:/]+:(\d+)/
@@ -186,9 +188,22 @@ async function profileScenario(values: Record<string, string | boolean | undefin
   const dir = (values.dir as string | undefined) ?? mkdtempSync(join(os.tmpdir(), 'petstore-profile-'))
   const bun = process.execPath
   const entry = join(ROOT, 'src', 'index.ts')
-  const dataFile = join(dir, 'petstore.db')
-  console.error(`profile: seeding ${pets} pets in ${dir}`)
-  const { key, exhaustedKey } = seed([bun, entry], dataFile, pets)
+  const backend = values.backend ?? 'sqlite'
+  if (backend !== 'sqlite' && backend !== 'postgres') throw new Error('--backend must be sqlite or postgres')
+  let storageArgs: string[]
+  let keys: { key: string; exhaustedKey: string }
+  if (backend === 'postgres') {
+    const { databaseUrl, redisUrl } = await startShared()
+    console.error(`profile: seeding ${pets} pets into PostgreSQL; rate limits in Redis`)
+    keys = await seedPostgres([bun, entry], databaseUrl, pets)
+    storageArgs = ['--database-url', databaseUrl, '--redis-url', redisUrl]
+  } else {
+    const dataFile = join(dir, 'petstore.db')
+    console.error(`profile: seeding ${pets} pets in ${dir}`)
+    keys = seed([bun, entry], dataFile, pets)
+    storageArgs = ['--data', dataFile]
+  }
+  const { key, exhaustedKey } = keys
 
   const logFd = openSync(join(dir, 'access.log'), 'a')
   const args = [
@@ -203,8 +218,7 @@ async function profileScenario(values: Record<string, string | boolean | undefin
     '127.0.0.1',
     '--port',
     '0',
-    '--data',
-    dataFile,
+    ...storageArgs,
     '--trust-proxy',
     'loopback',
     '--ban-after',
@@ -242,7 +256,9 @@ async function profileScenario(values: Record<string, string | boolean | undefin
   if (!file) throw new Error(`no .cpuprofile was written in ${dir}:\n${stderr.text.slice(-2000)}`)
   console.error(`profile: ${join(dir, file)}`)
   const summary = analyze(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile, Number(values.top ?? 25))
-  console.log(`## ${scenario.title} under load (${Math.round(result.rps).toLocaleString('en')} req/s with the profiler on)\n`)
+  console.log(
+    `## ${scenario.title} on ${backend === 'postgres' ? 'PostgreSQL + Redis' : 'the data file'} under load (${Math.round(result.rps).toLocaleString('en')} req/s with the profiler on)\n`,
+  )
   console.log(summaryMarkdown(summary))
 }
 
@@ -252,6 +268,7 @@ async function main(): Promise<void> {
     strict: true,
     options: {
       scenario: { type: 'string' },
+      backend: { type: 'string' },
       duration: { type: 'string' },
       connections: { type: 'string' },
       pets: { type: 'string' },
@@ -264,11 +281,12 @@ async function main(): Promise<void> {
     },
   })
   if (values.help) {
-    console.log(`Usage: bun test/bench/profile.ts [--scenario NAME] [--duration S] [--connections N] [--pets N]
-                                [--interval MICROSECONDS] [--dir DIR] [--top N] [--md]
+    console.log(`Usage: bun test/bench/profile.ts [--scenario NAME] [--backend sqlite|postgres] [--duration S]
+                                [--connections N] [--pets N] [--interval MICROSECONDS] [--dir DIR] [--top N] [--md]
        bun test/bench/profile.ts --analyze FILE.cpuprofile [--top N]
 
-Scenarios: ${SCENARIOS.map((s) => s.name).join(', ')} (default list-20; 10 s, 64 connections, 250 µs sampling).`)
+Scenarios: ${SCENARIOS.map((s) => s.name).join(', ')} (default list-20; 10 s, 64 connections, 250 µs sampling).
+--backend postgres starts a throwaway PostgreSQL and Redis (Debian's postgresql and redis-server) for the run.`)
     return
   }
   if (values.analyze) {
@@ -281,7 +299,22 @@ Scenarios: ${SCENARIOS.map((s) => s.name).join(', ')} (default list-20; 10 s, 64
     await profileScenario(values)
   } finally {
     runCleanups()
+    await Promise.all(engineStops.splice(0).map((stopEngine) => stopEngine()))
   }
+}
+
+/** Stops of the PostgreSQL and Redis started for a run, awaited before the process ends. */
+const engineStops: (() => Promise<void>)[] = []
+
+/** A throwaway PostgreSQL and Redis, from the test suite's harness (as `bun run bench` starts them). */
+async function startShared(): Promise<{ databaseUrl: string; redisUrl: string }> {
+  const [{ startPostgres }, { startRedis }] = await Promise.all([import('../support/postgres'), import('../support/redis')])
+  const [cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+  engineStops.push(
+    () => cluster.destroy(),
+    () => redis.destroy(),
+  )
+  return { databaseUrl: await cluster.createDatabase('profile'), redisUrl: redis.url }
 }
 
 if (import.meta.main) await main()

@@ -2,16 +2,17 @@
  * The console's page as an operator uses it, in Debian's Chromium driven by playwright-core, over the
  * compiled binary: sign in, create a key (its secret shown once) and use it on the API, revoke it (with
  * the confirmation) and see 401 within a second, see a banned key in Bans and lift it, read the recent
- * requests and the audit log. No request leaves for another origin and the page breaks no rule of its
- * Content-Security-Policy. Screenshots of each section at 1280 and 390 pixels are written to
- * dist/console-screenshots/. Without Chromium the suite says so in one line and skips this file; with
+ * requests and the audit log (the command line's changes among them). At 1280 and 390 pixels every
+ * action of the Keys and Bans tables is on screen and clickable, and revoked keys show on request. No
+ * request leaves for another origin and the page breaks no rule of its Content-Security-Policy.
+ * Screenshots of each section at 1280 and 390 pixels are written to dist/console-screenshots/. Without Chromium the suite says so in one line and skips this file; with
  * CI=true it fails instead.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
-import { createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
 const CHROMIUM = '/usr/bin/chromium'
 const available = existsSync(CHROMIUM)
@@ -249,9 +250,16 @@ describe.skipIf(!available)('the console page in a browser', () => {
         await page.locator('#key-table tbody tr td:first-child button', { hasText: 'limited' }).click()
         await page.locator('#key-caption', { hasText: 'in all' }).waitFor()
         expect(await page.locator('#key-caption').innerText()).toStartWith(
-          'Requests per minute over the last day: 7 in all, 3 2xx, 0 4xx (not 429), 4 429, 0 5xx.',
+          'Requests per minute over the last day: 7 in all, 3 2xx, 0 4xx (not 429), 4 429, 0 501, 0 5xx (not 501).',
         )
-        expect(await page.locator('#key-chart .u-legend th').allInnerTexts()).toEqual(['Time', '2xx', '4xx (not 429)', '429', '5xx'])
+        expect(await page.locator('#key-chart .u-legend th').allInnerTexts()).toEqual([
+          'Time',
+          '2xx',
+          '4xx (not 429)',
+          '429',
+          '501',
+          '5xx (not 501)',
+        ])
         const keyFigures = await page.locator('#key-figures').innerText()
         expect(figure(keyFigures, 'Requests today')).toBe('7')
         expect(figure(keyFigures, '429s today')).toBe('4')
@@ -313,6 +321,101 @@ describe.skipIf(!available)('the console page in a browser', () => {
       await look(1280, false, false)
     } finally {
       await usageServer.stop()
+    }
+  }, 120_000)
+
+  test("at 390 pixels every action of the Keys and Bans tables is on screen and clickable; revoked keys on request; the command line's changes in the audit view; screenshots at both widths", async () => {
+    const shots = join(SCREENSHOTS, 'operator')
+    mkdirSync(shots, { recursive: true })
+    const opsServer = await startServer({ args: ['--ban-after', '1', '--no-access-log'] })
+    const origin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(opsServer.stderr())![1]}`
+    const operatorPassword = readFileSync(/its password is in (\S+) \(readable/.exec(opsServer.stderr())![1]!, 'utf8').trim()
+    const data = ['--data', opsServer.dataFile]
+    try {
+      // Keys made, banned and revoked with the command line, and a 501 in the overview.
+      const noisy = createKeyWithCli(opsServer.dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '100', '--name', 'noisy client'])
+      createKeyWithCli(opsServer.dataFile, ['--plan', 'pro', '--name', 'mobile app'])
+      createKeyWithCli(opsServer.dataFile, ['--plan', 'business', '--name', 'partner integration with a long name'])
+      createKeyWithCli(opsServer.dataFile, ['--plan', 'free', '--name', 'old laptop'])
+      const keys = JSON.parse(cli(['keys', 'list', '--json', ...data]).stdout) as { id: string; name: string }[]
+      const gone = keys.find((key) => key.name === 'old laptop')!.id
+      expect(cli(['keys', 'revoke', gone, ...data]).code).toBe(0)
+      const statuses: number[] = []
+      for (let i = 0; i < 3; i++)
+        statuses.push((await fetch(`${opsServer.base}/store/orders`, { headers: { authorization: `Bearer ${noisy}` } })).status)
+      expect(statuses).toEqual([501, 429, 429])
+
+      for (const width of [1280, 390]) {
+        const { page, messages } = await openConsole(width, origin)
+        try {
+          await signIn(page, operatorPassword)
+          const shot = (name: string) => page.screenshot({ path: join(shots, `${name}-${width}.png`), fullPage: true })
+          const fits = async () => expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(width)
+          /** Every button of a table's rows: inside the viewport from left to right, and the topmost element at its centre. */
+          const everyActionReachable = async (table: string, expected: number) => {
+            const buttons = page.locator(`${table} tbody tr td:last-child button`)
+            expect(await buttons.count()).toBe(expected)
+            for (const button of await buttons.all()) {
+              const box = (await button.boundingBox())!
+              expect({ label: await button.innerText(), left: box.x >= 0, right: box.x + box.width <= width }).toEqual({
+                label: await button.innerText(),
+                left: true,
+                right: true,
+              })
+              await button.scrollIntoViewIfNeeded()
+              // Nothing covers it: a click there reaches the button (trial: every check of a click, without it).
+              await button.click({ trial: true, timeout: 2_000 })
+            }
+          }
+
+          await page.locator('#overview-caption', { hasText: 'over the last hour' }).waitFor()
+          await fits()
+          await shot('overview')
+
+          // Keys: the revoked key only on request, for the record, with no action.
+          await page.locator('[data-tab=keys]').click()
+          await page.locator('#key-table tbody tr', { hasText: 'mobile app' }).waitFor()
+          expect(await page.locator('#key-table tbody tr', { hasText: 'old laptop' }).count()).toBe(0)
+          await everyActionReachable('#key-table', 4 * 3)
+          await page.locator('#key-revoked').check()
+          const revoked = page.locator('#key-table tbody tr', { hasText: 'old laptop' })
+          await revoked.waitFor()
+          expect(await revoked.locator('td:last-child').innerText()).toStartWith('Revoked ')
+          await everyActionReachable('#key-table', 4 * 3)
+          await fits()
+          await shot('keys')
+          await page.locator('#key-revoked').uncheck()
+          await revoked.waitFor({ state: 'detached' })
+
+          // Bans: the noisy key, its Lift on screen; lifted with a click.
+          await page.locator('[data-tab=bans]').click()
+          await page.locator('#ban-table tbody tr', { hasText: 'noisy client' }).waitFor()
+          await everyActionReachable('#ban-table', 1)
+          await fits()
+          await shot('bans')
+          if (width === 390) {
+            await page.locator('#ban-table tbody tr', { hasText: 'noisy client' }).locator('button', { hasText: 'Lift' }).click()
+            await page.locator('#ban-table tbody tr', { hasText: 'No bans right now.' }).waitFor()
+          }
+
+          // Audit: the command line's changes, as cli (USER).
+          await page.locator('[data-tab=audit]').click()
+          const byCli = page.locator('#audit-table tbody tr', { hasText: 'key.revoke' })
+          await byCli.waitFor()
+          expect((await byCli.locator('td').allInnerTexts()).slice(1)).toEqual([
+            `cli (${Bun.spawnSync(['id', '-un']).stdout.toString().trim()})`,
+            'key.revoke',
+            gone,
+          ])
+          await fits()
+          await shot('audit')
+          expect(messages.filter((message) => /Content Security Policy|Refused/.test(message))).toEqual([])
+        } finally {
+          await page.close()
+        }
+      }
+    } finally {
+      await opsServer.stop()
     }
   }, 120_000)
 

@@ -334,6 +334,43 @@ describeWithEngines(['postgresql'], 'with PostgreSQL', () => {
   })
 })
 
+test('several junk Cookie headers and values answer 401 with the Error body, never 400 or 500', async () => {
+  const server = await startWithConsole({ args: ['--no-access-log'] })
+  try {
+    const junk = [
+      'petstore_console=junk!!',
+      'petstore_console=%%%; petstore_console=%00',
+      ';;;=;',
+      'petstore_console',
+      'petstore_console="AAAA"',
+      `petstore_console=${'A'.repeat(4000)}`,
+      'petstore_console=\xff\xfe; theme=\xe9',
+      '=petstore_console; petstore_console==; petstore_console=a=b',
+    ]
+    const head = (method: string, path: string) =>
+      `${method} ${path} HTTP/1.1\r\nHost: 127.0.0.1:${server.consolePort}\r\nOrigin: ${server.console}\r\n` +
+      `${junk.map((value) => `Cookie: ${value}`).join('\r\n')}\r\nContent-Length: 0`
+    const seen = []
+    for (const [method, path] of [
+      ['GET', '/api/me'],
+      ['GET', '/api/keys'],
+      ['DELETE', '/api/session'],
+      ['POST', '/api/keys/key_x/reset-limits'],
+    ] as const) {
+      const answer = await rawRequest(server.consolePort, head(method, path))
+      seen.push({ route: `${method} ${path}`, status: answer.status, body: JSON.parse(answer.body) })
+    }
+    for (const answer of seen)
+      expect(answer).toEqual({ route: answer.route, status: 401, body: expect.objectContaining({ code: 'unauthorized', status: 401 }) })
+    // The same junk, one Cookie header each, through fetch (which joins them).
+    const joined = await fetch(`${server.console}/api/me`, { headers: { cookie: junk.slice(0, 6).join('; ') } })
+    expect(joined.status).toBe(401)
+    expect(server.stderr()).not.toContain('internal error')
+  } finally {
+    await server.stop()
+  }
+})
+
 test('with several petstore_console cookies, the first live session among them is used; none live is a 401', async () => {
   const server = await startWithConsole({ args: ['--no-access-log'] })
   try {

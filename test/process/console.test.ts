@@ -182,6 +182,28 @@ describe('console on its own listener', () => {
     expect((await call(server.console, cookie, 'DELETE', '/api/keys/key_nope')).status).toBe(404)
   })
 
+  test('a revoked key is listed on request (revoked=include), for the record, and not by default; the parameter is documented and checked', async () => {
+    const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'retired' })).json()) as any
+    expect((await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)).status).toBe(204)
+    const ids = async (query: string) =>
+      (((await (await call(server.console, cookie, 'GET', `/api/keys${query}`)).json()) as any).keys as { id: string }[]).map((k) => k.id)
+    expect(await ids('')).not.toContain(key.id)
+    expect(await ids('?revoked=exclude')).not.toContain(key.id)
+    const listed = ((await (await call(server.console, cookie, 'GET', '/api/keys?revoked=include')).json()) as any).keys.find(
+      (k: { id: string }) => k.id === key.id,
+    )
+    expect(listed).toMatchObject({ name: 'retired', dayQuotaLeft: null, bannedUntil: null })
+    expect(Date.parse(listed.revokedAt)).toBeGreaterThan(Date.now() - 60_000)
+    const bad = await call(server.console, cookie, 'GET', '/api/keys?revoked=yes')
+    expect(bad.status).toBe(400)
+    expect((await bad.json()) as any).toEqual({ code: 'invalid_request', message: 'revoked: must be one of exclude, include', status: 400 })
+    const document = (await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any
+    const parameter = document.paths['/api/keys'].get.parameters.find((p: { name: string }) => p.name === 'revoked')
+    expect(parameter).toMatchObject({ in: 'query', required: false })
+    expect(JSON.stringify(parameter.schema)).toContain('include')
+    expect(parameter.description).toContain('revoked keys too')
+  })
+
   test('a plan change in the console applies to the API within a second', async () => {
     const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json()) as any
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
@@ -387,7 +409,7 @@ describe('usage in the console', () => {
     type Usage = {
       keyId: string | null
       name: string | null
-      today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'serverErrors', number>
+      today: Record<'requests' | 'ok' | 'clientErrors' | 'limited' | 'notImplemented' | 'serverErrors', number>
       deprecated: { day: number; week: number; last: string | null }
     }
     const usage = async () => {
@@ -402,7 +424,7 @@ describe('usage in the console', () => {
     const rows = await usage()
     const limitedRow = byName(rows, 'limited')
     const callerRow = byName(rows, 'caller')
-    expect(limitedRow.today).toEqual({ requests: 7, ok: 3, clientErrors: 0, limited: 4, serverErrors: 0 })
+    expect(limitedRow.today).toEqual({ requests: 7, ok: 3, clientErrors: 0, limited: 4, notImplemented: 0, serverErrors: 0 })
     expect(callerRow.deprecated).toMatchObject({ day: 4, week: 4 })
 
     const get = async (path: string) => {

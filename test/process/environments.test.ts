@@ -3,10 +3,10 @@
  * side by side, flags over environment variables, and no autoloaded .env or bunfig.toml.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
-import { cli, startServer, tempDir } from '../support/binary'
+import { cli, cleanEnv, startServer, tempDir } from '../support/binary'
 import { auth, killSpawned, postPet, reasonLine, spawnServe, unusedPort } from './helpers'
 
 afterAll(killSpawned)
@@ -260,5 +260,33 @@ describe('no autoloaded configuration from the working directory', () => {
     expect(existsSync(join(cwd, 'data', 'petstore-staging.db'))).toBe(false)
     expect(existsSync(join(cwd, 'preloaded'))).toBe(false)
     expect(readFileSync(join(cwd, '.env'), 'utf8')).toContain('evil')
+  })
+
+  test('from source too: `bun start` and `bun src/index.ts` in the project folder ignore its .env, as the binary does', async () => {
+    // The project as a clone has it (its sources and dependencies linked), with a .env beside package.json.
+    const root = join(import.meta.dir, '..', '..')
+    const project = tempDir()
+    for (const file of ['package.json', 'bunfig.toml', 'tsconfig.json']) copyFileSync(join(root, file), join(project, file))
+    symlinkSync(join(root, 'src'), join(project, 'src'))
+    symlinkSync(realpathSync(join(root, 'node_modules')), join(project, 'node_modules'))
+    writeFileSync(join(project, '.env'), 'PETSTORE_ENV=staging\nPETSTORE_DATA=./evil.db\n')
+    mkdirSync(join(project, 'state'))
+
+    const server = await spawnServe(
+      ['--port', '0', '--host', '127.0.0.1', '--data', join(project, 'state', 'petstore.db'), '--console-address', 'off'],
+      { cwd: project, command: [process.execPath, 'run', 'start'] },
+    )
+    expect(server.env).toBe('production')
+    expect(await server.stop()).toBe(0)
+
+    const created = Bun.spawnSync([process.execPath, 'src/index.ts', 'keys', 'create', '--plan', 'pro'], {
+      cwd: project,
+      env: cleanEnv(),
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    expect(created.exitCode).toBe(1)
+    expect(created.stderr.toString()).toContain(join(project, 'data', 'petstore.db'))
+    expect(existsSync(join(project, 'evil.db'))).toBe(false)
   })
 })

@@ -85,10 +85,14 @@ export interface RawServer extends Omit<Server, 'dataFile'> {
 
 /**
  * `petstore serve ARGS` exactly as given (no --port/--data added), waiting for the "listening" line.
- * Pass `--port 0` yourself unless the test is about the port.
+ * Pass `--port 0` yourself unless the test is about the port. `command` replaces `petstore serve` (the
+ * sources' `bun run start`).
  */
-export async function spawnServe(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<RawServer> {
-  const proc = Bun.spawn([BINARY, 'serve', ...args], {
+export async function spawnServe(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string>; command?: string[] } = {},
+): Promise<RawServer> {
+  const proc = Bun.spawn([...(options.command ?? [BINARY, 'serve']), ...args], {
     cwd: options.cwd,
     env: cleanEnv(options.env),
     stdin: 'ignore',

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { chmodSync, existsSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, startServer, tempDir } from '../support/binary'
-import { killSpawned, spawnServe } from './helpers'
+import { killSpawned, serveExpectingFailure, spawnServe } from './helpers'
 
 setDefaultTimeout(60_000)
 afterAll(killSpawned)
@@ -62,5 +62,19 @@ describe('messages', () => {
     expect(reset.code).toBe(0)
     expect(existsSync(file)).toBe(false)
     expect(reset.stderr).toContain(`petstore: removed ${file}, which held the old password`)
+  })
+
+  test('--console-host with a port that is not 1 to 65535 as a client writes it is a usage error naming the flag', async () => {
+    for (const value of ['console.example:0', 'console.example:00080', 'console.example:99999', 'console.example:']) {
+      const refused = await serveExpectingFailure(['--port', '0', '--console-host', value, '--data', join(tempDir(), 'p.db')])
+      expect({ value, code: refused.code, listened: refused.listened }).toEqual({ value, code: 2, listened: false })
+      expect(refused.stderr).toContain(`--console-host must be a host name, optionally with :PORT from 1 to 65535`)
+      expect(refused.stderr).toContain(`not "${value}"`)
+    }
+    const fromVariable = await serveExpectingFailure(['--port', '0', '--data', join(tempDir(), 'p.db')], {
+      env: { PETSTORE_CONSOLE_HOST: 'console.example:0' },
+    })
+    expect(fromVariable.code).toBe(2)
+    expect(fromVariable.stderr).toContain('PETSTORE_CONSOLE_HOST must be a host name')
   })
 })

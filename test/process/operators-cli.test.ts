@@ -64,12 +64,14 @@ describe('operators', () => {
       .query<{ actor: string; action: string; target: string }, []>('SELECT actor, action, target FROM audit_log ORDER BY id')
       .all()
     db.close()
+    // The command line, and the system account that ran it.
+    const actor = `cli (${Bun.spawnSync(['id', '-un']).stdout.toString().trim()})`
     expect(audit).toEqual([
-      { actor: '(command line)', action: 'operator.add', target: 'ben' },
-      { actor: '(command line)', action: 'operator.add', target: 'ada' },
-      { actor: '(command line)', action: 'operator.reset-password', target: 'ben' },
-      { actor: '(command line)', action: 'operator.token', target: 'ben' },
-      { actor: '(command line)', action: 'operator.remove', target: 'ben' },
+      { actor, action: 'operator.add', target: 'ben' },
+      { actor, action: 'operator.add', target: 'ada' },
+      { actor, action: 'operator.reset-password', target: 'ben' },
+      { actor, action: 'operator.token', target: 'ben' },
+      { actor, action: 'operator.remove', target: 'ben' },
     ])
   })
 

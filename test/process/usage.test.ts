@@ -5,13 +5,15 @@
  * `keys set-plan` reaches a running server within a second; the retention flags and the commands'
  * arguments are checked.
  */
+import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { emptyCounts, OK } from '../../src/domain/usage'
 import { DAY_MS, HOUR_MS } from '../../src/domain/time'
 import { openSqliteStorage } from '../../src/storage/sqlite'
+import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure } from './helpers'
+import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -21,6 +23,7 @@ interface Outcomes {
   ok: number
   clientErrors: number
   limited: number
+  notImplemented: number
   serverErrors: number
 }
 interface KeyUsage {
@@ -38,6 +41,7 @@ const outcomes = (ok: number, clientErrors: number, limited: number): Outcomes =
   ok,
   clientErrors,
   limited,
+  notImplemented: 0,
   serverErrors: 0,
 })
 
@@ -133,6 +137,72 @@ describe('keys usage', () => {
     expect(unknown.stderr).toContain('no key with id "key_nope"')
     expect(cli(['keys', 'usage', '--plan', 'pro', '--data', dataFile]).stderr).toContain('--plan does not apply to keys usage')
     expect(cli(['keys', 'usage', 'a', 'b', '--data', dataFile]).stderr).toContain('unexpected argument "b"')
+  })
+})
+
+describe('the 501 of GET /store/orders', () => {
+  test('is counted and shown as not implemented, never as a server error: keys usage (JSON and table) and the console', async () => {
+    const server = await startWithConsole({ args: ['--no-access-log'] })
+    try {
+      const key = createKeyWithCli(server.dataFile, ['--plan', 'pro', '--name', 'orders'])
+      for (let i = 0; i < 3; i++) expect((await fetch(`${server.base}/store/orders`, { headers: auth(key) })).status).toBe(501)
+      expect((await fetch(`${server.base}/pets`, { headers: auth(key) })).status).toBe(200)
+      const expected = { requests: 4, ok: 1, clientErrors: 0, limited: 0, notImplemented: 3, serverErrors: 0 }
+      const row = async () => (await usage(server.dataFile)).find((entry) => entry.name === 'orders')
+      await eventually(async () => (await row())?.today.requests === 4, 15_000)
+      expect((await row())!.today).toEqual(expected)
+
+      const id = keyId(server.dataFile, 'orders')
+      const table = await cliAsync(['keys', 'usage', id, '--since', '30m', '--data', server.dataFile])
+      const lines = table.stdout.split('\n')
+      const header = lines.findIndex((line) => line.startsWith('AT '))
+      expect(lines[header]!.split(/\s+/).slice(0, 7)).toEqual(['AT', 'REQUESTS', '2XX', '4XX', '429', '501', '5XX'])
+      expect(lines[header + 1]!.split(/\s+/).slice(1, 7)).toEqual(['4', '1', '0', '0', '3', '0'])
+
+      // The console's overview and the key's figures say the same, as what they are.
+      const token = cli(['operators', 'token', 'admin', '--data', server.dataFile]).stdout.trim()
+      const read = async (path: string) =>
+        (await (await fetch(`${server.console}${path}`, { headers: { authorization: `Bearer ${token}` } })).json()) as any
+      const overview = await read('/api/overview')
+      expect(overview.hour.total).toMatchObject(expected)
+      expect(overview.hour.notImplemented.reduce((a: number, b: number) => a + b, 0)).toBe(3)
+      expect(overview.hour.serverErrors.reduce((a: number, b: number) => a + b, 0)).toBe(0)
+      expect((await read(`/api/keys/${id}/usage?window=hour`)).key.today).toEqual(expected)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('a data file from before 501s were counted apart keeps its rows: their 5xx stay 5xx, and 501s are counted apart from then on', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'old'])
+    const id = keyId(dataFile, 'old')
+    // Taken back to the schema before the 501s' column, with a minute of usage as that schema held it.
+    const older = new Database(dataFile)
+    for (const table of ['usage_minutes', 'usage_hours']) older.run(`ALTER TABLE ${table} DROP COLUMN not_implemented`)
+    older.run(`PRAGMA user_version = ${MIGRATIONS.length - 1}`)
+    const latency = Array.from({ length: 19 }, (_, i) => `latency_${String(i).padStart(2, '0')}`)
+    const at = Math.floor(Date.now() / 60_000) * 60_000
+    for (const [table, start] of [
+      ['usage_minutes', at],
+      ['usage_hours', Math.floor(at / HOUR_MS) * HOUR_MS],
+    ] as const)
+      older
+        .query(
+          `INSERT INTO ${table} (at, key_id, ok, client_errors, limited, server_errors, deprecated, ${latency.join(', ')})
+           VALUES (?, ?, 1, 0, 0, 2, 0, 3${', 0'.repeat(latency.length - 1)})`,
+        )
+        .run(start, id)
+    older.close()
+
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    expect((await fetch(`${server.base}/store/orders`, { headers: auth(key) })).status).toBe(501)
+    expect(await server.stop()).toBe(0)
+    const check = new Database(dataFile, { readonly: true })
+    expect(check.query('PRAGMA user_version').get()).toEqual({ user_version: MIGRATIONS.length })
+    check.close()
+    const row = (await usage(dataFile)).find((entry) => entry.name === 'old')!
+    expect(row.today).toEqual({ requests: 4, ok: 1, clientErrors: 0, limited: 0, notImplemented: 1, serverErrors: 2 })
   })
 })
 

@@ -16,7 +16,7 @@ const auth = (key: string) => ({ authorization: `Bearer ${key}` })
 
 interface Figures {
   name: string | null
-  today: { requests: number; ok: number; clientErrors: number; limited: number; serverErrors: number }
+  today: { requests: number; ok: number; clientErrors: number; limited: number; notImplemented: number; serverErrors: number }
   deprecated: { day: number; week: number }
 }
 
@@ -56,9 +56,18 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
       expect((await fetch(`${server.base}/pets`)).status).toBe(401)
     }
     const expected = {
-      limited: { today: { requests: 10, ok: 6, clientErrors: 0, limited: 4, serverErrors: 0 }, deprecated: { day: 0, week: 0 } },
-      caller: { today: { requests: 6, ok: 0, clientErrors: 6, limited: 0, serverErrors: 0 }, deprecated: { day: 6, week: 6 } },
-      '(no key)': { today: { requests: 2, ok: 0, clientErrors: 2, limited: 0, serverErrors: 0 }, deprecated: { day: 0, week: 0 } },
+      limited: {
+        today: { requests: 10, ok: 6, clientErrors: 0, limited: 4, notImplemented: 0, serverErrors: 0 },
+        deprecated: { day: 0, week: 0 },
+      },
+      caller: {
+        today: { requests: 6, ok: 0, clientErrors: 6, limited: 0, notImplemented: 0, serverErrors: 0 },
+        deprecated: { day: 6, week: 6 },
+      },
+      '(no key)': {
+        today: { requests: 2, ok: 0, clientErrors: 2, limited: 0, notImplemented: 0, serverErrors: 0 },
+        deprecated: { day: 0, week: 0 },
+      },
     }
     await eventually(() => JSON.stringify(figures()) === JSON.stringify(expected), 15_000)
     expect(figures()).toEqual(expected)
@@ -88,7 +97,7 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
     for (const server of servers) expect((await fetch(`${server.base}/pets/1`, { headers: auth(caller) })).status).toBe(404)
     expect(await Promise.all(servers.map((server) => server.stop()))).toEqual([0, 0])
     expect(figures().caller).toEqual({
-      today: { requests: 8, ok: 0, clientErrors: 8, limited: 0, serverErrors: 0 },
+      today: { requests: 8, ok: 0, clientErrors: 8, limited: 0, notImplemented: 0, serverErrors: 0 },
       deprecated: { day: 8, week: 8 },
     })
   })

@@ -38,8 +38,8 @@ test('per key, per bucket and for the fleet, the figures are the rows written', 
   const keys = await service.keys()
   const byName = Object.fromEntries(keys.map((k) => [k.name ?? '(no key)', k]))
   expect(Object.keys(byName).sort()).toEqual(['(no key)', 'a', 'b', 'c'])
-  expect(byName.a!.today).toEqual({ requests: 5, ok: 3, clientErrors: 0, limited: 2, serverErrors: 0 })
-  expect(byName.a!.window).toEqual({ requests: 10, ok: 8, clientErrors: 0, limited: 2, serverErrors: 0 })
+  expect(byName.a!.today).toEqual({ requests: 5, ok: 3, clientErrors: 0, limited: 2, notImplemented: 0, serverErrors: 0 })
+  expect(byName.a!.window).toEqual({ requests: 10, ok: 8, clientErrors: 0, limited: 2, notImplemented: 0, serverErrors: 0 })
   expect(byName.b!.deprecated).toEqual({ day: 1, week: 1, last: DAY + 20 * MINUTE_MS })
   // Three days ago: outside the last day, inside the week, and known to the hour.
   expect(byName.c!.deprecated).toEqual({ day: 0, week: 2, last: DAY - 3 * DAY_MS })

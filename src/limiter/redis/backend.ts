@@ -164,10 +164,10 @@ export class RedisLimiterBackend implements SharedBackend {
     })
   }
 
-  /** Whether Redis answers a PING within the timeout (readiness). */
-  async ping(): Promise<boolean> {
+  /** Whether Redis answers a PING within the timeout, or `patienceMs` (readiness, the jobs' watch). */
+  async ping(patienceMs = this.timeoutMs): Promise<boolean> {
     try {
-      const giveUpAt = performance.now() + this.timeoutMs
+      const giveUpAt = performance.now() + patienceMs
       await this.bounded(this.command('PING', [], giveUpAt), giveUpAt)
       return true
     } catch {

@@ -42,12 +42,14 @@ import {
   AuditQuery,
   FIELD_RULES,
   KeyParams,
+  KeysQuery,
   ListLimit,
   MAX_BODY_BYTES,
   type Model,
   NewKey,
   PlanChange,
   RequestsQuery,
+  RevokedKeys,
   SESSION_COOKIE,
   SignIn,
   UsageQuery,
@@ -263,8 +265,12 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/keys',
-          () => service.listKeys(),
-          operation('listKeys', 'keys', 'Every key, with its day quota left and ban', { responses: { 200: json('The keys.', 'KeyList') } }),
+          ({ request }) => service.listKeys(revokedOf(new URL(request.url).searchParams) === 'include'),
+          operation('listKeys', 'keys', 'The keys in use (revoked ones too on request), with their day quota left and ban', {
+            query: KeysQuery,
+            responses: { 200: json('The keys.', 'KeyList') },
+            errors: [400],
+          }),
         )
         .post(
           '/api/keys',
@@ -475,6 +481,13 @@ function windowOf(query: URLSearchParams): Window {
   const window = query.get('window') ?? UsageWindow.default
   if (!Object.hasOwn(WINDOWS, window)) throw badRequest(`window: must be one of ${Object.keys(WINDOWS).join(', ')}`)
   return window as Window
+}
+
+function revokedOf(query: URLSearchParams): RevokedKeys {
+  const revoked = query.get('revoked') ?? RevokedKeys.default
+  if (!RevokedKeys.anyOf.some((choice) => choice.const === revoked))
+    throw badRequest(`revoked: must be one of ${RevokedKeys.anyOf.map((choice) => choice.const).join(', ')}`)
+  return revoked as RevokedKeys
 }
 
 function limitOf(query: URLSearchParams): number {

@@ -87,7 +87,8 @@ const Outcomes = Type.Object({
   ok: Count('Answered 2xx.'),
   clientErrors: Count('Answered 4xx other than 429 (a bad request, no key, no such pet).'),
   limited: Count('Refused with 429 (a rate limit or a ban).'),
-  serverErrors: Count('Answered 5xx.'),
+  notImplemented: Count('Answered 501: an operation this server does not implement, by design (GET /store/orders); no failure.'),
+  serverErrors: Count('Answered 5xx other than 501: the server failed.'),
 })
 const Millis = Type.Union([Type.Number(), Type.Null()], {
   description: "Milliseconds: the upper bound of the duration histogram's bucket (within 2x); null without requests.",
@@ -103,7 +104,8 @@ const Series = Type.Object(
     ok: Counts('2xx per point.'),
     clientErrors: Counts('4xx other than 429 per point.'),
     limited: Counts('429 per point.'),
-    serverErrors: Counts('5xx per point.'),
+    notImplemented: Counts('501 (not implemented, by design) per point.'),
+    serverErrors: Counts('5xx other than 501 per point.'),
     p50: Type.Array(Millis, { description: 'Median duration per point.' }),
     p99: Type.Array(Millis, { description: '99th percentile duration per point.' }),
     total: Type.Composite([Outcomes, Type.Object({ p50: Millis, p99: Millis })], { description: 'The whole window.' }),
@@ -141,8 +143,13 @@ const RecentRequest = Type.Object({
 
 const AuditEntry = Type.Object({
   at: Time('When it was done.'),
-  actor: Type.String({ description: 'The operator, or (command line) for the operators command.' }),
-  action: Type.String({ description: 'e.g. operator.sign-in, key.create, key.revoke, key.reset-limits, key.set-plan, ban.lift.' }),
+  actor: Type.String({
+    description:
+      "The operator; cli (USER) for the keys and operators commands, USER being the system account that ran them; cli (USER, first start) for the first start's key and operator.",
+  }),
+  action: Type.String({
+    description: 'e.g. operator.sign-in, key.create, key.revoke, key.reset-limits, key.set-plan, ban.lift, operator.add.',
+  }),
   target: Type.String({ description: 'What it was done to: a key id, an address, an operator; empty when nothing.' }),
 })
 
@@ -251,4 +258,11 @@ export const RequestsQuery = Type.Object({
   limit: Type.Optional(ListLimit),
 })
 export const AuditQuery = Type.Object({ limit: Type.Optional(ListLimit) })
+/** Whether GET /api/keys lists revoked keys too (the CLI's keys list always does). */
+export const RevokedKeys = Type.Union([Type.Literal('exclude'), Type.Literal('include')], {
+  default: 'exclude',
+  description: 'include: revoked keys too (with their revokedAt); exclude: the keys in use only.',
+})
+export type RevokedKeys = Static<typeof RevokedKeys>
+export const KeysQuery = Type.Object({ revoked: Type.Optional(RevokedKeys) })
 export const UsageQuery = Type.Object({ window: Type.Optional(UsageWindow) })

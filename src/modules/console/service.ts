@@ -143,20 +143,25 @@ export class ConsoleService {
     await this.audit(operator, 'operator.sign-out', '')
   }
 
-  /** Every key, with its day quota left and ban as the limiter holds them (looked at, nothing taken), and its usage. */
-  async listKeys(): Promise<Model<'KeyList'>> {
+  /**
+   * The keys in use (and the revoked ones when asked), with their day quota left and ban as the limiter
+   * holds them (inspected, nothing taken), and their usage.
+   */
+  async listKeys(withRevoked = false): Promise<Model<'KeyList'>> {
     const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
     const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
     return {
-      keys: keys.map((key) => {
-        const figures = byId.get(key.id)
-        return {
-          ...key,
-          requestsToday: figures?.today.requests ?? 0,
-          limitedToday: figures?.today.limited ?? 0,
-          deprecatedWeek: figures?.deprecated.week ?? 0,
-        }
-      }),
+      keys: keys
+        .filter((key) => withRevoked || key.revokedAt === null)
+        .map((key) => {
+          const figures = byId.get(key.id)
+          return {
+            ...key,
+            requestsToday: figures?.today.requests ?? 0,
+            limitedToday: figures?.today.limited ?? 0,
+            deprecatedWeek: figures?.deprecated.week ?? 0,
+          }
+        }),
       limiterAnswered,
     }
   }
@@ -338,6 +343,7 @@ function columns(series: UsageSeries): Model<'Series'> {
     ok: column('ok'),
     clientErrors: column('clientErrors'),
     limited: column('limited'),
+    notImplemented: column('notImplemented'),
     serverErrors: column('serverErrors'),
     p50: column('p50'),
     p99: column('p99'),

@@ -5,7 +5,7 @@
 import { type ActiveKey, type ApiKeyRecord, hashSecret, type KeyLookup, makeKey } from '../../domain/api-key'
 import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
-import type { KeyChanges, KeyRepository, Storage } from '../../domain/repositories'
+import { type KeyChanges, type KeyRepository, type Storage, StorageUnavailableError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 
 /** Creates and stores a key; returns its one-time secret with the stored record. */
@@ -113,6 +113,7 @@ export class KeyRegistry implements KeyLookup {
    * ago, before the poll brings it) and looks again. The read begins after the call, so a key that
    * existed when the request came is found; misses share reads, at most one per CATCH_UP_GAP_MS, so a
    * flood of invented keys is not a flood of reads. A token still unknown is remembered as a miss.
+   * Rejects with StorageUnavailableError when storage does not answer.
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
     if (this.misses.has(secret)) return undefined
@@ -127,13 +128,17 @@ export class KeyRegistry implements KeyLookup {
         if (!key) this.rememberMiss(secret)
         return key
       },
-      // Storage does not answer: the token is refused as unknown, and the poll says why.
-      () => undefined,
+      // Storage does not answer: whether the token is a key cannot be known, so it is not called unknown
+      // (the gate answers 503, as for any read storage cannot give); any other failure refuses it as unknown.
+      (error) => {
+        if (error instanceof StorageUnavailableError) throw error
+        return undefined
+      },
     )
     if (this.lookups.size < MAX_REMEMBERED_MISSES) {
       const entry = { read, lookup }
       this.lookups.set(secret, entry)
-      void lookup.finally(() => this.lookups.get(secret) === entry && this.lookups.delete(secret))
+      void lookup.finally(() => this.lookups.get(secret) === entry && this.lookups.delete(secret)).catch(() => {})
     }
     return lookup
   }

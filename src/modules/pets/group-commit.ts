@@ -10,15 +10,15 @@ import {
   type PetWriter,
   StorageUnavailableError,
 } from '../../domain/repositories'
-import { ApiError, ClientClosedError, unavailable } from '../../http/api-errors'
+import { ApiError, ClientClosedError, storageUnavailable, unavailable } from '../../http/api-errors'
 
 export interface GroupCommitOptions {
   now: () => number
   /** Absolute URL of the pets collection with a trailing slash; a pet's Location adds its id. */
   locationPrefix: string
   onInternalError: (error: unknown) => void
-  /** Called when storage starts refusing writes (with the reason) and when it accepts them again (null). */
-  onWritesRefused: (reason: string | null) => void
+  /** Called when storage starts refusing writes (with why) and when it accepts them again (null). */
+  onWritesRefused: (refusal: StorageUnavailableError | null) => void
   /**
    * Why storage may no longer be trusted (its file replaced or found damaged), or null. Asked before and
    * after each batch, so no create is acknowledged into a file nobody will open again.
@@ -99,7 +99,7 @@ export class GroupCommit {
     const refusal = results.find(
       (result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError,
     )
-    if (refusal) this.noteRefusal(refusal.error.code)
+    if (refusal) this.noteRefusal(refusal.error)
     else if (written) this.noteRefusal(null)
     /** One answer per error, so a batch that failed as a whole is logged once. */
     const answers = new Map<unknown, ApiError>()
@@ -110,7 +110,7 @@ export class GroupCommit {
       }
       const { error } = result
       if (!answers.has(error))
-        answers.set(error, error instanceof StorageUnavailableError ? unavailable() : toInternal(error, this.options))
+        answers.set(error, error instanceof StorageUnavailableError ? storageUnavailable(error.down) : toInternal(error, this.options))
       batch[i]!.reject(answers.get(error))
     }
   }
@@ -137,10 +137,10 @@ export class GroupCommit {
   }
 
   /** Reports the change only, so a full disk logs one line, not one per refused request. */
-  private noteRefusal(reason: string | null): void {
-    if ((reason !== null) === this.writesRefused) return
-    this.writesRefused = reason !== null
-    this.options.onWritesRefused(reason)
+  private noteRefusal(refusal: StorageUnavailableError | null): void {
+    if ((refusal !== null) === this.writesRefused) return
+    this.writesRefused = refusal !== null
+    this.options.onWritesRefused(refusal)
   }
 }
 

@@ -16,6 +16,7 @@ import {
   type KeyTotals,
   LIMITED,
   NO_KEY,
+  NOT_IMPLEMENTED,
   OK,
   percentileMs,
   requestsIn,
@@ -26,12 +27,16 @@ import {
 } from '../../domain/usage'
 import { DAY_MS, HOUR_MS } from '../../domain/time'
 
-/** Requests by outcome class: 2xx, 4xx other than 429, 429, 5xx. */
+/**
+ * Requests by outcome class: 2xx, 4xx other than 429, 429, 501 (an operation this server does not
+ * implement, by design: no failure), 5xx other than 501.
+ */
 export interface Outcomes {
   requests: number
   ok: number
   clientErrors: number
   limited: number
+  notImplemented: number
   serverErrors: number
 }
 
@@ -185,6 +190,7 @@ function outcomes(counts: readonly number[] = emptyCounts()): Outcomes {
     ok: counts[OK]!,
     clientErrors: counts[CLIENT_ERRORS]!,
     limited: counts[LIMITED]!,
+    notImplemented: counts[NOT_IMPLEMENTED]!,
     serverErrors: counts[SERVER_ERRORS]!,
   }
 }

@@ -29,6 +29,14 @@ const UNAVAILABLE_STATES = /^(08|28|3D|40|53|57|58)...$|^(25006|25P03|25P04|5500
 const UNAVAILABLE_CODES =
   /^ERR_POSTGRES_(CONNECTION_\w+|\w+_TIMEOUT|TLS_\w+)$|^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTCONN|EHOSTUNREACH|ENETUNREACH)$/
 
+/**
+ * Of those, the failures after which the database still answers reads: read-only, disk full, a
+ * transaction rolled back, a lock or session ended, a statement cancelled. The rest (its connection,
+ * authorization, the database gone, shutting down or starting up, too many connections, out of memory,
+ * I/O, Bun's connection and timeout codes) mean it does not answer at all.
+ */
+const WRITES_ONLY_STATES = /^40...$|^(25006|25P03|25P04|53100|55006|55P03|57014)$/
+
 export function isUnavailable(error: unknown): boolean {
   const { errno, code } = (error ?? {}) as { errno?: unknown; code?: unknown }
   return (typeof errno === 'string' && UNAVAILABLE_STATES.test(errno)) || (typeof code === 'string' && UNAVAILABLE_CODES.test(code))
@@ -40,7 +48,11 @@ export async function guarded<T>(query: () => Promise<T>): Promise<T> {
     return await query()
   } catch (error) {
     if (error instanceof StorageUnavailableError) throw error
-    if (isUnavailable(error)) throw new StorageUnavailableError(describe(error), `the database cannot be used now (${describe(error)})`)
+    if (isUnavailable(error)) {
+      const { errno } = error as { errno?: unknown }
+      const down = !(typeof errno === 'string' && WRITES_ONLY_STATES.test(errno))
+      throw new StorageUnavailableError(describe(error), `the database cannot be used now (${describe(error)})`, down)
+    }
     throw error
   }
 }

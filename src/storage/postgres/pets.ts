@@ -40,13 +40,6 @@ export class PostgresPets implements PetRepository {
     })
   }
 
-  get(id: number): Promise<Pet | null> {
-    return guarded(async () => {
-      const [row] = (await this.sql`SELECT id, name, category_id, status FROM pets WHERE id = ${id}`) as PetRow[]
-      return row ? toPet(row) : null
-    })
-  }
-
   count(): Promise<number> {
     return guarded(async () => exactInteger(((await this.sql`SELECT count(*) AS n FROM pets`) as { n: string }[])[0]!.n))
   }

@@ -57,7 +57,7 @@ export function openDatabase(url: string, options: Omit<SQL.PostgresOrMySQLOptio
           pool = new SQL(url, options)
           void used.close({ timeout: 0 }).catch(() => {})
         }
-        reject(new StorageUnavailableError('timeout', `the database did not answer within ${ms} ms`))
+        reject(new StorageUnavailableError('timeout', `the database did not answer within ${ms} ms`, true))
       }, ms)
     })
     try {

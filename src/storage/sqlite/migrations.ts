@@ -3,7 +3,7 @@
  * application id marks the file as ours. Steps are only ever appended.
  */
 
-import { usageTablesSql } from '../shared/usage-columns'
+import { notImplementedColumnSql, usageTablesSql } from '../shared/usage-columns'
 
 /** 'PETS' in ASCII: marks a file as ours, so a foreign SQLite database is refused, not migrated. */
 export const APPLICATION_ID = 0x50455453
@@ -73,4 +73,6 @@ export const MIGRATIONS: string[] = [
      action TEXT NOT NULL,
      target TEXT NOT NULL
    );`,
+  // Answers 501 (an operation not implemented, by design) counted apart from the 5xx; earlier rows keep theirs there.
+  notImplementedColumnSql('INTEGER'),
 ]

@@ -22,7 +22,6 @@ const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 export class SqlitePets implements PetRepository {
   private readonly listAll: Statement<PetRow, [number, number]>
   private readonly listByStatus: Statement<PetRow, [string, number, number]>
-  private readonly byId: Statement<PetRow, [number]>
   private readonly insert: Statement<{ id: number }, [string, bigint, string, number]>
   private readonly findIdempotent: Statement<IdempotencyRecord, [string, string]>
   private readonly saveIdempotent: Statement<unknown, [string, string, string, number, string, string, number]>
@@ -38,7 +37,6 @@ export class SqlitePets implements PetRepository {
     this.listByStatus = db
       .query<PetRow, [string, number, number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`)
       .safeIntegers(true)
-    this.byId = db.query<PetRow, [number]>(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`).safeIntegers(true)
     this.insert = db.query('INSERT INTO pets (name, category_id, status, created_at) VALUES (?, ?, ?, ?) RETURNING id')
     this.findIdempotent = db.query(
       `SELECT request_hash AS requestHash, status, body, location, created_at AS createdAt
@@ -56,13 +54,6 @@ export class SqlitePets implements PetRepository {
 
   list(afterId: number, limit: number, status: PetStatus | undefined): Pet[] {
     return reading(() => (status ? this.listByStatus.all(status, afterId, limit) : this.listAll.all(afterId, limit)).map(toPet))
-  }
-
-  get(id: number): Pet | null {
-    return reading(() => {
-      const row = this.byId.get(id)
-      return row && toPet(row)
-    })
   }
 
   count(): number {

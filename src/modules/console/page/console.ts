@@ -7,7 +7,7 @@
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 // Types only: the server's model declares what each route answers, and nothing of it is bundled.
-import type { Model, UsageWindow } from '../model'
+import type { Model, RevokedKeys, UsageWindow } from '../model'
 
 const WINDOW_WORDS: Record<UsageWindow, string> = { hour: 'the last hour', day: 'the last day', week: 'the last week' }
 
@@ -16,7 +16,8 @@ const OUTCOMES = [
   { field: 'ok', label: '2xx', color: '--ok', means: 'answered' },
   { field: 'clientErrors', label: '4xx (not 429)', color: '--client', means: 'bad request, no valid key, no such pet' },
   { field: 'limited', label: '429', color: '--limited', means: 'refused: over a limit, or banned' },
-  { field: 'serverErrors', label: '5xx', color: '--server', means: 'the server failed' },
+  { field: 'notImplemented', label: '501', color: '--unimplemented', means: 'not implemented here, by design (GET /store/orders)' },
+  { field: 'serverErrors', label: '5xx (not 501)', color: '--server', means: 'the server failed' },
 ] as const
 
 const $ = <T extends Element>(selector: string) => document.querySelector<T>(selector)!
@@ -46,10 +47,21 @@ async function api<T = null>(method: string, path: string, body?: unknown): Prom
   return value as T
 }
 
+/** A cell, labelled with its column's heading: a narrow screen shows each row as a card of labelled figures. */
 function cell(row: HTMLTableRowElement, text: string | number | null): HTMLTableCellElement {
   const td = row.insertCell()
   td.textContent = text === null ? '-' : String(text)
+  const heading = (row.closest('table') as HTMLTableElement | null)?.tHead?.rows[0]?.cells[td.cellIndex]
+  td.dataset.label = heading?.textContent?.trim() ?? ''
   return td
+}
+
+/** A row that says the table is empty, across its columns. */
+function emptyRow(body: HTMLTableSectionElement, text: string): void {
+  const td = body.insertRow().insertCell()
+  td.className = 'empty'
+  td.colSpan = (body.parentElement as HTMLTableElement).tHead?.rows[0]?.cells.length ?? 1
+  td.textContent = text
 }
 
 function button(parent: HTMLElement, label: string, action: () => Promise<unknown>): void {
@@ -106,7 +118,8 @@ async function showTab(name: string): Promise<void> {
 }
 
 async function loadKeys(): Promise<void> {
-  keys = (await api<Model<'KeyList'>>('GET', '/api/keys')).keys
+  const revoked: RevokedKeys = $<HTMLInputElement>('#key-revoked').checked ? 'include' : 'exclude'
+  keys = (await api<Model<'KeyList'>>('GET', `/api/keys?revoked=${revoked}`)).keys
   drawKeys()
 }
 
@@ -114,8 +127,14 @@ function drawKeys(): void {
   const search = $<HTMLInputElement>('#key-search').value.trim().toLowerCase()
   const body = $<HTMLTableSectionElement>('#key-table tbody')
   body.replaceChildren()
+  // The column sorted by says so, and which way (an arrow, and aria-sort for screen readers).
+  for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]')) {
+    const th = header.parentElement!
+    if (header.dataset.sort === sortBy) th.setAttribute('aria-sort', ascending ? 'ascending' : 'descending')
+    else th.removeAttribute('aria-sort')
+  }
   const shown = keys
-    .filter((key) => key.revokedAt === null && key.name.toLowerCase().includes(search))
+    .filter((key) => key.name.toLowerCase().includes(search))
     .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
   for (const key of shown) {
     const row = body.insertRow()
@@ -135,6 +154,13 @@ function drawKeys(): void {
     cell(row, when(key.lastUsedAt))
     cell(row, when(key.bannedUntil))
     const actions = cell(row, '')
+    actions.className = 'actions'
+    // A revoked key is shown for the record: nothing can be done with it any more.
+    if (key.revokedAt !== null) {
+      row.classList.add('revoked')
+      actions.textContent = `Revoked ${when(key.revokedAt)}`
+      continue
+    }
     button(actions, 'Revoke', async () => {
       if (!confirm(`Revoke the key "${key.name || key.id}"? Requests with it are refused within a second.`)) return
       await api('DELETE', `/api/keys/${encodeURIComponent(key.id)}`)
@@ -283,7 +309,7 @@ async function loadKey(): Promise<void> {
     const row = body.insertRow()
     for (const value of [when(entry.time), entry.method, entry.path, entry.status, entry.durationMs, entry.requestId]) cell(row, value)
   }
-  if (refusals.length === 0) cell(body.insertRow(), 'No refusals among the recent requests.')
+  if (refusals.length === 0) emptyRow(body, 'No refusals among the recent requests.')
 }
 
 async function loadDeprecation(): Promise<void> {
@@ -299,7 +325,7 @@ async function loadDeprecation(): Promise<void> {
     button(cell(row, ''), caller.name || caller.keyId, () => showKey(caller.keyId))
     for (const value of [caller.day, caller.week, when(caller.lastCall)]) cell(row, value)
   }
-  if (deprecation.callers.length === 0) cell(body.insertRow(), 'No key called it in the last 7 days.')
+  if (deprecation.callers.length === 0) emptyRow(body, 'No key called it in the last 7 days.')
 }
 
 /** Redraws the charts at their containers' width (a resize, a turned phone) and in the current colours. */
@@ -317,13 +343,15 @@ async function loadBans(): Promise<void> {
     cell(row, when(ban.bannedUntil))
     const path =
       ban.kind === 'key' ? `/api/bans/keys/${encodeURIComponent(ban.keyId)}` : `/api/bans/addresses/${encodeURIComponent(ban.address)}`
-    button(cell(row, ''), 'Lift', async () => {
+    const actions = cell(row, '')
+    actions.className = 'actions'
+    button(actions, 'Lift', async () => {
       await api('DELETE', path)
       await applied()
       await loadBans()
     })
   }
-  if (bans.length === 0) cell(body.insertRow(), 'No bans right now.')
+  if (bans.length === 0) emptyRow(body, 'No bans right now.')
 }
 
 async function loadRequests(): Promise<void> {
@@ -354,7 +382,7 @@ async function loadAudit(): Promise<void> {
   body.replaceChildren()
   for (const entry of entries) {
     const row = body.insertRow()
-    for (const value of [when(entry.at), entry.actor, entry.action, entry.target]) cell(row, value)
+    for (const value of [when(entry.at), entry.actor, entry.action, entry.target || null]) cell(row, value)
   }
 }
 
@@ -384,6 +412,7 @@ function wire(): void {
       drawKeys()
     })
   $('#key-search').addEventListener('input', drawKeys)
+  $('#key-revoked').addEventListener('change', () => run(loadKeys))
   for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-window]'))
     choice.addEventListener('click', () => {
       overviewWindow = choice.dataset.window as UsageWindow

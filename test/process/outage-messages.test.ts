@@ -1,0 +1,128 @@
+/**
+ * What the binary says while an engine it needs is away. PostgreSQL stopped: every answer says storage
+ * does not answer (a create's 503 once said "reads still work" while reads failed too; a token not yet
+ * known was called invalid or revoked, though storage could not be asked), the console
+ * answers 503 rather than 500 with a stack trace in the log, and the log says storage does not answer;
+ * set read-only instead, a create's 503 says reads still work, and they do. Redis stopped under an idle
+ * instance: one line when it stops answering, one when it is back, nothing more, with no request at all.
+ */
+import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { eventually } from '../support/binary'
+import { describeWithEngines } from '../support/engines'
+import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type RedisServer, startRedis } from '../support/redis'
+import { auth, killSpawned, postPet, startWithConsole } from './helpers'
+
+setDefaultTimeout(60_000)
+afterAll(killSpawned)
+
+const DOWN = { code: 'unavailable', message: 'Storage does not answer now; try again shortly.', status: 503 }
+const WRITES_REFUSED = { code: 'unavailable', message: 'Storage cannot accept writes right now; reads still work.', status: 503 }
+
+const answer = async (response: Response) => ({ status: response.status, body: await response.json() })
+
+describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () => {
+  let cluster: PostgresCluster | undefined
+  afterAll(() => cluster?.destroy())
+
+  test('stopped: creates, reads and the console all say storage does not answer; back: creates work again', async () => {
+    cluster = await startPostgres()
+    const url = await cluster.createDatabase('outage')
+    const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
+    const key = server.bootstrapKey!
+    expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+    const signIn = await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'admin', password: server.password }),
+    })
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!
+    await cluster.stop()
+    try {
+      const during = {
+        create: await answer(await postPet(server.base, key, { name: 'during', categoryId: 1 })),
+        list: await answer(await fetch(`${server.base}/pets`, { headers: auth(key) })),
+        get: await answer(await fetch(`${server.base}/pets/1`, { headers: auth(key) })),
+        // A token this instance does not know may be a key made a moment ago: storage cannot say.
+        unknownKey: await answer(await fetch(`${server.base}/pets`, { headers: auth('psk_made_a_moment_ago_elsewhere') })),
+        consoleKeys: await answer(await fetch(`${server.console}/api/keys`, { headers: { cookie } })),
+        signIn: await answer(
+          await fetch(`${server.console}/api/session`, {
+            method: 'POST',
+            headers: { origin: server.console, 'content-type': 'application/json' },
+            body: JSON.stringify({ name: 'admin', password: server.password }),
+          }),
+        ),
+      }
+      console.log('while PostgreSQL is stopped:', JSON.stringify(during))
+      for (const seen of Object.values(during)) expect(seen).toEqual({ status: 503, body: DOWN })
+      expect(server.stderr()).toContain('storage does not answer (')
+      expect(server.stderr()).not.toContain('refuses writes')
+      expect(server.stderr()).not.toContain('internal error')
+    } finally {
+      await cluster.start()
+    }
+    await eventually(async () => (await postPet(server.base, key, { name: 'after', categoryId: 1 })).status === 201, 10_000)
+    expect(server.stderr()).toContain('storage accepts writes again')
+    await server.stop()
+  })
+
+  test('read-only: a create says reads still work, and they do', async () => {
+    cluster ??= await startPostgres()
+    const url = await cluster.createDatabase('read_only')
+    const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
+    const key = server.bootstrapKey!
+    expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+    const admin = new Bun.SQL(url, { max: 1 })
+    const readOnly = async (on: boolean) => {
+      await admin.unsafe(`ALTER SYSTEM SET default_transaction_read_only = ${on ? 'on' : 'off'}`)
+      await admin.unsafe('SELECT pg_reload_conf()')
+    }
+    try {
+      await readOnly(true)
+      // Sessions take the setting at their next transaction: creates until then may still be written.
+      let create: { status: number; body: unknown } | undefined
+      await eventually(async () => {
+        create = await answer(await postPet(server.base, key, { name: 'during', categoryId: 1 }))
+        return create.status === 503
+      }, 10_000)
+      expect(create).toEqual({ status: 503, body: WRITES_REFUSED })
+      const list = await fetch(`${server.base}/pets`, { headers: auth(key) })
+      expect(list.status).toBe(200)
+      expect(((await list.json()) as { name: string }[])[0]!.name).toBe('before')
+      expect(server.stderr()).toContain('storage refuses writes (25006)')
+    } finally {
+      await readOnly(false)
+      await admin.close()
+    }
+    await server.stop()
+  })
+})
+
+describeWithEngines(['redis-server'], 'a Redis outage under an idle instance', () => {
+  let redis: RedisServer | undefined
+  afterAll(() => redis?.destroy())
+
+  test('with no request arriving, one line when Redis stops answering and one when it answers again', async () => {
+    redis = await startRedis()
+    const server = await startWithConsole({ args: ['--no-access-log', '--redis-url', redis.url] })
+    const lines = () =>
+      server
+        .stderr()
+        .split('\n')
+        .filter((line) => line.includes('the shared rate limiter (Redis)'))
+    await redis.stop()
+    await eventually(() => lines().length === 1, 5_000)
+    expect(lines()).toEqual(['petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does'])
+    // Away for a while (four times the watch's turn), still one line: a change is said once, not at each look.
+    await Bun.sleep(2_000)
+    expect(lines()).toHaveLength(1)
+    await redis.start()
+    await eventually(() => lines().length === 2, 5_000)
+    expect(lines()[1]).toBe('petstore: the shared rate limiter (Redis) answers again')
+    const answered = await fetch(`${server.base}/pets`, { headers: auth(server.bootstrapKey!) })
+    expect(answered.status).toBe(200)
+    expect(lines()).toHaveLength(2)
+    await server.stop()
+  })
+})
