@@ -5,7 +5,7 @@
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
 import type { ApiKeyRecord } from '../../domain/api-key'
-import { type CreateKeyInput, KeyInputError, limitsFor } from '../../domain/key-input'
+import { type CreateKeyInput, KeyInputError } from '../../domain/key-input'
 import {
   type AuditEntry,
   type Credential,
@@ -21,13 +21,13 @@ import {
   THROTTLE_FAILURES,
   THROTTLE_WINDOW_MS,
 } from '../../domain/operators'
-import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
+import { type Limits, PLAN_LIMITS } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
 import { type AddressSubject, keySubject, type Subject } from '../../domain/subject'
 import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
 import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
-import { createKey, type KeyRegistry } from '../keys/service'
+import { createKey, type KeyRegistry, setKeyPlan } from '../keys/service'
 import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import type { Model } from './model'
 
@@ -239,12 +239,7 @@ export class ConsoleService {
   }
 
   async createKey(operator: string, input: CreateKeyInput): Promise<Model<'CreatedKey'>> {
-    let made: Awaited<ReturnType<typeof createKey>>
-    try {
-      made = await createKey(this.deps.storage.keys, input, this.deps.now())
-    } catch (error) {
-      keyInputError(error)
-    }
+    const made = await createKey(this.deps.storage.keys, input, this.deps.now()).catch(keyInputError)
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
@@ -272,13 +267,7 @@ export class ConsoleService {
   }
 
   async setPlan(operator: string, id: string, input: { plan: string; rpm?: number; rpd?: number }): Promise<void> {
-    let limits: Limits
-    try {
-      limits = limitsFor(input)
-    } catch (error) {
-      keyInputError(error)
-    }
-    if (!(await this.deps.storage.keys.setPlan(id, input.plan as Plan, limits))) throw noKey(id, ' (or it is revoked)')
+    if (!(await setKeyPlan(this.deps.storage.keys, id, input).catch(keyInputError))) throw noKey(id, ' (or it is revoked)')
     await this.deps.keys.reload()
     await this.audit(operator, 'key.set-plan', `${id} ${input.plan}`)
   }
