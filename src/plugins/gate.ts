@@ -59,9 +59,10 @@ export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limit
 }
 
 /**
- * The rate-limit fields of an answer given before the gate (a Host the router cannot read): those of
+ * The rate-limit fields of a refusal given before the gate (a Host the router cannot read): those of
  * the bucket the gate would judge the request by, its key's when the token names a key this server
- * holds, else its client address's, as they stand (nothing taken). None when the limiter does not answer.
+ * holds, else its client address's, as they stand (nothing taken). When the limiter does not answer,
+ * the request gets what every request under the base then gets, LIMITER_DOWN.
  */
 export async function standingFields(
   keys: Pick<KeyLookup, 'find'>,
@@ -69,7 +70,7 @@ export async function standingFields(
   request: Request,
   info: RequestInfo,
   set: { headers: Record<string, unknown> },
-): Promise<void> {
+): Promise<ApiError | undefined> {
   const token = bearerToken(request.headers.get('authorization'))
   const key = token ? keys.find(token) : undefined
   const limits = key ? key.limits : PLAN_LIMITS.free
@@ -77,6 +78,7 @@ export async function standingFields(
     rateLimitHeaders(set.headers, limits, await limiter.peek(key ? key.subject : info.addressSubject, limits))
   } catch (error) {
     if (!(error instanceof LimiterUnavailableError)) throw error
+    return LIMITER_DOWN
   }
 }
 

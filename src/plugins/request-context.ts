@@ -90,10 +90,15 @@ export interface RequestContextOptions {
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
   /**
-   * Puts the rate-limit fields on an answer given here, before routing (and so before the gate); a
-   * promise when they are still being read, undefined when the answer has none (a path outside the API).
+   * Puts the rate-limit fields on a refusal given here, before routing (and so before the gate); a
+   * promise of the refusal to give instead, if any (the limiter's own, when it does not answer), or
+   * undefined when the answer has no such fields (a path outside the API).
    */
-  rateLimitFields?: (request: Request, info: RequestInfo, set: { headers: Record<string, unknown> }) => Promise<void> | undefined
+  rateLimitFields?: (
+    request: Request,
+    info: RequestInfo,
+    set: { headers: Record<string, unknown> },
+  ) => Promise<ApiError | undefined> | undefined
 }
 
 export interface Proxies {
@@ -240,14 +245,25 @@ export function requestContext(options: RequestContextOptions) {
         const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
         context.info = info
         if (routable) return undefined
-        info.done(path.status, undefined)
-        const body = answerWith(set, info, path)
         const fields = rateLimitFields?.(request, info, set)
-        const answer = fields ? fields.then(() => body) : body
+        const answer = fields === undefined ? refuseUnrouted(set, info, path) : fields.then(refusalInstead(set, info, path))
         return answer
       })
       .onAfterHandle({ as: 'global' }, recordAnswer)
   )
+}
+
+type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
+
+/** Answers and records a request refused before routing. */
+function refuseUnrouted(set: AnswerSet, info: RequestInfo, error: ApiError): string {
+  info.done(error.status, undefined)
+  return answerWith(set, info, error)
+}
+
+/** Refuses with `error`, or with the refusal that came instead of its rate-limit fields. */
+function refusalInstead(set: AnswerSet, info: RequestInfo, error: ApiError) {
+  return (instead: ApiError | undefined) => refuseUnrouted(set, info, instead ?? error)
 }
 
 /**

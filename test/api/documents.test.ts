@@ -12,9 +12,10 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { symlinkSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { cli, createKeyWithCli, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { Contract } from '../support/contract'
 import { type ConsoleServer, parseRawResponse, type RawResponse, startWithConsole } from '../process/helpers'
+import { startRedis } from '../support/redis'
 
 type Json = Record<string, any>
 const ROOT = join(import.meta.dir, '..', '..')
@@ -235,6 +236,37 @@ describe('answers the gate does not give carry the rate-limit fields the documen
     expect(response.headers.get('retry-after')).toBe('1')
     api.check('GET', '/v1/pets', response, body)
     expect(answers.filter(({ response }) => response.status === 200)).toHaveLength(100)
+  })
+})
+
+describe('the one answer without rate-limit fields', () => {
+  test('with Redis stopped, every request under the base is the 503 the document describes without them, an unreadable Host included', async () => {
+    const redis = await startRedis()
+    const limited = await startServer({ args: ['--redis-url', redis.url, '--no-access-log'] })
+    try {
+      const contract = await Contract.load(limited.origin)
+      const headers = { authorization: `Bearer ${limited.bootstrapKey}` }
+      expect((await fetch(`${limited.base}/pets`, { headers })).status).toBe(200)
+      await redis.stop()
+      await eventually(async () => (await fetch(`${limited.base}/pets`, { headers })).status === 503)
+      const answers = [
+        await raw(limited.port, `GET /v1/pets HTTP/1.1\r\nHost: a@b\r\nAuthorization: Bearer ${limited.bootstrapKey}`),
+        await raw(limited.port, 'GET /v1/store/orders HTTP/1.1\r\nHost: [zz]'),
+        await raw(limited.port, `GET /v1/store/orders HTTP/1.1\r\nHost: 127.0.0.1:${limited.port}`),
+      ]
+      for (const [answer, path] of [
+        [answers[0]!, '/v1/pets'],
+        [answers[1]!, '/v1/store/orders'],
+        [answers[2]!, '/v1/store/orders'],
+      ] as const) {
+        expect([answer.status, JSON.parse(answer.body).code, answer.headers['retry-after']]).toEqual([503, 'unavailable', '1'])
+        expect(Object.keys(answer.headers).filter((name) => name.includes('ratelimit'))).toEqual([])
+        contract.check('GET', path, { status: answer.status, headers: new Headers(answer.headers) }, answer.body)
+      }
+    } finally {
+      await limited.stop()
+      await redis.destroy()
+    }
   })
 })
 
