@@ -222,7 +222,7 @@ describe('answers the gate does not give carry the rate-limit fields the documen
     expect((await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${delayed}` } })).status).toBe(200)
     const answers = await Promise.all(
       Array.from({ length: 101 }, () =>
-        fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${delayed}`, prefer: 'delay=1500' } }).then(async (response) => ({
+        fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${delayed}`, prefer: 'delay=3000' } }).then(async (response) => ({
           response,
           body: await response.text(),
         })),
