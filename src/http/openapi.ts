@@ -253,7 +253,11 @@ export function components(errorSchema: object, scenarios = false) {
     },
     headers,
     responses: {
-      BadRequest: error('The request is malformed; the message names the field and why.', ['invalid_request']),
+      BadRequest: error(
+        'The request is malformed; the message names the field and why (`Host:` for a Host header the server cannot read, ' +
+          'answered before routing with the rate-limit fields of the bucket the request would be counted in, nothing taken).',
+        ['invalid_request'],
+      ),
       Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),
       NotFound: error('The requested resource could not be found.', ['not_found']),
       RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, [

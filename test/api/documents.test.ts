@@ -312,6 +312,7 @@ describe('the console document', () => {
       { plan: 'gold' },
       { plan: 'free', id: 'x' },
       { plan: 'enterprise', rpm: 0, rpd: 50 },
+      { plan: 'free', name: 'bell\u0007' },
     ]
     const { key: made } = (await (await call('POST', '/api/keys', { plan: 'free' })).json()) as Json
     // A plan change takes no name: two of the bodies are valid there, three for a new key.

@@ -6,6 +6,7 @@
  */
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
+import { CONTROL_CHARACTERS } from '../../domain/pet'
 import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
@@ -49,11 +50,13 @@ export const PlanChange = Type.Object(
 
 /**
  * A body with a plan as the document states it: the validator's object (which names a wrong field in
- * its 400) with the rule the domain then applies (limitsFor): enterprise needs rpm and rpd, the other
- * plans take neither. One alternative per kind of plan, told apart by `plan`.
+ * its 400) with the rules the domain then applies: enterprise needs rpm and rpd, the other plans take
+ * neither (limitsFor), and a key's name has no control characters (checkKeyName). One alternative per
+ * kind of plan, told apart by `plan`.
  */
 function byPlan<T extends TObject>(object: T, description: string) {
-  const { plan: _, rpm: __, rpd: ___, ...rest } = object.properties
+  const { plan: _, rpm: __, rpd: ___, ...properties } = object.properties
+  const rest = properties.name ? { ...properties, name: { ...properties.name, pattern: `^[^${CONTROL_CHARACTERS}]*$` } } : properties
   const fixed = PLANS.filter((plan) => plan !== CUSTOM_PLAN)
   return Type.Unsafe<Static<T>>({
     description,
