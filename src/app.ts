@@ -26,7 +26,7 @@ import { UsageCounter } from './observability/usage'
 import { RecentRequests } from './observability/recent-requests'
 import { cors, preflight } from './plugins/cors'
 import { errorHandler, unrouted } from './plugins/error-answers'
-import { gate } from './plugins/gate'
+import { gate, standingFields } from './plugins/gate'
 import { scenarios } from './plugins/scenarios'
 import { type RequestInfo, requestContext, requestInfo, routedPath } from './plugins/request-context'
 import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
@@ -211,6 +211,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         recent,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
+        rateLimitFields: (request, info, set) =>
+          isApiPath(info.path, config.basePath) ? standingFields(keys, limiter, request, info, set) : undefined,
       }),
     )
     .use(cors(config.corsOrigins))

@@ -7,8 +7,8 @@
 import { type NewPet, type Pet, petJson } from './pet'
 import { DAY_MS } from './time'
 
-/** What an Idempotency-Key may be, and the rule in the words a 400 uses. */
-export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
+/** What an Idempotency-Key may be (the OpenAPI document gives it as the header's pattern), and the rule in the words a 400 uses. */
+export const IDEMPOTENCY_KEY = /^[!-~]{1,255}$/
 export const IDEMPOTENCY_KEY_RULE = 'must be 1 to 255 visible ASCII characters'
 
 /** How long an Idempotency-Key holds its first answer. */

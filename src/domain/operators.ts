@@ -5,6 +5,7 @@
  * in the console is kept in the audit log.
  */
 import { hashSecret } from './api-key'
+import { OPERATOR_NAME, OPERATOR_NAME_RULE } from './operator-name'
 import { DAY_MS, MINUTE_MS } from './time'
 
 export interface OperatorRecord {
@@ -54,10 +55,8 @@ export const REFUSED_SIGN_IN_RETENTION_MS = 30 * DAY_MS
 
 export class OperatorInputError extends Error {}
 
-const NAME = /^[A-Za-z0-9._@-]{1,64}$/
-
 export function checkOperatorName(name: string): string {
-  if (!NAME.test(name)) throw new OperatorInputError('an operator name is 1 to 64 characters of A-Z a-z 0-9 . _ @ -')
+  if (!OPERATOR_NAME.test(name)) throw new OperatorInputError(OPERATOR_NAME_RULE)
   return name
 }
 

@@ -7,6 +7,7 @@ import type { TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
 import { INT64_MAX, INT64_MIN } from '../domain/pet'
 import { BODY_DEADLINE_MS } from './json-body'
+import { REQUEST_ID_RULE } from './request-id'
 
 // Elysia's generic parameters carry nothing useful across this boundary.
 // biome-ignore lint/suspicious/noExplicitAny: any Elysia instance, whatever its generics
@@ -17,12 +18,34 @@ const COMMON_HEADERS = [...RATE_LIMIT_HEADERS, 'X-Request-Id']
 
 const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` })
 
-function headerRefs(names: string[]) {
-  return Object.fromEntries(names.map((name) => [name, ref('headers', name)]))
+/** A header of an answer: its name, or its name and the component that describes it there. */
+export type HeaderName = string | readonly [name: string, component: string]
+
+function headerRefs(names: readonly HeaderName[]) {
+  return Object.fromEntries(
+    names.map((name) => (typeof name === 'string' ? [name, ref('headers', name)] : [name[0], ref('headers', name[1])])),
+  )
+}
+
+/** getPet's fields, on every answer it gives; its Link there is always the successor's. */
+export const DEPRECATION_HEADERS: HeaderName[] = ['Deprecation', 'Sunset', ['Link', 'SuccessorLink']]
+
+/**
+ * The request header every operation takes: the server echoes a sane id and logs it, and replaces any
+ * other value (never refuses it), so the schema states no pattern.
+ */
+export const REQUEST_ID_PARAMETER = {
+  name: 'X-Request-Id',
+  in: 'header',
+  required: false,
+  description:
+    `Your id for this request: when it is ${REQUEST_ID_RULE}, the answer's X-Request-Id echoes it and the server's log ` +
+    'line carries it; any other value is replaced by an id the server makes, never refused.',
+  schema: { type: 'string' },
 }
 
 /** A JSON response with the headers every answer under the base carries, plus `extraHeaders`. */
-export function jsonResponse(description: string, schema: object, extraHeaders: string[] = []) {
+export function jsonResponse(description: string, schema: object, extraHeaders: readonly HeaderName[] = []) {
   return {
     description,
     headers: headerRefs([...COMMON_HEADERS, ...extraHeaders]),
@@ -38,7 +61,7 @@ export const schemaRef = (name: string) => ref('schemas', name)
  */
 // Document fragments are handed to Elysia's `detail`, typed by its OpenAPI types; any is the honest type.
 // biome-ignore lint/suspicious/noExplicitAny: Elysia types `detail.responses` with its own OpenAPI types
-export function errorResponses(statuses: number[], extraHeaders: string[] = []): Record<string, any> {
+export function errorResponses(statuses: number[], extraHeaders: readonly HeaderName[] = []): Record<string, any> {
   if (extraHeaders.length === 0)
     return Object.fromEntries(statuses.map((status) => [String(status), ref('responses', ERROR_NAMES[status]!)]))
   const shared = components({ $ref: '#/components/schemas/Error' }).responses as Record<string, ErrorResponse>
@@ -143,12 +166,17 @@ const ERROR_EXAMPLES: Record<string, [number, string]> = {
   unavailable: [503, 'Storage does not answer now; try again shortly.'],
 }
 
-export function components(errorSchema: object) {
+/**
+ * The document's shared parts. With `scenarios` on, every error answer may name what a `Prefer`
+ * applied (`Preference-Applied`); the operations' own answers get it in the document builder.
+ */
+export function components(errorSchema: object, scenarios = false) {
+  const applied = scenarios ? ['Preference-Applied'] : []
   const error = (
     description: string,
     codes: string[],
     extra: string[] = [],
-    headers: object = headerRefs([...COMMON_HEADERS, ...extra]),
+    headers: object = headerRefs([...COMMON_HEADERS, ...extra, ...applied]),
   ) => ({
     description: `${description} Codes: ${codes.map((c) => `\`${c}\``).join(', ')}.`,
     headers,
@@ -168,6 +196,50 @@ export function components(errorSchema: object) {
   // appear only when there is a next page or a replay.
   const integer = (description: string) => ({ description, required: true, schema: { type: 'integer' } })
   const text = (description: string, required = true) => ({ description, required, schema: { type: 'string' } })
+  const headers = {
+    'X-RateLimit-Limit': integer('Capacity of the rate-limit bucket in force (the one with fewer tokens left).'),
+    'X-RateLimit-Remaining': integer('Whole requests left in that bucket after this one.'),
+    'X-RateLimit-Reset': integer('Unix time (seconds) at which that bucket is full again.'),
+    RateLimit: text('IETF draft field: `"<window>";r=<remaining>;t=<seconds to reset>` of the bucket in force.'),
+    'RateLimit-Policy': text('IETF draft field: `"minute";q=<rpm>;w=60, "day";q=<rpd>;w=86400`.'),
+    'X-Request-Id': text("The request id: the client's own when sane, else one the server made."),
+    'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
+    'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
+    Location: {
+      description:
+        'URL of the created pet: absolute under the base URL, or a relative reference (`/v1/pets/42`) when the server was given ' +
+        'no base URL and listens beyond loopback.',
+      required: true,
+      schema: { type: 'string', format: 'uri-reference' },
+    },
+    Link: text(
+      'RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet. Their targets are ' +
+        'relative references when the server was given no base URL and listens beyond loopback.',
+      false,
+    ),
+    SuccessorLink: text(
+      'RFC 8288: `<BASE/pets>; rel="successor-version"`, the operation that replaces this one (a relative reference when the ' +
+        'server was given no base URL and listens beyond loopback).',
+    ),
+    Deprecation: text('RFC 9745: when the operation was deprecated, as `@<unix seconds>`.'),
+    Sunset: text('RFC 8594: when the operation will be removed.'),
+    'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.', false),
+    'Preference-Applied': text(
+      'RFC 7240: the scenarios of `Prefer` this answer applied (`code=503`, `delay=2000`, `fail=2, code=503`); absent when none was.',
+      false,
+    ),
+  }
+  // The rate-limit fields of a 503, which has them unless it is the limiter itself that does not answer.
+  const unlessLimiterDown = Object.fromEntries(
+    RATE_LIMIT_HEADERS.map((name) => [
+      name,
+      {
+        ...headers[name as keyof typeof headers],
+        required: false,
+        description: `${headers[name as keyof typeof headers].description} Absent when the shared rate limiter does not answer: no bucket can be read then.`,
+      },
+    ]),
+  )
   return {
     securitySchemes: {
       bearerAuth: {
@@ -179,33 +251,13 @@ export function components(errorSchema: object) {
           '`petstore keys create --plan pro` makes more.',
       },
     },
-    headers: {
-      'X-RateLimit-Limit': integer('Capacity of the rate-limit bucket in force (the one with fewer tokens left).'),
-      'X-RateLimit-Remaining': integer('Whole requests left in that bucket after this one.'),
-      'X-RateLimit-Reset': integer('Unix time (seconds) at which that bucket is full again.'),
-      RateLimit: text('IETF draft field: `"<window>";r=<remaining>;t=<seconds to reset>` of the bucket in force.'),
-      'RateLimit-Policy': text('IETF draft field: `"minute";q=<rpm>;w=60, "day";q=<rpd>;w=86400`.'),
-      'X-Request-Id': text("The request id: the client's own when sane, else one the server made."),
-      'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
-      'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
-      Location: {
-        description:
-          'URL of the created pet: absolute under the base URL, or a relative reference (`/v1/pets/42`) when the server was given ' +
-          'no base URL and listens beyond loopback.',
-        required: true,
-        schema: { type: 'string', format: 'uri-reference' },
-      },
-      Link: text(
-        'RFC 8288 links: `rel="next"` for the next page; `rel="successor-version"` on the deprecated getPet. Their targets are ' +
-          'relative references when the server was given no base URL and listens beyond loopback.',
-        false,
-      ),
-      Deprecation: text('RFC 9745: when the operation was deprecated, as `@<unix seconds>`.'),
-      Sunset: text('RFC 8594: when the operation will be removed.'),
-      'Idempotent-Replayed': text('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.', false),
-    },
+    headers,
     responses: {
-      BadRequest: error('The request is malformed; the message names the field and why.', ['invalid_request']),
+      BadRequest: error(
+        'The request is malformed; the message names the field and why (`Host:` for a Host header the server cannot read, ' +
+          'answered before routing with the rate-limit fields of the bucket the request would be counted in, nothing taken).',
+        ['invalid_request'],
+      ),
       Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),
       NotFound: error('The requested resource could not be found.', ['not_found']),
       RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, [
@@ -225,12 +277,15 @@ export function components(errorSchema: object) {
       // A 503 from a limiter that does not answer has no rate-limit fields to give.
       Unavailable: error(
         'Storage cannot serve this (it refuses writes: disk full, read-only file, database down; reads go on where they can; ' +
-          'or the data file is gone or damaged), or the shared rate limiter does not answer (then with `Retry-After: 1` and no rate-limit fields), ' +
-          'or too many request bodies are arriving at once (then with `Retry-After: 1`, and the connection is closed).',
+          'or the data file is gone or damaged), or too many request bodies are arriving at once (then with `Retry-After: 1`, and ' +
+          'the connection is closed), or too many delayed or failing scenarios are waiting (`Prefer`, staging), each with the ' +
+          'rate-limit fields of the bucket in force; or the shared rate limiter (Redis) does not answer: then with ' +
+          '`Retry-After: 1` and no rate-limit fields, as no bucket can be read (a `Prefer: code=503` answer looks the same).',
         ['unavailable'],
         [],
         {
-          ...headerRefs(['X-Request-Id']),
+          ...unlessLimiterDown,
+          ...headerRefs(['X-Request-Id', ...applied]),
           'Retry-After': { description: 'Seconds to wait before retrying, when known.', required: false, schema: { type: 'integer' } },
         },
       ),

@@ -59,6 +59,30 @@ export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limit
   headers.ratelimit = `"${quota.window}";r=${quota.remaining};t=${quota.resetIn}`
 }
 
+/**
+ * The rate-limit fields of a refusal given before the gate (a Host the router cannot read): those of
+ * the bucket the gate would judge the request by, its key's when the token names a key this server
+ * holds, else its client address's, as they stand (nothing taken). When the limiter does not answer,
+ * the request gets what every request under the base then gets, LIMITER_DOWN.
+ */
+export async function standingFields(
+  keys: Pick<KeyLookup, 'find'>,
+  limiter: Pick<RateLimiter, 'peek'>,
+  request: Request,
+  info: RequestInfo,
+  set: { headers: Record<string, unknown> },
+): Promise<ApiError | undefined> {
+  const token = bearerToken(request.headers.get('authorization'))
+  const key = token ? keys.find(token) : undefined
+  const limits = key ? key.limits : PLAN_LIMITS.free
+  try {
+    rateLimitHeaders(set.headers, limits, await limiter.peek(key ? key.subject : info.addressSubject, limits))
+  } catch (error) {
+    if (!(error instanceof LimiterUnavailableError)) throw error
+    return LIMITER_DOWN
+  }
+}
+
 /** A refusal; `byAddress` when the request was limited as its client address (no valid key). */
 export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
   const code = reason === 'key_banned' && byAddress ? 'address_banned' : reason

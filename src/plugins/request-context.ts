@@ -14,6 +14,7 @@ import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies }
 import type { ActiveKey } from '../domain/api-key'
 import type { AddressSubject } from '../domain/subject'
 import { bodyUnread } from '../http/json-body'
+import { SANE_REQUEST_ID } from '../http/request-id'
 import type { AccessLog } from '../observability/access-log'
 import type { Metrics } from '../observability/metrics'
 import type { UsageCounter } from '../observability/usage'
@@ -83,6 +84,16 @@ export interface RequestContextOptions {
   proxies: Proxies
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
+  /**
+   * Puts the rate-limit fields on a refusal given here, before routing (and so before the gate); a
+   * promise of the refusal to give instead, if any (the limiter's own, when it does not answer), or
+   * undefined when the answer has no such fields (a path outside the API).
+   */
+  rateLimitFields?: (
+    request: Request,
+    info: RequestInfo,
+    set: { headers: Record<string, unknown> },
+  ) => Promise<ApiError | undefined> | undefined
 }
 
 export interface Proxies {
@@ -91,7 +102,6 @@ export interface Proxies {
   onUnforwarded: (proxy: string, request: Request) => void
 }
 
-const SANE_REQUEST_ID = /^[A-Za-z0-9._:@+=-]{1,128}$/
 const idPrefix = crypto.randomUUID().slice(0, 8)
 let idCounter = 0
 
@@ -183,7 +193,7 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, usage, recent, proxies, operationOf } = options
+  const { server, metrics, accessLog, usage, recent, proxies, operationOf, rateLimitFields } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
@@ -215,7 +225,8 @@ export function requestContext(options: RequestContextOptions) {
       .use(requestInfo)
       // Elysia decides from a hook's source text which context fields to build and whether to await it:
       // this hook reads only request and set (the server comes from the option, which spares a
-      // per-request property definition), and returns a refusal from a variable, so it runs synchronously.
+      // per-request property definition), and returns a refusal from a variable, so it runs synchronously;
+      // only a refusal whose rate-limit fields are still being read is a promise (Elysia answers it when kept).
       .onRequest((context) => {
         const { request, set } = context
         const incoming = request.headers.get('x-request-id')
@@ -228,12 +239,26 @@ export function requestContext(options: RequestContextOptions) {
         const routable = typeof path === 'string'
         const info = new RequestInfo(requestId, routable ? path : unroutedPath(url), performance.now(), server, request, proxies, record)
         context.info = info
-        if (!routable) info.done(path.status, undefined)
-        const body = routable ? undefined : answerWith(set, info, path)
-        return body
+        if (routable) return undefined
+        const fields = rateLimitFields?.(request, info, set)
+        const answer = fields === undefined ? refuseUnrouted(set, info, path) : fields.then(refusalInstead(set, info, path))
+        return answer
       })
       .onAfterHandle({ as: 'global' }, recordAnswer)
   )
+}
+
+type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
+
+/** Answers and records a request refused before routing. */
+function refuseUnrouted(set: AnswerSet, info: RequestInfo, error: ApiError): string {
+  info.done(error.status, undefined)
+  return answerWith(set, info, error)
+}
+
+/** Refuses with `error`, or with the refusal that came instead of its rate-limit fields. */
+function refusalInstead(set: AnswerSet, info: RequestInfo, error: ApiError) {
+  return (instead: ApiError | undefined) => refuseUnrouted(set, info, instead ?? error)
 }
 
 /**

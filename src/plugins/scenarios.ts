@@ -149,10 +149,9 @@ export function scenarios(options: ScenarioOptions) {
   const { limiter, tries, routes } = options
   const waiting = new Map<string, number>()
 
+  /** Waits `ms`, counted among the key's waiting delays (run checks the bound first). */
   async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<void> {
-    const count = waiting.get(key.id) ?? 0
-    if (count >= DELAYS_PER_KEY) throw TOO_MANY_DELAYS
-    waiting.set(key.id, count + 1)
+    waiting.set(key.id, (waiting.get(key.id) ?? 0) + 1)
     try {
       await pause(ms, signal)
     } finally {
@@ -171,6 +170,13 @@ export function scenarios(options: ScenarioOptions) {
     if (quota === undefined) return undefined
     rateLimitHeaders(set.headers, key.limits, quota)
     return answerWith(set, info, error)
+  }
+
+  /** A scenario's own refusal (a bad Prefer, its bounds), answered like every error: with the key's rate-limit fields, or thrown without them. */
+  async function refuse(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string> {
+    const body = await withQuota(error, key, set, info)
+    if (body === undefined) throw error
+    return body
   }
 
   /** The real answer of that status, with the fields a real one carries; undefined when they cannot be read. */
@@ -201,24 +207,25 @@ export function scenarios(options: ScenarioOptions) {
     // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
     if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits))) !== false) return undefined
     info.key = key
-    if (refusal) {
-      // A Prefer that cannot be honoured is answered like every 400, rate-limit fields included; it spends no token.
-      const body = await withQuota(refusal, key, set, info)
-      if (body === undefined) throw refusal
-      return body
-    }
+    // A Prefer that cannot be honoured is answered like every 400; it spends no token.
+    if (refusal) return refuse(refusal, key, set, info)
     if (!plan) return undefined
     const applied: string[] = []
     if (plan.delayMs !== undefined) {
+      if ((waiting.get(key.id) ?? 0) >= DELAYS_PER_KEY) return refuse(TOO_MANY_DELAYS, key, set, info)
       await delayed(key, plan.delayMs, request.signal)
       applied.push(`delay=${plan.delayMs}`)
     }
     let code = plan.code
     if (plan.fail) {
       // Counted with the rate limits (in Redis, shared by every instance, when they are there).
-      const tried = await unlessLimiterDown(tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)).catch((error: unknown) => {
-        throw error instanceof TriesFullError ? triesFull(error.retryAfter) : error
-      })
+      let tried: number | undefined
+      try {
+        tried = await unlessLimiterDown(tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+      } catch (error) {
+        if (!(error instanceof TriesFullError)) throw error
+        return refuse(triesFull(error.retryAfter), key, set, info)
+      }
       if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
       if (tried > plan.fail.tries) code = undefined
@@ -241,14 +248,15 @@ export function scenarios(options: ScenarioOptions) {
 }
 
 /**
- * The `Prefer` parameter the OpenAPI document gives an operation when scenarios are on: a choice of
- * the scenarios it supports. No default and no example, so the docs page's Try it out sends none
- * unless one is picked (Swagger UI offers `--` first for an optional choice, and sends an example).
+ * The `Prefer` parameter the OpenAPI document gives an operation when scenarios are on: any text (RFC
+ * 7240: preferences not known here are ignored), with the scenarios it supports as examples in the
+ * description only, so the docs page's Try it out sends none unless one is typed (Swagger UI sends a
+ * parameter's example, or the first of its examples, as the value).
  */
 export function preferParameter(documented: number[], takesIdempotencyKey: boolean) {
   const codes = forceableCodes(documented)
   const backoff = codes.includes(503) ? 503 : codes[0]
-  const choices = [
+  const examples = [
     ...codes.map((code) => `code=${code}`),
     'delay=2000',
     `code=${backoff}, delay=2000`,
@@ -260,9 +268,12 @@ export function preferParameter(documented: number[], takesIdempotencyKey: boole
     required: false,
     description:
       "Scenarios (RFC 7240), on this server only: `code=N` answers this operation's documented N as a real one looks " +
-      `(one of ${codes.join(', ')}; no token spent), \`delay=MS\` (0 to ${DELAY_MAX_MS}) answers that much later, ` +
-      '`fail=N; code=503` with an `Idempotency-Key` fails the first N tries. The answer names what it applied in ' +
-      '`Preference-Applied`. Leave it at `--` for the normal answer; unknown preferences are ignored.',
-    schema: { type: 'string', enum: choices },
+      `(one of ${codes.join(', ')}; no token spent), \`delay=MS\` (0 to ${DELAY_MAX_MS}) answers that much later` +
+      (takesIdempotencyKey
+        ? ', `fail=N; code=503` fails the first N tries under the same `Idempotency-Key` (needed: without one it is a 400)'
+        : '') +
+      '. The answer names what it applied in `Preference-Applied`. Preferences not known here are ignored; a known one ' +
+      `with a bad value is a 400. Leave it empty for the normal answer. Examples: ${examples.map((choice) => `\`${choice}\``).join(', ')}.`,
+    schema: { type: 'string' },
   }
 }

@@ -2,8 +2,8 @@
  * The console API's OpenAPI document, generated from its routes as the API's is (@elysiajs/openapi's
  * generator over the app). Each route carries its own `detail`, made by `operation` from the models;
  * what the app's hooks answer is added from the app's structure, so no route restates it: 413 and 421
- * (the check before routing) and 500 and 503 on every route, and, on each route the operator guard runs
- * before, 401, 403 on a change (the Origin check) and 404 for a key id.
+ * (the check before routing) and 500 and 503 on every route, 415 on each that takes a body, and, on each
+ * route the operator guard runs before, 401, 403 on a change (the Origin check) and 404 for a key id.
  */
 import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import type { TObject } from '@sinclair/typebox'
@@ -60,6 +60,7 @@ const ERRORS = {
   403: error("A sign-in, or a request that changes something with the session cookie, without this console's own Origin."),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
   413: error(`A body over ${KIB} KiB (by its Content-Length, before anything else, or as it arrives); the connection is closed.`),
+  415: error('The body is not `Content-Type: application/json`.'),
   421: error(
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
@@ -74,7 +75,7 @@ const EVERY_ROUTE: Status[] = [413, 421, 500, 503]
 interface OperationSpec {
   /** The route's own answers (errors its handler gives included); those every route gives are added. */
   responses: Record<number, object>
-  /** Statuses of ERRORS this route's handler answers besides. */
+  /** Statuses of ERRORS this route's handler answers besides (415 comes with a body). */
   errors?: Status[]
   body?: SchemaName
   path?: TObject
@@ -84,7 +85,9 @@ interface OperationSpec {
 
 /** A route's hook object: its `detail`, every field of which the document takes from the route. */
 export function operation(operationId: string, tag: Tag, summary: string, spec: OperationSpec) {
-  const { responses, errors = [], body, path, query, description } = spec
+  const { responses, errors: own = [], body, path, query, description } = spec
+  // A route that reads a body reads JSON only.
+  const errors: Status[] = body ? [...own, 415] : own
   const parameters = [...(path ? parametersFrom(path, 'path') : []), ...(query ? parametersFrom(query, 'query') : [])]
   return {
     detail: {
@@ -148,7 +151,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
         "something must carry this console's own `Origin`, and so must sign-in. The console answers only to its own " +
-        `address and the names given with \`--console-host\` (421 otherwise), and reads no body over ${KIB} KiB (413).`,
+        `address and the names given with \`--console-host\` (421 otherwise), and reads no body over ${KIB} KiB (413) and none but JSON (415).`,
     },
     servers: [{ url: '/', description: 'this console' }],
     security: [{ session: [] }, { operatorToken: [] }],

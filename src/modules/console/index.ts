@@ -29,6 +29,7 @@ import type { AnyElysia } from '../../http/openapi'
 import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
+import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
@@ -80,7 +81,7 @@ export const SECURITY_HEADERS: Record<string, string> = {
   'cache-control': 'no-store',
 }
 
-const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: 'must be a string (an operator name)' })
+const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: OPERATOR_NAME_RULE })
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
 const SAFE_METHODS = new Set(['GET', 'HEAD'])

@@ -4,10 +4,12 @@
  * the server and the page (type-only imports, so nothing of this file is in the page's bundle) the
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox'
+import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
 import { CUSTOM_LIMIT, KEY_NAME_MAX } from '../../domain/key-input'
-import { PLANS } from '../../domain/plans'
+import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
+import { CONTROL_CHARACTERS } from '../../domain/pet'
+import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
@@ -26,7 +28,10 @@ const NullableTime = (description: string) => Type.Union([Time(description), Typ
 
 export const SignIn = Type.Object(
   {
-    name: Type.String({ description: "The operator's name." }),
+    name: Type.String({
+      pattern: OPERATOR_NAME.source,
+      description: `The operator's name: ${OPERATOR_NAME_RULE.replace('an operator name is ', '')}.`,
+    }),
     password: Type.String({ description: "The operator's password." }),
   },
   { additionalProperties: false },
@@ -48,6 +53,37 @@ export const PlanChange = Type.Object(
   { plan: Plan, rpm: Type.Optional(Limit('Requests per minute')), rpd: Type.Optional(Limit('Requests per day')) },
   { additionalProperties: false },
 )
+
+/**
+ * A body with a plan as the document states it: the validator's object (which names a wrong field in
+ * its 400) with the rules the domain then applies: enterprise needs rpm and rpd, the other plans take
+ * neither (limitsFor), and a key's name has no control characters (checkKeyName). One alternative per
+ * kind of plan, told apart by `plan`.
+ */
+function byPlan<T extends TObject>(object: T, description: string) {
+  const { plan: _, rpm: __, rpd: ___, ...properties } = object.properties
+  const rest = properties.name ? { ...properties, name: { ...properties.name, pattern: `^[^${CONTROL_CHARACTERS}]*$` } } : properties
+  const fixed = PLANS.filter((plan) => plan !== CUSTOM_PLAN)
+  return Type.Unsafe<Static<T>>({
+    description,
+    oneOf: [
+      Type.Object(
+        {
+          ...rest,
+          plan: Type.Union(
+            fixed.map((plan) => Type.Literal(plan)),
+            { description: "The plan's own limits apply." },
+          ),
+        },
+        { additionalProperties: false },
+      ),
+      Type.Object(
+        { ...rest, plan: Type.Literal(CUSTOM_PLAN), rpm: Limit('Requests per minute'), rpd: Limit('Requests per day') },
+        { additionalProperties: false },
+      ),
+    ],
+  })
+}
 
 /** What each field must be, for the 400 that names it. */
 export const FIELD_RULES: Record<string, string> = {
@@ -226,8 +262,14 @@ export const SCHEMAS = {
   KeyUsage,
   Deprecation,
   SignIn,
-  NewKey,
-  PlanChange,
+  NewKey: byPlan(
+    NewKey,
+    "A new key: free, pro or business with their plan's limits, or enterprise with its own rpm and rpd (both required).",
+  ),
+  PlanChange: byPlan(
+    PlanChange,
+    'A plan: free, pro or business with their limits, or enterprise with its own rpm and rpd (both required).',
+  ),
   Key,
   Ban,
   RecentRequest,
@@ -247,7 +289,11 @@ export type Model<N extends SchemaName> = Static<(typeof SCHEMAS)[N]>
 /** The path parameters: a key id (checked by the guard before anything looks for it), a banned address. */
 export const KeyParams = Type.Object({ id: Type.String({ description: "The key's id (key_...)." }) })
 export const AddressParams = Type.Object({
-  address: Type.String({ description: 'The address as the ban list gives it (an IPv6 client is banned by its /64), URL-encoded.' }),
+  address: Type.String({
+    description:
+      'The address as the ban list gives it: an IPv4 address, or an IPv6 address or its /64 (how an IPv6 client is banned), URL-encoded.',
+    anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }],
+  }),
 })
 
 /** How many of the newest rows a list gives: `limit` of /api/requests and /api/audit. */

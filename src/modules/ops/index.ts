@@ -11,7 +11,7 @@ import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'f
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, JSON_TYPE, unavailable } from '../../http/api-errors'
 import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
-import { type AnyElysia, components, errorResponses, schemaComponents, withInt64Bounds } from '../../http/openapi'
+import { type AnyElysia, components, errorResponses, REQUEST_ID_PARAMETER, schemaComponents, withInt64Bounds } from '../../http/openapi'
 import { requestInfo } from '../../plugins/request-context'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
@@ -40,6 +40,8 @@ const INFO = {
     '`petstore keys create` makes more).',
 }
 
+const PREFERENCE_APPLIED = { $ref: '#/components/headers/Preference-Applied' }
+
 /** A route left out of the OpenAPI document, recorded in the log and metrics under its own name. */
 function hidden(operationId: string) {
   return { detail: { hide: true, operationId } }
@@ -49,21 +51,32 @@ export function buildDocument(options: OpsModuleOptions) {
   const api = options.api()
   const generated = toOpenAPISchema(api)
   // The generator replaces a route's own path parameters with untyped strings; put the typed ones back,
-  // and Prefer's scenarios beside them when they are on.
+  // with the X-Request-Id every request may carry, and Prefer's scenarios beside them when they are on.
   for (const route of api.routes) {
     const detail = (route.hooks as { detail?: { parameters?: { name: string }[]; responses?: object } })?.detail
-    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, { parameters?: unknown[]; responses?: object }>
+    const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<
+      string,
+      { parameters?: unknown[]; responses?: Record<string, { $ref?: string; headers?: object }> }
+    >
     const operation = item?.[route.method.toLowerCase()]
     if (!operation) continue
-    if (detail?.parameters) operation.parameters = detail.parameters
+    operation.parameters = [...(detail?.parameters ?? operation.parameters ?? []), REQUEST_ID_PARAMETER]
     if (options.scenarios && detail?.responses) {
       const takesIdempotencyKey = detail.parameters?.some((parameter) => parameter.name === 'Idempotency-Key') ?? false
       operation.parameters = [
         ...(operation.parameters ?? []),
         preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey),
       ]
-      // A Prefer the server cannot honour is a 400 on any operation.
-      operation.responses = Object.fromEntries(Object.entries({ ...errorResponses([400]), ...operation.responses }).sort())
+      // A Prefer the server cannot honour is a 400 on any operation; any answer may say what a Prefer
+      // applied (the shared error answers say it in their components).
+      operation.responses = Object.fromEntries(
+        Object.entries({ ...errorResponses([400]), ...operation.responses })
+          .map(([status, response]) => [
+            status,
+            response.$ref ? response : { ...response, headers: { ...response.headers, 'Preference-Applied': PREFERENCE_APPLIED } },
+          ])
+          .sort(),
+      )
     }
   }
   const paths = Object.fromEntries(
@@ -89,7 +102,7 @@ export function buildDocument(options: OpsModuleOptions) {
     ],
     paths: withoutIds(paths),
     components: {
-      ...components({ $ref: '#/components/schemas/Error' }),
+      ...components({ $ref: '#/components/schemas/Error' }, options.scenarios),
       schemas: withoutIds(schemaComponents({ ...PetModel, PetStatus: PetStatusSchema, maxPets: LIMIT_MAX })),
     },
   }

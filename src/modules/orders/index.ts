@@ -17,9 +17,10 @@ export function ordersModule() {
         operationId: 'listOrders',
         summary: 'List orders (not implemented)',
         description:
-          'Part of the interface whose shape is not described; this server answers 501 (503 while the shared rate limiter does not answer, as every operation).',
+          'Part of the interface whose shape is not described; this server answers 501 (503 while the shared rate limiter does not ' +
+          'answer, and 400 for a Host header it cannot read, as every operation).',
         tags: ['store'],
-        responses: errorResponses([401, 429, 501, 503]),
+        responses: errorResponses([400, 401, 429, 501, 503]),
       },
     },
   )

@@ -5,7 +5,7 @@
 import { Elysia } from 'elysia'
 import { badRequest, ClientClosedError, JSON_TYPE, petNotFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
-import { errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
+import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-context'
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
@@ -176,9 +176,9 @@ export function petsModule(options: PetsModuleOptions) {
               in: 'header',
               required: false,
               // No `example`: Swagger UI sends a parameter's example as its value, so every Execute
-              // from /docs would replay the first pet.
-              description: 'Client-chosen key (1 to 255 visible ASCII characters), scoped to the API key; for example `order-1234-create`.',
-              schema: { type: 'string', minLength: 1, maxLength: 255 },
+              // from /docs would replay the first pet. The pattern is the rule the server applies.
+              description: `Client-chosen key, scoped to the API key: it ${IDEMPOTENCY_KEY_RULE} (anything else is a 400); for example \`order-1234-create\`.`,
+              schema: { type: 'string', pattern: IDEMPOTENCY_KEY.source },
             },
           ],
           requestBody: { required: true, content: { 'application/json': { schema: schemaRef('NewPet') } } },
@@ -199,8 +199,8 @@ export function petsModule(options: PetsModuleOptions) {
         tags: ['pets'],
         parameters: parametersFrom(PetModel.PetParams, 'path'),
         responses: {
-          200: jsonResponse('The pet.', schemaRef('Pet'), ['Deprecation', 'Sunset', 'Link']),
-          ...errorResponses([400, 401, 404, 429, 500, 503], ['Deprecation', 'Sunset', 'Link']),
+          200: jsonResponse('The pet.', schemaRef('Pet'), DEPRECATION_HEADERS),
+          ...errorResponses([400, 401, 404, 429, 500, 503], DEPRECATION_HEADERS),
         },
       },
     })
