@@ -78,9 +78,9 @@ module.exports = {
     },
     {
       name: 'services-never-see-http',
-      comment: 'A service knows nothing of Elysia or the request: it may throw the API\'s typed errors, no more.',
+      comment: 'A service (every file of a module but its controller and its OpenAPI document) knows nothing of Elysia or the request: it may throw the API\'s typed errors, no more.',
       severity: 'error',
-      from: { path: '^src/modules/[^/]+/service\\.ts$' },
+      from: { path: '^src/modules/', pathNot: '^src/modules/[^/]+/(index|document)\\.ts$' },
       to: { path: '^src/(plugins|observability|modules/[^/]+/index\\.ts$)|^src/http/(?!api-errors\\.ts$)|(^|/)node_modules/elysia/' },
     },
     {

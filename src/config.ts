@@ -194,17 +194,14 @@ function parseEnvName(value: string | undefined, name = '--env'): EnvName {
   return env
 }
 
-function parseInteger(flag: string, value: string, min: number, max: number): number {
-  if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max)
-    throw new ConfigError(`${flag} must be an integer from ${min} to ${max}, not "${value}"`)
-  return Number(value)
-}
-
 /** A parser for whole numbers within `range`, which its complaint names. */
 export const integer =
   ({ min, max }: Range) =>
-  (text: string, name: string): number =>
-    parseInteger(name, text, min, max)
+  (text: string, name: string): number => {
+    if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max)
+      throw new ConfigError(`${name} must be an integer from ${min} to ${max}, not "${text}"`)
+    return Number(text)
+  }
 
 /** A parser for one of a few words. */
 const oneOf =

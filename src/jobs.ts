@@ -11,19 +11,18 @@ import type { PetstoreApp } from './app'
 import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
 import type { MaybePromise, Storage } from './domain/repositories'
-import { DAY_MS } from './domain/usage'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from './domain/time'
+import { USAGE_WRITE_MS } from './domain/usage'
 import { keySubject } from './domain/subject'
 import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from './domain/operators'
 import type { UsageRetention } from './config'
 
 const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
-const PURGE_MS = 60 * 60 * 1000
-/** How often usage counted in memory is added to storage: what a `kill -9` can lose. */
-const USAGE_WRITE_MS = 2_000
-const USAGE_PRUNE_MS = 10 * 60 * 1000
+const PURGE_MS = HOUR_MS
+const USAGE_PRUNE_MS = 10 * MINUTE_MS
 /** Idle sessions, sign-in attempts out of the throttle's window and old refused sign-ins go this often. */
-const OPERATORS_PRUNE_MS = 60_000
+const OPERATORS_PRUNE_MS = MINUTE_MS
 /** How often an instance asks whether the shared rate limiter (Redis) answers, requests or none. */
 const LIMITER_WATCH_MS = 500
 
@@ -86,12 +85,8 @@ export class Jobs {
     this.every(OPERATORS_PRUNE_MS, () => this.pruneOperators())
     void this.pruneOperators()
     this.every(PURGE_MS, async () => {
-      if (!storage.writable) return
-      try {
-        await storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)
-      } catch (error) {
-        options.warn(`could not purge idempotency records: ${(error as Error).message}`)
-      }
+      if (storage.writable)
+        await this.attempt('purge idempotency records', () => storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS))
     })
   }
 
@@ -99,6 +94,15 @@ export class Jobs {
   async stop(): Promise<void> {
     for (const timer of this.timers.splice(0)) clearInterval(timer)
     await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
+  }
+
+  /** One step of a job: its failure is said in one line, and it is tried again at the job's next turn. */
+  private async attempt(what: string, step: () => MaybePromise<unknown>): Promise<void> {
+    try {
+      await step()
+    } catch (error) {
+      this.options.warn(`could not ${what}: ${(error as Error).message}`)
+    }
   }
 
   private every(ms: number, task: () => MaybePromise<void>): void {
@@ -141,21 +145,15 @@ export class Jobs {
   }
 
   private async saveState(): Promise<void> {
-    const { petstore, storage, options } = this
+    const { petstore, storage } = this
     if (!storage.writable) return
     // Two saves, each reported as itself: one failing does not keep the other from being tried.
-    try {
+    await this.attempt('save rate-limit state', async () => {
       const buckets = petstore.limiter.unsavedDayBuckets()
       await storage.limiterState.save(buckets)
       petstore.limiter.markSaved(buckets)
-    } catch (error) {
-      options.warn(`could not save rate-limit state: ${(error as Error).message}`)
-    }
-    try {
-      await petstore.keys.flushLastUsed()
-    } catch (error) {
-      options.warn(`could not save the keys' last-used times: ${(error as Error).message}`)
-    }
+    })
+    await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed())
   }
 
   private afterUsageWork(task: () => Promise<void>): Promise<void> {
@@ -185,11 +183,9 @@ export class Jobs {
     const { storage, options } = this
     if (!storage.writable) return
     const now = options.now()
-    try {
-      await storage.operators.prune(now - SESSION_IDLE_MS, now - THROTTLE_WINDOW_MS, now - REFUSED_SIGN_IN_RETENTION_MS)
-    } catch (error) {
-      options.warn(`could not prune ended sessions and old sign-in attempts: ${(error as Error).message}`)
-    }
+    await this.attempt('prune ended sessions and old sign-in attempts', () =>
+      storage.operators.prune(now - SESSION_IDLE_MS, now - THROTTLE_WINDOW_MS, now - REFUSED_SIGN_IN_RETENTION_MS),
+    )
   }
 
   /** Drops usage older than its retention: minutes, then hours. Every instance may do it; it is the same delete. */
@@ -197,11 +193,9 @@ export class Jobs {
     const { storage, options } = this
     if (!storage.writable) return
     const now = options.now()
-    try {
+    await this.attempt('prune old usage', async () => {
       await storage.usage.prune('minute', now - options.usageRetention.minuteDays * DAY_MS)
       await storage.usage.prune('hour', now - options.usageRetention.hourDays * DAY_MS)
-    } catch (error) {
-      options.warn(`could not prune old usage: ${(error as Error).message}`)
-    }
+    })
   }
 }

@@ -1,17 +1,10 @@
 /**
- * `serve --takeover` (embedded mode, Linux): a new server replaces the one running on the same data
- * file and port, refusing no request; both listen with SO_REUSEPORT. The server (server.ts) knows none
- * of it: takeOver is how the new one arrives, handOver how the old one leaves on SIGUSR2.
- *  1. The new one checks that it can serve the file, finds the old one's process id in the lock and
- *     claims the file (storage/sqlite/handover.ts); a refusal so far leaves the old one untouched.
- *  2. It listens beside the old one, holding the requests that reach it, and sends SIGUSR2 (a signal
- *     petstore has no other use for, so there is no protocol of sockets or files to get wrong).
- *  3. The old one, while the claimant lives, lets its kept-alive clients go, stops as on SIGTERM,
- *     leaves its rate-limit state beside the file and releases the lock; if the claimant died before
- *     its listener closed, it serves on.
- *  4. The new one takes the lock, loads the state, serves the held requests and drops its claim; the
- *     old one then exits, or serves again if the new one died first. Connections queued on the old
- *     socket as it closed move only with net.ipv4.tcp_migrate_req=1 (docs/upgrading.md).
+ * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and
+ * port, refusing no request; both listen with SO_REUSEPORT, and one signal (SIGUSR2, which petstore
+ * has no other use for) is the whole protocol. The server (server.ts) knows none of it: takeOver is
+ * how the new one arrives (check, claim, listen beside, signal, take the lock and the rate-limit
+ * state), handOver how the old one leaves (let clients go, stop, leave its state, release the lock),
+ * each side serving on if the other dies first. Steps in docs/upgrading.md.
  */
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'

@@ -6,7 +6,6 @@
  */
 import { versionLine } from '../build-info'
 import { ConfigError } from '../config'
-import { KeyInputError } from '../domain/api-key'
 import { StorageOpenError, StorageUnavailableError } from '../domain/repositories'
 import * as backup from './backup'
 import * as healthcheck from './healthcheck'
@@ -54,16 +53,11 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`${error.usage}\n\npetstore: ${error.message}`)
       return 2
     }
-    if (
-      error instanceof ConfigError ||
-      error instanceof KeyInputError ||
-      error instanceof StorageOpenError ||
-      error instanceof StorageUnavailableError
-    ) {
+    if (error instanceof ConfigError || error instanceof StorageOpenError || error instanceof StorageUnavailableError) {
       console.error(`petstore: ${error.message}`)
       return 1
     }
-    // Anything else is a bug; one line says what, instead of a dump of the minified bundle.
+    // Anything else is a bug; one line says what, instead of a stack trace.
     console.error(`petstore: unexpected error: ${(error as Error)?.message ?? error}`)
     return 70
   }

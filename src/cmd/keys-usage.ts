@@ -1,7 +1,8 @@
 /** `petstore keys usage [ID] [--since DURATION] [--json]`: the usage figures (modules/usage) of every key, or of one. */
 import { ConfigError } from '../config'
 import type { Storage } from '../domain/repositories'
-import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/usage'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/time'
+import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
 import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
 
@@ -26,7 +27,7 @@ export async function printUsage(
   const service = new UsageService(storage)
   const now = Date.now()
   const since = new Date(now - options.sinceMs).toISOString()
-  const dayStart = new Date(Math.floor(now / DAY_MS) * DAY_MS).toISOString()
+  const dayStart = new Date(utcDayStart(now)).toISOString()
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
     if (options.json) console.log(JSON.stringify({ dayStart, since, keys: keys.map(asJson) }, null, 2))

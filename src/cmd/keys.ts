@@ -1,8 +1,9 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
 import { integer, option, reader, toggle } from '../config'
-import { type ApiKeyRecord, checkKeyName, limitsFor, looksLikeSecret } from '../domain/api-key'
+import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
+import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
-import { DAY_MS } from '../domain/usage'
+import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { parseSince, printUsage } from './keys-usage'
@@ -20,27 +21,23 @@ import {
   UsageError,
 } from './options'
 
-/** An enterprise key's own limits, per minute and per day. */
-const LIMIT = { min: 1, max: 1_000_000_000 }
+/** An enterprise key's own limit, per minute or per day. */
+function ownLimit(flag: 'rpm' | 'rpd', per: string) {
+  return option({
+    flag,
+    value: 'N',
+    help: `requests per ${per} of an enterprise key`,
+    parse: integer(CUSTOM_LIMIT),
+    only: ['create', 'set-plan'],
+  })
+}
 
 /** Each flag with the sub-commands it applies to. */
 const FLAGS = {
   plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
   name: option({ flag: 'name', value: 'TEXT', help: 'what the key is for, as keys list shows it', only: ['create'] }),
-  rpm: option({
-    flag: 'rpm',
-    value: 'N',
-    help: 'requests per minute of an enterprise key',
-    parse: integer(LIMIT),
-    only: ['create', 'set-plan'],
-  }),
-  rpd: option({
-    flag: 'rpd',
-    value: 'N',
-    help: 'requests per day of an enterprise key',
-    parse: integer(LIMIT),
-    only: ['create', 'set-plan'],
-  }),
+  rpm: ownLimit('rpm', 'minute'),
+  rpd: ownLimit('rpd', 'day'),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
   since: option({
     flag: 'since',

@@ -16,7 +16,7 @@ import {
   resolveDataFile,
   resolveRedisUrl,
 } from '../config'
-import { KeyInputError } from '../domain/api-key'
+import { KeyInputError } from '../domain/key-input'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
 import { openSqliteStorage } from '../storage/sqlite'
@@ -123,7 +123,13 @@ export function asUsageError<T>(check: () => T, usage: string): T {
   try {
     return check()
   } catch (error) {
-    if (error instanceof ConfigError || error instanceof KeyInputError) throw new UsageError(error.message, usage)
+    if (error instanceof ConfigError) throw new UsageError(error.message, usage)
+    // A key's rule, with its fields named as this command's flags.
+    if (error instanceof KeyInputError)
+      throw new UsageError(
+        error.rule((field) => `--${field}`),
+        usage,
+      )
     throw error
   }
 }

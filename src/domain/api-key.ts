@@ -4,8 +4,8 @@
  * password hash would cost milliseconds per request and add nothing); looking up by the hash of the
  * whole secret means the time taken never depends on how much of a guess was right.
  */
-import { CONTROL_CHARACTERS } from './pet'
-import { CUSTOM_PLAN, type Limits, type Plan, PLAN_LIMITS, PLANS } from './plans'
+import { type CreateKeyInput, checkKeyName, limitsFor } from './key-input'
+import type { Limits, Plan } from './plans'
 import type { KeySubject } from './subject'
 
 export interface ApiKeyRecord {
@@ -24,10 +24,6 @@ export interface ApiKeyRecord {
 export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
 
 const SECRET_PREFIX = 'psk_'
-const NAME_MAX = 200
-const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`)
-
-export class KeyInputError extends Error {}
 
 /** A key as a running server holds it: what the gate, the limiter and the handlers need of it. */
 export interface ActiveKey {
@@ -50,13 +46,6 @@ export interface KeyLookup {
   markUsed(key: ActiveKey, now: number): void
 }
 
-export interface CreateKeyInput {
-  plan: string
-  name?: string
-  rpm?: number
-  rpd?: number
-}
-
 export function hashSecret(secret: string): string {
   return Bun.CryptoHasher.hash('sha256', secret, 'hex')
 }
@@ -68,23 +57,6 @@ function randomToken(bytes: number): string {
 /** True for text shaped like a secret (what `keys create` prints), which must never be echoed back. */
 export function looksLikeSecret(text: string): boolean {
   return text.startsWith(SECRET_PREFIX)
-}
-
-export function limitsFor(input: CreateKeyInput): Limits {
-  if (!PLANS.includes(input.plan as Plan)) throw new KeyInputError(`--plan must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
-  if (input.plan === CUSTOM_PLAN) {
-    if (input.rpm === undefined || input.rpd === undefined)
-      throw new KeyInputError('an enterprise key needs its own limits: --rpm N --rpd N')
-    return { rpm: input.rpm, rpd: input.rpd }
-  }
-  if (input.rpm !== undefined || input.rpd !== undefined) throw new KeyInputError('--rpm and --rpd are only for --plan enterprise')
-  return PLAN_LIMITS[input.plan as keyof typeof PLAN_LIMITS]
-}
-
-export function checkKeyName(name = ''): string {
-  if (name.length > NAME_MAX || CONTROL.test(name))
-    throw new KeyInputError(`--name must be at most ${NAME_MAX} characters with no control characters`)
-  return name
 }
 
 /** What a key's id looks like (makeKey's: `key_` and base64url): anything else names no key. */

@@ -5,13 +5,14 @@
  * stores the answer rendered here with the claim, so a replay returns exactly what was sent.
  */
 import { type NewPet, type Pet, petJson } from './pet'
+import { DAY_MS } from './time'
 
 /** What an Idempotency-Key may be (the OpenAPI document gives it as the header's pattern), and the rule in the words a 400 uses. */
 export const IDEMPOTENCY_KEY = /^[!-~]{1,255}$/
 export const IDEMPOTENCY_KEY_RULE = 'must be 1 to 255 visible ASCII characters'
 
 /** How long an Idempotency-Key holds its first answer. */
-export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
+export const IDEMPOTENCY_TTL_MS = DAY_MS
 
 /** The answer kept under an Idempotency-Key. */
 export interface StoredResponse {

@@ -6,6 +6,7 @@
  */
 import { hashSecret } from './api-key'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from './operator-name'
+import { DAY_MS, MINUTE_MS } from './time'
 
 export interface OperatorRecord {
   name: string
@@ -43,14 +44,14 @@ export const UNKNOWN_NAMES_ACTOR = '(unknown names)'
 export const SIGN_IN_REFUSED = 'operator.sign-in-refused'
 
 /** A browser session ends after this long without a request. */
-export const SESSION_IDLE_MS = 30 * 60 * 1000
+export const SESSION_IDLE_MS = 30 * MINUTE_MS
 /** A session's last use is written at most this often: the idle end may come this much early. */
 export const LAST_SEEN_WRITE_MS = 5_000
 /** Failed sign-ins for one name within THROTTLE_WINDOW_MS after which that name is refused. */
 export const THROTTLE_FAILURES = 5
-export const THROTTLE_WINDOW_MS = 15 * 60 * 1000
+export const THROTTLE_WINDOW_MS = 15 * MINUTE_MS
 /** How long the audit log keeps refused sign-ins (other entries are kept). */
-export const REFUSED_SIGN_IN_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
+export const REFUSED_SIGN_IN_RETENTION_MS = 30 * DAY_MS
 
 export class OperatorInputError extends Error {}
 

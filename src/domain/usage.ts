@@ -5,6 +5,11 @@
  * from the summed histogram.
  */
 
+import { DAY_MS, HOUR_MS, MINUTE_MS } from './time'
+
+/** How often usage counted in memory is added to storage: what a `kill -9` can lose, and how far figures lag. */
+export const USAGE_WRITE_MS = 2_000
+
 /** The key id of requests without a valid key: one bucket for all of them, by nothing more. */
 export const NO_KEY = ''
 
@@ -14,7 +19,8 @@ export const NO_KEY = ''
  * below the true value and at most twice it (and "at least 32768" past the last bound).
  */
 export const LATENCY_BOUNDS_MS: readonly number[] = Array.from({ length: 18 }, (_, i) => 0.25 * 2 ** i)
-export const LATENCY_BUCKETS = LATENCY_BOUNDS_MS.length + 1
+/** How many histogram counters a row has: one per bound, and one beyond the last. */
+export const LATENCY_SLOTS = LATENCY_BOUNDS_MS.length + 1
 
 /**
  * The counters of one row, in one fixed order: the outcome classes, deprecated calls, the histogram, then
@@ -28,12 +34,8 @@ export const LIMITED = 2
 export const SERVER_ERRORS = 3
 export const DEPRECATED = 4
 export const FIRST_LATENCY = 5
-export const NOT_IMPLEMENTED = FIRST_LATENCY + LATENCY_BUCKETS
+export const NOT_IMPLEMENTED = FIRST_LATENCY + LATENCY_SLOTS
 export const COUNTERS = NOT_IMPLEMENTED + 1
-
-export const MINUTE_MS = 60_000
-export const HOUR_MS = 60 * MINUTE_MS
-export const DAY_MS = 24 * HOUR_MS
 
 export type Resolution = 'minute' | 'hour'
 export const RESOLUTION_MS: Record<Resolution, number> = { minute: MINUTE_MS, hour: HOUR_MS }
@@ -89,7 +91,7 @@ export function percentileMs(counts: readonly number[], q: number): number | nul
   if (total === 0) return null
   const rank = Math.ceil(q * total)
   let seen = 0
-  for (let slot = 0; slot < LATENCY_BUCKETS; slot++) {
+  for (let slot = 0; slot < LATENCY_SLOTS; slot++) {
     seen += counts[FIRST_LATENCY + slot]!
     if (seen >= rank) return LATENCY_BOUNDS_MS[Math.min(slot, LATENCY_BOUNDS_MS.length - 1)]!
   }

@@ -69,3 +69,12 @@ export function compressedAsset(
 export function noFavicon(): Response {
   return new Response(null, { status: 204, headers: { 'cache-control': 'public, max-age=86400' } })
 }
+
+/**
+ * The headers of a page that acts with its user's credentials (the docs page, the console), which no
+ * other site may frame to trick a click (clickjacking): CSP's frame-ancestors for today's browsers,
+ * X-Frame-Options for older ones. `policy` is the rest of the page's Content-Security-Policy.
+ */
+export function noFraming(policy = ''): Record<string, string> {
+  return { 'content-security-policy': `${policy}frame-ancestors 'none'`, 'x-frame-options': 'DENY' }
+}

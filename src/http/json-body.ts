@@ -5,7 +5,7 @@
  * deadline, and the bytes of the bodies being received at once are bounded, so half-sent bodies cannot
  * hold connections and memory.
  */
-import { ApiError, badRequest, ClientClosedError, payloadTooLarge, requestTimeout, unsupportedMediaType } from './api-errors'
+import { ApiError, badRequest, ClientClosedError, JSON_TYPE, payloadTooLarge, requestTimeout, unsupportedMediaType } from './api-errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
@@ -17,7 +17,7 @@ class InexactNumber {
 function isJsonMediaType(contentType: string | null): boolean {
   if (!contentType) return false
   const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
-  return type === 'application/json'
+  return type === JSON_TYPE
 }
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)

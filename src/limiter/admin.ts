@@ -9,7 +9,7 @@ import { shapesOf, type SubjectReader } from './backend'
 import { refill } from './token-bucket'
 
 /** What the console shows of a subject, read without taking a token. */
-export interface SubjectLook {
+export interface InspectedSubject {
   /** Whole requests left in the day bucket now. */
   dayLeft: number
   /** When its ban ends (ms), or null when it is not banned. */
@@ -62,7 +62,7 @@ export class LimiterAdmin {
    * the backend holds nothing of (or holds under other limits, which a take would start afresh) has a
    * full day. Rejects with LimiterUnavailableError when a shared backend does not answer.
    */
-  async look(subject: Subject, limits: Limits): Promise<SubjectLook> {
+  async inspect(subject: Subject, limits: Limits): Promise<InspectedSubject> {
     const held = await this.reader.inspect(subject)
     if (!held || (held.limits && (held.limits.rpm !== limits.rpm || held.limits.rpd !== limits.rpd)))
       return { dayLeft: limits.rpd, bannedUntil: null }

@@ -7,6 +7,7 @@
  */
 import type { Limits } from '../domain/plans'
 import type { Subject } from '../domain/subject'
+import { DAY_MS, MINUTE_MS } from '../domain/time'
 import type { Bucket, BucketShape } from './token-bucket'
 
 /** When a subject that keeps going after 429s is banned, and for how long. */
@@ -113,9 +114,6 @@ export class TriesFullError extends Error {
 export class LimiterUnavailableError extends Error {
   override name = 'LimiterUnavailableError'
 }
-
-export const MINUTE_MS = 60_000
-export const DAY_MS = 86_400_000
 
 export interface LimitShapes {
   minute: BucketShape

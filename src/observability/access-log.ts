@@ -1,13 +1,8 @@
 /**
- * One JSON line per request on stdout. Lines are gathered into one string and handed to the sink every
- * 50 ms (or once 64 K characters are waiting): no request waits on the terminal or the pipe. Bun's
- * file sink writes what it was given at the end of every event-loop turn, so a line handed over per
- * request cost a write(2) per request (strace: 20,441 writes for 20,378 requests), about 6 µs of the
- * server's CPU each on this project's bench host; gathered, a line costs under 1 µs.
- *
- * What the log may hold is bounded: when stdout is slow or nobody reads it, lines past the cap are
- * dropped and counted instead of piling up in memory, and the server keeps serving. When stdout is
- * closed (EPIPE), the log says so once on stderr and stops.
+ * One JSON line per request on stdout, gathered and handed to the sink every 50 ms (or at 64 K
+ * characters): Bun's sink writes at the end of every event-loop turn, so a line per request cost a
+ * write(2) each, about 6 µs of CPU; gathered, under 1 µs. Bounded: when nobody reads stdout, lines
+ * past the cap are dropped and counted, not piled up; a closed stdout (EPIPE) is said once on stderr.
  */
 
 export interface LogSink {

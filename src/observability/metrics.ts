@@ -3,8 +3,10 @@
  * text rendering only when /metrics is scraped. Labels are operation names, statuses and key ids,
  * never secrets.
  */
+import { DEPRECATED_OPERATION } from '../domain/deprecation'
 
-const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+/** The /metrics histogram's upper bounds, in seconds (Prometheus's `le`). */
+const LATENCY_BOUNDS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
 interface OperationStats {
   /** Answers by status. */
@@ -25,14 +27,14 @@ export class Metrics {
   observe(operation: string, status: number, seconds: number): void {
     let stats = this.operations.get(operation)
     if (!stats) {
-      stats = { statuses: new Map(), counts: new Array(LATENCY_BUCKETS.length + 1).fill(0), sum: 0, count: 0 }
+      stats = { statuses: new Map(), counts: new Array(LATENCY_BOUNDS_SECONDS.length + 1).fill(0), sum: 0, count: 0 }
       this.operations.set(operation, stats)
     }
     stats.statuses.set(status, (stats.statuses.get(status) ?? 0) + 1)
     stats.sum += seconds
     stats.count++
     let bucket = 0
-    while (bucket < LATENCY_BUCKETS.length && seconds > LATENCY_BUCKETS[bucket]!) bucket++
+    while (bucket < LATENCY_BOUNDS_SECONDS.length && seconds > LATENCY_BOUNDS_SECONDS[bucket]!) bucket++
     stats.counts[bucket]!++
   }
 
@@ -60,7 +62,7 @@ export class Metrics {
     family('petstore_request_duration_seconds', 'histogram', 'Time from request to response, by operation.')
     for (const [operation, h] of this.operations) {
       let cumulative = 0
-      LATENCY_BUCKETS.forEach((bound, i) => {
+      LATENCY_BOUNDS_SECONDS.forEach((bound, i) => {
         cumulative += h.counts[i]!
         lines.push(`petstore_request_duration_seconds_bucket{operation="${operation}",le="${bound}"} ${cumulative}`)
       })
@@ -73,9 +75,9 @@ export class Metrics {
       lines.push(`petstore_rate_limit_rejections_total{reason="${reason}"} ${this.rejections.get(reason) ?? 0}`)
     family('petstore_bans_total', 'counter', 'Keys or addresses banned for ignoring 429s.')
     lines.push(`petstore_bans_total ${this.bans}`)
-    family('petstore_deprecated_calls_total', 'counter', 'Calls of deprecated operations (getPet), by key id.')
+    family('petstore_deprecated_calls_total', 'counter', `Calls of deprecated operations (${DEPRECATED_OPERATION}), by key id.`)
     for (const [keyId, value] of this.deprecatedCalls)
-      lines.push(`petstore_deprecated_calls_total{operation="getPet",key_id="${keyId}"} ${value}`)
+      lines.push(`petstore_deprecated_calls_total{operation="${DEPRECATED_OPERATION}",key_id="${keyId}"} ${value}`)
     for (const [name, value] of Object.entries(extra)) {
       family(name, value.type ?? 'gauge', value.help)
       lines.push(`${name} ${value.value}`)

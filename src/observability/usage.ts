@@ -3,7 +3,8 @@
  * the key, nothing more. A background job (jobs.ts) takes what was counted every few seconds and adds
  * it to storage; what it could not write is given back and tried again with the next batch.
  */
-import { DEPRECATED, emptyCounts, latencySlot, MINUTE_MS, NO_KEY, outcomeOf, type UsageRow } from '../domain/usage'
+import { DEPRECATED, emptyCounts, latencySlot, NO_KEY, outcomeOf, type UsageRow } from '../domain/usage'
+import { MINUTE_MS } from '../domain/time'
 
 /** Minute rows kept while storage does not take them (about an hour of 500 busy keys); the oldest go first. */
 const MAX_UNWRITTEN_ROWS = 30_000

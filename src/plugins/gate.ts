@@ -9,6 +9,7 @@
 import { Elysia } from 'elysia'
 import { ApiError } from '../http/api-errors'
 import { type Limits, PLAN_LIMITS } from '../domain/plans'
+import { DAY_MS, MINUTE_MS } from '../domain/time'
 import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
 import { LimiterUnavailableError } from '../limiter/backend'
 import { bearerToken, INVALID_KEY, MISSING_KEY } from '../http/bearer-token'
@@ -44,7 +45,7 @@ const policies = new WeakMap<Limits, string>()
 function policyOf(limits: Limits): string {
   let policy = policies.get(limits)
   if (!policy) {
-    policy = `"minute";q=${limits.rpm};w=60, "day";q=${limits.rpd};w=86400`
+    policy = `"minute";q=${limits.rpm};w=${MINUTE_MS / 1000}, "day";q=${limits.rpd};w=${DAY_MS / 1000}`
     policies.set(limits, policy)
   }
   return policy

@@ -1,14 +1,9 @@
 /**
- * Per-request bookkeeping: the request id (a sane incoming X-Request-Id is echoed, otherwise one is
- * made), the path, the client address, and one access-log line, the metrics, the key's usage and the
- * console's recent requests (observability/recent-requests.ts) per answer, under the operationId of
- * the route matched. The record is declared here once (`requestInfo`, which every instance
- * uses) and closed by one `afterHandle` hook for every answer a route gives (a hook's early answer
- * included); the error handler closes it for errors. Not an `onAfterResponse` hook: that costs a
- * scheduled task per request, about a fifth of the server's throughput.
- *
- * A request whose URL cannot be read the way the router reads it (a `Host` that is not a host) is
- * answered 400 here, before routing, so the path logged and matched is always the path routed.
+ * Per-request bookkeeping, declared once (`requestInfo`): the request id, path and client address, and
+ * per answer one access-log line, the metrics, the key's usage and the console's recent requests. One
+ * `afterHandle` hook closes the record for every answer a route gives, the error handler for errors;
+ * not `onAfterResponse`, which costs a scheduled task per request (a fifth of the throughput). A URL
+ * the router cannot read (a `Host` that is not a host) is a 400 here, so the path logged is the one routed.
  */
 import { Elysia } from 'elysia'
 import type { Server } from 'bun'

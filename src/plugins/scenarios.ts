@@ -1,15 +1,9 @@
 /**
  * Answers on request, so a client's retry, backoff and timeout code can be tried against a real server
- * (docs/scenarios.md). With scenarios on, an authenticated request's `Prefer` (RFC 7240) may ask for
- * `code=N` (the operation's documented 404, 429, 500 or 503, as a real one looks), `delay=MS`, and
- * `fail=N` (the first N tries under an Idempotency-Key get the code, later ones go through). Prism's
- * `code` keeps Prism's meaning; preferences not known here are ignored, as RFC 7240 says.
- *
- * The gate calls the scenario once it has found the key and before the limiter: a forced answer spends
- * no token and counts toward no ban, and it is built by the constructors the real answers use (the
- * gate's rate-limit fields and refusals, the API's errors), marked by `Preference-Applied`. A key the
- * limiter would refuse now (spent or banned) gets no scenario, not even a 400 about its Prefer: the gate
- * goes on to the limiter, whose refusal it answers as for any request.
+ * (docs/scenarios.md): `Prefer: code=N, delay=MS, fail=N` (RFC 7240; Prism's `code` keeps its meaning).
+ * The gate calls it after finding the key and before the limiter, so a forced answer spends no token
+ * and counts toward no ban; it is built by the constructors real answers use, so it looks like one. A
+ * key the limiter would refuse now gets no scenario: the gate answers the limiter's refusal instead.
  */
 import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'

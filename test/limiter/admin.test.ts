@@ -1,7 +1,7 @@
 /**
  * The console's seam (SubjectReader, through the limiter's `admin`): one suite every backend passes, in
- * process and in Redis, on an injected clock. A look takes nothing; a subject not held, or held under
- * other limits, has a full day; the bans started here are listed, looked at and lifted.
+ * process and in Redis, on an injected clock. Inspecting takes nothing; a subject not held, or held under
+ * other limits, has a full day; the bans started here are listed, inspected and lifted.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { addressSubject } from '../../src/domain/subject'
@@ -20,29 +20,29 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     return { limiter, ...time }
   }
 
-  test("look says a subject's day left without taking; not held, or held under other limits, is a full day", async () => {
+  test("inspect says a subject's day left without taking; not held, or held under other limits, is a full day", async () => {
     const { limiter } = make()
     const key = named('key:looked')
     const limits = { rpm: 5, rpd: 10 }
-    expect(await limiter.admin.look(key, limits)).toEqual({ dayLeft: 10, bannedUntil: null })
+    expect(await limiter.admin.inspect(key, limits)).toEqual({ dayLeft: 10, bannedUntil: null })
     await limiter.check(key, limits)
     await limiter.check(key, limits)
-    expect(await limiter.admin.look(key, limits)).toEqual({ dayLeft: 8, bannedUntil: null })
-    expect(await limiter.admin.look(key, limits)).toEqual({ dayLeft: 8, bannedUntil: null })
-    expect(await limiter.admin.look(key, { rpm: 5, rpd: 20 })).toEqual({ dayLeft: 20, bannedUntil: null })
+    expect(await limiter.admin.inspect(key, limits)).toEqual({ dayLeft: 8, bannedUntil: null })
+    expect(await limiter.admin.inspect(key, limits)).toEqual({ dayLeft: 8, bannedUntil: null })
+    expect(await limiter.admin.inspect(key, { rpm: 5, rpd: 20 })).toEqual({ dayLeft: 20, bannedUntil: null })
     expect((await limiter.check(key, limits)).quota.remaining).toBe(2)
   })
 
-  test('a ban started here is listed and looked at; an address ban is lifted with its buckets', async () => {
+  test('a ban started here is listed and inspected; an address ban is lifted with its buckets', async () => {
     const { limiter, start } = make()
     const address = addressSubject('192.0.2.7')
     const limits = { rpm: 1, rpd: 1000 }
     for (let i = 0; i < 3; i++) await limiter.check(address, limits)
     expect(limiter.admin.bans(start)).toEqual([{ subject: address, until: start + 600_000 }])
-    expect(await limiter.admin.look(address, limits)).toEqual({ dayLeft: 999, bannedUntil: start + 600_000 })
+    expect(await limiter.admin.inspect(address, limits)).toEqual({ dayLeft: 999, bannedUntil: start + 600_000 })
     await limiter.admin.liftAddress(address)
     expect(limiter.admin.bans(start)).toEqual([])
-    expect(await limiter.admin.look(address, limits)).toEqual({ dayLeft: 1000, bannedUntil: null })
+    expect(await limiter.admin.inspect(address, limits)).toEqual({ dayLeft: 1000, bannedUntil: null })
     expect((await limiter.check(address, limits)).allowed).toBe(true)
   })
 }

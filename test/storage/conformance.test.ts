@@ -10,19 +10,8 @@ import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import { INT64_MAX, INT64_MIN, type NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
-import {
-  COUNTERS,
-  DAY_MS,
-  DEPRECATED,
-  emptyCounts,
-  FIRST_LATENCY,
-  HOUR_MS,
-  LIMITED,
-  MINUTE_MS,
-  NO_KEY,
-  OK,
-  type UsageRow,
-} from '../../src/domain/usage'
+import { COUNTERS, DEPRECATED, emptyCounts, FIRST_LATENCY, LIMITED, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../../src/domain/time'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage, type SqliteStorage } from '../../src/storage/sqlite'
 import {

@@ -5,19 +5,8 @@
  */
 import { afterAll, expect, test } from 'bun:test'
 import { makeKey } from '../../src/domain/api-key'
-import {
-  CLIENT_ERRORS,
-  DAY_MS,
-  DEPRECATED,
-  emptyCounts,
-  FIRST_LATENCY,
-  HOUR_MS,
-  LIMITED,
-  MINUTE_MS,
-  NO_KEY,
-  OK,
-  type UsageRow,
-} from '../../src/domain/usage'
+import { CLIENT_ERRORS, DEPRECATED, emptyCounts, FIRST_LATENCY, LIMITED, NO_KEY, OK, type UsageRow } from '../../src/domain/usage'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../../src/domain/time'
 import { UsageService } from '../../src/modules/usage/service'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 

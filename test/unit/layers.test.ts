@@ -38,6 +38,7 @@ test('the rules catch wrong arrows, a ring and a file in no layer', async () => 
   expect(lines).toContain('nothing-below-reaches-the-server: src/modules/pets/service.ts -> src/readiness.ts')
   expect(lines).toContain('controllers-never-reach-the-gate: src/modules/pets/index.ts -> src/plugins/gate.ts')
   expect(lines).toContain('plugins-below-the-modules: src/plugins/gate.ts -> src/modules/keys/service.ts')
+  expect(lines).toContain('services-never-see-http: src/modules/pets/group-commit.ts -> src/plugins/b.ts')
 }, 60_000)
 
 test('src/ keeps its layers and has no import cycles', async () => {

@@ -11,12 +11,12 @@ import {
   type BanRule,
   type Inspected,
   type LimiterBackend,
-  MINUTE_MS,
   type PeekResult,
   shapesOf,
   type SubjectReader,
   type TakeResult,
 } from '../backend'
+import { MINUTE_MS } from '../../domain/time'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
@@ -120,7 +120,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     this.previousAddresses.delete(id)
   }
 
-  /** Reads without moving an address to the current generation: a look is not a visit. */
+  /** Reads without moving an address to the current generation: being inspected is not a visit. */
   inspect({ kind, name: id }: Subject, now: number = Date.now()): Inspected | null {
     const isKey = kind === 'key'
     const subject = isKey ? this.keys.get(id) : (this.currentAddresses.get(id) ?? this.previousAddresses.get(id))
@@ -128,7 +128,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handed = (isKey ? this.handedOver.keys : this.handedOver.addresses).get(id)
     if (!saved && !handed) return null
-    // No limits: the day is capped by the subject's limits when looked at (a full one when none was kept).
+    // No limits: the day is capped by the subject's limits when inspected (a full one when none was kept).
     const day = saved ?? handed?.day ?? { tokens: Infinity, updatedAt: now }
     return { limits: null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }

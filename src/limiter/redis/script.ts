@@ -7,7 +7,7 @@
  * order, so it reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the
  * numbers a script returns and HSET would store them with 14 digits.
  */
-import { DAY_MS, MINUTE_MS } from '../backend'
+import { DAY_MS, MINUTE_MS } from '../../domain/time'
 
 /** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
 export const UNDO_KEEP_MS = 60_000

@@ -9,6 +9,7 @@ import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import type { TObject } from '@sinclair/typebox'
 import { type AnyElysia, parametersFrom } from '../../http/openapi'
 import type { RouteInfo } from '../../http/routes'
+import { USAGE_WRITE_MS } from '../../domain/usage'
 import { MAX_BODY_BYTES, SCHEMAS, type SchemaName, SESSION_COOKIE } from './model'
 
 const KIB = MAX_BODY_BYTES / 1024
@@ -146,7 +147,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
       version,
       description:
         'What the console does, for people who run the server: usage, keys, bans, deprecated calls, recent requests and the audit log. ' +
-        'Usage figures are those of `petstore keys usage`: written to storage every 2 s, so they lag the traffic by up to about 2 s. ' +
+        `Usage figures are those of \`petstore keys usage\`: written to storage every ${USAGE_WRITE_MS / 1000} s, so they lag the traffic by up to about ${USAGE_WRITE_MS / 1000} s. ` +
         'A browser signs in (POST /api/session) and holds a session cookie; a script sends an operator token ' +
         '(`petstore operators token NAME`) as `Authorization: Bearer`. With the cookie, every request that changes ' +
         "something must carry this console's own `Origin`, and so must sign-in. The console answers only to its own " +

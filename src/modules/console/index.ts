@@ -21,7 +21,7 @@ import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
 import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge } from '../../http/api-errors'
 import { AllowedHosts } from '../../http/allowed-hosts'
-import { compressedAsset, noFavicon } from '../../http/assets'
+import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
 import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { BodyBudget, bodyUnread, readJsonBody } from '../../http/json-body'
@@ -33,6 +33,7 @@ import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
+import { MINUTE_MS } from '../../domain/time'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { type Window, WINDOWS } from '../usage/service'
@@ -72,10 +73,9 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
 
 /** On every answer of the console listener. */
 export const SECURITY_HEADERS: Record<string, string> = {
-  'content-security-policy':
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-  'x-frame-options': 'DENY',
+  ...noFraming(
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; ",
+  ),
   'x-content-type-options': 'nosniff',
   'referrer-policy': 'no-referrer',
   'cache-control': 'no-store',
@@ -231,7 +231,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, signInBodies))
             const { secret, operator: name } = await service.signIn(input.name, input.password)
             set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
-            return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / 60_000 }
+            return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / MINUTE_MS }
           },
           operation('signIn', 'session', 'Sign in: sets the session cookie', {
             body: 'SignIn',

@@ -5,9 +5,12 @@
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
+import { DEPRECATED_OPERATION } from '../../domain/deprecation'
+import { CUSTOM_LIMIT, KEY_NAME_MAX } from '../../domain/key-input'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import { CONTROL_CHARACTERS } from '../../domain/pet'
 import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
+import { USAGE_WRITE_MS } from '../../domain/usage'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
 export const MAX_BODY_BYTES = 8 * 1024
@@ -18,7 +21,8 @@ const Plan = Type.Union(
   PLANS.map((plan) => Type.Literal(plan)),
   { description: "free, pro and business carry their plan's limits; enterprise carries its own rpm and rpd." },
 )
-const Limit = (what: string) => Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: `${what}, for the enterprise plan only.` })
+const Limit = (what: string) =>
+  Type.Integer({ minimum: CUSTOM_LIMIT.min, maximum: CUSTOM_LIMIT.max, description: `${what}, for the enterprise plan only.` })
 const Time = (description: string) => Type.String({ format: 'date-time', description })
 const NullableTime = (description: string) => Type.Union([Time(description), Type.Null()], { description })
 
@@ -36,7 +40,9 @@ export const SignIn = Type.Object(
 export const NewKey = Type.Object(
   {
     plan: Plan,
-    name: Type.Optional(Type.String({ maxLength: 200, description: 'A name to tell the key by (at most 200 characters).' })),
+    name: Type.Optional(
+      Type.String({ maxLength: KEY_NAME_MAX, description: `A name to tell the key by (at most ${KEY_NAME_MAX} characters).` }),
+    ),
     rpm: Type.Optional(Limit('Requests per minute')),
     rpd: Type.Optional(Limit('Requests per day')),
   },
@@ -81,11 +87,11 @@ function byPlan<T extends TObject>(object: T, description: string) {
 
 /** What each field must be, for the 400 that names it. */
 export const FIELD_RULES: Record<string, string> = {
-  name: 'must be a string (a key name: at most 200 characters)',
+  name: `must be a string (a key name: at most ${KEY_NAME_MAX} characters)`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
-  rpm: 'must be an integer from 1 to 1000000000',
-  rpd: 'must be an integer from 1 to 1000000000',
+  rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
+  rpd: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
 }
 
 const Key = Type.Object({
@@ -103,7 +109,7 @@ const Key = Type.Object({
   }),
   bannedUntil: NullableTime("When the key's ban ends; null when it is not banned."),
   requestsToday: Type.Integer({
-    description: "Requests with the key in the UTC day so far (every instance's), as written to storage every 2 s.",
+    description: `Requests with the key in the UTC day so far (every instance's), as written to storage every ${USAGE_WRITE_MS / 1000} s.`,
   }),
   limitedToday: Type.Integer({ description: 'Of those, refused with 429.' }),
   deprecatedWeek: Type.Integer({
@@ -219,7 +225,7 @@ const KeyUsage = Type.Object({
 })
 
 const Deprecation = Type.Object({
-  operation: Type.Literal('getPet'),
+  operation: Type.Literal(DEPRECATED_OPERATION),
   method: Type.Literal('GET'),
   path: Type.Literal('/pets/{petId}'),
   sunset: Time('When the operation is removed: the date of its Sunset header.'),

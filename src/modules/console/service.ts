@@ -4,7 +4,8 @@
  * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
-import { type ApiKeyRecord, type CreateKeyInput, KeyInputError, limitsFor } from '../../domain/api-key'
+import type { ApiKeyRecord } from '../../domain/api-key'
+import { type CreateKeyInput, KeyInputError } from '../../domain/key-input'
 import {
   type AuditEntry,
   type Credential,
@@ -20,12 +21,13 @@ import {
   THROTTLE_FAILURES,
   THROTTLE_WINDOW_MS,
 } from '../../domain/operators'
-import { type Limits, PLAN_LIMITS, type Plan } from '../../domain/plans'
+import { type Limits, PLAN_LIMITS } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
 import { type AddressSubject, keySubject, type Subject } from '../../domain/subject'
-import { DAY_MS, RESOLUTION_MS } from '../../domain/usage'
+import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
+import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
-import { createKey, type KeyRegistry } from '../keys/service'
+import { createKey, type KeyRegistry, setKeyPlan } from '../keys/service'
 import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import type { Model } from './model'
 
@@ -33,7 +35,7 @@ export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
 /** What the console reads of the rate limiter (limiter/admin.ts's LimiterAdmin), declared here. */
 export interface LimiterView {
-  look(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
+  inspect(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
   bans(now: number): { subject: Subject; until: number }[]
   liftAddress(subject: AddressSubject): Promise<void>
 }
@@ -54,11 +56,10 @@ const UNAUTHORIZED = new ApiError(
 )
 const BAD_SIGN_IN = new ApiError(401, 'unauthorized', 'Wrong operator name or password.')
 
-/** A key input's complaint, which names command-line flags, as a 400 naming the body's field. */
+/** A key's rule broken, as a 400 naming the body's field. */
 function keyInputError(error: unknown): never {
   if (!(error instanceof KeyInputError)) throw error
-  const field = /--(\w+)/.exec(error.message)?.[1] ?? 'plan'
-  throw badRequest(`${field}: ${error.message.replace(/--(\w+)/g, '$1')}`)
+  throw badRequest(`${error.field}: ${error.message}`)
 }
 
 export class ConsoleService {
@@ -96,7 +97,7 @@ export class ConsoleService {
     const checked = await storage.operators.passwordHash(name)
     if (!(await passwordMatches(password, checked))) {
       // An operator's name is throttled, so its refusals are few; other names are counted in one entry a day.
-      if (checked === null) await storage.operators.countUnknownSignIn(now(), Math.floor(now() / DAY_MS) * DAY_MS)
+      if (checked === null) await storage.operators.countUnknownSignIn(now(), utcDayStart(now()))
       else await this.audit(name, SIGN_IN_REFUSED, '')
       throw BAD_SIGN_IN
     }
@@ -144,7 +145,7 @@ export class ConsoleService {
 
   /**
    * The keys in use (and the revoked ones when asked), with their day quota left and ban as the limiter
-   * holds them (looked at, nothing taken), and their usage.
+   * holds them (inspected, nothing taken), and their usage.
    */
   async listKeys(withRevoked = false): Promise<Model<'KeyList'>> {
     const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
@@ -225,25 +226,20 @@ export class ConsoleService {
     let limiterAnswered = true
     const keys = await Promise.all(
       records.map(async (record) => {
-        let look: { dayLeft: number; bannedUntil: number | null } | null = null
+        let held: { dayLeft: number; bannedUntil: number | null } | null = null
         if (record.revokedAt === null)
-          look = await this.deps.limiter.look(keySubject(record.id), record).catch(() => {
+          held = await this.deps.limiter.inspect(keySubject(record.id), record).catch(() => {
             limiterAnswered = false
             return null
           })
-        return { ...keyFields(record), dayQuotaLeft: look?.dayLeft ?? null, bannedUntil: iso(look?.bannedUntil ?? null) }
+        return { ...keyFields(record), dayQuotaLeft: held?.dayLeft ?? null, bannedUntil: iso(held?.bannedUntil ?? null) }
       }),
     )
     return { keys, limiterAnswered }
   }
 
   async createKey(operator: string, input: CreateKeyInput): Promise<Model<'CreatedKey'>> {
-    let made: Awaited<ReturnType<typeof createKey>>
-    try {
-      made = await createKey(this.deps.storage.keys, input, this.deps.now())
-    } catch (error) {
-      keyInputError(error)
-    }
+    const made = await createKey(this.deps.storage.keys, input, this.deps.now()).catch(keyInputError)
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
@@ -271,13 +267,7 @@ export class ConsoleService {
   }
 
   async setPlan(operator: string, id: string, input: { plan: string; rpm?: number; rpd?: number }): Promise<void> {
-    let limits: Limits
-    try {
-      limits = limitsFor(input)
-    } catch (error) {
-      keyInputError(error)
-    }
-    if (!(await this.deps.storage.keys.setPlan(id, input.plan as Plan, limits))) throw noKey(id, ' (or it is revoked)')
+    if (!(await setKeyPlan(this.deps.storage.keys, id, input).catch(keyInputError))) throw noKey(id, ' (or it is revoked)')
     await this.deps.keys.reload()
     await this.audit(operator, 'key.set-plan', `${id} ${input.plan}`)
   }
@@ -293,8 +283,8 @@ export class ConsoleService {
       .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
     for (const { subject } of this.deps.limiter.bans(this.deps.now())) {
       if (subject.kind !== 'address') continue
-      const look = await this.deps.limiter.look(subject, PLAN_LIMITS.free).catch(() => null)
-      if (look?.bannedUntil) bans.push({ kind: 'address', address: subject.address, bannedUntil: iso(look.bannedUntil)! })
+      const held = await this.deps.limiter.inspect(subject, PLAN_LIMITS.free).catch(() => null)
+      if (held?.bannedUntil) bans.push({ kind: 'address', address: subject.address, bannedUntil: iso(held.bannedUntil)! })
     }
     return { bans, limiterAnswered }
   }

@@ -2,15 +2,8 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import {
-  type ActiveKey,
-  type ApiKeyRecord,
-  type CreateKeyInput,
-  hashSecret,
-  type KeyLookup,
-  limitsFor,
-  makeKey,
-} from '../../domain/api-key'
+import { type ActiveKey, type ApiKeyRecord, hashSecret, type KeyLookup, makeKey } from '../../domain/api-key'
+import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
 import { type KeyChanges, type KeyRepository, type Storage, StorageUnavailableError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'

@@ -9,8 +9,8 @@ import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import { SwaggerUIRender } from '@elysiajs/openapi/swagger'
 import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
-import { errorResponse, unavailable } from '../../http/api-errors'
-import { compressedAsset, noFavicon } from '../../http/assets'
+import { errorResponse, JSON_TYPE, unavailable } from '../../http/api-errors'
+import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import { type AnyElysia, components, errorResponses, REQUEST_ID_PARAMETER, schemaComponents, withInt64Bounds } from '../../http/openapi'
 import { requestInfo } from '../../plugins/request-context'
 import { preferParameter } from '../../plugins/scenarios'
@@ -123,19 +123,12 @@ function withoutIds(value: unknown): unknown {
   )
 }
 
-/**
- * The docs page takes a key through Authorize and sends requests with it, so no other site may frame
- * it and trick a click (clickjacking): the header for today's browsers and the one for older ones.
- */
-const DOCS_HEADERS = {
-  'content-type': 'text/html; charset=utf-8',
-  'content-security-policy': "frame-ancestors 'none'",
-  'x-frame-options': 'DENY',
-}
+/** The docs page takes a key through Authorize and sends requests with it. */
+const DOCS_HEADERS = { 'content-type': 'text/html; charset=utf-8', ...noFraming() }
 
 export function opsModule(options: OpsModuleOptions) {
   let document: string | undefined
-  const json = (body: string, status = 200) => new Response(body, { status, headers: { 'content-type': 'application/json' } })
+  const json = (body: string, status = 200) => new Response(body, { status, headers: { 'content-type': JSON_TYPE } })
   const docsPage = SwaggerUIRender({ title: INFO.title, description: INFO.description, version: INFO.version }, {
     url: '/openapi.json',
     dom_id: '#swagger-ui',

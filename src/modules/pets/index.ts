@@ -3,7 +3,7 @@
  * query, path and body value before the service sees it.
  */
 import { Elysia } from 'elysia'
-import { badRequest, ClientClosedError, petNotFound } from '../../http/api-errors'
+import { badRequest, ClientClosedError, JSON_TYPE, petNotFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
@@ -23,7 +23,6 @@ export interface PetsModuleOptions {
   onDeprecatedCall: (keyId: string) => void
 }
 
-const JSON_TYPE = 'application/json'
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
 const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))

@@ -1,36 +1,22 @@
 /**
  * Pet Store logic, free of HTTP. Reads are served from serialised pages (pets never change once
- * created, so a pet's own JSON is kept for good); concurrent creates are committed together, one
- * durable transaction per batch, so durability does not cost one fsync each. One batch is in flight at
- * a time; creates that arrive meanwhile form the next one. Storage answers a read at once (the embedded
- * file) or with a promise (PostgreSQL); the service awaits either, in one async form.
+ * created, so a pet's own JSON is kept for good); creates go through the group commit
+ * (group-commit.ts). Storage answers a read at once (the embedded file) or with a promise
+ * (PostgreSQL); the service awaits either, in one async form.
  */
-import { type CreatePetOutcome, requestHash } from '../../domain/idempotency'
+import { requestHash } from '../../domain/idempotency'
 import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'
 import {
-  BatchRolledBackError,
-  type CreatePetCommand,
   type MaybePromise,
-  type PetBatch,
   type PetRepository,
   type PetWriter,
   StorageDamagedError,
   StorageUnavailableError,
 } from '../../domain/repositories'
-import { ApiError, ClientClosedError, idempotencyConflict, storageUnavailable, unavailable } from '../../http/api-errors'
+import { idempotencyConflict, storageUnavailable, unavailable } from '../../http/api-errors'
+import { GroupCommit, type GroupCommitOptions } from './group-commit'
 
-export interface PetServiceOptions {
-  now: () => number
-  /** Absolute URL of the pets collection with a trailing slash; a pet's Location adds its id. */
-  locationPrefix: string
-  onInternalError: (error: unknown) => void
-  /** Called when storage starts refusing writes (with why) and when it accepts them again (null). */
-  onWritesRefused: (refusal: StorageUnavailableError | null) => void
-  /**
-   * Why storage may no longer be trusted (its file replaced or found damaged), or null. Asked before and
-   * after each batch, so no create is acknowledged into a file nobody will open again.
-   */
-  storageFault: () => string | null
+export interface PetServiceOptions extends GroupCommitOptions {
   /** Called when a read finds the data file damaged. */
   onDamaged: (code: string) => void
   /**
@@ -61,14 +47,6 @@ export interface Created {
   replayed: boolean
 }
 
-interface Pending {
-  command: CreatePetCommand
-  resolve: (outcome: CreatePetOutcome) => void
-  reject: (error: unknown) => void
-  /** Aborted once the client's connection is closed. */
-  clientGone: AbortSignal | undefined
-}
-
 // The caches are bounded in entries and in size (string length in UTF-16 units, one or two bytes
 // each), so long names cannot make a bounded number of entries large. Past a bound the oldest entries
 // go first: dropping a whole cache at once would make every client miss together.
@@ -88,16 +66,16 @@ export class PetService {
   private petUnits = 0
   /** Counts the drops (dropCaches), so a read that straddles one keeps nothing. */
   private generation = 0
-  private queue: Pending[] = []
-  /** Settles when the queue is empty and no batch is in flight; null when that is already so. */
-  private committing: Promise<void> | null = null
-  private writesRefused = false
+
+  private readonly commits: GroupCommit
 
   constructor(
     private readonly repo: PetRepository,
-    private readonly writer: PetWriter,
+    writer: PetWriter,
     private readonly options: PetServiceOptions,
-  ) {}
+  ) {
+    this.commits = new GroupCommit(writer, options, () => this.forgetLastPages())
+  }
 
   /**
    * Forgets every cached page and pet: another process seeded or reset the pets. A read begun before
@@ -184,10 +162,7 @@ export class PetService {
    */
   async create(pet: NewPet, idempotency?: { keyId: string; key: string }, clientGone?: AbortSignal): Promise<Created> {
     const command = { pet, idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) } }
-    const outcome = await new Promise<CreatePetOutcome>((resolve, reject) => {
-      this.queue.push({ command, resolve, reject, clientGone })
-      this.committing ??= this.commitQueue()
-    })
+    const outcome = await this.commits.create(command, clientGone)
     if (outcome.kind === 'conflict') throw idempotencyConflict()
     if (outcome.kind === 'replayed')
       return { status: 201, body: outcome.response.body, location: outcome.response.location, replayed: true }
@@ -195,25 +170,8 @@ export class PetService {
   }
 
   /** Waits for the creates already taken to be committed and answered, then closes the writer. */
-  async close(): Promise<void> {
-    await this.committing
-    await this.writer.close()
-  }
-
-  private async commitQueue(): Promise<void> {
-    // One turn of the event loop lets the creates that arrive together form the first batch.
-    await new Promise<void>((resolve) => setImmediate(resolve))
-    while (this.queue.length > 0) {
-      // A create whose client has gone by now is not carried out: nobody could be told it was.
-      const batch = this.queue.filter((pending) => {
-        if (!pending.clientGone?.aborted) return true
-        pending.reject(new ClientClosedError())
-        return false
-      })
-      this.queue = []
-      if (batch.length > 0) await this.commit(batch)
-    }
-    this.committing = null
+  close(): Promise<void> {
+    return this.commits.close()
   }
 
   /**
@@ -235,65 +193,6 @@ export class PetService {
     throw unavailable('The data file is damaged; the server needs a restart on a good copy.')
   }
 
-  private async commit(batch: Pending[]): Promise<void> {
-    const refuse = (fault: string) => {
-      for (const pending of batch) pending.reject(unavailable(`Creates are refused: ${fault}.`))
-    }
-    const before = this.options.storageFault()
-    if (before) return refuse(before)
-    const results = await this.writeApart({
-      commands: batch.map((pending) => pending.command),
-      now: this.options.now(),
-      locationPrefix: this.options.locationPrefix,
-    })
-    // A batch that failed may still have been committed (a commit thread that stopped before it could
-    // answer), so the pages it could have changed are made again, as after a create.
-    if (results.some((result) => !('outcome' in result) || result.outcome.kind === 'created')) this.forgetLastPages()
-    const written = results.some((result) => 'outcome' in result)
-    if (written) {
-      const after = this.options.storageFault()
-      if (after) return refuse(after)
-    }
-    const refusal = results.find(
-      (result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError,
-    )
-    if (refusal) this.noteRefusal(refusal.error)
-    else if (written) this.noteRefusal(null)
-    /** One answer per error, so a batch that failed as a whole is logged once. */
-    const answers = new Map<unknown, ApiError>()
-    for (const [i, result] of results.entries()) {
-      if ('outcome' in result) {
-        batch[i]!.resolve(result.outcome)
-        continue
-      }
-      const { error } = result
-      if (!answers.has(error))
-        answers.set(error, error instanceof StorageUnavailableError ? storageUnavailable(error.down) : toInternal(error, this.options))
-      batch[i]!.reject(answers.get(error))
-    }
-  }
-
-  /**
-   * Writes the batch; when its transaction fails for a reason other than availability and wrote
-   * nothing (a row storage refuses), the halves are written apart, in order, down to the one command
-   * that fails, so one bad row never fails the others. Halves go one after the other, so ids and
-   * Idempotency-Keys settle as if the batch had been one; a half that cannot be written gets its error.
-   */
-  private async writeApart(batch: PetBatch): Promise<({ outcome: CreatePetOutcome } | { error: unknown })[]> {
-    try {
-      return (await this.writer.write(batch)).map((outcome) => ({ outcome }))
-    } catch (error) {
-      if (!(error instanceof BatchRolledBackError) || batch.commands.length === 1)
-        return batch.commands.map(() => ({ error: error instanceof BatchRolledBackError ? error.reason : error }))
-      const half = Math.ceil(batch.commands.length / 2)
-      const first = await this.writeApart({ ...batch, commands: batch.commands.slice(0, half) })
-      const rest = batch.commands.slice(half)
-      // Storage that stopped taking writes meanwhile refuses the rest too, without being asked again.
-      const refused = first.find((result) => 'error' in result && result.error instanceof StorageUnavailableError)
-      return [...first, ...(refused ? rest.map(() => refused) : await this.writeApart({ ...batch, commands: rest }))]
-    }
-  }
-
   /**
    * Ids only grow, so a new pet sorts after every stored one: a page that had a next page keeps its
    * exact content and cursor, and only last pages (which the new pet may join) must be made again.
@@ -305,16 +204,4 @@ export class PetService {
     }
     this.lastPages.clear()
   }
-
-  /** Reports the change only, so a full disk logs one line, not one per refused request. */
-  private noteRefusal(refusal: StorageUnavailableError | null): void {
-    if ((refusal !== null) === this.writesRefused) return
-    this.writesRefused = refusal !== null
-    this.options.onWritesRefused(refusal)
-  }
-}
-
-function toInternal(error: unknown, options: PetServiceOptions): ApiError {
-  options.onInternalError(error)
-  return new ApiError(500, 'internal_error', 'The server failed to store the pet.')
 }

@@ -11,10 +11,8 @@ import {
   addCounts,
   bucketStart,
   CLIENT_ERRORS,
-  DAY_MS,
   DEPRECATED,
   emptyCounts,
-  HOUR_MS,
   type KeyTotals,
   LIMITED,
   NO_KEY,
@@ -27,6 +25,7 @@ import {
   SERVER_ERRORS,
   utcDayStart,
 } from '../../domain/usage'
+import { DAY_MS, HOUR_MS } from '../../domain/time'
 
 /**
  * Requests by outcome class: 2xx, 4xx other than 429, 429, 501 (an operation this server does not

@@ -8,6 +8,7 @@ import type { Database } from './pool'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
+import { keySubject } from '../../domain/subject'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from '../shared/numbers'
@@ -140,7 +141,7 @@ export class PostgresKeys implements KeyRepository {
         if ((await tx`SELECT 1 FROM api_keys WHERE id = ${id}`).length === 0) return false
         // Sequence numbers visible in order, as for pet ids: a poll that has read past one never misses it.
         await tx`SELECT pg_advisory_xact_lock(${LOCKS.limitResets})`
-        await tx`DELETE FROM limiter_state WHERE subject = ${`key:${id}`}`
+        await tx`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}`
         await tx`INSERT INTO limit_resets (key_id, requested_at, seq) VALUES (${id}, ${now}, nextval('limit_resets_seq'))
                  ON CONFLICT (key_id) DO UPDATE SET requested_at = EXCLUDED.requested_at, seq = EXCLUDED.seq`
         return true

@@ -3,7 +3,7 @@
  * order. Part of the schema: a change to the counters needs a migration (a column added at the end),
  * and the tables as first made stay as they were.
  */
-import { COUNTERS, LATENCY_BUCKETS, type Resolution } from '../../domain/usage'
+import { COUNTERS, LATENCY_SLOTS, type Resolution } from '../../domain/usage'
 
 export const USAGE_TABLES: Record<Resolution, string> = { minute: 'usage_minutes', hour: 'usage_hours' }
 
@@ -14,7 +14,7 @@ const FIRST_COLUMNS: readonly string[] = [
   'limited',
   'server_errors',
   'deprecated',
-  ...Array.from({ length: LATENCY_BUCKETS }, (_, i) => `latency_${String(i).padStart(2, '0')}`),
+  ...Array.from({ length: LATENCY_SLOTS }, (_, i) => `latency_${String(i).padStart(2, '0')}`),
 ]
 /** Answers 501, a column added later: before it, they were counted in server_errors. */
 const NOT_IMPLEMENTED_COLUMN = 'not_implemented'

@@ -1,13 +1,9 @@
 /**
- * One server per data file. Two servers on one file would each cache pages and count limits as if
- * alone, so the second would serve stale pages and hand out limits twice. The server holds an
- * exclusive lock on a small companion database (`FILE.lock`) for its whole life; SQLite takes it with
- * the operating system's file locks, which every platform drops when the process ends, `kill -9`
- * included, so a crash never leaves a stale lock. Key commands and backups do not take it.
- *
- * The holder writes its process id into the lock file's header (its user_version), where
- * `petstore serve --takeover` reads it with a plain read: SQLite's locks are advisory, so the bytes
- * can be read while the lock is held. That is how the new server finds the one to ask to hand over.
+ * One server per data file: two would each cache pages and count limits as if alone. The server holds
+ * an exclusive lock on a companion database (`FILE.lock`) for its life, taken with the system's file
+ * locks, which end with the process (`kill -9` included), so a crash leaves no stale lock; key
+ * commands and backups do not take it. The holder's pid is in the lock file's header (user_version),
+ * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
 import { accessSync, closeSync, constants, existsSync, openSync, readSync } from 'node:fs'

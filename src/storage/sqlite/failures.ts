@@ -1,4 +1,5 @@
 /** SQLite's error codes, told apart: "cannot write now" (503), "the file is damaged", and bugs. */
+import type { Database } from 'bun:sqlite'
 import { StorageDamagedError, StorageUnavailableError } from '../../domain/repositories'
 
 /** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
@@ -27,4 +28,13 @@ export function classified(error: unknown): unknown {
 /** Rethrows a failed write: as StorageUnavailableError when the file cannot be written now. */
 export function describeUnavailable(error: unknown): never {
   throw classified(error)
+}
+
+/** A write in one immediate transaction (it holds the file's write lock), its failure told apart as above. */
+export function writing<T>(db: Database, work: () => T): T {
+  try {
+    return db.transaction(work).immediate()
+  } catch (error) {
+    describeUnavailable(error)
+  }
 }

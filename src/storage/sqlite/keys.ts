@@ -7,7 +7,8 @@ import type { Database, Statement } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
-import { describeUnavailable } from './failures'
+import { keySubject } from '../../domain/subject'
+import { writing } from './failures'
 
 const KEY_COLUMNS =
   'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
@@ -42,29 +43,17 @@ export class SqliteKeys implements KeyRepository {
   }
 
   insert(r: ApiKeyRecord): void {
-    try {
-      this.db
-        .transaction(() => {
-          this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    writing(this.db, () => {
+      this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
+    })
   }
 
   insertIfNone(record: ApiKeyRecord): boolean {
-    try {
-      return this.db
-        .transaction(() => {
-          if (this.db.query('SELECT 1 FROM api_keys LIMIT 1').get()) return false
-          this.insert(record)
-          return true
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => {
+      if (this.db.query('SELECT 1 FROM api_keys LIMIT 1').get()) return false
+      this.insert(record)
+      return true
+    })
   }
 
   list(): ApiKeyRecord[] {
@@ -73,36 +62,22 @@ export class SqliteKeys implements KeyRepository {
 
   /** True when the key exists; a key already revoked keeps its time and takes no change number. */
   revoke(id: string, now: number): boolean {
-    try {
-      return this.db
-        .transaction(() => {
-          const key = this.db
-            .query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?')
-            .get(id)
-          if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
-          return key !== null
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => {
+      const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
+      if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
+      return key !== null
+    })
   }
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): boolean {
-    try {
-      return this.db
-        .transaction(() => {
-          const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
-          if (active)
-            this.db
-              .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
-              .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
-          return active !== null
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => {
+      const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
+      if (active)
+        this.db
+          .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
+          .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
+      return active !== null
+    })
   }
 
   changesSince(after: number): KeyChanges {
@@ -111,18 +86,12 @@ export class SqliteKeys implements KeyRepository {
   }
 
   resetLimits(id: string, now: number): boolean {
-    try {
-      return this.db
-        .transaction(() => {
-          if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
-          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
-          this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
-          return true
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => {
+      if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
+      this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(keySubject(id).name)
+      this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
+      return true
+    })
   }
 
   takeLimitResets(): LimitReset[] {
@@ -133,7 +102,7 @@ export class SqliteKeys implements KeyRepository {
       .transaction(() => {
         const ids = pending.all().map((row) => row.keyId)
         for (const id of ids) {
-          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(`key:${id}`)
+          this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(keySubject(id).name)
           this.db.query('DELETE FROM limit_resets WHERE key_id = ?').run(id)
         }
         return ids.map((keyId) => ({ keyId, seq: null }))

@@ -3,7 +3,7 @@ import type { Database, Statement } from 'bun:sqlite'
 import { type CreatePetOutcome, createdAnswer, type IdempotencyRecord, judgeIdempotent } from '../../domain/idempotency'
 import type { NewPet, Pet, PetStatus } from '../../domain/pet'
 import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
-import { classified, describeUnavailable, reading } from './failures'
+import { classified, reading, writing } from './failures'
 
 /** A pet as read with safe integers: every INTEGER as a bigint, so a categoryId beyond 2^53 is exact. */
 interface PetRow {
@@ -61,31 +61,19 @@ export class SqlitePets implements PetRepository {
   }
 
   seed(pets: NewPet[], now: number): void {
-    try {
-      this.db
-        .transaction(() => {
-          for (const pet of pets) this.insert.get(pet.name, pet.categoryId, pet.status, now)
-          this.bumpGeneration.run()
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    writing(this.db, () => {
+      for (const pet of pets) this.insert.get(pet.name, pet.categoryId, pet.status, now)
+      this.bumpGeneration.run()
+    })
   }
 
   reset(): number {
-    try {
-      return this.db
-        .transaction(() => {
-          const deleted = this.db.run('DELETE FROM pets').changes
-          this.db.run('DELETE FROM idempotency')
-          this.bumpGeneration.run()
-          return deleted
-        })
-        .immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => {
+      const deleted = this.db.run('DELETE FROM pets').changes
+      this.db.run('DELETE FROM idempotency')
+      this.bumpGeneration.run()
+      return deleted
+    })
   }
 
   generation(): number {

@@ -1,7 +1,7 @@
 /** Runs the shared repositories' work (storage/shared/sql.ts) on the data file, answering at once. */
 import type { Database, SQLQueryBindings } from 'bun:sqlite'
 import type { Runner, Step, Work } from '../shared/sql'
-import { describeUnavailable } from './failures'
+import { writing } from './failures'
 
 export class SqliteRunner implements Runner<'sync'> {
   constructor(private readonly db: Database) {}
@@ -16,11 +16,7 @@ export class SqliteRunner implements Runner<'sync'> {
     const steps = work()
     const first = steps.next()
     if (first.done) return first.value
-    try {
-      return this.db.transaction(() => this.finish(steps, first)).immediate()
-    } catch (error) {
-      describeUnavailable(error)
-    }
+    return writing(this.db, () => this.finish(steps, first))
   }
 
   private finish<T>(steps: Work<T>, next: IteratorResult<Step, T>): T {

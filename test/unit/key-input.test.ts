@@ -1,0 +1,61 @@
+import { describe, expect, test } from 'bun:test'
+import { CUSTOM_LIMIT, checkKeyName, type CreateKeyInput, KeyInputError, limitsFor } from '../../src/domain/key-input'
+
+/** The broken rule, phrased as the command line (flags) and as the console (body fields) phrase it. */
+function refusal(check: () => unknown): { field: string; cli: string; console: string } {
+  try {
+    check()
+  } catch (error) {
+    if (!(error instanceof KeyInputError)) throw error
+    return { field: error.field, cli: error.rule((field) => `--${field}`), console: `${error.field}: ${error.message}` }
+  }
+  throw new Error('no refusal')
+}
+
+describe("a key's input rules: one rule, phrased by each adapter", () => {
+  const cases: [CreateKeyInput, string, string, string][] = [
+    [
+      { plan: 'gold' },
+      'plan',
+      '--plan must be one of free, pro, business, enterprise, not "gold"',
+      'plan: plan must be one of free, pro, business, enterprise, not "gold"',
+    ],
+    [
+      { plan: 'enterprise', rpm: 5 },
+      'rpm',
+      'an enterprise key needs its own limits: --rpm N --rpd N',
+      'rpm: an enterprise key needs its own limits: rpm N rpd N',
+    ],
+    [{ plan: 'pro', rpd: 5 }, 'rpm', '--rpm and --rpd are only for --plan enterprise', 'rpm: rpm and rpd are only for plan enterprise'],
+    [
+      { plan: 'enterprise', rpm: 5, rpd: CUSTOM_LIMIT.max + 1 },
+      'rpd',
+      '--rpd must be an integer from 1 to 1000000000',
+      'rpd: rpd must be an integer from 1 to 1000000000',
+    ],
+    [
+      { plan: 'enterprise', rpm: 0.5, rpd: 5 },
+      'rpm',
+      '--rpm must be an integer from 1 to 1000000000',
+      'rpm: rpm must be an integer from 1 to 1000000000',
+    ],
+  ]
+  test.each(cases)('%o', (input, field, cli, console) => {
+    expect(refusal(() => limitsFor(input))).toEqual({ field, cli, console })
+  })
+
+  test('a name of more than 200 characters, or with a control character', () => {
+    for (const name of ['x'.repeat(201), 'a\u0007b'])
+      expect(refusal(() => checkKeyName(name))).toEqual({
+        field: 'name',
+        cli: '--name must be at most 200 characters with no control characters',
+        console: 'name: name must be at most 200 characters with no control characters',
+      })
+    expect(checkKeyName('x'.repeat(200))).toBe('x'.repeat(200))
+  })
+
+  test('the enterprise ceiling is allowed; plans give their own limits', () => {
+    expect(limitsFor({ plan: 'enterprise', rpm: CUSTOM_LIMIT.max, rpd: CUSTOM_LIMIT.max })).toEqual({ rpm: 1e9, rpd: 1e9 })
+    expect(limitsFor({ plan: 'pro' })).toEqual({ rpm: 300, rpd: 10_000 })
+  })
+})
