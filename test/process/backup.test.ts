@@ -22,13 +22,16 @@ describe('backup', () => {
     const server = await startServer({ dataFile, args: ['--no-access-log'] })
     const acknowledged: PetBody[] = []
     let writing = true
-    const writer = (async () => {
-      for (let i = 0; writing; i++) {
-        const response = await postPet(server.base, key, { name: `pet ${i}`, categoryId: i })
-        expect(response.status).toBe(201)
-        acknowledged.push((await response.json()) as PetBody)
-      }
-    })()
+    // Eight writers, so some answer while the backup runs even when a busy host slows each one down.
+    const writer = Promise.all(
+      Array.from({ length: 8 }, async (_, w) => {
+        for (let i = 0; writing; i++) {
+          const response = await postPet(server.base, key, { name: `pet ${w}.${i}`, categoryId: i })
+          expect(response.status).toBe(201)
+          acknowledged.push((await response.json()) as PetBody)
+        }
+      }),
+    )
     await eventually(() => acknowledged.length >= 100)
     const before = acknowledged.slice()
     const result = await cliAsync(['backup', backupFile, '--data', dataFile])
