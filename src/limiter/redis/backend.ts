@@ -48,13 +48,13 @@ export interface RedisBackendOptions {
   maxAddresses?: number
 }
 
-type ScriptReply = [number, number, string, string, string, string, string, string, string, string] | ['late', string]
 
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
 interface Taken {
   result: TakeResult
-  keys: string[]
-  reply: Exclude<ScriptReply, ['late', string]>
+  name: string
+  /** The script's answer: allowed, bannedNow, m, mt, d, dt, bannedUntil, now, clock, generation. */
+  reply: string[]
 }
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
@@ -71,6 +71,9 @@ export class RedisLimiterBackend implements SharedBackend {
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
   private readonly maxAddresses: string
+  /** What every take says the same: the ban rule, and the prefix's length in bytes (the script splits keys by it). */
+  private readonly ruleFields: string
+  private readonly prefixBytes: number
   /** Names this backend's calls apart from every other instance's, for the subjects' generations. */
   private readonly instance = randomBytes(9).toString('base64url')
   private calls = 0
@@ -98,6 +101,8 @@ export class RedisLimiterBackend implements SharedBackend {
     const maxAddresses = options.maxAddresses ?? 100_000
     if (!Number.isInteger(maxAddresses) || maxAddresses < 1) throw new RangeError('maxAddresses must be a positive integer')
     this.maxAddresses = String(maxAddresses)
+    this.ruleFields = `${rule.banAfter} ${rule.banSeconds}`
+    this.prefixBytes = Buffer.byteLength(this.prefix)
     this.client = new Bun.RedisClient(options.url, {
       enableOfflineQueue: false,
       autoReconnect: false,
@@ -184,33 +189,24 @@ export class RedisLimiterBackend implements SharedBackend {
   private async runTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<Taken> {
     await this.connected(giveUpAt)
     const call = `${this.instance}.${(++this.calls).toString(36)}`
-    const keys = [...this.keysOf(subject.name), `${this.prefix}addresses`]
     // Redis's clock has been read once connected: the deadline can be said on it.
-    const reply: ScriptReply = await this.evaluate(LIMITER_SCRIPT, keys, [
-      String(limits.rpm),
-      String(limits.rpd),
-      String(this.rule.banAfter),
-      String(this.rule.banSeconds),
-      String(giveUpAt + this.offset!),
-      now === undefined ? '' : String(now),
-      call,
-      subject.kind === 'key' ? '' : this.maxAddresses,
-      this.prefix,
-    ])
+    const take = `${limits.rpm} ${limits.rpd} ${this.ruleFields} ${giveUpAt + this.offset!} ${now ?? ''} ${call} ${subject.kind === 'key' ? '' : this.maxAddresses} ${this.prefixBytes}`
+    const [answer] = await this.evaluate<[string]>(LIMITER_SCRIPT, [`${this.prefix}s:${subject.name}`], [take])
+    const reply = answer.split(' ')
     if (reply[0] === 'late') {
       this.noteClock(Number(reply[1]))
       throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
     }
     this.noteClock(Number(reply[8]))
     const result = {
-      allowed: reply[0] === 1,
+      allowed: reply[0] === '1',
       minute: { tokens: Number(reply[2]), updatedAt: Number(reply[3]) },
       day: { tokens: Number(reply[4]), updatedAt: Number(reply[5]) },
       bannedUntil: Number(reply[6]),
-      bannedNow: reply[1] === 1,
+      bannedNow: reply[1] === '1',
       now: Number(reply[7]),
     }
-    return { result, keys, reply }
+    return { result, name: subject.name, reply }
   }
 
   /**
@@ -218,17 +214,12 @@ export class RedisLimiterBackend implements SharedBackend {
    * recorded a rejection or started a ban (a take refused by a ban in force changed nothing). One
    * attempt: when Redis fails it too, the take stays done.
    */
-  private undo({ result, keys, reply }: Taken): void {
+  private undo({ result, name, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
-    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply
-    this.evaluate(UNDO_SCRIPT, keys.slice(0, 3), [
-      generation,
-      String(allowed),
-      String(bannedNow),
-      now,
-      bannedUntil,
-      String(this.rule.banAfter),
-    ]).catch(() => {})
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply as [string, string, ...string[]]
+    this.evaluate(UNDO_SCRIPT, this.keysOf(name), [generation!, allowed, bannedNow, now!, bannedUntil!, String(this.rule.banAfter)]).catch(
+      () => {},
+    )
   }
 
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
