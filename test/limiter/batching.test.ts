@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
+import { LimiterUnavailableError } from '../../src/limiter/backend'
 import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
@@ -68,6 +69,31 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       expect(Number(await admin.send('HGET', [`${prefix}s:key:hot`, 'm']))).toBe(0)
     } finally {
       instances.forEach((instance) => instance.close())
+    }
+  })
+
+  test('a take Redis refuses fails alone: the takes sent with it are answered, and spend what their answers say', async () => {
+    const { clock } = futureClock()
+    const prefix = uniquePrefix()
+    const limiter = redisLimiter(redis.url, { now: () => clock.now }, { prefix, timeoutMs: 5_000 })
+    try {
+      // A subject's key of another type (an operator's mistake): Redis refuses its take with WRONGTYPE.
+      await admin.send('SET', [`${prefix}s:key:broken`, 'x'])
+      const names = Array.from({ length: 40 }, (_, i) => (i === 20 ? 'key:broken' : `key:fine${i}`))
+      const outcomes = await Promise.all(
+        names.map((name) =>
+          limiter.check(named(name), LIMITS).then(
+            (decision) => decision.allowed,
+            (error: unknown) => error,
+          ),
+        ),
+      )
+      expect(outcomes[20]).toBeInstanceOf(LimiterUnavailableError)
+      expect(outcomes.filter((outcome) => outcome === true).length).toBe(39)
+      for (const [i, name] of names.entries())
+        if (i !== 20) expect(Number(await admin.send('HGET', [`${prefix}s:${name}`, 'm']))).toBe(LIMITS.rpm - 1)
+    } finally {
+      limiter.close()
     }
   })
 })

@@ -201,6 +201,7 @@ export class RedisLimiterBackend implements SharedBackend {
       this.noteClock(Number(reply[1]))
       throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
     }
+    if (reply[0] === 'error') throw new Error(`Redis refused the take: ${reply.slice(1).join(' ')}`)
     this.noteClock(Number(reply[8]))
     const result = {
       allowed: reply[0] === '1',

@@ -26,7 +26,8 @@ export const UNDO_KEEP_MS = 60_000
  * and answers 'late CLOCK'. `now` is empty for Redis's clock, or the caller's (Unix ms). `call` names this
  * take, unique across instances. maxAddresses is empty for a key subject; for an address, the most
  * addresses Redis may hold at once (shared by every instance).
- * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g', flags as 0/1.
+ * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g', flags as 0/1, or
+ * 'error MESSAGE' when Redis refused one of its commands.
  */
 export const LIMITER_SCRIPT = `
 local MINUTE, DAY = ${MINUTE_MS}, ${DAY_MS}
@@ -129,8 +130,15 @@ local function take(key, packed)
   return table.concat({allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation}, ' ')
 end
 
+-- A take that fails (a key of another type, say) fails alone: the others' answers are not lost, since
+-- what a script did before an error stays done.
 local answers = {}
-for i = 1, #KEYS do answers[i] = take(KEYS[i], ARGV[i]) end
+for i = 1, #KEYS do
+  local ok, answer = pcall(take, KEYS[i], ARGV[i])
+  if ok then answers[i] = answer
+  elseif type(answer) == 'table' and answer.err then answers[i] = 'error ' .. answer.err
+  else answers[i] = 'error ' .. tostring(answer) end
+end
 return answers
 `
 
