@@ -61,8 +61,9 @@ const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).dig
 const SCRIPTS = [LIMITER_SCRIPT, PEEK_SCRIPT, COUNT_SCRIPT, UNDO_SCRIPT, FORGET_SCRIPT]
 const SHAS = new Map(SCRIPTS.map((script) => [script, hash(script)]))
 
-// Most takes one script call carries: about 1 to 2 ms of Redis's time at the most.
-const BATCH_TAKES = 64
+// Most takes one script call carries. Redis's time per take falls with up to 16 to a call (about 25 µs
+// against 45 alone) and grows past 24 (125 µs with 64): a call holds Redis for about half a millisecond.
+const BATCH_TAKES = 16
 
 // A lower bound of the clock offset is renewed at least this often, in case either clock was set.
 const OFFSET_RENEWAL_MS = 10_000
