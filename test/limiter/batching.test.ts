@@ -58,7 +58,9 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       // gap or a repeat, banAfter plain refusals, then the one that starts the ban, then banned.
       const allowed = decisions.filter((d) => d.allowed)
       expect(allowed.length).toBe(LIMITS.rpm)
-      expect(allowed.map((d) => d.quota.remaining).sort((a, b) => b - a)).toEqual(Array.from({ length: LIMITS.rpm }, (_, i) => LIMITS.rpm - 1 - i))
+      expect(allowed.map((d) => d.quota.remaining).sort((a, b) => b - a)).toEqual(
+        Array.from({ length: LIMITS.rpm }, (_, i) => LIMITS.rpm - 1 - i),
+      )
       const refused = decisions.filter((d) => !d.allowed)
       expect(refused.filter((d) => d.reason === 'rate_limited').length).toBe(BAN_AFTER + 1)
       expect(refused.filter((d) => d.bannedNow).length).toBe(1)

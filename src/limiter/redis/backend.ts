@@ -1,6 +1,6 @@
 /**
- * The limiter's state in Redis, shared by every instance: one atomic script per request (script.ts), so
- * decisions are exact however many instances serve a subject, keys that expire once their state no
+ * The limiter's state in Redis, shared by every instance: one atomic script per take (script.ts), the
+ * takes of one event-loop turn sent in one call, so decisions are exact however many instances serve a subject, keys that expire once their state no
  * longer matters, and a bound on the addresses held, so Redis's memory stays bounded under an address
  * spray.
  *
@@ -48,13 +48,25 @@ export interface RedisBackendOptions {
   maxAddresses?: number
 }
 
+/** The take script's answer: flags as '0'/'1', fractions and times as '%.17g'. */
+type Answer = [
+  allowed: string,
+  bannedNow: string,
+  m: string,
+  mt: string,
+  d: string,
+  dt: string,
+  bannedUntil: string,
+  now: string,
+  clock: string,
+  generation: string,
+]
 
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
 interface Taken {
   result: TakeResult
   name: string
-  /** The script's answer: allowed, bannedNow, m, mt, d, dt, bannedUntil, now, clock, generation. */
-  reply: string[]
+  reply: Answer
 }
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
@@ -212,7 +224,7 @@ export class RedisLimiterBackend implements SharedBackend {
       bannedNow: reply[1] === '1',
       now: Number(reply[7]),
     }
-    return { result, name: subject.name, reply }
+    return { result, name: subject.name, reply: reply as Answer }
   }
 
   /**
@@ -238,8 +250,12 @@ export class RedisLimiterBackend implements SharedBackend {
       batch.map(({ key }) => key),
       batch.map(({ take }) => take),
     ).then(
-      (answers) => batch.forEach(({ resolve }, i) => resolve(answers[i]!)),
-      (error: unknown) => batch.forEach(({ reject }) => reject(error)),
+      (answers) => {
+        for (const [i, { resolve }] of batch.entries()) resolve(answers[i]!)
+      },
+      (error: unknown) => {
+        for (const { reject } of batch) reject(error)
+      },
     )
   }
 
@@ -250,8 +266,8 @@ export class RedisLimiterBackend implements SharedBackend {
    */
   private undo({ result, name, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
-    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply as [string, string, ...string[]]
-    this.evaluate(UNDO_SCRIPT, this.keysOf(name), [generation!, allowed, bannedNow, now!, bannedUntil!, String(this.rule.banAfter)]).catch(
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply
+    this.evaluate(UNDO_SCRIPT, this.keysOf(name), [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter)]).catch(
       () => {},
     )
   }
