@@ -1,6 +1,7 @@
 /**
  * The Lua scripts the Redis backend runs, so that each step is atomic however many instances share a
- * subject: LIMITER_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), PEEK_SCRIPT to read
+ * subject: LIMITER_SCRIPT for the requests of one event-loop turn (refilling, taking, recording a rejection,
+ * starting a ban, each request in turn), PEEK_SCRIPT to read
  * a subject's buckets without taking, COUNT_SCRIPT for tries counted on request, UNDO_SCRIPT
  * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
  * take repeats token-bucket.ts and memory/backend.ts with the same floating-point operations in the same
