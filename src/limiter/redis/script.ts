@@ -1,6 +1,7 @@
 /**
  * The Lua scripts the Redis backend runs, so that each step is atomic however many instances share a
- * subject: LIMITER_SCRIPT per request (refilling, taking, recording a rejection, starting a ban), PEEK_SCRIPT to read
+ * subject: LIMITER_SCRIPT for the requests of one event-loop turn (refilling, taking, recording a rejection,
+ * starting a ban, each request in turn), PEEK_SCRIPT to read
  * a subject's buckets without taking, COUNT_SCRIPT for tries counted on request, UNDO_SCRIPT
  * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
  * take repeats token-bucket.ts and memory/backend.ts with the same floating-point operations in the same
@@ -13,16 +14,21 @@ import { DAY_MS, MINUTE_MS } from '../../domain/time'
 export const UNDO_KEEP_MS = 60_000
 
 /**
- * KEYS: the subject's hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
- * b: banned until, g: the call that started this subject afresh), the list of its last banAfter+1
+ * Takes for one or more subjects, one after the other, as separate calls of the script would: one call
+ * can carry several requests' takes (every argument and every element of the answer costs the client
+ * about as much CPU as the call itself, so each take travels as one key and one string).
+ * KEYS: each take's subject hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
+ * b: banned until, g: the call that started this subject afresh); its list of the last banAfter+1
  * rejection times (oldest first), the list its last ban start set aside, and the sorted set of address
- * subjects.
- * ARGV: rpm, rpd, banAfter, banSeconds, deadline, now, call, maxAddresses, prefix. The deadline is the
- * time on Redis's clock after which the caller has given up: a script that only gets to run later (Redis
- * was paused or busy) changes nothing and answers {'late', clock}. `now` is '' for Redis's clock, or the
- * caller's (Unix ms). `call` names this call, unique across instances. maxAddresses is '' for a key
- * subject; for an address, the most addresses Redis may hold at once (shared by every instance).
- * Answers {allowed, bannedNow, m, mt, d, dt, bannedUntil, now, clock, g}, flags as 0/1.
+ * subjects are named from it (one Redis server, no Cluster).
+ * ARGV: per take, its fields separated by spaces: rpm, rpd, banAfter, banSeconds, deadline, now, call,
+ * maxAddresses, and the prefix's length in bytes. The deadline is the time on Redis's clock after which
+ * the caller has given up: a take that only gets to run later (Redis was paused or busy) changes nothing
+ * and answers 'late CLOCK'. `now` is empty for Redis's clock, or the caller's (Unix ms). `call` names this
+ * take, unique across instances. maxAddresses is empty for a key subject; for an address, the most
+ * addresses Redis may hold at once (shared by every instance).
+ * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g', flags as 0/1, or
+ * 'error MESSAGE' when Redis refused one of its commands.
  */
 export const LIMITER_SCRIPT = `
 local MINUTE, DAY = ${MINUTE_MS}, ${DAY_MS}
@@ -30,54 +36,13 @@ local function fmt(x) return string.format('%.17g', x) end
 
 local time = redis.call('TIME')
 local clock = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
-if ARGV[5] ~= '' and clock > tonumber(ARGV[5]) then return {'late', fmt(clock)} end
-local now = clock
-if ARGV[6] ~= '' then now = tonumber(ARGV[6]) end
-local rpm, rpd = tonumber(ARGV[1]), tonumber(ARGV[2])
-
-local state = redis.call('HMGET', KEYS[1], 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g')
-local m, mt, d, dt, bannedUntil
-local generation = state[8] or ARGV[7]
-if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
-  m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
-else
-  -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections, no ban.
-  m, mt, d, dt, bannedUntil = rpm, now, rpd, now, 0
-  generation = ARGV[7]
-  redis.call('DEL', KEYS[2], KEYS[3])
-end
 
 -- token-bucket.ts's refill.
-local function refill(tokens, updatedAt, capacity, windowMs)
+local function refill(now, tokens, updatedAt, capacity, windowMs)
   if now <= updatedAt then return tokens, updatedAt end
   local gained = ((now - updatedAt) * capacity) / windowMs
   return math.min(capacity, tokens + gained), now
 end
-m, mt = refill(m, mt, rpm, MINUTE)
-d, dt = refill(d, dt, rpd, DAY)
-
--- While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
-local allowed, bannedNow = 0, 0
-if bannedUntil <= now then
-  if m >= 1 and d >= 1 then
-    m, d, allowed = m - 1, d - 1, 1
-  else
-    -- A ban starts when the oldest of the last banAfter+1 rejections is less than a minute old.
-    local size = tonumber(ARGV[3]) + 1
-    local count = redis.call('RPUSH', KEYS[2], fmt(now))
-    if count > size then
-      redis.call('LTRIM', KEYS[2], -size, -1)
-      count = size
-    end
-    if count == size and now - tonumber(redis.call('LINDEX', KEYS[2], 0)) < MINUTE then
-      bannedUntil, bannedNow = now + tonumber(ARGV[4]) * 1000, 1
-      -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
-      redis.call('RENAME', KEYS[2], KEYS[3])
-      redis.call('PEXPIRE', KEYS[3], ${UNDO_KEEP_MS})
-    end
-  end
-end
-redis.call('HSET', KEYS[1], 'rpm', ARGV[1], 'rpd', ARGV[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation)
 
 -- The keys outlive the subject's state by nothing that matters: they expire once both buckets are full
 -- again, the ban is over and the last rejection is a minute old, when a fresh subject would decide
@@ -87,31 +52,95 @@ local function fullAt(tokens, updatedAt, capacity, windowMs)
   if tokens >= capacity then return updatedAt end
   return updatedAt + ((capacity - tokens) * windowMs) / capacity
 end
-local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil)
-local last = redis.call('LINDEX', KEYS[2], -1)
-if last then expireAt = math.max(expireAt, tonumber(last) + MINUTE) end
-expireAt = math.ceil(expireAt) + 1000
-redis.call('PEXPIREAT', KEYS[1], expireAt)
-if last then redis.call('PEXPIREAT', KEYS[2], expireAt) end
 
--- Addresses are bounded, as in process: the set holds each by the time its keys expire, and past the
--- bound those whose state matters for the shortest time are forgotten first (banned ones last). Their
--- keys are named from the prefix, as the backend names them (one Redis server, no Cluster).
-if ARGV[8] ~= '' then
-  local subject = string.sub(KEYS[1], string.len(ARGV[9]) + 3)
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(clock))
-  redis.call('ZADD', KEYS[4], expireAt, subject)
-  local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
-  if over > 0 then
-    local evicted = redis.call('ZPOPMIN', KEYS[4], over)
-    for i = 1, #evicted, 2 do
-      redis.call('DEL', ARGV[9] .. 's:' .. evicted[i], ARGV[9] .. 'r:' .. evicted[i], ARGV[9] .. 'h:' .. evicted[i])
+local function take(key, packed)
+  local a, at = {}, 1
+  for i = 1, 9 do
+    local stop = string.find(packed, ' ', at, true) or (string.len(packed) + 1)
+    a[i] = string.sub(packed, at, stop - 1)
+    at = stop + 1
+  end
+  if clock > tonumber(a[5]) then return 'late ' .. fmt(clock) end
+  local prefix = string.sub(key, 1, tonumber(a[9]))
+  local subject = string.sub(key, tonumber(a[9]) + 3)
+  local rejections, setAside = prefix .. 'r:' .. subject, prefix .. 'h:' .. subject
+  local now = clock
+  if a[6] ~= '' then now = tonumber(a[6]) end
+  local rpm, rpd = tonumber(a[1]), tonumber(a[2])
+
+  local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g')
+  local m, mt, d, dt, bannedUntil
+  local generation = state[8] or a[7]
+  if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
+    m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
+  else
+    -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections, no ban.
+    m, mt, d, dt, bannedUntil = rpm, now, rpd, now, 0
+    generation = a[7]
+    redis.call('DEL', rejections, setAside)
+  end
+  m, mt = refill(now, m, mt, rpm, MINUTE)
+  d, dt = refill(now, d, dt, rpd, DAY)
+
+  -- While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
+  local allowed, bannedNow = 0, 0
+  if bannedUntil <= now then
+    if m >= 1 and d >= 1 then
+      m, d, allowed = m - 1, d - 1, 1
+    else
+      -- A ban starts when the oldest of the last banAfter+1 rejections is less than a minute old.
+      local size = tonumber(a[3]) + 1
+      local count = redis.call('RPUSH', rejections, fmt(now))
+      if count > size then
+        redis.call('LTRIM', rejections, -size, -1)
+        count = size
+      end
+      if count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE then
+        bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
+        -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
+        redis.call('RENAME', rejections, setAside)
+        redis.call('PEXPIRE', setAside, ${UNDO_KEEP_MS})
+      end
     end
   end
-  if redis.call('PEXPIRETIME', KEYS[4]) < expireAt then redis.call('PEXPIREAT', KEYS[4], expireAt) end
+  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation)
+
+  local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil)
+  local last = redis.call('LINDEX', rejections, -1)
+  if last then expireAt = math.max(expireAt, tonumber(last) + MINUTE) end
+  expireAt = math.ceil(expireAt) + 1000
+  redis.call('PEXPIREAT', key, expireAt)
+  if last then redis.call('PEXPIREAT', rejections, expireAt) end
+
+  -- Addresses are bounded, as in process: the set holds each by the time its keys expire, and past the
+  -- bound those whose state matters for the shortest time are forgotten first (banned ones last).
+  if a[8] ~= '' then
+    local addresses = prefix .. 'addresses'
+    redis.call('ZREMRANGEBYSCORE', addresses, '-inf', fmt(clock))
+    redis.call('ZADD', addresses, expireAt, subject)
+    local over = redis.call('ZCARD', addresses) - tonumber(a[8])
+    if over > 0 then
+      local evicted = redis.call('ZPOPMIN', addresses, over)
+      for i = 1, #evicted, 2 do
+        redis.call('DEL', prefix .. 's:' .. evicted[i], prefix .. 'r:' .. evicted[i], prefix .. 'h:' .. evicted[i])
+      end
+    end
+    if redis.call('PEXPIRETIME', addresses) < expireAt then redis.call('PEXPIREAT', addresses, expireAt) end
+  end
+
+  return table.concat({allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation}, ' ')
 end
 
-return {allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation}
+-- A take that fails (a key of another type, say) fails alone: the others' answers are not lost, since
+-- what a script did before an error stays done.
+local answers = {}
+for i = 1, #KEYS do
+  local ok, answer = pcall(take, KEYS[i], ARGV[i])
+  if ok then answers[i] = answer
+  elseif type(answer) == 'table' and answer.err then answers[i] = 'error ' .. answer.err
+  else answers[i] = 'error ' .. tostring(answer) end
+end
+return answers
 `
 
 /**
