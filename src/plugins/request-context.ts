@@ -25,10 +25,7 @@ type Recorder = (info: RequestInfo, status: number, route: string | undefined) =
 export class RequestInfo {
   /** The authenticated key, once the gate has found one. */
   key: ActiveKey | undefined = undefined
-  /**
-   * Set only by a catch-all route whose answer is not one operation: the API's fallbacks ('unmatched')
-   * and a preflight ('preflight'). Otherwise the answer is recorded under its route's operationId.
-   */
+  /** Set only by catch-all routes ('unmatched', 'preflight'); else the answer is recorded under its route's operationId. */
   operation: string | undefined = undefined
   private clientAddress: string | undefined
   private recorded = false
@@ -85,9 +82,8 @@ export interface RequestContextOptions {
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
   /**
-   * Puts the rate-limit fields on a refusal given here, before routing (and so before the gate); a
-   * promise of the refusal to give instead, if any (the limiter's own, when it does not answer), or
-   * undefined when the answer has no such fields (a path outside the API).
+   * Puts the rate-limit fields on a refusal given here, before routing: a promise of the refusal to give
+   * instead, if any (the limiter's own), or undefined for a path outside the API.
    */
   rateLimitFields?: (
     request: Request,
@@ -223,10 +219,9 @@ export function requestContext(options: RequestContextOptions) {
   return (
     new Elysia({ name: 'request-context' })
       .use(requestInfo)
-      // Elysia decides from a hook's source text which context fields to build and whether to await it:
-      // this hook reads only request and set (the server comes from the option, which spares a
-      // per-request property definition), and returns a refusal from a variable, so it runs synchronously;
-      // only a refusal whose rate-limit fields are still being read is a promise (Elysia answers it when kept).
+      // Elysia decides from a hook's source text which context to build and whether to await it: this
+      // hook reads only request and set, and returns from a variable, so it runs synchronously; only a
+      // refusal whose rate-limit fields are still being read is a promise.
       .onRequest((context) => {
         const { request, set } = context
         const incoming = request.headers.get('x-request-id')
@@ -261,26 +256,16 @@ function refusalInstead(set: AnswerSet, info: RequestInfo, error: ApiError) {
   return (instead: ApiError | undefined) => refuseUnrouted(set, info, instead ?? error)
 }
 
-/**
- * The key the gate verified, for the handlers behind it. A handler reached without one would be a bug;
- * it is answered as a missing key, never as a 500.
- */
+/** The key the gate verified; a handler reached without one (a bug) answers as a missing key, never a 500. */
 export function verifiedKey(info: RequestInfo): ActiveKey {
   if (!info.key) throw MISSING_KEY
   return info.key
 }
 
-/**
- * The one declaration of the per-request record in the context. Every instance whose hooks or handlers
- * read `info` uses it (one plugin by name, so it is applied once); the request-context hook fills it.
- */
+/** The per-request record in the context, for every instance that reads `info`; requestContext fills it. */
 export const requestInfo = new Elysia({ name: 'request-info' }).decorate('info', undefined as unknown as RequestInfo)
 
-/**
- * Records every answer a route gives, a hook's early answer included (the gate's refusals): the status
- * is the Response's, or the one set beside the body. The context is destructured, since Elysia reads a
- * hook's source text to decide which context fields to build.
- */
+/** Records every answer a route gives, the gate's refusals included; destructured, as Elysia reads its source. */
 function recordAnswer({
   set,
   info,
@@ -296,9 +281,8 @@ function recordAnswer({
 }
 
 /**
- * Puts an error's status, headers and body on the answer; returns the body to send. A
- * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
- * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
+ * Puts an error's status, headers and body on the answer; returns the body to send. A refusal that left
+ * the body unread closes the connection, else it stays held, with what arrived, until the client stops.
  */
 export function answerWith(
   set: { status?: number | string; headers: Record<string, unknown> },
