@@ -164,10 +164,9 @@ export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: s
 }
 
 /**
- * What a command other than serve does with the data file. `mayCreate`: a new data file is made, but
- * only when it was named (--data, PETSTORE_DATA), since a key created into a new file on the default
- * path, in the wrong folder, would be a key no running server knows. Unless it `readsOnly`, the command
- * refuses, before it starts, a data file this user may read but not write.
+ * What a command other than serve does with the data file. `mayCreate`: only a named one (--data,
+ * PETSTORE_DATA), as a key put in a new file on the default path is one no server knows. Unless it
+ * `readsOnly`, a file this user may not write is refused before the command starts.
  */
 export interface CommandAccess {
   mayCreate?: boolean

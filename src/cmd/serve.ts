@@ -29,11 +29,9 @@ export const USAGE = `Usage: petstore serve [options]
 ${flagLines(FLAGS)}`
 
 /**
- * Signals that stop the server exactly as SIGTERM does: in-flight requests drain for up to the grace
- * period, the last usage counts and day buckets are saved, then the process exits 0 (1 when storage
- * did not take them in time). SIGHUP is among them: petstore has nothing a reload could reopen (its
- * log is stdout), and a closing terminal means stop; so the systemd units have no ExecReload.
- * SIGQUIT is a terminal's Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
+ * Signals that stop the server as SIGTERM does: drain, save, exit 0 (1 when storage was late). SIGHUP too:
+ * nothing could be reloaded (the log is stdout) and a closing terminal means stop, so the systemd units
+ * have no ExecReload. SIGQUIT is Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
  */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as const
 /**

@@ -16,9 +16,8 @@ export function handoverFileOf(file: string): string {
 }
 
 /**
- * Throws, with the reason in one line, when this binary could not serve the file: it cannot be read,
- * it is not ours, or its schema is newer than this binary knows. Reads only: an older schema is
- * migrated later, once the running server has let the file go.
+ * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
+ * Reads only: an older schema is migrated once the running server has let the file go.
  */
 export function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
@@ -102,14 +101,11 @@ function isBucket(value: unknown): value is SavedBucket {
 }
 
 /**
- * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
- * beside the running server; removed when it gives up, and once it serves, which tells the server
- * that handed over that its successor made it. One claim at a time, so of two takeovers started
- * together the second is refused before it holds any request. A signal is delivered late to a process
- * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
- * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take
- * over. The claim of a process that died (`kill -9`) is removed by whoever notices: the running
- * server, or the next start.
+ * The claim of a server taking over (`FILE.takeover`, its pid), written before it listens beside the
+ * running server, removed when it gives up or serves (which tells the old server it made it). One at a
+ * time: a second takeover is refused before it holds a request. The running server hands over only
+ * while a live process claims the file, so a late or stray SIGUSR2 stops nothing; a dead claimant's
+ * claim is removed by whoever notices.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`

@@ -86,11 +86,9 @@ export function prepareDataFolder(file: string): void {
 }
 
 /**
- * Refuses a data file the permissions keep from this process, naming the user it runs as: a file that
- * cannot be read, or is behind a folder that cannot be entered, must never pass for a missing one. With
- * `create`, a missing file must be creatable (its nearest existing folder writable); with `write`, an
- * existing file must be writable, and its folder too, where SQLite makes the -wal and -shm files. A
- * file that can be read but not written passes without `write`: a server serves it read-only.
+ * Refuses a data file the permissions keep from this process, naming its user: an unreadable file never
+ * passes for a missing one. With `create`, a missing file must be creatable; with `write`, the file and
+ * its folder (for -wal and -shm) must be writable; without, a read-only file passes (served read-only).
  */
 function refuseDenied(given: string, { create, write }: { create: boolean; write: boolean }): void {
   const file = resolve(given)
@@ -149,9 +147,8 @@ function userNamed(uid: number | undefined): string {
 }
 
 /**
- * A second connection to a data file that openSqliteStorage has already checked and migrated, for
- * committing pets on another thread. Busy timeout and synchronous are per connection, so they are set
- * again. Failing to open is reported like a failed commit: a refusal when the file cannot be written.
+ * A second connection to a checked and migrated data file, for committing pets on another thread (busy
+ * timeout and synchronous set again); failing to open is reported like a failed commit.
  */
 export function openPetCommitter(file: string): { pets: SqlitePets; close(): void } {
   let db: Database | undefined
