@@ -148,9 +148,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   }
 
   /**
-   * For the server that takes over from this one: every key's minute bucket, ban and recent rejections
-   * (its day bucket is saved in storage), and every address's buckets, ban and rejections unless it is
-   * as a new one would be; plus what was handed to this one and not used yet.
+   * For the server taking over: keys' minute buckets, bans and rejections (day buckets are in storage),
+   * addresses' state unless it is as a new one's, and what was handed to this one and not used yet.
    */
   handover(now: number = Date.now()): LimiterHandover {
     const keys = new Map(this.handedOver.keys)
@@ -185,10 +184,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     return handed
   }
 
-  /**
-   * Called once `saved` (from unsavedDayBuckets) is written: those buckets count as saved unless they
-   * changed meanwhile. A save that failed is never marked, so the next one writes them again.
-   */
+  /** See RateLimiter.markSaved: the buckets count as saved unless they changed meanwhile. */
   markSaved(saved: Map<string, SavedBucket>): void {
     for (const [id, bucket] of saved) {
       const subject = this.keys.get(id)
