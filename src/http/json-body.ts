@@ -67,10 +67,9 @@ function strictValues(this: unknown, key: string, value: unknown, context?: { so
 /** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */
 export const BODY_DEADLINE_MS = 5_000
 /**
- * The bytes of request bodies being received at once (a body counts its declared length, or the cap
- * when it has none). Beyond it, a body is refused at once with 503 and its connection closed, instead
- * of letting half-sent bodies grow memory. Each listener's audience has its own budget, so that bodies
- * half-sent to the console (sign-in needs no credentials) cannot take the API's creates away.
+ * The bytes of bodies being received at once (declared length, else the cap); beyond it a body gets 503
+ * and its connection closes, so half-sent bodies cannot grow memory. Each listener has its own budget,
+ * so bodies half-sent to the console (sign-in needs no credentials) cannot starve the API.
  */
 export class BodyBudget {
   private inFlight = 0
@@ -143,9 +142,8 @@ async function readChunks(request: Request, maxBytes: number): Promise<Uint8Arra
 }
 
 /**
- * The first object member name that appears twice in one object, or null. JSON.parse keeps the last
- * one silently, which would accept `{"name":"","name":"Rex"}` as if the first did not exist. Runs only
- * on text JSON.parse has accepted, so it needs to tell strings, keys and nesting apart, nothing more.
+ * The first member name repeated in one object, or null: JSON.parse silently keeps the last. Runs only on
+ * text JSON.parse accepted, so it tells strings, keys and nesting apart, nothing more.
  */
 export function duplicateKey(text: string): string | null {
   const frames: { keys: Set<string> | null; expectKey: boolean }[] = []
