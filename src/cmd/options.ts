@@ -1,8 +1,7 @@
 /**
- * What every command shares: flag parsing and usage lines from the command's table of flags (config.ts:
- * each row its flag, variable, parser and help line), the storage flags every command takes, one-line
- * complaints, and opening storage for a command. A mistake on the command line is a UsageError: the
- * command's usage, then one line saying what was wrong (last, where it is seen), exit 2.
+ * What every command shares: parsing and usage lines from its table of flags (config.ts), the storage
+ * flags, and opening storage. A mistake on the command line is a UsageError: the usage, then one line
+ * saying what was wrong, exit 2.
  */
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'

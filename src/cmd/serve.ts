@@ -1,9 +1,7 @@
 /**
- * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
- * and what each signal does. Every signal a process manager, a terminal or a stray `kill` commonly
- * sends is handled here, from one table, so none ends the process without its last save (a signal
- * with no handler would end it at once, in-flight requests cut and the last seconds' usage and day
- * quota lost). See docs/operations.md#signals.
+ * `petstore serve`: one server (server.ts) from the flags and variables, its startup line, and what each
+ * signal does: every signal commonly sent is handled, so none ends the process without its drain and
+ * last save. See docs/operations.md#signals.
  */
 import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../config'
 import { redactedUrl } from '../domain/redacted-url'

@@ -1,10 +1,8 @@
 /**
- * Pets and idempotency records in PostgreSQL. PostgreSQL hands out sequence values at insert and
- * commits in any order, so on its own an id could become visible after a larger one and a client paging
- * past the larger one would never see it. Every transaction that takes pet ids therefore holds one
- * transaction-level advisory lock from taking them until it commits: ids become visible in increasing
- * order, across instances. Group commit pays for the lock: a batch of creates is one transaction, one
- * multi-row insert and one flush.
+ * Pets and idempotency records in PostgreSQL. Sequence values commit in any order, so an id could become
+ * visible after a larger one, and a client paging past it would never see it: every transaction that
+ * takes pet ids holds one advisory lock until it commits, so ids become visible in order across
+ * instances. Group commit pays for the lock: a batch is one transaction, one insert and one flush.
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'

@@ -1,10 +1,7 @@
 /**
- * What `petstore serve --takeover` needs from the data file besides its lock (data-file-lock.ts):
- * a check, made before the running server is asked to hand over, that this binary can serve the file
- * at all; and the rate-limit state that lives only in memory (keys' minute buckets, bans and recent
- * rejections; addresses' buckets, bans and rejections), handed from the server that stops to the one
- * that takes over in a small file beside the data file (`FILE.handover`). Keys' day buckets need no
- * such file: every stop saves them in the data file itself.
+ * What `serve --takeover` needs from the data file besides its lock: a check, before the running server
+ * is asked to hand over, that this binary can serve the file; the claim; and the rate-limit state that
+ * lives only in memory, handed over in `FILE.handover` (keys' day buckets are saved in the file itself).
  */
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
