@@ -130,19 +130,24 @@ function refuseDenied(given: string, { create, write }: { create: boolean; write
 }
 
 /**
- * A user by name and uid, from /etc/passwd: os.userInfo() takes the name from $USER, which a process
- * started with setpriv, su or a unit's User= may have inherited from another user.
+ * The name /etc/passwd gives `uid`: os.userInfo() takes the name from $USER, which a process started
+ * with setpriv, su, sudo or a unit's User= may have inherited from another user.
  */
-function userNamed(uid: number | undefined): string {
-  // Windows has no uids: the account is the one that started petstore.
-  if (uid === undefined) return 'this account'
-  let name: string | undefined
+export function passwdName(uid: number): string | undefined {
   try {
-    name = readFileSync('/etc/passwd', 'utf8')
+    return readFileSync('/etc/passwd', 'utf8')
       .split('\n')
       .map((line) => line.split(':'))
       .find((fields) => fields[2] === String(uid))?.[0]
-  } catch {}
+  } catch {
+    return undefined
+  }
+}
+
+function userNamed(uid: number | undefined): string {
+  // Windows has no uids: the account is the one that started petstore.
+  if (uid === undefined) return 'this account'
+  const name = passwdName(uid)
   return name ? `user ${name} (uid ${uid})` : `uid ${uid}`
 }
 
