@@ -25,9 +25,8 @@ const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
 const MAX_INTEGER_DIGITS = 40
 
 /**
- * The integer a JSON number literal such as 12, 1.0 or 1e3 denotes, exactly; null when it denotes no
- * integer (1.5), or one of more than MAX_INTEGER_DIGITS digits (then it is `undefined`: an integer,
- * too long for any field).
+ * The integer a JSON number literal (12, 1.0, 1e3) denotes, exactly; null for no integer (1.5), undefined
+ * for one of more than MAX_INTEGER_DIGITS digits (too long for any field).
  */
 export function integerDenoted(source: string): bigint | null | undefined {
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)
@@ -47,10 +46,9 @@ export function integerDenoted(source: string): bigint | null | undefined {
 }
 
 /**
- * Numbers as their literal says, never rounded: an integer literal (1, 1.0, 1e3) is a number when it
- * is a safe integer and a bigint beyond (schemas that take int64 accept it); a literal that JSON.parse
- * rounded to an integer although it denotes another value (1.0000000000000001, 1e400) is an
- * InexactNumber, which fails every schema.
+ * Numbers as their literal says: an integer is a number when safe and a bigint beyond (int64 schemas take
+ * it); a literal JSON.parse rounded to an integer (1.0000000000000001, 1e400) is an InexactNumber, which
+ * fails every schema.
  */
 function strictValues(this: unknown, key: string, value: unknown, context?: { source?: string }): unknown {
   // A lone surrogate cannot be stored as UTF-8: it would come back as U+FFFD, a silent change.

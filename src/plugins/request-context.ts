@@ -48,12 +48,11 @@ export class RequestInfo {
     this.recorder(this, status, route)
   }
 
-  /** Looked up on first use: requests with a valid key never need it. */
   get method(): string {
     return this.request.method
   }
 
-  /** The client's address, normalised (see client-address.ts). */
+  /** The client's address, normalised (client-address.ts), looked up on first use: requests with a key never need it. */
   get address(): string {
     return (this.clientAddress ??= clientAddress(this.server(), this.request, this.proxies))
   }
@@ -125,24 +124,18 @@ export function jsonString(text: string): string {
 }
 
 /**
- * Scheme and authority as RFC 3986 allows them in an http(s) URL: a reg-name (unreserved, sub-delims and
- * %-escapes), an IPv4 address, or a bracketed IPv6 one, and an optional port. Bun builds `request.url`
- * from the `Host` header, and leaves it a bare path when it cannot.
+ * Scheme and authority as RFC 3986 allows them in an http(s) URL (reg-name, IPv4 or [IPv6], optional
+ * port). Bun builds `request.url` from `Host`, and leaves it a bare path when it cannot.
  */
 const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?\//
-/**
- * Where Elysia's router takes the path to start: it skips the first eleven characters of the URL
- * without looking, so a shorter `http://` + host (a host of under four characters and no port) would
- * be routed on the wrong path.
- */
+/** Elysia's router skips the URL's first eleven characters unread: a shorter `http://` + host would route wrong. */
 const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
 const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
 
 /**
- * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path
- * of Bun's whole 16 KiB header allowance (up to 9 characters a byte once percent-encoded), and the log
- * must not grow, or drop other clients' lines, at that rate.
+ * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path of
+ * 16 KiB (9 characters a byte once escaped), and the log must not grow, or drop others' lines, at that rate.
  */
 const LOGGED_PATH_CHARS = 2048
 

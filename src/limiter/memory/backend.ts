@@ -24,10 +24,7 @@ export interface MemoryBackendOptions {
   maxAddresses: number
   /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
   saved?: Map<string, SavedBucket>
-  /**
-   * What the server this one took over from handed over (buckets, bans, rejections of keys and
-   * addresses); each subject's is used once, when it is first seen, like `saved`.
-   */
+  /** What the server this one took over from handed over; each subject's is used once, like `saved`. */
   handedOver?: LimiterHandover
 }
 
@@ -45,9 +42,8 @@ interface State {
 export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   private readonly keys = new Map<string, State>()
   /**
-   * Addresses in two generations: an address seen again moves to the current one, and when the current
-   * one holds half the cap the previous one is dropped whole. That forgets the least recently seen at
-   * constant cost per request (deleting one by one from a Map's front slows down as deletions pile up).
+   * Addresses in two generations: one seen again moves to the current, and when the current holds half the
+   * cap the previous is dropped whole, forgetting the least recently seen at constant cost per request.
    */
   private currentAddresses = new Map<string, State>()
   private previousAddresses = new Map<string, State>()
