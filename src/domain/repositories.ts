@@ -173,8 +173,7 @@ export interface Storage {
 export interface PetWriter {
   /**
    * Commits the batch in one durable transaction; outcomes in command order. Rejects with
-   * StorageUnavailableError when storage refuses writes, with BatchRolledBackError when the
-   * transaction failed and wrote nothing, and otherwise (the batch's fate unknown) with any error.
+   * StorageUnavailableError, BatchRolledBackError (nothing written), or any error (its fate unknown).
    */
   write(batch: PetBatch): Promise<CreatePetOutcome[]>
   /** Closes the writer's connection; call it with no batch in flight. */

@@ -137,9 +137,8 @@ function triesFull(retryAfter: number): ApiError {
 }
 
 /**
- * The scenario the gate runs for a request with a valid key: undefined at once without a Prefer header,
- * else a promise of the forced answer's body, or of undefined for the request to go on (delayed, or
- * as a try past its failures). A Prefer the server cannot honour is a 400 naming the preference.
+ * The scenario the gate runs for a request with a valid key: undefined at once without Prefer, else a
+ * promise of the forced body, or of undefined for the request to go on. A Prefer it cannot honour is a 400.
  */
 export function scenarios(options: ScenarioOptions) {
   const { limiter, tries, routes } = options
@@ -241,10 +240,8 @@ export function scenarios(options: ScenarioOptions) {
 }
 
 /**
- * The `Prefer` parameter the OpenAPI document gives an operation when scenarios are on: any text (RFC
- * 7240: preferences not known here are ignored), with the scenarios it supports as examples in the
- * description only, so the docs page's Try it out sends none unless one is typed (Swagger UI sends a
- * parameter's example, or the first of its examples, as the value).
+ * The `Prefer` parameter of an operation when scenarios are on: any text (RFC 7240 ignores unknown
+ * preferences), its examples in the description only, as Swagger UI's Try it out would send an example.
  */
 export function preferParameter(documented: number[], takesIdempotencyKey: boolean) {
   const codes = forceableCodes(documented)
