@@ -78,10 +78,8 @@ export class PostgresPets implements PetRepository {
   }
 
   /**
-   * The batch in one transaction. Under the pet-id lock, every creating transaction of every instance
-   * runs one at a time, so looking up an Idempotency-Key and then writing it is one atomic claim: the
-   * same key sent to two instances at once creates one pet. Commands are settled in order, so a key
-   * used twice in one batch behaves as if the two had come one after the other.
+   * The batch in one transaction. Under the pet-id lock creating transactions run one at a time on every
+   * instance, so looking up an Idempotency-Key and writing it is one atomic claim; commands settle in order.
    */
   createMany({ commands, now, locationPrefix }: PetBatch): Promise<CreatePetOutcome[]> {
     return guarded(() =>

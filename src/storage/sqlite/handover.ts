@@ -34,9 +34,8 @@ export function checkServable(file: string): void {
 }
 
 /**
- * Written by the stopping server once its last request is answered, before it releases the lock.
- * `minutes` repeats the keys' minute buckets as a petstore from before bans were handed over reads
- * them, so a rollback by takeover keeps those.
+ * Written by the stopping server after its last answer, before it releases the lock. `minutes` repeats
+ * the keys' minute buckets for a petstore from before bans were handed over (a rollback by takeover).
  */
 export function writeHandover(file: string, state: LimiterHandover): void {
   const path = handoverFileOf(file)
@@ -49,11 +48,7 @@ export function writeHandover(file: string, state: LimiterHandover): void {
   renameSync(`${path}.tmp`, path)
 }
 
-/**
- * The state a stopped server handed over, read once and removed (with a .tmp a killed writer left);
- * none when there is no file or it cannot be read. Bans are what matter; buckets refill within a minute
- * (a day, for an address's day bucket).
- */
+/** The state a stopped server handed over, read once and removed; none when absent or unreadable. */
 export function takeHandover(file: string): LimiterHandover {
   const path = handoverFileOf(file)
   const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })

@@ -206,18 +206,12 @@ export class SqliteStorage implements Storage {
     this.operators = new SqlOperators(runner)
   }
 
-  /**
-   * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
-   * open serves may then be stale, and only a fresh open reads it right.
-   */
+  /** True once a file opened as immutable has changed on disk: only a fresh open reads it right. */
   changedOnDisk(): boolean {
     return this.openedAs !== null && diskFingerprint(this.file!) !== this.openedAs
   }
 
-  /**
-   * True once the path no longer names the file this storage opened (deleted, or replaced by another
-   * file): whatever is written from then on goes to a file nobody will open again.
-   */
+  /** True once the path no longer names the file opened: writes would go to a file nobody opens again. */
   replaced(): boolean {
     return this.identity !== null && identityOf(this.file!) !== this.identity
   }
@@ -235,9 +229,8 @@ export class SqliteStorage implements Storage {
   }
 
   /**
-   * Writes the copy under a temporary name in the target folder, checks it, and only then links it
-   * under the final name (a link, unlike a rename, never replaces a file that appeared meanwhile): a
-   * backup that is killed or fails leaves nothing that could be mistaken for a good one.
+   * Writes and checks the copy under a temporary name, then links it under the final one (a link never
+   * replaces a file): a backup killed or failed leaves nothing that could pass for a good one.
    */
   backup(file: string): void {
     const existing = lstatSync(file, { throwIfNoEntry: false })
