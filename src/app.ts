@@ -1,8 +1,6 @@
 /**
- * The app factory: wires the parts of one server's app (key registry, limiter, pet service, metrics,
- * the Elysia instances) from a complete config and the storage it is handed. Building an app opens
- * nothing, reads nothing and listens on nothing; the server lifecycle (server.ts) loads its state,
- * listens and runs its background jobs (jobs.ts).
+ * The app factory: wires one server's parts (keys, limiter, pets, metrics, the Elysia instances) from a
+ * config and its storage. It opens, reads and listens on nothing: server.ts and jobs.ts do that.
  */
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
@@ -69,10 +67,8 @@ export interface PetstoreApp {
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
-   * From now on every answer carries `Connection: close`: a server handing over lets its kept-alive
-   * clients (a proxy's cached connections too) go after their current answer, so that none sends a
-   * request on a connection just as the stop closes it. `quietMs`: since a request last arrived, which
-   * tells when its clients have gone quiet; `keep` undoes it (the hand-over was withdrawn).
+   * From now on every answer carries `Connection: close`, so that a server handing over lets kept-alive
+   * clients go (takeover.ts). `quietMs`: since a request last arrived; `keep` undoes it.
    */
   closeConnections(): { quietMs(): number; keep(): void }
   /** Waits for the creates being committed, then closes the pet writer. */

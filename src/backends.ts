@@ -1,11 +1,8 @@
 /**
- * The backends a server runs on, each made by one factory and chosen once from the config: storage
- * (the data file, or PostgreSQL shared with other instances) and the limiter's store (in this process,
- * or Redis shared with other instances). Tests hand the server their own (see ServerOptions).
- *
- * This module sits beside the entry point on purpose: in the compiled binary every module's
- * import.meta.url is the binary itself, and the commit worker's entry is stored at its path relative
- * to src/, so only a module in src/ resolves it the same way from the sources and from the binary.
+ * The backends a server runs on, chosen once from the config: storage (the data file or PostgreSQL) and
+ * the limiter's store (this process or Redis). Tests hand the server their own (see ServerOptions).
+ * It sits in src/ on purpose: in the binary every import.meta.url is the binary, and the commit worker's
+ * entry is stored relative to src/, so only a module here resolves it alike from sources and binary.
  */
 import { existsSync, rmSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
@@ -51,16 +48,11 @@ export function limiterBackendFactory(config: Config): LimiterBackendFactory | u
   return (rule) => new RedisLimiterBackend(rule, { url, maxAddresses: config.maxTrackedAddresses })
 }
 
-/**
- * The data file: one server holds it (FILE.lock), commits on a worker thread, and watches the file.
- * A start that fails removes what opening it created.
- */
+/** The data file: one server holds it (FILE.lock), commits on a worker thread and watches it. */
 async function openEmbeddedBackend(config: Config, options: OpenOptions): Promise<StorageBackend> {
   const created = createdBy(config.dataFile)
-  // The lock before the file: while another server or a restore holds it, opening the file (which may
-  // migrate it and makes its -wal and -shm) would change a file that is not ours to touch. The lock
-  // lives beside the file, so its folder comes first. A refused start undoes nothing: what is there
-  // belongs to the holder.
+  // The lock (beside the file, so after its folder) before the file: opening may migrate a file that
+  // another server or a restore holds. A refused start undoes nothing: what is there is the holder's.
   prepareDataFolder(config.dataFile)
   const file = resolve(config.dataFile)
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
@@ -107,10 +99,7 @@ async function openSharedBackend(config: Config): Promise<StorageBackend> {
   return { storage, close: () => storage.close(), undo() {} }
 }
 
-/**
- * What opening the data file will create (the file, its companions, its lock, missing folders), so a
- * start that fails can take it back: a failed start leaves nothing on disk.
- */
+/** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */
 function createdBy(dataFile: string): { undo(): void } {
   const file = resolve(dataFile)
   const folders: string[] = []

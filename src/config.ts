@@ -38,9 +38,8 @@ export interface Config {
   readonly host: string
   readonly port: number
   /**
-   * Base URL of the served environment, no trailing slash: absolute, or its path alone (`/v1`: links are
-   * then relative references, RFC 3986 §4.2) when none was given and the server listens beyond loopback,
-   * where `localhost` would send remote clients to their own machine.
+   * Base URL of the served environment, no trailing slash; its path alone (`/v1`, relative links) when none
+   * was given and the server listens beyond loopback, where `localhost` would mislead remote clients.
    */
   readonly baseUrl: string
   /** Path part of `baseUrl` where the API is mounted ('' when at the root). */
@@ -52,10 +51,7 @@ export interface Config {
   readonly corsOrigins: string[]
   /** Where /metrics is served instead of the API's listener; null to serve it beside the API. */
   readonly metricsAddress: { host: string; port: number } | null
-  /**
-   * Where the operators' console listens (127.0.0.1 on the environment's console port by default, a free
-   * port when the API's is chosen freely); null when it is off.
-   */
+  /** Where the operators' console listens; null when it is off. */
   readonly consoleAddress: { host: string; port: number } | null
   /** True when the console's address is the default: the server then starts without it when it is taken. */
   readonly consoleByDefault: boolean
@@ -150,19 +146,13 @@ export type InputOf<T extends FlagTable> = {
 /** A row's value once read. */
 export type ValueOf<F> = F extends OptionFlag<infer T> ? T : F extends ListFlag<infer T> ? T : boolean
 
-/**
- * An environment variable's value, or undefined when it is unset or empty: `PETSTORE_PORT=` in a unit
- * file or a compose file means "no value", as it does for most tools, never an empty value.
- */
+/** An environment variable's value, or undefined when unset or empty (`PETSTORE_PORT=` means no value). */
 function variable(environment: Environment, name: string): string | undefined {
   const value = environment[name]
   return value === '' ? undefined : value
 }
 
-/**
- * A row's text: the flag's when given, else its variable's, with the name a complaint must use: a bad
- * value that came from the environment is reported under the variable, where the user can find it.
- */
+/** A row's text, the flag's or else its variable's, with the name a complaint uses (where the user can find it). */
 function given(row: Flag, text: string | string[] | boolean | undefined, environment: Environment) {
   if (text !== undefined || row.variable === undefined) return { name: `--${row.flag}`, text }
   const value = variable(environment, row.variable)
@@ -472,10 +462,7 @@ export function envOf(input: ConfigInput, environment: Environment): EnvName {
   return reader(CONFIG_FLAGS, input, environment).value('env')!
 }
 
-/**
- * The PostgreSQL database named by --database-url or PETSTORE_DATABASE_URL, or null for the data file;
- * naming a data file as well is refused, as only one of them would be used.
- */
+/** The PostgreSQL database named, or null for the data file; naming both is refused, as only one would be used. */
 export function resolveDatabase(input: ConfigInput, environment: Environment): DatabaseConfig | null {
   const read = reader(CONFIG_FLAGS, input, environment)
   const url = read.value('databaseUrl') ?? null
@@ -572,11 +559,7 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
   })
 }
 
-/**
- * The config of a server bound to `port`: a new config, the given one is not changed. With `--port 0`
- * the server asks for a free port before it builds the app (server.ts), so that the app is built from
- * a complete config and its links name the port really in use.
- */
+/** A copy of the config for a server bound to `port` (server.ts picks one for `--port 0` before building the app). */
 export function withBoundPort(config: Config, port: number): Config {
   if (!config.baseUrlFollowsPort) return freeze({ ...config, port })
   const baseUrl = `http://localhost:${port}${config.basePath}`

@@ -1,11 +1,7 @@
 /**
- * A server's background work, started by the server lifecycle (server.ts) once it listens and stopped
- * before its storage closes: the change poll (keys created or revoked, pets seeded or reset, limits
- * reset by other processes; the read-only data file's watch), rate-limit state saves, usage writes
- * (every few seconds, and a last one at the stop), idempotency purges, usage pruning, and the pruning
- * of idle sessions, sign-in attempts and old refused sign-ins; with Redis, a watch that it answers (so an
- * idle instance logs an outage as a busy one does). Each job
- * runs alone: a turn still running when the next comes is not started twice.
+ * A server's background work, from listening until before storage closes: the poll for other processes'
+ * changes, rate-limit state saves, usage writes, purges and prunes, and with Redis a watch that it answers
+ * (so an idle instance logs an outage as a busy one does). A turn still running when the next comes is skipped.
  */
 import type { PetstoreApp } from './app'
 import type { DataFileWatch } from './readiness'

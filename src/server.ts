@@ -1,9 +1,7 @@
 /**
- * One server's life, written once and used by `petstore serve` (and so by the benchmark, which runs
- * it) and by the in-process test servers: open storage, build the app, load its state, listen, start
- * the background jobs; and stop in reverse. Every start that fails and every stop go through the same
- * teardown. How a start comes by the data file and the port (an Arrival), and what a stop leaves
- * behind, are given to it: afresh and nothing by default, a takeover's by takeover.ts.
+ * One server's life, for `petstore serve` and the in-process test servers: open storage, build the app,
+ * load its state, listen, start the jobs; stop in reverse, through the same teardown as a failed start.
+ * How a start comes by the data file and the port (an Arrival) is given: AFRESH, or takeover.ts's.
  */
 import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
@@ -19,27 +17,17 @@ export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>
   backend?: StorageBackend
   /** Where the limiter keeps its state; by default chosen from the config (Redis, or this process). */
   limiterBackend?: LimiterBackendFactory
-  /**
-   * Runs once the port is ours and before the jobs start (serve makes the bootstrap key here, so a
-   * start that fails never leaves a secret nobody can use). When it throws, the start is undone.
-   */
+  /** Runs once the port is ours, before the jobs (the bootstrap key is made here); a throw undoes the start. */
   onListening?: (server: Server) => Promise<void>
   /** How this start comes by the data file and the port: AFRESH unless given (takeover.ts takeOver). */
   arrive?: (config: Config, warn: (message: string) => void) => Arrival
 }
 
-/**
- * How a start comes by the data file and the port: AFRESH, or by a takeover (takeover.ts) from the
- * server running on them.
- */
+/** How a start comes by the data file and the port: AFRESH, or by a takeover (takeover.ts). */
 export interface Arrival {
   /** How long opening the data file waits for another server to release it, instead of refusing. */
   lockWaitMs?: number
-  /**
-   * Before the API listens, sharing its port (SO_REUSEPORT) so that a later server can take over beside
-   * it: afresh nothing may listen there, since a second server would split the traffic between two
-   * data files.
-   */
+  /** Before the API listens with SO_REUSEPORT: afresh nothing may listen there (two data files would split traffic). */
   checkPort(host: string, port: number): void
   /** The API listens, but /metrics' or the console's `listener` cannot (`reason`): afresh the start fails. */
   without(listener: string, reason: string): void
@@ -155,12 +143,9 @@ export class Server {
   }
 
   /**
-   * Stops in reverse order of the start, but for one swap: the listener drains first (up to `graceMs`
-   * for the requests in flight), then the writes those requests started finish, and only then the jobs
-   * stop, so that their last save of the rate-limit state comes after the last request; storage closes
-   * last. Storage that does not answer (a frozen database) must not keep the process past its drain:
-   * false when the teardown did not finish by then (at least STOP_SAVE_MS after the drain). `leave`
-   * writes what the next server takes over, after the jobs' last save and before storage lets go.
+   * Stops in reverse: the listener drains (up to `graceMs`), the writes it started finish, then the jobs
+   * stop (their last save after the last request), `leave` writes what a successor takes over, storage
+   * closes. False when storage did not finish by the drain's end (at least STOP_SAVE_MS after it).
    */
   stop(graceMs = 0, leave?: () => void): Promise<boolean> {
     this.stopped ??= this.teardown(graceMs, leave)
@@ -192,10 +177,7 @@ export class Server {
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
   }
 
-  /**
-   * The API's listener, /metrics' own when it has an address, and the console's; the arrival checks
-   * the API's port first. Development mode would show Bun's error pages.
-   */
+  /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */
   private listen(arrival: Arrival, warn: (message: string) => void): void {
     const { config, petstore } = this
     let binding = `${hostInUrl(config.host)}:${config.port}`
@@ -257,11 +239,7 @@ export class Server {
   }
 }
 
-/**
- * A port that is free now, for `--port 0`: the app is built from a complete, read-only config, and its
- * links name the port it serves on, so the port is chosen before the app is built rather than read
- * back after listening. The system picks it, as it would for the listener itself.
- */
+/** A port free now, for `--port 0`: chosen before the app is built, so that its config and links name it. */
 function freePort(host: string): number {
   try {
     const probe = Bun.listen({ hostname: host, port: 0, socket: { data() {} } })

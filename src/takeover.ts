@@ -1,10 +1,8 @@
 /**
- * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and
- * port, refusing no request; both listen with SO_REUSEPORT, and one signal (SIGUSR2, which petstore
- * has no other use for) is the whole protocol. The server (server.ts) knows none of it: takeOver is
- * how the new one arrives (check, claim, listen beside, signal, take the lock and the rate-limit
- * state), handOver how the old one leaves (let clients go, stop, leave its state, release the lock),
- * each side serving on if the other dies first. Steps in docs/upgrading.md.
+ * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and port,
+ * refusing no request; both listen with SO_REUSEPORT, and SIGUSR2 is the whole protocol. takeOver is how
+ * the new one arrives, handOver how the old one leaves, each serving on if the other dies first.
+ * server.ts knows none of it. Steps in docs/upgrading.md.
  */
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
@@ -17,24 +15,18 @@ import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './stora
 import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress, writeHandover } from './storage/sqlite/handover'
 
 /**
- * Before its listener closes, a server handing over answers with `Connection: close` until no request
- * has arrived for QUIET_MS (at once, when idle), or for at most CLOSE_CONNECTIONS_MS under load: Bun
- * closes idle kept-alive connections when the listener stops, and a request sent on one just then
- * would be lost, where after a `Connection: close` its client connects again, to the new server. (On
- * SIGTERM there is no new server to go to, so the stop does not wait for this.)
+ * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
+ * without a request (at most CLOSE_CONNECTIONS_MS): a request sent on a kept-alive connection as Bun
+ * closes it would be lost, where after `Connection: close` its client connects to the new server.
  */
 const QUIET_MS = 50
 const CLOSE_CONNECTIONS_MS = 500
-/**
- * How long a server that handed over waits for its successor to serve (or to die, and then it serves
- * again): the successor's lock wait (about 17 s) plus the time to open the file.
- */
+/** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
 
 /**
- * Steps 1 and 2, as the new server's Arrival (ServerOptions.arrive). Throws, with one line, while the
- * old server is still untouched. With no server on the file it starts AFRESH, and says so: a unit that
- * always says --takeover also starts from nothing.
+ * Steps 1 and 2, as the new server's Arrival; throws, with one line, while the old server is untouched.
+ * With no server on the file it starts AFRESH, and says so: a unit that always says --takeover starts too.
  */
 export function takeOver(config: Config, warn: (message: string) => void): Arrival {
   if (config.database)
@@ -134,10 +126,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   }
 }
 
-/**
- * The process id of the server holding the data file, once it is clear that this binary could serve
- * the file; null when no server holds it. Reads only, so a refusal leaves the running server untouched.
- */
+/** The pid of the server holding the data file, once this binary could serve it; null for none. Reads only. */
 function runningServerOf(file: string): number | null {
   // A running server always has its lock file; without one (a first start) there is nothing to take over.
   if (!existsSync(lockFileOf(file))) return null
@@ -157,13 +146,10 @@ function runningServerOf(file: string): number | null {
 export type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'successor died'
 
 /**
- * Steps 3 and 4 on the running server, on SIGUSR2: only while a live process other than this one
- * claims the data file, since a signal reaches a stopped process (SIGSTOP, a frozen VM) late, and a
- * stray one has nobody to hand over to ('unclaimed'). 'withdrawn': the claimant died before the
- * listener closed, and the server serves on. Else it stops as on SIGTERM, leaves the rate-limit state
- * for the claimant, and waits until the claimant serves ('handed over'; also after SUCCESSOR_WAIT_MS,
- * or once `givenUp`), or dies first ('successor died': the file and the port are free again, with the
- * state just left beside the file, to serve again).
+ * Steps 3 and 4 on the running server, on SIGUSR2, only while a live process claims the data file (a
+ * stray or late signal: 'unclaimed'). 'withdrawn': the claimant died before the listener closed. Else it
+ * stops as on SIGTERM, leaves the rate-limit state, and waits until the claimant serves ('handed over';
+ * also after SUCCESSOR_WAIT_MS or once `givenUp`) or dies first ('successor died': serve again).
  */
 export async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, petstore, warn } = server
@@ -185,11 +171,7 @@ export async function handOver(server: Server, givenUp: () => boolean): Promise<
   return 'successor died'
 }
 
-/**
- * Kept-alive clients are asked to leave, until they have gone quiet (see QUIET_MS); false, and the
- * connections kept, as soon as the claimant is no longer alive: the last check right before the
- * listener would close.
- */
+/** Asks kept-alive clients to leave until quiet (QUIET_MS); false, connections kept, once the claimant is gone. */
 async function letConnectionsGo(petstore: PetstoreApp, claimed: () => boolean): Promise<boolean> {
   const closing = petstore.closeConnections()
   const deadline = Date.now() + CLOSE_CONNECTIONS_MS

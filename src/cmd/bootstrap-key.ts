@@ -1,9 +1,7 @@
 /**
- * The first key of a server that has none, and the first secrets of a store in general (the console's
- * first operator uses the same file rule: bootstrap-operator.ts). A first secret goes to a file beside
- * the data file, readable by its owner only, and never to the log (under systemd and Docker, stderr is
- * the log); stderr says where it is. On an interactive terminal, where nothing is logged, the secret is
- * shown as well.
+ * The first key of a server that has none, and the rule for a store's first secrets (bootstrap-operator.ts
+ * too): written to an owner-only file beside the data file, never to the log (stderr under systemd and
+ * Docker), which says where it is; an interactive terminal, where nothing is logged, is shown it too.
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'

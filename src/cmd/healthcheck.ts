@@ -1,25 +1,19 @@
 /** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
-import { DEFAULT_HOST, ENVIRONMENTS, envOf, hostInUrl, integer, option, reader } from '../config'
+import { CONFIG_FLAGS, envOf, hostInUrl, integer, reader } from '../config'
 import { asUsageError, flagLines, help, parse, UsageError } from './options'
 
 /** The server asked: serve's address and port, though port 0 (a free one) is no port to ask. */
 const FLAGS = {
-  host: option<string>({
-    flag: 'host',
-    value: 'HOST',
-    variable: 'PETSTORE_HOST',
+  host: {
+    ...CONFIG_FLAGS.host,
     help: `the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
 127.0.0.1 and ::1; default 127.0.0.1)`,
-    default: () => DEFAULT_HOST,
-  }),
-  port: option({
-    flag: 'port',
-    value: 'N',
-    variable: 'PETSTORE_PORT',
+  },
+  port: {
+    ...CONFIG_FLAGS.port,
     help: "the server's port (PETSTORE_PORT; default 8080, staging 8081)",
     parse: integer({ min: 1, max: 65_535 }),
-    default: (env) => ENVIRONMENTS[env].port,
-  }),
+  },
 }
 
 export const USAGE = `Usage: petstore healthcheck [--env production|staging] [--host HOST] [--port N]

@@ -1,7 +1,6 @@
 /**
- * The `petstore` command line: one file per command (serve, keys, operators, pets, backup, restore, healthcheck),
- * each with its own usage. Flags win over their environment variables; every mistake ends with a
- * one-line reason (after the usage, on the last line, where a terminal leaves it in view) and a
+ * The `petstore` command line: one file per command, each with its own usage. Flags win over their
+ * variables; every mistake ends with a one-line reason (last, where a terminal leaves it in view) and a
  * non-zero exit.
  */
 import { versionLine } from '../build-info'

@@ -1,8 +1,7 @@
 /**
- * What every command shares: flag parsing and usage lines from the command's table of flags (config.ts:
- * each row its flag, variable, parser and help line), the storage flags every command takes, one-line
- * complaints, and opening storage for a command. A mistake on the command line is a UsageError: the
- * command's usage, then one line saying what was wrong (last, where it is seen), exit 2.
+ * What every command shares: parsing and usage lines from its table of flags (config.ts), the storage
+ * flags, and opening storage. A mistake on the command line is a UsageError: the usage, then one line
+ * saying what was wrong, exit 2.
  */
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
@@ -164,10 +163,9 @@ export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: s
 }
 
 /**
- * What a command other than serve does with the data file. `mayCreate`: a new data file is made, but
- * only when it was named (--data, PETSTORE_DATA), since a key created into a new file on the default
- * path, in the wrong folder, would be a key no running server knows. Unless it `readsOnly`, the command
- * refuses, before it starts, a data file this user may read but not write.
+ * What a command other than serve does with the data file. `mayCreate`: only a named one (--data,
+ * PETSTORE_DATA), as a key put in a new file on the default path is one no server knows. Unless it
+ * `readsOnly`, a file this user may not write is refused before the command starts.
  */
 export interface CommandAccess {
   mayCreate?: boolean

@@ -1,9 +1,7 @@
 /**
- * `petstore serve`: one server (server.ts) from the flags and environment variables, its startup line,
- * and what each signal does. Every signal a process manager, a terminal or a stray `kill` commonly
- * sends is handled here, from one table, so none ends the process without its last save (a signal
- * with no handler would end it at once, in-flight requests cut and the last seconds' usage and day
- * quota lost). See docs/operations.md#signals.
+ * `petstore serve`: one server (server.ts) from the flags and variables, its startup line, and what each
+ * signal does: every signal commonly sent is handled, so none ends the process without its drain and
+ * last save. See docs/operations.md#signals.
  */
 import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
@@ -29,11 +27,9 @@ export const USAGE = `Usage: petstore serve [options]
 ${flagLines(FLAGS)}`
 
 /**
- * Signals that stop the server exactly as SIGTERM does: in-flight requests drain for up to the grace
- * period, the last usage counts and day buckets are saved, then the process exits 0 (1 when storage
- * did not take them in time). SIGHUP is among them: petstore has nothing a reload could reopen (its
- * log is stdout), and a closing terminal means stop; so the systemd units have no ExecReload.
- * SIGQUIT is a terminal's Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
+ * Signals that stop the server as SIGTERM does: drain, save, exit 0 (1 when storage was late). SIGHUP too:
+ * nothing could be reloaded (the log is stdout) and a closing terminal means stop, so the systemd units
+ * have no ExecReload. SIGQUIT is Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
  */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as const
 /**

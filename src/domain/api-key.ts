@@ -1,8 +1,7 @@
 /**
- * What an API key is: a secret of 256 random bits shown once, of which only the SHA-256 hash is kept,
- * with a plan and the limits copied from it. Secrets are random, so a fast hash is the right tool (a
- * password hash would cost milliseconds per request and add nothing); looking up by the hash of the
- * whole secret means the time taken never depends on how much of a guess was right.
+ * What an API key is: 256 random bits shown once, of which only the SHA-256 hash is kept, with a plan and
+ * its limits. A random secret needs no slow hash (which would cost milliseconds a request), and a look-up
+ * by the whole secret's hash takes no longer for a closer guess.
  */
 import { type CreateKeyInput, checkKeyName, limitsFor } from './key-input'
 import type { Limits, Plan } from './plans'

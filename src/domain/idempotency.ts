@@ -1,8 +1,7 @@
 /**
- * The Idempotency-Key rule: a create sent under a key keeps its first answer for 24 hours; the same
- * request again gets those bytes again, a different request under the key is a conflict, and after 24
- * hours the key is free. Every backend applies it inside the transaction that claims the key, and
- * stores the answer rendered here with the claim, so a replay returns exactly what was sent.
+ * The Idempotency-Key rule: for 24 hours the same create under a key gets its first answer's bytes again
+ * and a different one is a conflict. Every backend applies it in the transaction that claims the key,
+ * storing the answer rendered here, so a replay returns exactly what was sent.
  */
 import { type NewPet, type Pet, petJson } from './pet'
 import { DAY_MS } from './time'

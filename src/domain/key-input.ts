@@ -1,8 +1,7 @@
 /**
- * What a new key's input (or a plan change's) may be: a known plan, an enterprise key's own limits and
- * only its, a short name. A broken rule names its field and is phrased by each adapter, which names the
- * field its own way (the command line `--rpm`, the console's body `rpm`). Needs nothing of Bun, so the
- * console's page can be type-checked against the schemas built from these rules.
+ * What a new key's input (or a plan change's) may be: a known plan, own limits for an enterprise key only,
+ * a short name. A broken rule names its field, which each adapter phrases its own way (`--rpm`, `rpm`).
+ * Needs nothing of Bun, so the console's page is type-checked against the schemas built from it.
  */
 import type { Range } from './ban-rule'
 import { CONTROL_CHARACTERS } from './pet'

@@ -1,8 +1,7 @@
 /**
- * Operators: the people who run the server and sign in to its console. A password is generated (never
- * chosen) and kept as a `Bun.password` argon2id hash; a session or an API token is a random secret of
- * which only the SHA-256 hash is kept, as for API keys (random secrets need no slow hash). What they do
- * in the console is kept in the audit log.
+ * Operators: the people who sign in to the console. A password is generated (never chosen) and kept as an
+ * argon2id hash; a session or token is a random secret of which only the SHA-256 hash is kept, as for API
+ * keys. What they do is kept in the audit log.
  */
 import { hashSecret } from './api-key'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from './operator-name'

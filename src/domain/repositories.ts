@@ -1,9 +1,7 @@
 /**
- * The storage seam, declared by the domain. The server talks to these interfaces only: the embedded
- * SQLite file (storage/sqlite/) and PostgreSQL for several instances (storage/postgres/) both implement
- * them and return data. Members answer `T | Promise<T>` (as express-rate-limit's Store does): SQLite at
- * once, PostgreSQL with promises; callers await both alike. Abilities only a file has (read-only
- * serving, watching the file, backups) are on the SQLite adapter, not here.
+ * The storage seam, declared by the domain and implemented by storage/sqlite/ and storage/postgres/.
+ * Members answer `T | Promise<T>` (as express-rate-limit's Store does): callers await both alike.
+ * What only a file can do (read-only serving, watching, backups) is on the SQLite adapter, not here.
  */
 import type { ApiKeyRecord, KeyChange } from './api-key'
 import type { CreatePetOutcome } from './idempotency'
@@ -21,17 +19,11 @@ export interface CreatePetCommand {
 }
 
 export interface PetRepository {
-  /**
-   * Pets with id > afterId in id order, at most `limit` of them. Ids become visible in increasing
-   * order, so a page that ends before the newest pet never changes (until a seed or reset).
-   */
+  /** Pets with id > afterId in id order, at most `limit`: ids become visible in order, so a full page never changes. */
   list(afterId: number, limit: number, status: PetStatus | undefined): MaybePromise<Pet[]>
   /**
-   * Runs every command in one durable transaction (group commit); outcomes in command order. A command
-   * with an Idempotency-Key is settled by the domain's rule (domain/idempotency.ts) inside the
-   * transaction, and a created pet's answer is kept with the claim. Rejects with
-   * StorageUnavailableError when storage cannot take writes now, and with BatchRolledBackError when
-   * the transaction failed for another reason (nothing of it was written).
+   * Runs every command in one durable transaction, settling Idempotency-Keys by domain/idempotency.ts;
+   * outcomes in command order. Rejects as PetWriter.write does.
    */
   createMany(batch: PetBatch): MaybePromise<CreatePetOutcome[]>
   count(): MaybePromise<number>
@@ -50,22 +42,15 @@ export interface KeyRepository {
   list(): MaybePromise<ApiKeyRecord[]>
   /** Marks a key revoked; false when no such key exists. */
   revoke(id: string, now: number): MaybePromise<boolean>
-  /**
-   * Moves a key that is not revoked to another plan and its limits, taking a change number (so running
-   * servers apply it at their next poll); false when there is no such key, or it is revoked.
-   */
+  /** Moves a key that is not revoked to another plan, taking a change number; false when none or revoked. */
   setPlan(id: string, plan: Plan, limits: Limits): MaybePromise<boolean>
   /**
-   * The keys created or revoked after change number `after` (each create and revoke takes the next
-   * number, visible in order), in the order of their changes; `changesSince(-1)` is every key. Costs
-   * what changed, not the number of keys, so a server can ask four times a second.
+   * The keys changed after change number `after`, in the order of their changes (`-1`: every key).
+   * Costs what changed, not the number of keys, so a server can ask four times a second.
    */
   changesSince(after: number): MaybePromise<KeyChanges>
   recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
-  /**
-   * Refills a key's buckets and lifts its ban: its saved day bucket is deleted, and a running server
-   * is asked (through takeLimitResets) to forget what it holds. False when there is no such key.
-   */
+  /** Deletes a key's saved day bucket and asks running servers (takeLimitResets) to forget theirs; false when none. */
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The limit resets asked for since this handle's last call. */
   takeLimitResets(): MaybePromise<LimitReset[]>
@@ -88,10 +73,7 @@ export interface SavedBucket {
   updatedAt: number
 }
 
-/**
- * One subject's rate-limit state that lives only in memory, handed from a server that stops to the one
- * taking over from it (embedded mode): without it every upgrade would give abusers a fresh start.
- */
+/** One subject's in-memory limiter state, handed to the server taking over: else every upgrade resets abusers. */
 export interface HandedSubject {
   minute: SavedBucket
   /** Addresses only: keys' day buckets are saved in storage at every stop. */
@@ -114,28 +96,21 @@ export interface LimiterStateRepository {
   save(buckets: Map<string, SavedBucket>): MaybePromise<void>
 }
 
-/**
- * Per-key usage by minute and by hour (domain/usage.ts). Writers add: every instance adds its counts
- * to the same rows, so what is read is the fleet's.
- */
+/** Per-key usage by minute and by hour (domain/usage.ts); every instance adds to the same rows. */
 export interface UsageRepository {
   /** Adds each minute row to its minute, and to its hour (summed), in one transaction. */
   add(minutes: UsageRow[]): MaybePromise<void>
   /** Per key (NO_KEY included), the sums of the buckets that start at `from` or later. */
   totals(resolution: Resolution, from: number): MaybePromise<KeyTotals[]>
-  /**
-   * The buckets that start at `from` or later and hold a count, oldest first: of one key, or summed
-   * over every key (keyId of the rows then NO_KEY) when `keyId` is undefined.
-   */
+  /** The non-empty buckets from `from` on, oldest first: of one key, or of all summed (keyId NO_KEY). */
   series(resolution: Resolution, from: number, keyId?: string): MaybePromise<UsageRow[]>
   /** Deletes the buckets that start before `before`; how many went. */
   prune(resolution: Resolution, before: number): MaybePromise<number>
 }
 
 /**
- * The console's operators, their credentials (browser sessions and script tokens, by secret hash), the
- * sign-in attempts that throttle a name, and the audit log. In storage, so that every instance sharing it
- * sees the same sessions: removing an operator or resetting a password ends them everywhere.
+ * The console's operators, their credentials (sessions and tokens, by secret hash), sign-in attempts
+ * and the audit log; in storage, so that removing an operator ends their sessions on every instance.
  */
 export interface OperatorRepository {
   /** False when an operator of that name exists already. */
@@ -150,9 +125,8 @@ export interface OperatorRepository {
   /** Replaces the password hash and ends the operator's browser sessions (not their token); false when no such operator. */
   setPassword(name: string, passwordHash: string): MaybePromise<boolean>
   /**
-   * Stores a credential; a token replaces the operator's previous token. False when no such operator,
-   * or when `checkedHash` is given and is no longer the operator's password hash (a reset came first):
-   * compared in the transaction that stores it.
+   * Stores a credential (a token replaces the previous one). False when no such operator, or when
+   * `checkedHash` is no longer their password hash (compared in the same transaction).
    */
   addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): MaybePromise<boolean>
   /** The credential with this secret hash (read only); null when there is none. */
@@ -161,24 +135,16 @@ export interface OperatorRepository {
   touchCredential(hash: string, now: number, before: number): MaybePromise<void>
   endCredential(hash: string): MaybePromise<void>
   /**
-   * Reserves a sign-in attempt for the name before its password is checked, atomically with the count
-   * (every handle, every instance): null when reserved (the attempt counts as a failure at `at` until
-   * released), or, when `limit` attempts after `since` are counted already, the time of the one whose
-   * leaving the window frees a place.
+   * Reserves a sign-in attempt before the password is checked, atomically on every instance: null when
+   * reserved (a failure at `at` until released), else, with `limit` attempts since `since`, the time
+   * of the one whose leaving frees a place.
    */
   reserveSignIn(name: string, at: number, since: number, limit: number): MaybePromise<number | null>
   /** Forgets the reservation made at `at` (the sign-in succeeded). */
   releaseSignIn(name: string, at: number): MaybePromise<void>
-  /**
-   * Counts a refused sign-in for a name that is no operator in the one audit entry of UNKNOWN_NAMES_ACTOR
-   * since `since` (its target the count), which becomes the newest entry: a flood of made-up names adds
-   * one entry a day.
-   */
+  /** Counts a sign-in as an unknown name in the one UNKNOWN_NAMES_ACTOR entry since `since`: one entry a day. */
   countUnknownSignIn(at: number, since: number): MaybePromise<void>
-  /**
-   * Background pruning: sessions last used before `idleSince`, sign-in attempts before `failuresBefore`,
-   * refused sign-ins in the audit log before `refusalsBefore`.
-   */
+  /** Deletes sessions idle since `idleSince`, attempts before `failuresBefore`, refusals before `refusalsBefore`. */
   prune(idleSince: number, failuresBefore: number, refusalsBefore: number): MaybePromise<void>
   audit(entry: AuditEntry): MaybePromise<void>
   /** The newest `limit` entries, newest first. */
@@ -190,10 +156,7 @@ export interface Storage {
   readonly location: string
   /** False when every write would fail (a read-only data file): writes are then not even tried. */
   readonly writable: boolean
-  /**
-   * True when this process is the only one that creates pets (one server per data file): cached last
-   * pages of the listing stay exact, since every new pet passes through this process.
-   */
+  /** True when every new pet passes through this process (one server per data file): cached pages stay exact. */
   readonly soleWriter: boolean
   pets: PetRepository
   keys: KeyRepository
@@ -210,8 +173,7 @@ export interface Storage {
 export interface PetWriter {
   /**
    * Commits the batch in one durable transaction; outcomes in command order. Rejects with
-   * StorageUnavailableError when storage refuses writes, with BatchRolledBackError when the
-   * transaction failed and wrote nothing, and otherwise (the batch's fate unknown) with any error.
+   * StorageUnavailableError, BatchRolledBackError (nothing written), or any error (its fate unknown).
    */
   write(batch: PetBatch): Promise<CreatePetOutcome[]>
   /** Closes the writer's connection; call it with no batch in flight. */
@@ -225,11 +187,7 @@ export interface PetBatch {
   locationPrefix: string
 }
 
-/**
- * Storage cannot write, or does not answer (disk full, read-only file, database down): the API answers
- * 503 and keeps serving what it can. `down` tells the two apart, so that no answer says reads work
- * while they fail too.
- */
+/** Storage cannot write (`down`: nor read) now: disk full, read-only file, database down. The API answers 503. */
 export class StorageUnavailableError extends Error {
   constructor(
     readonly code: string,
@@ -241,10 +199,7 @@ export class StorageUnavailableError extends Error {
   }
 }
 
-/**
- * A batch's transaction failed for a reason other than availability (a row storage refused, a bug)
- * and was rolled back: nothing of it was written, so its commands may be tried again apart.
- */
+/** A batch's transaction failed otherwise and was rolled back: its commands may be tried again apart. */
 export class BatchRolledBackError extends Error {
   constructor(readonly reason: unknown) {
     super((reason as Error)?.message ?? String(reason))

@@ -1,8 +1,7 @@
 /**
- * What the server counts of its use, per key and per minute: answers by outcome class, calls of the
- * deprecated getPet, and a histogram of durations. Counts only ever add up (instances add theirs to
- * the same rows; minutes add up to hours), so every figure here is a sum, and percentiles are read
- * from the summed histogram.
+ * What the server counts of its use, per key and minute: answers by outcome class, deprecated getPet
+ * calls, and a histogram of durations. Counts only add up (across instances, minutes into hours), so
+ * every figure is a sum and percentiles are read from the summed histogram.
  */
 
 import { DAY_MS, HOUR_MS, MINUTE_MS } from './time'

@@ -1,9 +1,7 @@
 /**
- * Embedded files (the /docs page's Swagger UI, the console's page) answered compressed: brotli or gzip
- * as the client's Accept-Encoding allows, with `Vary: Accept-Encoding` so a cache keeps them apart.
- * Each file is compressed once, off the main thread, when it is first asked for (brotli at quality 9:
- * 11 takes ten seconds for Swagger UI's 1.7 MB and saves 8 % more); the bytes are kept for the life
- * of the process. And /favicon.ico, which browsers ask of every origin, gets an empty answer they keep.
+ * Embedded files (Swagger UI, the console's page) answered brotli or gzip per Accept-Encoding, with
+ * `Vary`. Each is compressed once, off the main thread, when first asked for (brotli quality 9: 11 takes
+ * ten seconds for Swagger UI and saves 8 % more). /favicon.ico gets an empty answer browsers keep.
  */
 import { promisify } from 'node:util'
 import { brotliCompress, constants, gzip } from 'node:zlib'

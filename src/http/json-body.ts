@@ -25,9 +25,8 @@ const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
 const MAX_INTEGER_DIGITS = 40
 
 /**
- * The integer a JSON number literal such as 12, 1.0 or 1e3 denotes, exactly; null when it denotes no
- * integer (1.5), or one of more than MAX_INTEGER_DIGITS digits (then it is `undefined`: an integer,
- * too long for any field).
+ * The integer a JSON number literal (12, 1.0, 1e3) denotes, exactly; null for no integer (1.5), undefined
+ * for one of more than MAX_INTEGER_DIGITS digits (too long for any field).
  */
 export function integerDenoted(source: string): bigint | null | undefined {
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)
@@ -47,10 +46,9 @@ export function integerDenoted(source: string): bigint | null | undefined {
 }
 
 /**
- * Numbers as their literal says, never rounded: an integer literal (1, 1.0, 1e3) is a number when it
- * is a safe integer and a bigint beyond (schemas that take int64 accept it); a literal that JSON.parse
- * rounded to an integer although it denotes another value (1.0000000000000001, 1e400) is an
- * InexactNumber, which fails every schema.
+ * Numbers as their literal says: an integer is a number when safe and a bigint beyond (int64 schemas take
+ * it); a literal JSON.parse rounded to an integer (1.0000000000000001, 1e400) is an InexactNumber, which
+ * fails every schema.
  */
 function strictValues(this: unknown, key: string, value: unknown, context?: { source?: string }): unknown {
   // A lone surrogate cannot be stored as UTF-8: it would come back as U+FFFD, a silent change.
@@ -67,10 +65,9 @@ function strictValues(this: unknown, key: string, value: unknown, context?: { so
 /** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */
 export const BODY_DEADLINE_MS = 5_000
 /**
- * The bytes of request bodies being received at once (a body counts its declared length, or the cap
- * when it has none). Beyond it, a body is refused at once with 503 and its connection closed, instead
- * of letting half-sent bodies grow memory. Each listener's audience has its own budget, so that bodies
- * half-sent to the console (sign-in needs no credentials) cannot take the API's creates away.
+ * The bytes of bodies being received at once (declared length, else the cap); beyond it a body gets 503
+ * and its connection closes, so half-sent bodies cannot grow memory. Each listener has its own budget,
+ * so bodies half-sent to the console (sign-in needs no credentials) cannot starve the API.
  */
 export class BodyBudget {
   private inFlight = 0
@@ -143,9 +140,8 @@ async function readChunks(request: Request, maxBytes: number): Promise<Uint8Arra
 }
 
 /**
- * The first object member name that appears twice in one object, or null. JSON.parse keeps the last
- * one silently, which would accept `{"name":"","name":"Rex"}` as if the first did not exist. Runs only
- * on text JSON.parse has accepted, so it needs to tell strings, keys and nesting apart, nothing more.
+ * The first member name repeated in one object, or null: JSON.parse silently keeps the last. Runs only on
+ * text JSON.parse accepted, so it tells strings, keys and nesting apart, nothing more.
  */
 export function duplicateKey(text: string): string | null {
   const frames: { keys: Set<string> | null; expectKey: boolean }[] = []

@@ -58,9 +58,8 @@ export class LimiterAdmin {
   ) {}
 
   /**
-   * A subject's day quota left and ban, as the backend holds them now, without taking a token. A subject
-   * the backend holds nothing of (or holds under other limits, which a take would start afresh) has a
-   * full day. Rejects with LimiterUnavailableError when a shared backend does not answer.
+   * A subject's day quota left and ban, nothing taken: a full day when the backend holds nothing of it (or
+   * under other limits). Rejects with LimiterUnavailableError when a shared backend does not answer.
    */
   async inspect(subject: Subject, limits: Limits): Promise<InspectedSubject> {
     const held = await this.reader.inspect(subject)

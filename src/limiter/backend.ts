@@ -1,9 +1,7 @@
 /**
- * The seams between the limiter and where its state lives: in this process (memory/) or in Redis, shared
- * by every instance (redis/). Three, each with its own conformance suite in test/limiter/: the policy's
- * (LimiterBackend: buckets, rejections and bans, taken atomically; what a take means for the client is
- * worked out once, by the policy, so every backend answers alike), the console's reads (SubjectReader),
- * and the tries counted for answers forced on request (TryStore).
+ * The seams between the limiter and where its state lives, in this process (memory/) or in Redis (redis/),
+ * each with a conformance suite in test/limiter/: the policy's (LimiterBackend: buckets, rejections and
+ * bans, taken atomically), the console's reads (SubjectReader), and the scenarios' tries (TryStore).
  */
 import type { Limits } from '../domain/plans'
 import type { Subject } from '../domain/subject'
@@ -40,24 +38,19 @@ export interface PeekResult {
   now: number
 }
 
-/**
- * Where subjects' state lives. Like express-rate-limit's Store, a backend answers at once when it can (in
- * process) and with a promise when it cannot (Redis); its callers handle both the same way.
- */
+/** Where subjects' state lives; like express-rate-limit's Store, it answers at once or with a promise. */
 export interface LimiterBackend {
   /**
-   * Refills the subject's buckets to `now`, takes a token from both or from neither, and when refused
-   * records the rejection and starts a ban if it is due. A subject seen with other limits than last
-   * time starts afresh. A backend that answers at once may return the same object every time: it is read
-   * before the next take.
+   * Refills the subject's buckets to `now`, takes a token from both or neither, and when refused records
+   * the rejection and any ban due. Other limits than last time start afresh. An answer given at once may
+   * be the same object every time: it is read before the next take.
    */
   take(subject: Subject, limits: Limits, now?: number): TakeResult | Promise<TakeResult>
   /** The subject's buckets as the next take would find them, changing nothing a take would decide by. */
   peek(subject: Subject, limits: Limits, now?: number): PeekResult | Promise<PeekResult>
   /**
-   * Drops a subject's buckets, rejections and ban. `seq` numbers a key's reset among all resets: a backend
-   * shared by instances applies each once, however many instances ask, and never one older than the last
-   * it applied; a backend of one process applies every call.
+   * Drops a subject's buckets, rejections and ban. `seq` numbers a key's reset: a shared backend applies
+   * each once, however many instances ask, and never one older than the last it applied.
    */
   forget(subject: Subject, seq?: number): void | Promise<void>
   /** Whether the backend answers now, within `patienceMs` (default: a request's own bound). */
@@ -71,19 +64,15 @@ export interface SubjectReader {
   inspect(subject: Subject): Inspected | null | Promise<Inspected | null>
 }
 
-/**
- * Try ids one group (one API key) may hold at once: a client making up Idempotency-Keys forgets its own
- * oldest counts, never another key's.
- */
+/** Try ids one group (API key) may hold: a client making up Idempotency-Keys forgets its own oldest, never others'. */
 export const TRIES_PER_KEY = 1_000
 
 /** The scenarios' seam: tries counted for answers forced on request (Prefer: fail=N). */
 export interface TryStore {
   /**
-   * Counts one more try under `id` within `group` (a client's Idempotency-Key within its API key's id)
-   * and returns its number, 1 for the first; a count lives at least `keepMs` after its first try. A store
-   * shared by instances shares the counts. A store with a bound on all groups' counts together refuses a
-   * new id past it with TriesFullError, rather than forget another group's.
+   * Counts one more try under `id` (an Idempotency-Key) within `group` (its key's id) and returns its number,
+   * 1 for the first; a count lives at least `keepMs`. A store bounded over all groups refuses a new id past
+   * the bound with TriesFullError, rather than forget another group's.
    */
   countTry(group: string, id: string, keepMs: number, now?: number): number | Promise<number>
 }

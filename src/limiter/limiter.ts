@@ -1,10 +1,8 @@
 /**
- * The rate-limit policy: per subject (an API key or a client address) a minute bucket and a day bucket,
- * both of which must hold a token, and a ban for subjects that keep going after 429s. Where that state
- * lives is a backend's business (backend.ts); what a take means for the client (quota, window in force,
- * Retry-After) is decided here, once, so the in-process backend and the Redis backend answer alike.
- * The console's reads (admin.ts) and the scenarios' try counts (tries.ts) are built here over the same
- * backend, and reached as `admin` and `tries`: neither is the policy's business.
+ * The rate-limit policy: per subject (a key or a client address) a minute and a day bucket, both of which
+ * must hold a token, and a ban for subjects that keep going after 429s. The state lives in a backend
+ * (backend.ts); what a take means for the client (quota, Retry-After) is decided here, once, for both.
+ * The console's reads (`admin`) and the scenarios' try counts (`tries`) share the backend, not the policy.
  */
 import { MemoryLimiterBackend } from './memory/backend'
 import { MemoryTryStore } from './memory/tries'
@@ -33,22 +31,13 @@ export interface LimiterOptions {
   banSeconds: number
   /** Most client addresses remembered at once by the in-process backend (and by the local fallback). */
   maxAddresses: number
-  /**
-   * The clock (Unix ms). Unset, each backend uses its own: Date.now in process, Redis's TIME in Redis, so
-   * instances sharing Redis share one clock. Keys in Redis expire by Redis's clock whichever is used.
-   */
+  /** The clock (Unix ms). Unset, each backend uses its own: Redis's TIME, so instances sharing it share one clock. */
   now?: () => number
   /** Where the state lives, made from the ban rule so it is stated once; defaults to this process. */
   backend?: (rule: BanRule) => SharedBackend
-  /**
-   * What to do when the backend is unavailable: 'closed' (default) lets check reject with
-   * LimiterUnavailableError; 'local' decides in this process's memory until the backend answers again.
-   */
+  /** When the backend does not answer: reject with LimiterUnavailableError ('closed') or decide in memory ('local'). */
   fallback?: 'closed' | 'local'
-  /**
-   * Called with true when the backend stops answering, and with false when it answers again, whichever
-   * the fallback: once each way, so an operator hears of an outage once.
-   */
+  /** Called once with true when the backend stops answering, once with false when it answers again. */
   onUnavailable?: (unavailable: boolean) => void
 }
 
@@ -79,10 +68,7 @@ export class RateLimiter {
   /** The scenarios' try counts. */
   readonly tries: TryCounter
 
-  /**
-   * `saved`: day buckets of keys from the data file; `handedOver`: what the server this one took over
-   * from handed over (buckets, bans, rejections). Only the in-process backend keeps them.
-   */
+  /** `saved` (keys' day buckets from the data file) and `handedOver` (a takeover's state) serve the in-process backend only. */
   constructor(
     private readonly options: LimiterOptions,
     saved: Map<string, SavedBucket> = new Map(),
@@ -119,9 +105,8 @@ export class RateLimiter {
   }
 
   /**
-   * Decides one request for a key or an address. Rejects with LimiterUnavailableError when a shared
-   * backend cannot answer and the fallback is 'closed'. One async form for both backends: awaiting the
-   * in-process answer costs about 0.1 µs a call, which no benchmark of a request could tell apart.
+   * Decides one request; rejects with LimiterUnavailableError when a shared backend does not answer and the
+   * fallback is 'closed'. Async for both backends: awaiting the in-process answer costs about 0.1 µs.
    */
   async check(subject: Subject, limits: Limits): Promise<Decision> {
     const now = this.options.now?.()
@@ -138,28 +123,19 @@ export class RateLimiter {
     return this.decide(taken, limits, subject)
   }
 
-  /**
-   * The subject's quota as it stands, nothing taken: what an answer that spends no token reports. Rejects
-   * with LimiterUnavailableError when a shared backend does not answer, whichever the fallback.
-   */
+  /** The subject's quota, nothing taken; rejects with LimiterUnavailableError when a shared backend does not answer. */
   async peek(subject: Subject, limits: Limits): Promise<Quota> {
     const state = await this.backend.peek(subject, limits, this.options.now?.())
     return quotaOf(state, shapesOf(limits), state.now)
   }
 
-  /**
-   * Whether the subject's next request would be refused (banned, or a bucket without a whole token), as
-   * it stands; nothing taken or recorded. Rejects with LimiterUnavailableError like peek.
-   */
+  /** Whether the subject's next request would be refused, nothing taken; rejects like peek. */
   async refuses(subject: Subject, limits: Limits): Promise<boolean> {
     const state = await this.backend.peek(subject, limits, this.options.now?.())
     return state.bannedUntil > state.now || state.minute.tokens < 1 || state.day.tokens < 1
   }
 
-  /**
-   * The refusal a request would get with the minute bucket empty (and the day bucket full), worked out
-   * as every refusal is; nothing is taken or recorded. For answers forced on request (plugins/scenarios.ts).
-   */
+  /** The refusal a request would get with the minute bucket empty, nothing taken: for plugins/scenarios.ts. */
   exhausted(limits: Limits): Extract<Decision, { allowed: false }> {
     const now = this.options.now?.() ?? Date.now()
     const shape = shapesOf(limits)
@@ -179,18 +155,12 @@ export class RateLimiter {
     return this.memory?.handover(this.options.now?.()) ?? { keys: new Map(), addresses: new Map() }
   }
 
-  /**
-   * Called once `saved` (from unsavedDayBuckets) is written: those buckets count as saved unless they
-   * changed meanwhile. A save that failed is never marked, so the next one writes them again.
-   */
+  /** Called once `saved` (from unsavedDayBuckets) is written: a failed save is not marked, so it is written again. */
   markSaved(saved: Map<string, SavedBucket>): void {
     this.memory?.markSaved(saved)
   }
 
-  /**
-   * Forgets a subject's state (buckets, rejections, ban), including a key's day bucket loaded at start;
-   * `seq` numbers a key's reset, so a backend shared by instances applies it once (see LimiterBackend.forget).
-   */
+  /** Forgets a subject's buckets, rejections and ban; `seq` numbers a key's reset (see LimiterBackend.forget). */
   forget(subject: Subject, seq?: number): void | Promise<void> {
     this.banLog.drop(subject)
     this.local?.forget(subject)
@@ -208,9 +178,8 @@ export class RateLimiter {
   }
 
   /**
-   * Asks the backend whether it answers, with a second's patience (a busy host is not an outage), and
-   * notes a change as a request's would: the jobs call it twice a second, so that an idle instance's
-   * operator hears of an outage, and of its end, as a busy one's does.
+   * Asks the backend whether it answers within a second and notes a change as a request would: called
+   * twice a second by the jobs, so an idle instance reports an outage as a busy one does.
    */
   async watch(): Promise<void> {
     const answers = await this.backend.ping(WATCH_PATIENCE_MS)
@@ -256,10 +225,7 @@ export class RateLimiter {
   }
 }
 
-/**
- * While banned, nothing is left whatever the buckets hold, until the ban ends: Remaining is 0 and
- * Reset says the same time as Retry-After.
- */
+/** While banned nothing is left: Remaining is 0 and Reset says the same time as Retry-After. */
 function bannedQuota(taken: TakeResult, shape: LimitShapes, now: number, retryAfter: number): Quota {
   return { ...quotaOf(taken, shape, now), remaining: 0, resetAt: Math.ceil(now / 1000) + retryAfter, resetIn: retryAfter }
 }

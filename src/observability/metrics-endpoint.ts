@@ -1,9 +1,7 @@
 /**
- * The `/metrics` answer: Prometheus text, behind a bearer token when the operator set one. The
- * metrics name key ids and traffic, so an operator either moves them to a listener of their own
- * (--metrics-address) or asks for a token (--metrics-token), and without either only this machine gets
- * them from the API's listener; the token is compared by its hash, so the
- * time a check takes says nothing about how much of a guess was right.
+ * The `/metrics` answer: Prometheus text, which names key ids and traffic, so it is served on a listener
+ * of its own (--metrics-address), behind a token (--metrics-token), or else to this machine only. The
+ * token is compared by its hash, so a check's time says nothing of how much of a guess was right.
  */
 import { timingSafeEqual } from 'node:crypto'
 import { ApiError, errorResponse } from '../http/api-errors'

@@ -11,9 +11,8 @@ const START_SECONDS = Date.now() / 1000 - process.uptime()
 const LAG_EVERY_MS = 500
 
 /**
- * How late the event loop ran a timer due every 500 ms, measured at its last run: what one busy
- * stretch of the main thread costs every request waiting behind it. One sampler per process, started
- * by the first scrape, and unref'd so it never keeps the process alive.
+ * How late the event loop ran a timer due every 500 ms, at its last run: what a busy main thread costs
+ * each request behind it. One unref'd sampler per process, started by the first scrape.
  */
 let lagSeconds = 0
 let sampler: ReturnType<typeof setInterval> | undefined

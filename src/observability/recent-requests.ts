@@ -1,10 +1,7 @@
 /**
- * The last few thousand answers of the API, kept in memory for the console: time, method, path (without
- * its query), status, the key's id or the client's address, duration and request id. No bodies, no
- * headers, nothing secret. Filled by the one recorder of answers (plugins/request-context.ts), one slot
- * per answer in a ring: the request path pays one small object and no search. A path is kept to its
- * first RECENT_PATH_CHARS characters, copied, so the ring holds no request's URL alive (a string sliced
- * from another keeps the whole of it in JSC): 5,000 paths of 16 KB would otherwise hold 80 MB.
+ * The API's last few thousand answers, in memory for the console: no bodies, no headers, nothing secret.
+ * One slot per answer in a ring, filled by plugins/request-context.ts. A path is kept to RECENT_PATH_CHARS,
+ * copied, so the ring holds no request's URL alive (5,000 paths of 16 KB would hold 80 MB).
  */
 
 /** The characters of a path the ring keeps. */

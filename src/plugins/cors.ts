@@ -1,9 +1,7 @@
 /**
- * CORS for browser clients, off unless --cors-origin is given. Preflights under the base are answered
- * by a route of the API that the gate lets through unauthenticated (browsers never send credentials on
- * them); actual responses expose the headers scripts need: pagination, Location, rate limits and the
- * request id. Every response says `Vary: Origin`, so a shared cache never hands one origin's answer to
- * another.
+ * CORS for browser clients, off unless --cors-origin is given. Preflights under the base are answered by
+ * an API route the gate lets through (browsers send no credentials on them); responses expose the headers
+ * scripts need and say `Vary: Origin`, so a shared cache never hands one origin's answer to another.
  */
 import { Elysia } from 'elysia'
 import { type RequestInfo, requestInfo } from './request-context'

@@ -1,10 +1,8 @@
 /**
- * The one place errors become responses: typed ApiErrors keep their status and code, a path outside
- * the API that no route has is a 404 (or a 405 with Allow when the path exists for other methods), and
- * storage that does not answer or refuses writes is a 503 saying which (the console reads storage in its
- * handlers), and anything else is a 500 whose details go to the server's log, never to the client. Paths under the
- * base never get here unrouted: the API's own fallback route answers them, behind the gate. Errors
- * skip the afterHandle hook that records answers, so their answers are recorded here.
+ * The one place errors become responses: ApiErrors keep their status and code, an unknown path outside
+ * the API is a 404 (405 with Allow), unavailable storage a 503 saying which, anything else a 500 whose
+ * details go to the log only (unknown paths under the base get the API's fallback, behind the gate).
+ * Errors skip the afterHandle hook, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
 import { StorageUnavailableError } from '../domain/repositories'

@@ -1,10 +1,8 @@
 /**
- * The gate of the API: bearer authentication (RFC 6750) and rate limiting. It is a hook of the API's
- * own routes (the fallback for unknown paths under the base included), so whichever router matched a
- * request, no API handler runs without it. Requests without a valid key are limited per client
- * address with the Free plan's numbers, so keys cannot be guessed at speed; the limit is checked before
- * the 401 is given (a key made a moment ago is looked for in storage first and, found, never costs its
- * address), and every answer carries the rate-limit fields of the bucket in force.
+ * The gate of the API: bearer authentication (RFC 6750) and rate limiting, a hook of the API's own routes
+ * (its fallback included), so no API handler runs without it. Requests without a valid key are limited
+ * per client address with the Free plan's numbers, before the 401, so keys cannot be guessed at speed;
+ * every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
 import { ApiError } from '../http/api-errors'
@@ -60,10 +58,9 @@ export function rateLimitHeaders(headers: Record<string, unknown>, limits: Limit
 }
 
 /**
- * The rate-limit fields of a refusal given before the gate (a Host the router cannot read): those of
- * the bucket the gate would judge the request by, its key's when the token names a key this server
- * holds, else its client address's, as they stand (nothing taken). When the limiter does not answer,
- * the request gets what every request under the base then gets, LIMITER_DOWN.
+ * The rate-limit fields of a refusal given before the gate (a Host the router cannot read): those of the
+ * bucket the gate would judge by (its key's, else its address's), nothing taken; LIMITER_DOWN when the
+ * limiter does not answer.
  */
 export async function standingFields(
   keys: Pick<KeyLookup, 'find'>,
@@ -136,16 +133,10 @@ export function gate(options: GateOptions) {
     if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
   }
 
-  // One async hook for every limiter: Elysia awaits it whether the limiter answers at once (in
-  // process) or later (Redis). The context is destructured, since Elysia reads a hook's source text to
-  // decide which context fields to build. Refusals are answered here, not thrown, as they are the hot
-  // path under abuse and a throw costs a trip through the error handler.
-  // The request is limited as its key when the token names one, else as its address (the Free plan's
-  // numbers), before the key is judged. A token the registry does not know is first looked for in
-  // storage (a key made a moment ago by the CLI or another instance): requests carrying the same token
-  // share one look-up, and look-ups share reads (modules/keys/service.ts), so a flood of guesses is not
-  // a flood of reads. A token found is limited as its key and never costs its address; only a token
-  // that stays unknown is counted against the address, so every guess still costs the guesser.
+  // One async hook for both limiters, its context destructured (Elysia reads a hook's source text).
+  // Refusals are returned, not thrown: they are the hot path under abuse. An unknown token is looked for
+  // in storage first (a key made a moment ago; look-ups are shared, modules/keys/service.ts): a key found
+  // is limited as itself and never costs its address; a token that stays unknown costs the address.
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))

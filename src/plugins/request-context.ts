@@ -25,10 +25,7 @@ type Recorder = (info: RequestInfo, status: number, route: string | undefined) =
 export class RequestInfo {
   /** The authenticated key, once the gate has found one. */
   key: ActiveKey | undefined = undefined
-  /**
-   * Set only by a catch-all route whose answer is not one operation: the API's fallbacks ('unmatched')
-   * and a preflight ('preflight'). Otherwise the answer is recorded under its route's operationId.
-   */
+  /** Set only by catch-all routes ('unmatched', 'preflight'); else the answer is recorded under its route's operationId. */
   operation: string | undefined = undefined
   private clientAddress: string | undefined
   private recorded = false
@@ -51,12 +48,11 @@ export class RequestInfo {
     this.recorder(this, status, route)
   }
 
-  /** Looked up on first use: requests with a valid key never need it. */
   get method(): string {
     return this.request.method
   }
 
-  /** The client's address, normalised (see client-address.ts). */
+  /** The client's address, normalised (client-address.ts), looked up on first use: requests with a key never need it. */
   get address(): string {
     return (this.clientAddress ??= clientAddress(this.server(), this.request, this.proxies))
   }
@@ -85,9 +81,8 @@ export interface RequestContextOptions {
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
   /**
-   * Puts the rate-limit fields on a refusal given here, before routing (and so before the gate); a
-   * promise of the refusal to give instead, if any (the limiter's own, when it does not answer), or
-   * undefined when the answer has no such fields (a path outside the API).
+   * Puts the rate-limit fields on a refusal given here, before routing: a promise of the refusal to give
+   * instead, if any (the limiter's own), or undefined for a path outside the API.
    */
   rateLimitFields?: (
     request: Request,
@@ -129,24 +124,18 @@ export function jsonString(text: string): string {
 }
 
 /**
- * Scheme and authority as RFC 3986 allows them in an http(s) URL: a reg-name (unreserved, sub-delims and
- * %-escapes), an IPv4 address, or a bracketed IPv6 one, and an optional port. Bun builds `request.url`
- * from the `Host` header, and leaves it a bare path when it cannot.
+ * Scheme and authority as RFC 3986 allows them in an http(s) URL (reg-name, IPv4 or [IPv6], optional
+ * port). Bun builds `request.url` from `Host`, and leaves it a bare path when it cannot.
  */
 const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?\//
-/**
- * Where Elysia's router takes the path to start: it skips the first eleven characters of the URL
- * without looking, so a shorter `http://` + host (a host of under four characters and no port) would
- * be routed on the wrong path.
- */
+/** Elysia's router skips the URL's first eleven characters unread: a shorter `http://` + host would route wrong. */
 const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
 const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
 
 /**
- * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path
- * of Bun's whole 16 KiB header allowance (up to 9 characters a byte once percent-encoded), and the log
- * must not grow, or drop other clients' lines, at that rate.
+ * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path of
+ * 16 KiB (9 characters a byte once escaped), and the log must not grow, or drop others' lines, at that rate.
  */
 const LOGGED_PATH_CHARS = 2048
 
@@ -223,10 +212,9 @@ export function requestContext(options: RequestContextOptions) {
   return (
     new Elysia({ name: 'request-context' })
       .use(requestInfo)
-      // Elysia decides from a hook's source text which context fields to build and whether to await it:
-      // this hook reads only request and set (the server comes from the option, which spares a
-      // per-request property definition), and returns a refusal from a variable, so it runs synchronously;
-      // only a refusal whose rate-limit fields are still being read is a promise (Elysia answers it when kept).
+      // Elysia decides from a hook's source text which context to build and whether to await it: this
+      // hook reads only request and set, and returns from a variable, so it runs synchronously; only a
+      // refusal whose rate-limit fields are still being read is a promise.
       .onRequest((context) => {
         const { request, set } = context
         const incoming = request.headers.get('x-request-id')
@@ -261,26 +249,16 @@ function refusalInstead(set: AnswerSet, info: RequestInfo, error: ApiError) {
   return (instead: ApiError | undefined) => refuseUnrouted(set, info, instead ?? error)
 }
 
-/**
- * The key the gate verified, for the handlers behind it. A handler reached without one would be a bug;
- * it is answered as a missing key, never as a 500.
- */
+/** The key the gate verified; a handler reached without one (a bug) answers as a missing key, never a 500. */
 export function verifiedKey(info: RequestInfo): ActiveKey {
   if (!info.key) throw MISSING_KEY
   return info.key
 }
 
-/**
- * The one declaration of the per-request record in the context. Every instance whose hooks or handlers
- * read `info` uses it (one plugin by name, so it is applied once); the request-context hook fills it.
- */
+/** The per-request record in the context, for every instance that reads `info`; requestContext fills it. */
 export const requestInfo = new Elysia({ name: 'request-info' }).decorate('info', undefined as unknown as RequestInfo)
 
-/**
- * Records every answer a route gives, a hook's early answer included (the gate's refusals): the status
- * is the Response's, or the one set beside the body. The context is destructured, since Elysia reads a
- * hook's source text to decide which context fields to build.
- */
+/** Records every answer a route gives, the gate's refusals included; destructured, as Elysia reads its source. */
 function recordAnswer({
   set,
   info,
@@ -296,9 +274,8 @@ function recordAnswer({
 }
 
 /**
- * Puts an error's status, headers and body on the answer; returns the body to send. A
- * refusal that left the request's body unread closes the connection once sent (Bun then closes it at
- * once): otherwise the connection stays held, with what arrived of the body, until the client stops.
+ * Puts an error's status, headers and body on the answer; returns the body to send. A refusal that left
+ * the body unread closes the connection, else it stays held, with what arrived, until the client stops.
  */
 export function answerWith(
   set: { status?: number | string; headers: Record<string, unknown> },

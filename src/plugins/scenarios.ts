@@ -1,9 +1,8 @@
 /**
- * Answers on request, so a client's retry, backoff and timeout code can be tried against a real server
- * (docs/scenarios.md): `Prefer: code=N, delay=MS, fail=N` (RFC 7240; Prism's `code` keeps its meaning).
- * The gate calls it after finding the key and before the limiter, so a forced answer spends no token
- * and counts toward no ban; it is built by the constructors real answers use, so it looks like one. A
- * key the limiter would refuse now gets no scenario: the gate answers the limiter's refusal instead.
+ * Answers on request, so a client's retry, backoff and timeout code can be tried (docs/scenarios.md):
+ * `Prefer: code=N, delay=MS, fail=N` (RFC 7240; Prism's `code`). The gate calls it after finding the key
+ * and before the limiter: a forced answer, built as real ones are, spends no token and counts toward no
+ * ban. A key the limiter would refuse now gets the limiter's refusal instead.
  */
 import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
@@ -110,10 +109,7 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
   })
 }
 
-/**
- * What the limiter answers, or undefined when a shared one does not answer: the scenario then stands
- * aside, and the gate answers as it does while the limiter is away.
- */
+/** What the limiter answers, or undefined when a shared one does not (the scenario stands aside for the gate). */
 async function unlessLimiterDown<T>(work: T | Promise<T>): Promise<T | undefined> {
   try {
     return await work
@@ -141,9 +137,8 @@ function triesFull(retryAfter: number): ApiError {
 }
 
 /**
- * The scenario the gate runs for a request with a valid key: undefined at once without a Prefer header,
- * else a promise of the forced answer's body, or of undefined for the request to go on (delayed, or
- * as a try past its failures). A Prefer the server cannot honour is a 400 naming the preference.
+ * The scenario the gate runs for a request with a valid key: undefined at once without Prefer, else a
+ * promise of the forced body, or of undefined for the request to go on. A Prefer it cannot honour is a 400.
  */
 export function scenarios(options: ScenarioOptions) {
   const { limiter, tries, routes } = options
@@ -161,10 +156,7 @@ export function scenarios(options: ScenarioOptions) {
     }
   }
 
-  /**
-   * `error` as the answer, with the key's rate-limit fields as they stand (nothing taken), as every
-   * answer under the base carries them; undefined when the shared limiter cannot say them.
-   */
+  /** `error` as the answer with the key's rate-limit fields, nothing taken; undefined when the limiter cannot say them. */
   async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
     const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits))
     if (quota === undefined) return undefined
@@ -248,10 +240,8 @@ export function scenarios(options: ScenarioOptions) {
 }
 
 /**
- * The `Prefer` parameter the OpenAPI document gives an operation when scenarios are on: any text (RFC
- * 7240: preferences not known here are ignored), with the scenarios it supports as examples in the
- * description only, so the docs page's Try it out sends none unless one is typed (Swagger UI sends a
- * parameter's example, or the first of its examples, as the value).
+ * The `Prefer` parameter of an operation when scenarios are on: any text (RFC 7240 ignores unknown
+ * preferences), its examples in the description only, as Swagger UI's Try it out would send an example.
  */
 export function preferParameter(documented: number[], takesIdempotencyKey: boolean) {
   const codes = forceableCodes(documented)

@@ -24,10 +24,7 @@ export interface MemoryBackendOptions {
   maxAddresses: number
   /** Day buckets of keys saved by an earlier run; each is used once, when its key is first seen. */
   saved?: Map<string, SavedBucket>
-  /**
-   * What the server this one took over from handed over (buckets, bans, rejections of keys and
-   * addresses); each subject's is used once, when it is first seen, like `saved`.
-   */
+  /** What the server this one took over from handed over; each subject's is used once, like `saved`. */
   handedOver?: LimiterHandover
 }
 
@@ -45,9 +42,8 @@ interface State {
 export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   private readonly keys = new Map<string, State>()
   /**
-   * Addresses in two generations: an address seen again moves to the current one, and when the current
-   * one holds half the cap the previous one is dropped whole. That forgets the least recently seen at
-   * constant cost per request (deleting one by one from a Map's front slows down as deletions pile up).
+   * Addresses in two generations: one seen again moves to the current, and when the current holds half the
+   * cap the previous is dropped whole, forgetting the least recently seen at constant cost per request.
    */
   private currentAddresses = new Map<string, State>()
   private previousAddresses = new Map<string, State>()
@@ -148,9 +144,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   }
 
   /**
-   * For the server that takes over from this one: every key's minute bucket, ban and recent rejections
-   * (its day bucket is saved in storage), and every address's buckets, ban and rejections unless it is
-   * as a new one would be; plus what was handed to this one and not used yet.
+   * For the server taking over: keys' minute buckets, bans and rejections (day buckets are in storage),
+   * addresses' state unless it is as a new one's, and what was handed to this one and not used yet.
    */
   handover(now: number = Date.now()): LimiterHandover {
     const keys = new Map(this.handedOver.keys)
@@ -185,10 +180,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     return handed
   }
 
-  /**
-   * Called once `saved` (from unsavedDayBuckets) is written: those buckets count as saved unless they
-   * changed meanwhile. A save that failed is never marked, so the next one writes them again.
-   */
+  /** See RateLimiter.markSaved: the buckets count as saved unless they changed meanwhile. */
   markSaved(saved: Map<string, SavedBucket>): void {
     for (const [id, bucket] of saved) {
       const subject = this.keys.get(id)

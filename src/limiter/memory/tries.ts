@@ -18,9 +18,8 @@ export class MemoryTryStore implements TryStore {
   private oldestExpires = 0
 
   /**
-   * At most TRIES_PER_KEY counts per group and TRIES_KEPT in all, each forgotten `keepMs` after its
-   * first try; a group that is full forgets its own oldest, so one key's ids never push out another's,
-   * and past TRIES_KEPT a new id of a group that is not full is refused (TriesFullError).
+   * At most TRIES_PER_KEY counts per group (a full group forgets its own oldest) and TRIES_KEPT in all
+   * (past it a new id is refused, TriesFullError), each forgotten `keepMs` after its first try.
    */
   countTry(group: string, tryId: string, keepMs: number, now: number = Date.now()): number {
     const counts = this.tries.get(group)

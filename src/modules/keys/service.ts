@@ -31,17 +31,13 @@ const CATCH_UP_GAP_MS = 10
 const MAX_REMEMBERED_MISSES = 10_000
 
 /**
- * The keys the server accepts, by secret hash, held in memory so the gate never waits for storage.
- * Keys another process (the CLI, another instance) creates, revokes or gives another plan are read from storage's change
- * numbers at each poll, and only those: the change takes effect everywhere in under a second, at a
- * cost that does not grow with the number of keys.
+ * The keys the server accepts, by secret hash, in memory so the gate never waits for storage. Other
+ * processes' changes are read by change number at each poll, and only those: they take effect within a
+ * second, at a cost that does not grow with the number of keys.
  */
 export class KeyRegistry implements KeyLookup {
   private byHash = new Map<string, ActiveKey>()
-  /**
-   * Secrets already found valid, to skip hashing on the hot path. Only hits are kept (at most one entry
-   * per active key), and a miss is always answered by the hash, so wrong guesses learn nothing from it.
-   */
+  /** Secrets found valid, to skip hashing on the hot path; only hits, so wrong guesses learn nothing from it. */
   private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
   /**
@@ -66,9 +62,8 @@ export class KeyRegistry implements KeyLookup {
   }
 
   /**
-   * Applies the keys created or revoked since the last load; the first load reads every key. A read
-   * that another load overtook (two loads in flight) is dropped and read again from where that one
-   * ended, so an older read never undoes a newer one (a revoked key coming back).
+   * Applies the key changes since the last load (the first reads every key). A read another load overtook
+   * is dropped and read again from where that one ended, so an older read never undoes a newer one.
    */
   async reload(): Promise<void> {
     const from = this.applied
@@ -109,11 +104,9 @@ export class KeyRegistry implements KeyLookup {
   }
 
   /**
-   * For a token `find` missed: reads the key changes from storage (a key made by `keys create` a moment
-   * ago, before the poll brings it) and looks again. The read begins after the call, so a key that
-   * existed when the request came is found; misses share reads, at most one per CATCH_UP_GAP_MS, so a
-   * flood of invented keys is not a flood of reads. A token still unknown is remembered as a miss.
-   * Rejects with StorageUnavailableError when storage does not answer.
+   * For a token `find` missed (a key made a moment ago): reads the key changes, begun after the call, and
+   * looks again. Misses share reads, at most one per CATCH_UP_GAP_MS, so invented keys do not flood
+   * storage; a token still unknown is remembered. Rejects with StorageUnavailableError.
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
     if (this.misses.has(secret)) return undefined

@@ -110,8 +110,7 @@ export function buildDocument(options: OpsModuleOptions) {
 
 /**
  * Elysia's `.model()` gives each schema an `$id` of `#/components/schemas/<name>`, which JSON Schema
- * 2020-12 forbids and Swagger UI cannot resolve; the models stay the single source, the document
- * drops the `$id`s (references use `$ref` to the component itself).
+ * 2020-12 forbids and Swagger UI cannot resolve: the document drops them (references use `$ref`).
  */
 function withoutIds(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutIds)

@@ -116,10 +116,8 @@ export class GroupCommit {
   }
 
   /**
-   * Writes the batch; when its transaction fails for a reason other than availability and wrote
-   * nothing (a row storage refuses), the halves are written apart, in order, down to the one command
-   * that fails, so one bad row never fails the others. Halves go one after the other, so ids and
-   * Idempotency-Keys settle as if the batch had been one; a half that cannot be written gets its error.
+   * Writes the batch; when its transaction was rolled back (a row storage refuses), the halves are written
+   * apart, in order, down to the command that fails, so one bad row never fails the others.
    */
   private async writeApart(batch: PetBatch): Promise<({ outcome: CreatePetOutcome } | { error: unknown })[]> {
     try {

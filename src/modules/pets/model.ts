@@ -3,7 +3,7 @@
  * with the app, so `/openapi.json` describes exactly what is enforced. They are plain TypeBox rather
  * than Elysia's `t` because `t.Integer` also accepts numeric strings, and the contract is strict.
  */
-import { type Static, Type } from '@sinclair/typebox'
+import { Type } from '@sinclair/typebox'
 import { CONTROL_CHARACTERS, DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, PET_STATUSES } from '../../domain/pet'
 
 export const LIMIT_MIN = 1
@@ -89,8 +89,6 @@ export const PetModel = {
 } as const
 
 export const PetsModel = Type.Array(PetModel.Pet, { maxItems: LIMIT_MAX })
-
-export type NewPetInput = Static<typeof PetModel.NewPet>
 
 /**
  * NewPet as the validator checks it. JSON Schema counts `maxLength` in code points but TypeBox counts

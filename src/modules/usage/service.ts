@@ -1,8 +1,7 @@
 /**
- * Usage figures for operators (the console, `keys usage`), read from storage's per-key minute and hour
- * rows (domain/usage.ts), so in PostgreSQL they are the whole fleet's. "Today" is the UTC day. Figures
- * of the last 24 hours or less are read by the minute (exact to the minute), longer ones by the hour
- * (from the start of the hour). They count what has been written: up to a few seconds behind the traffic.
+ * Usage figures for operators (the console, `keys usage`) from storage's per-key minute and hour rows, so
+ * the whole fleet's in PostgreSQL. "Today" is the UTC day; up to 24 hours are read by the minute, longer by
+ * the hour. They count what has been written: a few seconds behind the traffic.
  */
 import type { ApiKeyRecord } from '../../domain/api-key'
 import type { Plan } from '../../domain/plans'

@@ -1,7 +1,6 @@
 /**
- * API keys and key-limit resets in PostgreSQL. Several instances read the same
- * rows: a reset is kept (with a sequence number) rather than taken, so every instance sees it once,
- * and each create, revoke or change of plan of a key takes a change number, so instances read only what changed.
+ * API keys and limit resets in PostgreSQL, read by several instances: a reset is kept with a sequence
+ * number, so each instance sees it once, and each key change takes a change number, so they read only it.
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
@@ -43,11 +42,7 @@ function toChange(row: ChangeRow): KeyChange {
   }
 }
 
-/**
- * The next change number, for a create, revoke or change of plan of a key in transaction `tx`. The lock is held until
- * it commits, as for pet ids: numbers become visible in order, so a poll that has read past one never
- * misses it.
- */
+/** The next key change number in `tx`, under a lock until it commits, as for pet ids: visible in order. */
 async function takeChange(tx: SQL): Promise<string> {
   await tx`SELECT pg_advisory_xact_lock(${LOCKS.keyChanges})`
   const [row] = (await tx`SELECT nextval('api_keys_change_seq') AS change`) as { change: string }[]
@@ -105,10 +100,8 @@ export class PostgresKeys implements KeyRepository {
   }
 
   /**
-   * Read in pages: PostgreSQL plans an unbounded `change > $1` as a scan of every key until it has
-   * statistics of the table (after a bulk import, say), and a page this size keeps it on the index.
-   * Numbers are unique and become visible in order, so pages read one after the other still read
-   * every change once.
+   * Read in pages: without statistics (after a bulk import) PostgreSQL plans an unbounded `change > $1` as a
+   * scan of every key, and a page keeps it on the index. Numbers are unique and visible in order.
    */
   changesSince(after: number): Promise<KeyChanges> {
     return guarded(async () => {

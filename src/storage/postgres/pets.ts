@@ -1,10 +1,8 @@
 /**
- * Pets and idempotency records in PostgreSQL. PostgreSQL hands out sequence values at insert and
- * commits in any order, so on its own an id could become visible after a larger one and a client paging
- * past the larger one would never see it. Every transaction that takes pet ids therefore holds one
- * transaction-level advisory lock from taking them until it commits: ids become visible in increasing
- * order, across instances. Group commit pays for the lock: a batch of creates is one transaction, one
- * multi-row insert and one flush.
+ * Pets and idempotency records in PostgreSQL. Sequence values commit in any order, so an id could become
+ * visible after a larger one, and a client paging past it would never see it: every transaction that
+ * takes pet ids holds one advisory lock until it commits, so ids become visible in order across
+ * instances. Group commit pays for the lock: a batch is one transaction, one insert and one flush.
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
@@ -80,10 +78,8 @@ export class PostgresPets implements PetRepository {
   }
 
   /**
-   * The batch in one transaction. Under the pet-id lock, every creating transaction of every instance
-   * runs one at a time, so looking up an Idempotency-Key and then writing it is one atomic claim: the
-   * same key sent to two instances at once creates one pet. Commands are settled in order, so a key
-   * used twice in one batch behaves as if the two had come one after the other.
+   * The batch in one transaction. Under the pet-id lock creating transactions run one at a time on every
+   * instance, so looking up an Idempotency-Key and writing it is one atomic claim; commands settle in order.
    */
   createMany({ commands, now, locationPrefix }: PetBatch): Promise<CreatePetOutcome[]> {
     return guarded(() =>

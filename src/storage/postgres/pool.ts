@@ -1,14 +1,9 @@
 /**
- * Bun.sql's pool with a deadline on our side for every query and transaction. PostgreSQL's own timeouts
- * (statement, lock, idle in transaction) run inside the server, so a server that stops answering without
- * closing its connections (a stopped process, a stalled host, a black-holed network) never fires them:
- * without a deadline here, a request would wait for as long as the freeze lasts.
- *
- * A query that misses its deadline may still be running on its connection, and Bun cannot take one
- * connection out of its pool (a query's cancel() asks the frozen server on a second connection, and waits
- * as long). So the whole pool is closed at once, failing whatever else it was running, and a new one takes
- * its place: no connection that missed a deadline is used again. A transaction cut off that way may
- * still commit when the server resumes; the client's retry with its Idempotency-Key settles it.
+ * Bun.sql's pool with a deadline on our side for every query and transaction: PostgreSQL's own timeouts
+ * never fire in a server that stops answering without closing its connections (a stalled host, a
+ * black-holed network). Bun cannot take one connection out of its pool, so a missed deadline closes the
+ * whole pool and a new one takes its place; a transaction cut off that way may still commit, which the
+ * client's retry with its Idempotency-Key settles.
  */
 import { SQL } from 'bun'
 import { StorageUnavailableError } from '../../domain/repositories'

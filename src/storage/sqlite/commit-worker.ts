@@ -1,8 +1,7 @@
 /**
- * The commit worker: a thread with its own connection to the data file that commits batches of new
- * pets, so that the fsync of each batch does not stop the main thread's event loop. A separate entry
- * point of the build (scripts/build.ts), started by WorkerPetWriter. The Idempotency-Key rule and
- * a created pet's answer are the domain's (domain/idempotency.ts), the same on every backend.
+ * The commit worker: a thread with its own connection to the data file that commits batches of new pets,
+ * so each batch's fsync does not stop the main thread. A separate entry point of the build
+ * (scripts/build.ts), started by WorkerPetWriter.
  */
 import { BatchRolledBackError, type PetBatch, StorageUnavailableError } from '../../domain/repositories'
 import { openPetCommitter } from './index'

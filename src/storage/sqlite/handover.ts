@@ -1,10 +1,7 @@
 /**
- * What `petstore serve --takeover` needs from the data file besides its lock (data-file-lock.ts):
- * a check, made before the running server is asked to hand over, that this binary can serve the file
- * at all; and the rate-limit state that lives only in memory (keys' minute buckets, bans and recent
- * rejections; addresses' buckets, bans and rejections), handed from the server that stops to the one
- * that takes over in a small file beside the data file (`FILE.handover`). Keys' day buckets need no
- * such file: every stop saves them in the data file itself.
+ * What `serve --takeover` needs from the data file besides its lock: a check, before the running server
+ * is asked to hand over, that this binary can serve the file; the claim; and the rate-limit state that
+ * lives only in memory, handed over in `FILE.handover` (keys' day buckets are saved in the file itself).
  */
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
@@ -16,9 +13,8 @@ export function handoverFileOf(file: string): string {
 }
 
 /**
- * Throws, with the reason in one line, when this binary could not serve the file: it cannot be read,
- * it is not ours, or its schema is newer than this binary knows. Reads only: an older schema is
- * migrated later, once the running server has let the file go.
+ * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
+ * Reads only: an older schema is migrated once the running server has let the file go.
  */
 export function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
@@ -38,9 +34,8 @@ export function checkServable(file: string): void {
 }
 
 /**
- * Written by the stopping server once its last request is answered, before it releases the lock.
- * `minutes` repeats the keys' minute buckets as a petstore from before bans were handed over reads
- * them, so a rollback by takeover keeps those.
+ * Written by the stopping server after its last answer, before it releases the lock. `minutes` repeats
+ * the keys' minute buckets for a petstore from before bans were handed over (a rollback by takeover).
  */
 export function writeHandover(file: string, state: LimiterHandover): void {
   const path = handoverFileOf(file)
@@ -53,11 +48,7 @@ export function writeHandover(file: string, state: LimiterHandover): void {
   renameSync(`${path}.tmp`, path)
 }
 
-/**
- * The state a stopped server handed over, read once and removed (with a .tmp a killed writer left);
- * none when there is no file or it cannot be read. Bans are what matter; buckets refill within a minute
- * (a day, for an address's day bucket).
- */
+/** The state a stopped server handed over, read once and removed; none when absent or unreadable. */
 export function takeHandover(file: string): LimiterHandover {
   const path = handoverFileOf(file)
   const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })
@@ -102,14 +93,11 @@ function isBucket(value: unknown): value is SavedBucket {
 }
 
 /**
- * The claim of a server taking over (`FILE.takeover`, its process id), written before it listens
- * beside the running server; removed when it gives up, and once it serves, which tells the server
- * that handed over that its successor made it. One claim at a time, so of two takeovers started
- * together the second is refused before it holds any request. A signal is delivered late to a process
- * that was stopped (SIGSTOP, a frozen VM): the running server hands over only while a live process
- * other than itself claims the file, so a late or stray SIGUSR2 does not stop it with nobody to take
- * over. The claim of a process that died (`kill -9`) is removed by whoever notices: the running
- * server, or the next start.
+ * The claim of a server taking over (`FILE.takeover`, its pid), written before it listens beside the
+ * running server, removed when it gives up or serves (which tells the old server it made it). One at a
+ * time: a second takeover is refused before it holds a request. The running server hands over only
+ * while a live process claims the file, so a late or stray SIGUSR2 stops nothing; a dead claimant's
+ * claim is removed by whoever notices.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`

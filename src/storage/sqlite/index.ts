@@ -86,11 +86,9 @@ export function prepareDataFolder(file: string): void {
 }
 
 /**
- * Refuses a data file the permissions keep from this process, naming the user it runs as: a file that
- * cannot be read, or is behind a folder that cannot be entered, must never pass for a missing one. With
- * `create`, a missing file must be creatable (its nearest existing folder writable); with `write`, an
- * existing file must be writable, and its folder too, where SQLite makes the -wal and -shm files. A
- * file that can be read but not written passes without `write`: a server serves it read-only.
+ * Refuses a data file the permissions keep from this process, naming its user: an unreadable file never
+ * passes for a missing one. With `create`, a missing file must be creatable; with `write`, the file and
+ * its folder (for -wal and -shm) must be writable; without, a read-only file passes (served read-only).
  */
 function refuseDenied(given: string, { create, write }: { create: boolean; write: boolean }): void {
   const file = resolve(given)
@@ -132,26 +130,30 @@ function refuseDenied(given: string, { create, write }: { create: boolean; write
 }
 
 /**
- * A user by name and uid, from /etc/passwd: os.userInfo() takes the name from $USER, which a process
- * started with setpriv, su or a unit's User= may have inherited from another user.
+ * The name /etc/passwd gives `uid`: os.userInfo() takes the name from $USER, which a process started
+ * with setpriv, su, sudo or a unit's User= may have inherited from another user.
  */
-function userNamed(uid: number | undefined): string {
-  // Windows has no uids: the account is the one that started petstore.
-  if (uid === undefined) return 'this account'
-  let name: string | undefined
+export function passwdName(uid: number): string | undefined {
   try {
-    name = readFileSync('/etc/passwd', 'utf8')
+    return readFileSync('/etc/passwd', 'utf8')
       .split('\n')
       .map((line) => line.split(':'))
       .find((fields) => fields[2] === String(uid))?.[0]
-  } catch {}
+  } catch {
+    return undefined
+  }
+}
+
+function userNamed(uid: number | undefined): string {
+  // Windows has no uids: the account is the one that started petstore.
+  if (uid === undefined) return 'this account'
+  const name = passwdName(uid)
   return name ? `user ${name} (uid ${uid})` : `uid ${uid}`
 }
 
 /**
- * A second connection to a data file that openSqliteStorage has already checked and migrated, for
- * committing pets on another thread. Busy timeout and synchronous are per connection, so they are set
- * again. Failing to open is reported like a failed commit: a refusal when the file cannot be written.
+ * A second connection to a checked and migrated data file, for committing pets on another thread (busy
+ * timeout and synchronous set again); failing to open is reported like a failed commit.
  */
 export function openPetCommitter(file: string): { pets: SqlitePets; close(): void } {
   let db: Database | undefined
@@ -204,18 +206,12 @@ export class SqliteStorage implements Storage {
     this.operators = new SqlOperators(runner)
   }
 
-  /**
-   * True once a file opened as immutable (read-only, no write-ahead log) has changed on disk: what the
-   * open serves may then be stale, and only a fresh open reads it right.
-   */
+  /** True once a file opened as immutable has changed on disk: only a fresh open reads it right. */
   changedOnDisk(): boolean {
     return this.openedAs !== null && diskFingerprint(this.file!) !== this.openedAs
   }
 
-  /**
-   * True once the path no longer names the file this storage opened (deleted, or replaced by another
-   * file): whatever is written from then on goes to a file nobody will open again.
-   */
+  /** True once the path no longer names the file opened: writes would go to a file nobody opens again. */
   replaced(): boolean {
     return this.identity !== null && identityOf(this.file!) !== this.identity
   }
@@ -233,9 +229,8 @@ export class SqliteStorage implements Storage {
   }
 
   /**
-   * Writes the copy under a temporary name in the target folder, checks it, and only then links it
-   * under the final name (a link, unlike a rename, never replaces a file that appeared meanwhile): a
-   * backup that is killed or fails leaves nothing that could be mistaken for a good one.
+   * Writes and checks the copy under a temporary name, then links it under the final one (a link never
+   * replaces a file): a backup killed or failed leaves nothing that could pass for a good one.
    */
   backup(file: string): void {
     const existing = lstatSync(file, { throwIfNoEntry: false })

@@ -1,7 +1,6 @@
 /**
- * API keys, and the requests from `keys reset-limits` to a running server, in the data file. Every
- * create, revoke and change of plan of a key takes the next number of the `keys_change` counter in its transaction;
- * SQLite commits one writer at a time, so the numbers become visible in order.
+ * API keys, and `keys reset-limits` requests to a running server, in the data file. Every key change
+ * takes the next `keys_change` number in its transaction; SQLite's one writer makes them visible in order.
  */
 import type { Database, Statement } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'

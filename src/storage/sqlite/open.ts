@@ -52,11 +52,9 @@ export function readOnlyBecause(file: string): string {
 }
 
 /**
- * A read-only file (read-only mount, or permissions) still serves reads. SQLite reads a WAL database
- * read-only only while its -wal and -shm files exist (or it can make them); otherwise the file is
- * opened as immutable, which is exact while every change is in the main file. A leftover -wal that
- * cannot be read holds committed changes an immutable open would silently miss, so that is refused;
- * and as an immutable open never sees later changes, `changedOnDisk` watches the file for them.
+ * A read-only file still serves reads. SQLite reads a WAL database read-only only while its -wal and
+ * -shm exist (or can be made); else the file is opened as immutable, exact while every change is in the
+ * main file: an unreadable leftover -wal is refused, and `changedOnDisk` watches for later changes.
  */
 export function openReadOnly(file: string): { db: Database; immutable: boolean } {
   const db = new Database(file, { readonly: true, strict: true })

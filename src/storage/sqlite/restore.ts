@@ -1,13 +1,9 @@
 /**
- * Putting a backup in place of the data file. Copying it over the file by hand is not enough: after a
- * crash the old file's `-wal` is still beside it, and SQLite replays it onto whatever file has the
- * name, which damages the backup. So the old file moves away with its `-wal` and `-shm` under one
- * dated name (it is kept, never deleted), and the backup, copied and checked beside it, takes its name.
- *
- * Several renames cannot be one atomic step, so a plan file (`FILE.restore-in-progress`) is written
- * before the first rename and removed after the last. While it exists, nothing opens the data file
- * (openSqliteStorage refuses), and the next `restore` finishes the plan; a restore killed before the
- * plan exists has changed nothing but a temporary copy, which the next one replaces.
+ * Putting a backup in place of the data file. Copying over it is not enough: SQLite would replay the old
+ * file's `-wal` onto the backup. So the old file moves away with its `-wal` and `-shm` under one dated
+ * name (kept, never deleted), and the backup, copied and checked beside it, takes its name. A plan file
+ * (`FILE.restore-in-progress`) spans the renames: while it exists nothing opens the data file, and the
+ * next `restore` finishes the plan.
  */
 import { Database } from 'bun:sqlite'
 import {

@@ -17,11 +17,9 @@ export type CommitResult =
 export type CommitReply = CommitResult & { seq: number }
 
 /**
- * The main thread's side of the commit worker (commit-worker.ts). The thread keeps the process alive
- * only while it has a batch or is closing, so a server that fails to start still exits. Should the
- * thread ever stop on its own, the batch it held is failed (a 500; its fate is unknown, which is
- * what the Idempotency-Key is for) and the next batch starts a new thread, so creates do not fail
- * until a restart.
+ * The main thread's side of the commit worker (commit-worker.ts), which keeps the process alive only
+ * while it has a batch or is closing. Should the thread stop on its own, its batch fails (a 500: what
+ * Idempotency-Keys are for) and the next batch starts a new thread.
  */
 export class WorkerPetWriter implements PetWriter {
   private worker: Worker | null = null
