@@ -131,9 +131,10 @@ export class PetService {
    * the block's start include the asked id whenever it exists.
    */
   async getJson(id: number): Promise<string | null> {
+    // Past 2^53 a number stands for several ids: none is looked up or kept (a row there would be rounded).
+    if (!Number.isSafeInteger(id)) return null
     const cached = this.pets.get(id)
     if (cached) return cached
-    if (!Number.isSafeInteger(id)) return null
     const after = id - 1 - ((id - 1) % PET_BLOCK)
     const generation = this.generation
     const rows = await this.read(() => this.repo.list(after, PET_BLOCK, undefined))
@@ -141,7 +142,7 @@ export class PetService {
     let json: string | null = null
     for (const pet of rows) {
       if (pet.id === id) json = petJson(pet)
-      if (keep && !this.pets.has(pet.id)) this.cachePet(pet.id, pet.id === id ? json! : petJson(pet))
+      if (keep && Number.isSafeInteger(pet.id) && !this.pets.has(pet.id)) this.cachePet(pet.id, pet.id === id ? json! : petJson(pet))
     }
     return json
   }
