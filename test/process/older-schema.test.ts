@@ -18,7 +18,11 @@ afterAll(killSpawned)
 setDefaultTimeout(60_000)
 
 const USAGE_TABLES = ['usage_minutes', 'usage_hours']
-const READS = [['keys', 'list'], ['keys', 'usage'], ['operators', 'list']]
+const READS = [
+  ['keys', 'list'],
+  ['keys', 'usage'],
+  ['operators', 'list'],
+]
 
 const refusal = (where: string, version: number, current: number) =>
   new RegExp(
@@ -41,7 +45,10 @@ function schemaOf(file: string): { version: number; columns: string[] } {
   const db = new Database(file, { readonly: true })
   try {
     const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
-    const columns = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('usage_minutes')").all().map((c) => c.name)
+    const columns = db
+      .query<{ name: string }, []>("SELECT name FROM pragma_table_info('usage_minutes')")
+      .all()
+      .map((c) => c.name)
     return { version, columns }
   } finally {
     db.close()
