@@ -14,7 +14,8 @@ export async function backup(args: string[]): Promise<number> {
   if (values.help) return help(USAGE)
   const target = oneFile(positionals, 'backup', USAGE)
   const file = dataFileFor(values, USAGE, 'backup copies the data file; with PostgreSQL, use pg_dump (see the README)')
-  const storage = openSqliteStorage(file, { mustExist: true })
+  // As it is: the copy taken before an upgrade must still open in the binary it goes back to.
+  const storage = openSqliteStorage(file, { mustExist: true, olderSchema: 'keep' })
   try {
     storage.backup(target)
   } finally {

@@ -52,7 +52,7 @@ export async function operators(args: string[]): Promise<number> {
       throw error
     }
   }
-  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'add' })
+  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'add', readsOnly: sub === 'list' })
   try {
     if (sub === 'list') return await list(storage, where, values.json === true)
     return await change(storage, where, sub, name, values)

@@ -165,7 +165,8 @@ export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: s
 /**
  * What a command other than serve does with the data file. `mayCreate`: only a named one (--data,
  * PETSTORE_DATA), as a key put in a new file on the default path is one no server knows. Unless it
- * `readsOnly`, a file this user may not write is refused before the command starts.
+ * `readsOnly`, a file this user may not write is refused before the command starts; if it does, an
+ * older schema is refused, not upgraded (storage/shared/older-schema.ts).
  */
 export interface CommandAccess {
   mayCreate?: boolean
@@ -179,15 +180,20 @@ export async function openForCommand(
   access: CommandAccess = {},
 ): Promise<{ storage: Storage; where: string }> {
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
+  const olderSchema = access.readsOnly ? 'refuse' : 'upgrade'
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
   asUsageError(() => resolveRedisUrl(input, process.env), usage)
   if (database) {
-    const storage = await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND })
+    const storage = await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND, olderSchema })
     return { storage, where: storage.location }
   }
   const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
   return {
-    storage: openSqliteStorage(file, { mustExist: !(access.mayCreate && dataFileNamed(input, process.env)), mustWrite: !access.readsOnly }),
+    storage: openSqliteStorage(file, {
+      mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
+      mustWrite: !access.readsOnly,
+      olderSchema,
+    }),
     where: file,
   }
 }

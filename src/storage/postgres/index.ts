@@ -3,9 +3,11 @@
  * embedded migrations in one transaction under an advisory lock, so instances that start together
  * migrate once, and refuses a schema newer than this binary. Every member answers with a promise.
  */
+import type { SQL } from 'bun'
 import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { SqlLimiterState } from '../shared/limiter-state'
+import { olderSchemaRefused } from '../shared/older-schema'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
@@ -20,6 +22,8 @@ export interface PostgresOptions {
   pool: number
   /** How long a query and a transaction may take on our side (a server's by default). */
   deadlines?: Deadlines
+  /** A database at an older schema is upgraded (the server, commands that write) or refused (commands that only read). */
+  olderSchema?: 'upgrade' | 'refuse'
 }
 
 /** Instances that start together wait for the one that migrates; a migration may take a while. */
@@ -50,7 +54,8 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
   )
   try {
     await checkEncoding(sql, location)
-    await migrate(sql, location)
+    if (options.olderSchema === 'refuse') await checkCurrent(sql, location)
+    else await migrate(sql, location)
   } catch (error) {
     await sql.close()
     if (error instanceof StorageOpenError) throw error
@@ -74,18 +79,36 @@ async function checkEncoding(sql: Database, location: string): Promise<void> {
     )
 }
 
+/** Reads the schema version without creating or changing anything. */
+async function checkCurrent(sql: Database, location: string): Promise<void> {
+  const version = await sql.begin(async (tx) => {
+    const [row] = (await tx`SELECT to_regclass('petstore_schema') IS NOT NULL AS present`) as { present: boolean }[]
+    return row!.present ? await versionOf(tx) : 0
+  })
+  refuseNewer(version, location)
+  if (version < MIGRATIONS.length) throw olderSchemaRefused(`the database at ${location}`, version, MIGRATIONS.length)
+}
+
+async function versionOf(tx: SQL): Promise<number> {
+  const [row] = (await tx`SELECT coalesce(max(version), 0) AS version FROM petstore_schema`) as { version: number }[]
+  return Number(row!.version)
+}
+
+function refuseNewer(version: number, location: string): void {
+  if (version > MIGRATIONS.length)
+    throw new StorageOpenError(
+      `the database at ${location} was written by a newer petstore (schema ${version}, this one knows up to ${MIGRATIONS.length}); ` +
+        'run that newer petstore, or go back to this version by restoring the dump taken before the upgrade ' +
+        '(pg_restore, every instance stopped; see docs/upgrading.md)',
+    )
+}
+
 async function migrate(sql: Database, location: string): Promise<void> {
   await sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
     await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
-    const [row] = (await tx`SELECT coalesce(max(version), 0) AS version FROM petstore_schema`) as { version: number }[]
-    const version = Number(row!.version)
-    if (version > MIGRATIONS.length)
-      throw new StorageOpenError(
-        `the database at ${location} was written by a newer petstore (schema ${version}, this one knows up to ${MIGRATIONS.length}); ` +
-          'run that newer petstore, or go back to this version by restoring the dump taken before the upgrade ' +
-          '(pg_restore, every instance stopped; see docs/upgrading.md)',
-      )
+    const version = await versionOf(tx)
+    refuseNewer(version, location)
     for (let next = version; next < MIGRATIONS.length; next++) {
       await tx.unsafe(MIGRATIONS[next]!)
       await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`

@@ -6,6 +6,7 @@ import { constants as sqlite, Database } from 'bun:sqlite'
 import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
+import { olderSchemaRefused } from '../shared/older-schema'
 import { APPLICATION_ID, MIGRATIONS } from './migrations'
 
 export interface OpenOptions {
@@ -13,6 +14,11 @@ export interface OpenOptions {
   verify?: boolean
   /** Refuse a missing file instead of creating it (commands that only read or change existing data). */
   mustExist?: boolean
+  /**
+   * A file at an older schema is upgraded (commands that write, the server), kept as it is (a backup,
+   * so the copy can go back to the older binary), or refused (commands that only read).
+   */
+  olderSchema?: 'upgrade' | 'keep' | 'refuse'
 }
 
 const SQLITE_HEADER = 'SQLite format 3\0'
@@ -122,8 +128,10 @@ export function prepare(db: Database, file: string, options: OpenOptions & { rea
   db.run('PRAGMA busy_timeout = 5000')
   if (options.verify) checkWhole(db, file, 'restore it from a backup')
   const version = checkSchema(db, file)
+  const older = options.olderSchema ?? 'upgrade'
+  if (version < MIGRATIONS.length && older === 'refuse') throw olderSchemaRefused(file, version, MIGRATIONS.length)
   if (options.readOnly) {
-    if (version < MIGRATIONS.length)
+    if (version < MIGRATIONS.length && older === 'upgrade')
       throw new StorageOpenError(`${file} is read-only and needs its schema brought up to date; make it writable once`)
     return
   }
@@ -131,6 +139,7 @@ export function prepare(db: Database, file: string, options: OpenOptions & { rea
   // before we answer 201.
   db.run('PRAGMA journal_mode = WAL')
   db.run('PRAGMA synchronous = FULL')
+  if (older === 'keep') return
   for (let next = version; next < MIGRATIONS.length; next++) {
     db.transaction(() => {
       db.run(MIGRATIONS[next]!)
