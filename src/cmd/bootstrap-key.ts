@@ -68,7 +68,11 @@ export function fileBesideData(dataFile: string, suffix: string): string {
 
 /** How the user ran us: the binary by the name they typed, or the sources through Bun. */
 export function commandName(): string {
-  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/')
-    ? 'petstore'
-    : `bun ${relative(process.cwd(), Bun.main) || Bun.main}`
+  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${within(process.cwd(), Bun.main)}`
+}
+
+/** `src/index.ts` from the project folder; from anywhere else the whole path, which works from there too. */
+function within(folder: string, file: string): string {
+  const path = relative(folder, file)
+  return path && !path.startsWith('..') ? path : file
 }

@@ -279,6 +279,22 @@ describe('no autoloaded configuration from the working directory', () => {
     expect(server.env).toBe('production')
     expect(await server.stop()).toBe(0)
 
+    // The hints name the sources as the folder they were started from reaches them: from the project's own
+    // folder `src/index.ts`, from any other the whole path, which works from there.
+    const sources = join(realpathSync(root), 'src', 'index.ts')
+    const runs = [
+      [realpathSync(root), 'src/index.ts', 'src/index.ts'],
+      [tempDir(), sources, sources],
+    ]
+    for (const [n, [cwd, command, named]] of runs.entries()) {
+      const started = await spawnServe(
+        ['--port', '0', '--host', '127.0.0.1', '--data', join(project, 'state', `hint-${n}.db`), '--console-address', 'off'],
+        { cwd, command: [process.execPath, command!, 'serve'] },
+      )
+      expect(started.stderr()).toContain(`make more with: bun ${named} keys create --plan pro`)
+      expect(await started.stop()).toBe(0)
+    }
+
     const created = Bun.spawnSync([process.execPath, 'src/index.ts', 'keys', 'create', '--plan', 'pro'], {
       cwd: project,
       env: cleanEnv(),
