@@ -75,6 +75,16 @@ export function errorResponses(statuses: number[], extraHeaders: readonly Header
 
 type ErrorResponse = { description: string; headers: object; content: object }
 
+/**
+ * Where a first key comes from, for the document and the docs page. The same document is served in every
+ * environment, so it names the staging file too (a staging reader must not pick up production's key).
+ */
+export const KEY_HINT =
+  'The first start with no keys writes a Free key to a file beside the data file, named after it ' +
+  '(`petstore-bootstrap-key.txt` beside the default `petstore.db`, `petstore-staging-bootstrap-key.txt` in staging; ' +
+  'the startup line names the file). `petstore keys create --plan pro` makes more: give it the same `--env`, ' +
+  '`--data` or `PETSTORE_DATABASE_URL` as the server.'
+
 const ERROR_NAMES: Record<number, string> = {
   400: 'BadRequest',
   401: 'Unauthorized',
@@ -245,10 +255,7 @@ export function components(errorSchema: object, scenarios = false) {
       bearerAuth: {
         type: 'http',
         scheme: 'bearer',
-        description:
-          'API key sent as `Authorization: Bearer <key>`. The first start with no keys writes a Free key to ' +
-          '`petstore-bootstrap-key.txt` in the data directory (the startup line names the file); ' +
-          '`petstore keys create --plan pro` makes more.',
+        description: `API key sent as \`Authorization: Bearer <key>\`. ${KEY_HINT}`,
       },
     },
     headers,

@@ -69,6 +69,11 @@ describe('OpenAPI document', () => {
     expect(typeof doc.info.title).toBe('string')
   })
 
+  test("says where each environment's first key is, so a staging reader does not take production's", () => {
+    for (const text of [doc.info.description, doc.components.securitySchemes.bearerAuth.description])
+      for (const file of ['`petstore-bootstrap-key.txt`', '`petstore-staging-bootstrap-key.txt`']) expect(text).toContain(file)
+  })
+
   test('lists the production and staging base URLs as servers', () => {
     const port = new URL(app.origin).port
     expect(doc.servers).toHaveLength(3)

@@ -11,7 +11,15 @@ import swaggerScript from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'f
 import swaggerStyle from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 import { errorResponse, JSON_TYPE, unavailable } from '../../http/api-errors'
 import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
-import { type AnyElysia, components, errorResponses, REQUEST_ID_PARAMETER, schemaComponents, withInt64Bounds } from '../../http/openapi'
+import {
+  type AnyElysia,
+  components,
+  errorResponses,
+  KEY_HINT,
+  REQUEST_ID_PARAMETER,
+  schemaComponents,
+  withInt64Bounds,
+} from '../../http/openapi'
 import { requestInfo } from '../../plugins/request-context'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
@@ -36,8 +44,7 @@ const INFO = {
   description:
     'A store of animals: list them (filtered by status, paginated by cursor), add one, fetch one. ' +
     'Every operation needs an API key as a bearer token and is rate limited per plan: click Authorize and ' +
-    'paste a key (the first start writes one to `petstore-bootstrap-key.txt` in the data directory; ' +
-    '`petstore keys create` makes more).',
+    `paste a key. ${KEY_HINT}`,
 }
 
 const PREFERENCE_APPLIED = { $ref: '#/components/headers/Preference-Applied' }
