@@ -254,15 +254,18 @@ export class ConsoleService {
     return { key, secret: made.secret }
   }
 
+  /** Idempotent; audited only by the request that revoked it (storage tells which). */
   async revokeKey(operator: string, id: string): Promise<void> {
-    if (!(await this.deps.storage.keys.revoke(id, this.deps.now()))) throw noKey(id)
+    const done = await this.deps.storage.keys.revoke(id, this.deps.now())
+    if (done === 'no-key') throw noKey(id)
+    if (done === 'already-revoked') return
     await this.deps.keys.reload()
     await this.audit(operator, 'key.revoke', id)
   }
 
   /** Full buckets and no ban: applied by every instance at its next change poll (within a second). */
   async resetLimits(operator: string, id: string, action = 'key.reset-limits'): Promise<void> {
-    if (!(await this.deps.storage.keys.resetLimits(id, this.deps.now()))) throw noKey(id)
+    if (!(await this.deps.storage.keys.resetLimits(id, this.deps.now()))) throw noKey(id, ' (or it is revoked)')
     await this.audit(operator, action, id)
   }
 
