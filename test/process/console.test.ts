@@ -186,14 +186,14 @@ describe('console on its own listener', () => {
     const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'revoked at once' })).json()) as any
     const answers = await Promise.all(Array.from({ length: 30 }, () => call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)))
     expect(answers.map((answer) => answer.status)).toEqual(Array(30).fill(204))
+    const { entries } = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=5000')).json()) as any
+    const ofKey = entries.filter((entry: { target: string }) => entry.target === key.id).map((entry: { action: string }) => entry.action)
+    expect(ofKey).toEqual(['key.revoke', 'key.create'])
     for (const path of [`/api/keys/${key.id}/reset-limits`, `/api/bans/keys/${key.id}`]) {
       const reset = await call(server.console, cookie, path.includes('bans') ? 'DELETE' : 'POST', path)
       expect(reset.status).toBe(404)
       expect(((await reset.json()) as any).message).toBe(`No key with id "${key.id}" (or it is revoked).`)
     }
-    const { entries } = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=5000')).json()) as any
-    const ofKey = entries.filter((entry: { target: string }) => entry.target === key.id).map((entry: { action: string }) => entry.action)
-    expect(ofKey).toEqual(['key.revoke', 'key.create'])
   })
 
   test('a revoked key is listed on request (revoked=include), for the record, and not by default; the parameter is documented and checked', async () => {
