@@ -137,8 +137,12 @@ describe('console on its own listener', () => {
   test('bad input gets a 400 naming its field', async () => {
     const cases: [string, string, unknown, string][] = [
       ['POST', '/api/keys', { plan: 'gold' }, 'plan: must be one of free, pro, business, enterprise'],
-      ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: rpm and rpd are only for plan enterprise'],
-      ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs its own limits: rpm N rpd N'],
+      ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'free', rpm: 5, rpd: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'free', name: 'a\tb' }, 'name: must be a string of at most 200 characters, with no control characters'],
+      ['POST', '/api/keys', { plan: 'free', name: 'x'.repeat(201) }, 'name: must be a string of at most 200 characters, with no control characters'],
+      ['PUT', '/api/keys/key_x/plan', { plan: 'enterprise', rpm: 5 }, 'rpm: an enterprise key needs rpm and rpd'],
       ['POST', '/api/keys', { plan: 'pro', colour: 'red' }, 'colour: is not a known property; allowed are plan, name, rpm, rpd'],
       ['PUT', '/api/keys/key_x/plan', { plan: 'pro', rpd: 0 }, 'rpd: must be an integer from 1 to 1000000000'],
     ]
