@@ -222,6 +222,52 @@ describe('console on its own listener', () => {
     expect(parameter.description).toContain('revoked keys too')
   })
 
+  test("every guarded route takes only the query parameters its document declares, each once, as the API's do: 400 before the handler, nothing changed", async () => {
+    const document = (await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any
+    const declared = (method: string, path: string): string[] =>
+      (document.paths[path.replace('key_x', '{id}').replace('127.0.0.1', '{address}')]?.[method.toLowerCase()]?.parameters ?? [])
+        .filter((parameter: { in: string }) => parameter.in === 'query')
+        .map((parameter: { name: string }) => parameter.name)
+    const answers = await Promise.all(
+      GUARDED.map(async ([method, path]) => {
+        const answer = await call(server.console, cookie, method, `${path}?nope=1`)
+        const text = await answer.text()
+        return [method, path, answer.status, text && JSON.parse(text).message]
+      }),
+    )
+    expect(answers).toEqual(
+      GUARDED.map(([method, path]) => {
+        const allowed = declared(method, path)
+        const rest = allowed.length ? `allowed are ${allowed.join(', ')}` : 'this route takes none'
+        return [method, path, 400, `nope: is not a known query parameter; ${rest}`]
+      }),
+    )
+    // Still signed in: the sign-out's handler did not run.
+    expect((await call(server.console, cookie, 'GET', '/api/me')).status).toBe(200)
+
+    const cases: [string, string][] = [
+      ['/api/keys?revoked=include&revoked=exclude', 'revoked: is given more than once'],
+      ['/api/keys?Revoked=include', 'Revoked: is not a known query parameter; allowed are revoked'],
+      ['/api/audit?limt=1', 'limt: is not a known query parameter; allowed are limit'],
+      ['/api/audit?limit=1&limit=2', 'limit: is given more than once'],
+      ['/api/requests?status=200&key=a&key=b', 'key: is given more than once'],
+      ['/api/overview?hour', 'hour: is not a known query parameter; this route takes none'],
+    ]
+    for (const [path, message] of cases) {
+      const answer = await call(server.console, cookie, 'GET', path)
+      expect([path, answer.status, (await answer.json()) as any]).toEqual([path, 400, { code: 'invalid_request', message, status: 400 }])
+    }
+    expect((await call(server.console, cookie, 'GET', '/api/audit?limit=1')).status).toBe(200)
+    expect((await call(server.console, cookie, 'GET', '/api/requests?key=k&status=200&limit=5')).status).toBe(200)
+
+    // A change with a stray parameter is refused whole; without credentials, the 401 comes first.
+    const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'kept' })).json()) as any
+    expect((await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}?force=1`)).status).toBe(400)
+    const listed = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys
+    expect(listed.find((row: { id: string }) => row.id === key.id)).toMatchObject({ revokedAt: null })
+    expect((await fetch(`${server.console}/api/audit?limt=1`)).status).toBe(401)
+  })
+
   test('a plan change in the console applies to the API within a second', async () => {
     const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json()) as any
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
