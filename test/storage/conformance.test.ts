@@ -306,6 +306,17 @@ function conformance(name: string, backend: Backend) {
     expect(await a.keys.list()).toHaveLength(1)
   })
 
+  test(`${name}: 30 revocations of one key at once through two handles: exactly one revoked it, the others are told it already was`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const { record } = makeKey({ plan: 'pro' }, NOW)
+    await a.keys.insert(record)
+    const done = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? other : a).keys.revoke(record.id, NOW + 1 + i)))
+    expect(done.filter((outcome) => outcome === 'revoked')).toHaveLength(1)
+    expect(done.filter((outcome) => outcome === 'already-revoked')).toHaveLength(29)
+    expect((await other.keys.list())[0]!.revokedAt).toBe(NOW + 1 + done.indexOf('revoked'))
+  })
+
   test(`${name}: a limit reset is reported once, with the key's saved day bucket gone; a revoked key's is refused`, async () => {
     const { a } = await backend.fresh()
     const { record } = makeKey({ plan: 'free' }, NOW)
