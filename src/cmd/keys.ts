@@ -162,9 +162,7 @@ export async function keys(args: string[]): Promise<number> {
         return 1
       }
       await auditCommand(storage, 'key.reset-limits', id)
-      console.error(
-        `petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`,
-      )
+      console.error(`petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`)
     }
     return 0
   } finally {

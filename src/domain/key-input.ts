@@ -41,8 +41,7 @@ export function limitsFor(input: CreateKeyInput): Limits {
     if (input.rpm === undefined || input.rpd === undefined) throw new KeyInputError('rpm', 'limits-needed')
     for (const field of ['rpm', 'rpd'] as const) {
       const value = input[field]!
-      if (!Number.isInteger(value) || value < CUSTOM_LIMIT.min || value > CUSTOM_LIMIT.max)
-        throw new KeyInputError(field, 'limit-range')
+      if (!Number.isInteger(value) || value < CUSTOM_LIMIT.min || value > CUSTOM_LIMIT.max) throw new KeyInputError(field, 'limit-range')
     }
     return { rpm: input.rpm, rpd: input.rpd }
   }

@@ -141,7 +141,12 @@ describe('console on its own listener', () => {
       ['POST', '/api/keys', { plan: 'free', rpm: 5, rpd: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
       ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs rpm and rpd'],
       ['POST', '/api/keys', { plan: 'free', name: 'a\tb' }, 'name: must be a string of at most 200 characters, with no control characters'],
-      ['POST', '/api/keys', { plan: 'free', name: 'x'.repeat(201) }, 'name: must be a string of at most 200 characters, with no control characters'],
+      [
+        'POST',
+        '/api/keys',
+        { plan: 'free', name: 'x'.repeat(201) },
+        'name: must be a string of at most 200 characters, with no control characters',
+      ],
       ['PUT', '/api/keys/key_x/plan', { plan: 'enterprise', rpm: 5 }, 'rpm: an enterprise key needs rpm and rpd'],
       ['POST', '/api/keys', { plan: 'pro', colour: 'red' }, 'colour: is not a known property; allowed are plan, name, rpm, rpd'],
       ['PUT', '/api/keys/key_x/plan', { plan: 'pro', rpd: 0 }, 'rpd: must be an integer from 1 to 1000000000'],
@@ -187,7 +192,9 @@ describe('console on its own listener', () => {
   })
 
   test('30 revocations of one key at once all answer 204 and write one audit entry; its limits then cannot be reset', async () => {
-    const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'revoked at once' })).json()) as any
+    const { key } = (await (
+      await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'revoked at once' })
+    ).json()) as any
     const answers = await Promise.all(Array.from({ length: 30 }, () => call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)))
     expect(answers.map((answer) => answer.status)).toEqual(Array(30).fill(204))
     const { entries } = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=5000')).json()) as any

@@ -34,7 +34,12 @@ describe("a key's input rules: one rule, phrased by each adapter in its own word
       'an enterprise key needs its own limits: --rpm N --rpd N',
       'rpm: an enterprise key needs rpm and rpd',
     ],
-    [{ plan: 'pro', rpd: 5 }, 'rpm', '--rpm and --rpd are only for --plan enterprise', 'rpm: only an enterprise key has its own rpm and rpd'],
+    [
+      { plan: 'pro', rpd: 5 },
+      'rpm',
+      '--rpm and --rpd are only for --plan enterprise',
+      'rpm: only an enterprise key has its own rpm and rpd',
+    ],
     [
       { plan: 'enterprise', rpm: 5, rpd: CUSTOM_LIMIT.max + 1 },
       'rpd',

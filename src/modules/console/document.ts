@@ -56,7 +56,9 @@ export const HEADERS = {
 }
 
 const ERRORS = {
-  400: error('The request is malformed (a query parameter the route does not declare, or one given twice, included); the message names the field.'),
+  400: error(
+    'The request is malformed (a query parameter the route does not declare, or one given twice, included); the message names the field.',
+  ),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
   403: error("A sign-in, or a request that changes something with the session cookie, without this console's own Origin."),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),

@@ -445,7 +445,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   routes.read(app.routes)
   for (const route of app.routes as RouteInfo[]) {
     const parameters = (route.hooks as { detail?: { parameters?: { in: string; name: string }[] } }).detail?.parameters ?? []
-    queries.set(`${route.method} ${route.path}`, parameters.filter((parameter) => parameter.in === 'query').map((parameter) => parameter.name))
+    queries.set(
+      `${route.method} ${route.path}`,
+      parameters.filter((parameter) => parameter.in === 'query').map((parameter) => parameter.name),
+    )
   }
   return app
 }
