@@ -142,19 +142,27 @@ export async function keys(args: string[]): Promise<number> {
       console.error(
         `petstore: ${id} is now on the ${input.plan} plan (${rpm}/min, ${rpd}/day) in ${where}; a running server applies it within a second`,
       )
-    } else {
+    } else if (sub === 'revoke') {
       const id = positionals[0]!
-      const done = sub === 'revoke' ? await storage.keys.revoke(id, Date.now()) : await storage.keys.resetLimits(id, Date.now())
-      if (!done) {
+      const done = await storage.keys.revoke(id, Date.now())
+      if (done === 'no-key') {
         console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${where}`)
         return 1
       }
-      await auditCommand(storage, `key.${sub}`, id)
-      console.error(
-        sub === 'revoke'
-          ? `petstore: revoked ${id} in ${where}; a running server refuses it within a second`
-          : `petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`,
-      )
+      if (done === 'already-revoked') {
+        console.error(`petstore: ${id} was already revoked in ${where}; nothing changed`)
+        return 0
+      }
+      await auditCommand(storage, 'key.revoke', id)
+      console.error(`petstore: revoked ${id} in ${where}; a running server refuses it within a second`)
+    } else {
+      const id = positionals[0]!
+      if (!(await storage.keys.resetLimits(id, Date.now()))) {
+        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
+        return 1
+      }
+      await auditCommand(storage, 'key.reset-limits', id)
+      console.error(`petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`)
     }
     return 0
   } finally {

@@ -15,7 +15,8 @@ import {
   resolveDataFile,
   resolveRedisUrl,
 } from '../config'
-import { KeyInputError } from '../domain/key-input'
+import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../domain/key-input'
+import { PLANS } from '../domain/plans'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
 import { openSqliteStorage } from '../storage/sqlite'
@@ -124,13 +125,21 @@ export function asUsageError<T>(check: () => T, usage: string): T {
   } catch (error) {
     if (error instanceof ConfigError) throw new UsageError(error.message, usage)
     // A key's rule, with its fields named as this command's flags.
-    if (error instanceof KeyInputError)
-      throw new UsageError(
-        error.rule((field) => `--${field}`),
-        usage,
-      )
+    if (error instanceof KeyInputError) throw new UsageError(keyRuleMessage(error), usage)
     throw error
   }
+}
+
+/** A key's rule broken, in the command line's words: its fields are flags. */
+function keyRuleMessage({ field, rule, given }: KeyInputError): string {
+  const sentences: Record<KeyRule, string> = {
+    'unknown-plan': `--plan must be one of ${PLANS.join(', ')}, not "${given}"`,
+    'limits-needed': 'an enterprise key needs its own limits: --rpm N --rpd N',
+    'limits-only-enterprise': '--rpm and --rpd are only for --plan enterprise',
+    'limit-range': `--${field} must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
+    name: `--name must be at most ${KEY_NAME_MAX} characters with no control characters`,
+  }
+  return sentences[rule]
 }
 
 /** No command (or subcommand) at all, or a request for the usage instead of one. */

@@ -1,6 +1,6 @@
 /**
  * What a new key's input (or a plan change's) may be: a known plan, own limits for an enterprise key only,
- * a short name. A broken rule names its field, which each adapter phrases its own way (`--rpm`, `rpm`).
+ * a short name. A broken rule is its field and which rule; each adapter phrases it in its own words.
  * Needs nothing of Bun, so the console's page is type-checked against the schemas built from it.
  */
 import type { Range } from './ban-rule'
@@ -21,36 +21,35 @@ export const CUSTOM_LIMIT: Range = { min: 1, max: 1_000_000_000 }
 export const KEY_NAME_MAX = 200
 const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`)
 
+/** The rules a key's input can break; each adapter phrases them in its own words. */
+export type KeyRule = 'unknown-plan' | 'limits-needed' | 'limits-only-enterprise' | 'limit-range' | 'name'
+
 export class KeyInputError extends Error {
   constructor(
     readonly field: KeyField,
-    /** The rule broken, as a sentence naming each field as `name` does. */
-    readonly rule: (name: (field: KeyField) => string) => string,
+    readonly rule: KeyRule,
+    /** What was given, for a rule that quotes it (`unknown-plan`). */
+    readonly given = '',
   ) {
-    super(rule((field) => field))
+    super(`${field}: ${rule}`)
   }
 }
 
 export function limitsFor(input: CreateKeyInput): Limits {
-  if (!PLANS.includes(input.plan as Plan))
-    throw new KeyInputError('plan', (n) => `${n('plan')} must be one of ${PLANS.join(', ')}, not "${input.plan}"`)
+  if (!PLANS.includes(input.plan as Plan)) throw new KeyInputError('plan', 'unknown-plan', input.plan)
   if (input.plan === CUSTOM_PLAN) {
-    if (input.rpm === undefined || input.rpd === undefined)
-      throw new KeyInputError('rpm', (n) => `an enterprise key needs its own limits: ${n('rpm')} N ${n('rpd')} N`)
+    if (input.rpm === undefined || input.rpd === undefined) throw new KeyInputError('rpm', 'limits-needed')
     for (const field of ['rpm', 'rpd'] as const) {
       const value = input[field]!
-      if (!Number.isInteger(value) || value < CUSTOM_LIMIT.min || value > CUSTOM_LIMIT.max)
-        throw new KeyInputError(field, (n) => `${n(field)} must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`)
+      if (!Number.isInteger(value) || value < CUSTOM_LIMIT.min || value > CUSTOM_LIMIT.max) throw new KeyInputError(field, 'limit-range')
     }
     return { rpm: input.rpm, rpd: input.rpd }
   }
-  if (input.rpm !== undefined || input.rpd !== undefined)
-    throw new KeyInputError('rpm', (n) => `${n('rpm')} and ${n('rpd')} are only for ${n('plan')} enterprise`)
+  if (input.rpm !== undefined || input.rpd !== undefined) throw new KeyInputError('rpm', 'limits-only-enterprise')
   return PLAN_LIMITS[input.plan as keyof typeof PLAN_LIMITS]
 }
 
 export function checkKeyName(name = ''): string {
-  if (name.length > KEY_NAME_MAX || CONTROL.test(name))
-    throw new KeyInputError('name', (n) => `${n('name')} must be at most ${KEY_NAME_MAX} characters with no control characters`)
+  if (name.length > KEY_NAME_MAX || CONTROL.test(name)) throw new KeyInputError('name', 'name')
   return name
 }

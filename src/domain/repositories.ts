@@ -40,8 +40,8 @@ export interface KeyRepository {
   /** Inserts the record only when there is no key at all (the bootstrap key); false when there was one. */
   insertIfNone(record: ApiKeyRecord): MaybePromise<boolean>
   list(): MaybePromise<ApiKeyRecord[]>
-  /** Marks a key revoked; false when no such key exists. */
-  revoke(id: string, now: number): MaybePromise<boolean>
+  /** Marks a key revoked, telling whether this call did: a key already revoked keeps its time. */
+  revoke(id: string, now: number): MaybePromise<Revocation>
   /** Moves a key that is not revoked to another plan, taking a change number; false when none or revoked. */
   setPlan(id: string, plan: Plan, limits: Limits): MaybePromise<boolean>
   /**
@@ -50,11 +50,16 @@ export interface KeyRepository {
    */
   changesSince(after: number): MaybePromise<KeyChanges>
   recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
-  /** Deletes a key's saved day bucket and asks running servers (takeLimitResets) to forget theirs; false when none. */
+  /**
+   * Deletes a key's saved day bucket and asks running servers (takeLimitResets) to forget theirs; false when
+   * there is no such key or it is revoked.
+   */
   resetLimits(id: string, now: number): MaybePromise<boolean>
   /** The limit resets asked for since this handle's last call. */
   takeLimitResets(): MaybePromise<LimitReset[]>
 }
+
+export type Revocation = 'revoked' | 'already-revoked' | 'no-key'
 
 export interface LimitReset {
   keyId: string

@@ -27,6 +27,13 @@ test("the command line's changes and the first start's creations are in the audi
     run('keys', 'set-plan', id, 'enterprise', '--rpm', '5', '--rpd', '50')
     run('keys', 'reset-limits', id)
     run('keys', 'revoke', id)
+    // Revoked once: again is no change (said so, exit 0), and a revoked key has no limits to reset.
+    const again = cli(['keys', 'revoke', id, ...data])
+    expect(again.code).toBe(0)
+    expect(again.stderr).toContain(`petstore: ${id} was already revoked`)
+    const reset = cli(['keys', 'reset-limits', id, ...data])
+    expect(reset.code).toBe(1)
+    expect(reset.stderr).toContain(`no active key with id "${id}"`)
     const password = run('operators', 'add', 'ops')
     const newPassword = run('operators', 'reset-password', 'ops')
     run('operators', 'remove', 'ops')

@@ -137,8 +137,17 @@ describe('console on its own listener', () => {
   test('bad input gets a 400 naming its field', async () => {
     const cases: [string, string, unknown, string][] = [
       ['POST', '/api/keys', { plan: 'gold' }, 'plan: must be one of free, pro, business, enterprise'],
-      ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: rpm and rpd are only for plan enterprise'],
-      ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs its own limits: rpm N rpd N'],
+      ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'free', rpm: 5, rpd: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs rpm and rpd'],
+      ['POST', '/api/keys', { plan: 'free', name: 'a\tb' }, 'name: must be a string of at most 200 characters, with no control characters'],
+      [
+        'POST',
+        '/api/keys',
+        { plan: 'free', name: 'x'.repeat(201) },
+        'name: must be a string of at most 200 characters, with no control characters',
+      ],
+      ['PUT', '/api/keys/key_x/plan', { plan: 'enterprise', rpm: 5 }, 'rpm: an enterprise key needs rpm and rpd'],
       ['POST', '/api/keys', { plan: 'pro', colour: 'red' }, 'colour: is not a known property; allowed are plan, name, rpm, rpd'],
       ['PUT', '/api/keys/key_x/plan', { plan: 'pro', rpd: 0 }, 'rpd: must be an integer from 1 to 1000000000'],
     ]
@@ -182,6 +191,22 @@ describe('console on its own listener', () => {
     expect((await call(server.console, cookie, 'DELETE', '/api/keys/key_nope')).status).toBe(404)
   })
 
+  test('30 revocations of one key at once all answer 204 and write one audit entry; its limits then cannot be reset', async () => {
+    const { key } = (await (
+      await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'revoked at once' })
+    ).json()) as any
+    const answers = await Promise.all(Array.from({ length: 30 }, () => call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)))
+    expect(answers.map((answer) => answer.status)).toEqual(Array(30).fill(204))
+    const { entries } = (await (await call(server.console, cookie, 'GET', '/api/audit?limit=5000')).json()) as any
+    const ofKey = entries.filter((entry: { target: string }) => entry.target === key.id).map((entry: { action: string }) => entry.action)
+    expect(ofKey).toEqual(['key.revoke', 'key.create'])
+    for (const path of [`/api/keys/${key.id}/reset-limits`, `/api/bans/keys/${key.id}`]) {
+      const reset = await call(server.console, cookie, path.includes('bans') ? 'DELETE' : 'POST', path)
+      expect(reset.status).toBe(404)
+      expect(((await reset.json()) as any).message).toBe(`No key with id "${key.id}" (or it is revoked).`)
+    }
+  })
+
   test('a revoked key is listed on request (revoked=include), for the record, and not by default; the parameter is documented and checked', async () => {
     const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'retired' })).json()) as any
     expect((await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)).status).toBe(204)
@@ -202,6 +227,52 @@ describe('console on its own listener', () => {
     expect(parameter).toMatchObject({ in: 'query', required: false })
     expect(JSON.stringify(parameter.schema)).toContain('include')
     expect(parameter.description).toContain('revoked keys too')
+  })
+
+  test("every guarded route takes only the query parameters its document declares, each once, as the API's do: 400 before the handler, nothing changed", async () => {
+    const document = (await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any
+    const declared = (method: string, path: string): string[] =>
+      (document.paths[path.replace('key_x', '{id}').replace('127.0.0.1', '{address}')]?.[method.toLowerCase()]?.parameters ?? [])
+        .filter((parameter: { in: string }) => parameter.in === 'query')
+        .map((parameter: { name: string }) => parameter.name)
+    const answers = await Promise.all(
+      GUARDED.map(async ([method, path]) => {
+        const answer = await call(server.console, cookie, method, `${path}?nope=1`)
+        const text = await answer.text()
+        return [method, path, answer.status, text && JSON.parse(text).message]
+      }),
+    )
+    expect(answers).toEqual(
+      GUARDED.map(([method, path]) => {
+        const allowed = declared(method, path)
+        const rest = allowed.length ? `allowed are ${allowed.join(', ')}` : 'this route takes none'
+        return [method, path, 400, `nope: is not a known query parameter; ${rest}`]
+      }),
+    )
+    // Still signed in: the sign-out's handler did not run.
+    expect((await call(server.console, cookie, 'GET', '/api/me')).status).toBe(200)
+
+    const cases: [string, string][] = [
+      ['/api/keys?revoked=include&revoked=exclude', 'revoked: is given more than once'],
+      ['/api/keys?Revoked=include', 'Revoked: is not a known query parameter; allowed are revoked'],
+      ['/api/audit?limt=1', 'limt: is not a known query parameter; allowed are limit'],
+      ['/api/audit?limit=1&limit=2', 'limit: is given more than once'],
+      ['/api/requests?status=200&key=a&key=b', 'key: is given more than once'],
+      ['/api/overview?hour', 'hour: is not a known query parameter; this route takes none'],
+    ]
+    for (const [path, message] of cases) {
+      const answer = await call(server.console, cookie, 'GET', path)
+      expect([path, answer.status, (await answer.json()) as any]).toEqual([path, 400, { code: 'invalid_request', message, status: 400 }])
+    }
+    expect((await call(server.console, cookie, 'GET', '/api/audit?limit=1')).status).toBe(200)
+    expect((await call(server.console, cookie, 'GET', '/api/requests?key=k&status=200&limit=5')).status).toBe(200)
+
+    // A change with a stray parameter is refused whole; without credentials, the 401 comes first.
+    const { key } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'pro', name: 'kept' })).json()) as any
+    expect((await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}?force=1`)).status).toBe(400)
+    const listed = ((await (await call(server.console, cookie, 'GET', '/api/keys')).json()) as any).keys
+    expect(listed.find((row: { id: string }) => row.id === key.id)).toMatchObject({ revokedAt: null })
+    expect((await fetch(`${server.console}/api/audit?limt=1`)).status).toBe(401)
   })
 
   test('a plan change in the console applies to the API within a second', async () => {

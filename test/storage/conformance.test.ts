@@ -269,12 +269,12 @@ function conformance(name: string, backend: Backend) {
     expect(await other.keys.changesSince(created.last)).toEqual({ records: [], last: created.last })
     expect(await other.keys.list()).toEqual([record, second])
 
-    expect(await a.keys.revoke(record.id, NOW + 5)).toBe(true)
-    expect(await a.keys.revoke('key_missing', NOW + 5)).toBe(false)
+    expect(await a.keys.revoke(record.id, NOW + 5)).toBe('revoked')
+    expect(await a.keys.revoke('key_missing', NOW + 5)).toBe('no-key')
     const revoked = await other.keys.changesSince(created.last)
     expect(revoked.records).toEqual([changeOf({ ...record, revokedAt: NOW + 5 })])
-    // A second revoke keeps the first time and is no change; neither are last-used times.
-    expect(await a.keys.revoke(record.id, NOW + 6)).toBe(true)
+    // A second revoke keeps the first time, is no change and says so; neither are last-used times.
+    expect(await a.keys.revoke(record.id, NOW + 6)).toBe('already-revoked')
     await a.keys.recordLastUsed(new Map([[record.id, NOW + 9]]))
     await a.keys.recordLastUsed(new Map([[record.id, NOW + 7]]))
     expect(await other.keys.changesSince(revoked.last)).toEqual({ records: [], last: revoked.last })
@@ -292,7 +292,7 @@ function conformance(name: string, backend: Backend) {
     await storage.keys.insert(fresh)
     const next = await storage.keys.changesSince(all.last)
     expect(next.records).toEqual([changeOf(fresh)])
-    expect(await storage.keys.revoke(old.id, NOW + 2)).toBe(true)
+    expect(await storage.keys.revoke(old.id, NOW + 2)).toBe('revoked')
     expect((await storage.keys.changesSince(next.last)).records).toEqual([changeOf({ ...old, revokedAt: NOW + 2 })])
   })
 
@@ -306,7 +306,18 @@ function conformance(name: string, backend: Backend) {
     expect(await a.keys.list()).toHaveLength(1)
   })
 
-  test(`${name}: a limit reset is reported once, with the key's saved day bucket gone`, async () => {
+  test(`${name}: 30 revocations of one key at once through two handles: exactly one revoked it, the others are told it already was`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const { record } = makeKey({ plan: 'pro' }, NOW)
+    await a.keys.insert(record)
+    const done = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? other : a).keys.revoke(record.id, NOW + 1 + i)))
+    expect(done.filter((outcome) => outcome === 'revoked')).toHaveLength(1)
+    expect(done.filter((outcome) => outcome === 'already-revoked')).toHaveLength(29)
+    expect((await other.keys.list())[0]!.revokedAt).toBe(NOW + 1 + done.indexOf('revoked'))
+  })
+
+  test(`${name}: a limit reset is reported once, with the key's saved day bucket gone; a revoked key's is refused`, async () => {
     const { a } = await backend.fresh()
     const { record } = makeKey({ plan: 'free' }, NOW)
     await a.keys.insert(record)
@@ -322,6 +333,10 @@ function conformance(name: string, backend: Backend) {
     expect((await a.keys.takeLimitResets()).map((reset) => reset.keyId)).toEqual([record.id])
     expect(await a.keys.takeLimitResets()).toEqual([])
     expect([...(await a.limiterState.load())]).toEqual([['key:other', { tokens: 3, updatedAt: NOW }]])
+    // A revoked key has no limits to reset.
+    await a.keys.revoke(record.id, NOW + 1)
+    expect(await a.keys.resetLimits(record.id, NOW + 2)).toBe(false)
+    expect(await a.keys.takeLimitResets()).toEqual([])
   })
 
   test(`${name}: a key's plan is changed as a change other handles read, with its limits; a missing or revoked key is refused`, async () => {

@@ -1,5 +1,7 @@
 import { describe, expect, test } from 'bun:test'
+import { asUsageError, UsageError } from '../../src/cmd/options'
 import { CUSTOM_LIMIT, checkKeyName, type CreateKeyInput, KeyInputError, limitsFor } from '../../src/domain/key-input'
+import { keyRuleMessage } from '../../src/modules/console/service'
 
 /** The broken rule, phrased as the command line (flags) and as the console (body fields) phrase it. */
 function refusal(check: () => unknown): { field: string; cli: string; console: string } {
@@ -7,37 +9,48 @@ function refusal(check: () => unknown): { field: string; cli: string; console: s
     check()
   } catch (error) {
     if (!(error instanceof KeyInputError)) throw error
-    return { field: error.field, cli: error.rule((field) => `--${field}`), console: `${error.field}: ${error.message}` }
+    let cli = ''
+    try {
+      asUsageError(check, 'usage')
+    } catch (usage) {
+      if (usage instanceof UsageError) cli = usage.message
+    }
+    return { field: error.field, cli, console: keyRuleMessage(error) }
   }
   throw new Error('no refusal')
 }
 
-describe("a key's input rules: one rule, phrased by each adapter", () => {
+describe("a key's input rules: one rule, phrased by each adapter in its own words", () => {
   const cases: [CreateKeyInput, string, string, string][] = [
     [
       { plan: 'gold' },
       'plan',
       '--plan must be one of free, pro, business, enterprise, not "gold"',
-      'plan: plan must be one of free, pro, business, enterprise, not "gold"',
+      'plan: must be one of free, pro, business, enterprise, not "gold"',
     ],
     [
       { plan: 'enterprise', rpm: 5 },
       'rpm',
       'an enterprise key needs its own limits: --rpm N --rpd N',
-      'rpm: an enterprise key needs its own limits: rpm N rpd N',
+      'rpm: an enterprise key needs rpm and rpd',
     ],
-    [{ plan: 'pro', rpd: 5 }, 'rpm', '--rpm and --rpd are only for --plan enterprise', 'rpm: rpm and rpd are only for plan enterprise'],
+    [
+      { plan: 'pro', rpd: 5 },
+      'rpm',
+      '--rpm and --rpd are only for --plan enterprise',
+      'rpm: only an enterprise key has its own rpm and rpd',
+    ],
     [
       { plan: 'enterprise', rpm: 5, rpd: CUSTOM_LIMIT.max + 1 },
       'rpd',
       '--rpd must be an integer from 1 to 1000000000',
-      'rpd: rpd must be an integer from 1 to 1000000000',
+      'rpd: must be an integer from 1 to 1000000000',
     ],
     [
       { plan: 'enterprise', rpm: 0.5, rpd: 5 },
       'rpm',
       '--rpm must be an integer from 1 to 1000000000',
-      'rpm: rpm must be an integer from 1 to 1000000000',
+      'rpm: must be an integer from 1 to 1000000000',
     ],
   ]
   test.each(cases)('%o', (input, field, cli, console) => {
@@ -49,7 +62,7 @@ describe("a key's input rules: one rule, phrased by each adapter", () => {
       expect(refusal(() => checkKeyName(name))).toEqual({
         field: 'name',
         cli: '--name must be at most 200 characters with no control characters',
-        console: 'name: name must be at most 200 characters with no control characters',
+        console: 'name: must be a string of at most 200 characters, with no control characters',
       })
     expect(checkKeyName('x'.repeat(200))).toBe('x'.repeat(200))
   })

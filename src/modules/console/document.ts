@@ -3,7 +3,8 @@
  * generator over the app). Each route carries its own `detail`, made by `operation` from the models;
  * what the app's hooks answer is added from the app's structure, so no route restates it: 413 and 421
  * (the check before routing) and 500 and 503 on every route, 415 on each that takes a body, and, on each
- * route the operator guard runs before, 401, 403 on a change (the Origin check) and 404 for a key id.
+ * route the operator guard runs before, 401, 400 (the query check), 403 on a change (the Origin check) and
+ * 404 for a key id.
  */
 import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import type { TObject } from '@sinclair/typebox'
@@ -55,7 +56,9 @@ export const HEADERS = {
 }
 
 const ERRORS = {
-  400: error('The request is malformed; the message names the field.'),
+  400: error(
+    'The request is malformed (a query parameter the route does not declare, or one given twice, included); the message names the field.',
+  ),
   401: error('No session or token, or it ended (signed out, idle, password reset, operator removed).'),
   403: error("A sign-in, or a request that changes something with the session cookie, without this console's own Origin."),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
@@ -132,7 +135,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
     if (parameters) found.parameters = parameters
     const statuses = [...EVERY_ROUTE]
     if (guarded(route)) {
-      statuses.push(401)
+      statuses.push(400, 401)
       if (route.method !== 'GET') statuses.push(403)
       if (route.path.includes(':id')) statuses.push(404)
     } else found.security = []

@@ -11,7 +11,8 @@
  * routes never let Elysia parse a body (`parse: 'none'`); after the page's files and sign-in, the
  * group resolves the operator for every route that follows (one added later included), still before
  * any body is read: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's token
- * (Authorization: Bearer), else 401. With the cookie, a request that changes something must also come
+ * (Authorization: Bearer), else 401; then the query, as strictly as the API's (the parameters the route
+ * declares, each once), else 400. With the cookie, a request that changes something must also come
  * from the console's own origin (`Origin`). The routes that take a body read it with the bounded
  * reader, and a body left unread closes its connection.
  */
@@ -171,9 +172,30 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     if (declared !== null && !(Number(declared) <= MAX_BODY_BYTES)) throw TOO_LARGE
   }
 
-  /** The operator of a route that needs one, and its key id checked once: nothing else reaches storage. */
-  const guard = async (request: Request, params: Record<string, string> | undefined): Promise<Who> => {
+  /** Each route's query parameters, by method and route, as its detail declares them (read once the app exists). */
+  const queries = new Map<string, string[]>()
+
+  /** A query as strict as the API's: only the route's declared parameters, each at most once. */
+  const checkQuery = (request: Request, route: string) => {
+    const allowed = queries.get(`${request.method === 'HEAD' ? 'GET' : request.method} ${route}`) ?? []
+    const seen = new Set<string>()
+    for (const name of new URL(request.url).searchParams.keys()) {
+      if (!allowed.includes(name))
+        throw badRequest(
+          `${name.slice(0, 40)}: is not a known query parameter; ${allowed.length ? `allowed are ${allowed.join(', ')}` : 'this route takes none'}`,
+        )
+      if (seen.has(name)) throw badRequest(`${name}: is given more than once`)
+      seen.add(name)
+    }
+  }
+
+  /**
+   * The operator of a route that needs one, then its query and its key id checked once: nothing else
+   * reaches storage, and no handler sees a parameter it does not declare.
+   */
+  const guard = async (request: Request, params: Record<string, string> | undefined, route: string): Promise<Who> => {
     const who = await operator(request)
+    checkQuery(request, route)
     if (params?.id !== undefined && !KEY_ID.test(params.id)) throw NO_SUCH_KEY
     return who
   }
@@ -202,8 +224,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   }
 
   /** The guard: every route declared after it needs an operator, found before its body is read. */
-  const resolveOperator = async ({ request, params }: { request: Request; params: unknown }) => ({
-    who: await guard(request, params as Record<string, string> | undefined),
+  const resolveOperator = async ({ request, params, route }: { request: Request; params: unknown; route: string }) => ({
+    who: await guard(request, params as Record<string, string> | undefined, route),
   })
   const behindGuard = (route: RouteInfo) =>
     ((route.hooks as { beforeHandle?: { fn: unknown }[] }).beforeHandle ?? []).some((hook) => hook.fn === resolveOperator)
@@ -421,6 +443,13 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         ),
     )
   routes.read(app.routes)
+  for (const route of app.routes as RouteInfo[]) {
+    const parameters = (route.hooks as { detail?: { parameters?: { in: string; name: string }[] } }).detail?.parameters ?? []
+    queries.set(
+      `${route.method} ${route.path}`,
+      parameters.filter((parameter) => parameter.in === 'query').map((parameter) => parameter.name),
+    )
+  }
   return app
 }
 

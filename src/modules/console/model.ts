@@ -85,9 +85,9 @@ function byPlan<T extends TObject>(object: T, description: string) {
   })
 }
 
-/** What each field must be, for the 400 that names it. */
+/** What each field must be, for the 400 that names it (the validator's, and the domain's rules as the console words them). */
 export const FIELD_RULES: Record<string, string> = {
-  name: `must be a string (a key name: at most ${KEY_NAME_MAX} characters)`,
+  name: `must be a string of at most ${KEY_NAME_MAX} characters, with no control characters`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
   rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,

@@ -5,7 +5,7 @@
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
 import type { ApiKeyRecord } from '../../domain/api-key'
-import { type CreateKeyInput, KeyInputError } from '../../domain/key-input'
+import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
 import {
   type AuditEntry,
   type Credential,
@@ -29,7 +29,7 @@ import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry, setKeyPlan } from '../keys/service'
 import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
-import type { Model } from './model'
+import { FIELD_RULES, type Model } from './model'
 
 export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
 
@@ -56,10 +56,21 @@ const UNAUTHORIZED = new ApiError(
 )
 const BAD_SIGN_IN = new ApiError(401, 'unauthorized', 'Wrong operator name or password.')
 
-/** A key's rule broken, as a 400 naming the body's field. */
+/** A key's rule broken, in the console's words: a 400 as the API's read, `FIELD: sentence`. */
+export function keyRuleMessage({ field, rule, given }: KeyInputError): string {
+  const sentences: Record<KeyRule, string> = {
+    'unknown-plan': `${FIELD_RULES.plan}, not "${given.slice(0, 40)}"`,
+    'limits-needed': 'an enterprise key needs rpm and rpd',
+    'limits-only-enterprise': 'only an enterprise key has its own rpm and rpd',
+    'limit-range': FIELD_RULES[field]!,
+    name: FIELD_RULES.name!,
+  }
+  return `${field}: ${sentences[rule]}`
+}
+
 function keyInputError(error: unknown): never {
   if (!(error instanceof KeyInputError)) throw error
-  throw badRequest(`${error.field}: ${error.message}`)
+  throw badRequest(keyRuleMessage(error))
 }
 
 export class ConsoleService {
@@ -254,15 +265,18 @@ export class ConsoleService {
     return { key, secret: made.secret }
   }
 
+  /** Idempotent; audited only by the request that revoked it (storage tells which). */
   async revokeKey(operator: string, id: string): Promise<void> {
-    if (!(await this.deps.storage.keys.revoke(id, this.deps.now()))) throw noKey(id)
+    const done = await this.deps.storage.keys.revoke(id, this.deps.now())
+    if (done === 'no-key') throw noKey(id)
+    if (done === 'already-revoked') return
     await this.deps.keys.reload()
     await this.audit(operator, 'key.revoke', id)
   }
 
   /** Full buckets and no ban: applied by every instance at its next change poll (within a second). */
   async resetLimits(operator: string, id: string, action = 'key.reset-limits'): Promise<void> {
-    if (!(await this.deps.storage.keys.resetLimits(id, this.deps.now()))) throw noKey(id)
+    if (!(await this.deps.storage.keys.resetLimits(id, this.deps.now()))) throw noKey(id, ' (or it is revoked)')
     await this.audit(operator, action, id)
   }
 

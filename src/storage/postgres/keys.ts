@@ -6,7 +6,7 @@ import type { SQL } from 'bun'
 import type { Database } from './pool'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
-import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
+import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { guarded } from './failures'
 import { LOCKS } from './migrations'
@@ -77,13 +77,15 @@ export class PostgresKeys implements KeyRepository {
     })
   }
 
-  /** True when the key exists; a key already revoked keeps its time and takes no change number. */
-  revoke(id: string, now: number): Promise<boolean> {
+  /** A key already revoked keeps its time and takes no change number. */
+  revoke(id: string, now: number): Promise<Revocation> {
     return guarded(() =>
       this.sql.begin(async (tx) => {
         const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
-        if (key?.revoked_at === null) await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
-        return key !== undefined
+        if (key === undefined) return 'no-key'
+        if (key.revoked_at !== null) return 'already-revoked'
+        await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
+        return 'revoked'
       }),
     )
   }
@@ -131,7 +133,7 @@ export class PostgresKeys implements KeyRepository {
   resetLimits(id: string, now: number): Promise<boolean> {
     return guarded(() =>
       this.sql.begin(async (tx) => {
-        if ((await tx`SELECT 1 FROM api_keys WHERE id = ${id}`).length === 0) return false
+        if ((await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`).length === 0) return false
         // Sequence numbers visible in order, as for pet ids: a poll that has read past one never misses it.
         await tx`SELECT pg_advisory_xact_lock(${LOCKS.limitResets})`
         await tx`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}`

@@ -5,7 +5,7 @@
 import type { Database, Statement } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
-import type { KeyChanges, KeyRepository, LimitReset } from '../../domain/repositories'
+import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { writing } from './failures'
 
@@ -59,12 +59,14 @@ export class SqliteKeys implements KeyRepository {
     return this.listKeys.all()
   }
 
-  /** True when the key exists; a key already revoked keeps its time and takes no change number. */
-  revoke(id: string, now: number): boolean {
+  /** A key already revoked keeps its time and takes no change number. */
+  revoke(id: string, now: number): Revocation {
     return writing(this.db, () => {
       const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
-      if (key?.revokedAt === null) this.revokeKey.run(now, this.takeChange.get()!.value, id)
-      return key !== null
+      if (key === null) return 'no-key'
+      if (key.revokedAt !== null) return 'already-revoked'
+      this.revokeKey.run(now, this.takeChange.get()!.value, id)
+      return 'revoked'
     })
   }
 
@@ -86,7 +88,7 @@ export class SqliteKeys implements KeyRepository {
 
   resetLimits(id: string, now: number): boolean {
     return writing(this.db, () => {
-      if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ?').get(id)) return false
+      if (!this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)) return false
       this.db.query('DELETE FROM limiter_state WHERE subject = ?').run(keySubject(id).name)
       this.db.query('INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (?, ?)').run(id, now)
       return true
