@@ -74,7 +74,8 @@ describe('test data and limits for integrators', () => {
 
     const unknown = cli(['keys', 'reset-limits', 'key_nope', '--data', server.dataFile])
     expect(unknown.code).toBe(1)
-    expect(unknown.stderr).toBe(`petstore: no key with id "key_nope" in ${server.dataFile}\n`)
+    // A revoked key is refused alike: reset-limits acts on active keys only, as set-plan does.
+    expect(unknown.stderr).toBe(`petstore: no active key with id "key_nope" in ${server.dataFile}\n`)
     expect(await server.stop()).toBe(0)
   })
 })
