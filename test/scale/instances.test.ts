@@ -176,6 +176,9 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     } finally {
       admin.close()
     }
+    // A ping can be seen while the instance's own reconnect still loads its scripts: wait, as a load
+    // balancer would, for its readiness (no API request), then the first request must be served.
+    await eventually(async () => (await fetch(`${server!.origin}/readyz`)).status === 200, 5_000)
     expect((await fetch(`${server!.base}/pets`, { headers: auth(key) })).status).toBe(200)
   })
 
