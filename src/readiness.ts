@@ -54,7 +54,8 @@ export function readinessCheck(parts: {
     try {
       await withTimeout(storage.ping(), READY_TIMEOUT_MS)
     } catch {
-      return `Storage (${storage.location}) does not answer.`
+      // Any client may ask /readyz: where the data lives (a path, a database host and user) stays in the log.
+      return 'Storage does not answer.'
     }
     if (sharedLimiterRequired && !(await limiter.ping())) return 'The shared rate limiter (Redis) does not answer.'
     return null
