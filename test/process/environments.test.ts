@@ -276,8 +276,11 @@ describe('no autoloaded configuration from the working directory', () => {
       ['--port', '0', '--host', '127.0.0.1', '--data', join(project, 'state', 'petstore.db'), '--console-address', 'off'],
       { cwd: project, command: [process.execPath, 'run', 'start'] },
     )
+    // Stopped before any assertion: `bun run` forwards SIGTERM to the server it started, while the SIGKILL
+    // of the clean-up after a failed test would leave that server running.
+    const stopped = await server.stop()
     expect(server.env).toBe('production')
-    expect(await server.stop()).toBe(0)
+    expect(stopped).toBe(0)
 
     // The hints name the sources as the folder they were started from reaches them: from the project's own
     // folder `src/index.ts`, from any other the whole path, which works from there.
