@@ -3,7 +3,7 @@
  * and refusal of bad values.
  */
 import { describe, expect, test } from 'bun:test'
-import { ConfigError, resolveConfig, resolveDataFile, withBoundPort } from '../../src/config'
+import { COMMON_FLAGS, CONFIG_FLAGS, ConfigError, resolveConfig, resolveDataFile, withBoundPort } from '../../src/config'
 
 describe('resolveConfig precedence', () => {
   test('defaults for production', () => {
@@ -106,22 +106,12 @@ describe('resolveConfig precedence', () => {
 
 describe('an empty variable counts as unset', () => {
   test('every PETSTORE_ variable set empty resolves as none set', () => {
-    const names = [
-      'ENV',
-      'DATA',
-      'HOST',
-      'PORT',
-      'BASE_URL',
-      'STAGING_BASE_URL',
-      'TRUST_PROXY',
-      'METRICS_ADDRESS',
-      'METRICS_TOKEN',
-      'DATABASE_URL',
-      'DATABASE_POOL',
-      'REDIS_URL',
-      'LIMITER_FALLBACK',
-    ]
-    const empty = Object.fromEntries(names.map((name) => [`PETSTORE_${name}`, '']))
+    // Every variable of the flags table, so a flag added later is covered without editing this list.
+    const variables = Object.values({ ...COMMON_FLAGS, ...CONFIG_FLAGS }).flatMap((row) =>
+      'variable' in row && row.variable ? [row.variable] : [],
+    )
+    expect(variables.length).toBeGreaterThan(12)
+    const empty = Object.fromEntries(variables.map((name) => [name, '']))
     const { trustProxy: a, ...fromEmpty } = resolveConfig({}, empty)
     const { trustProxy: b, ...fromNone } = resolveConfig({}, {})
     expect(fromEmpty).toEqual(fromNone)
