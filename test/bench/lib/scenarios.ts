@@ -71,7 +71,7 @@ export const SCENARIOS: Scenario[] = [
     name: 'list-20',
     title: '`GET /pets?limit=20`',
     expected: [200],
-    goal: { kind: 'read', ratio: 0.6 },
+    goal: { kind: 'read', ratio: 0.8 },
     p99GoalMs: READ_P99_GOAL_MS,
     describe: 'first page of 20, valid Enterprise key',
     load: ({ key }) => ({ read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(key) } }),
@@ -98,7 +98,7 @@ export const SCENARIOS: Scenario[] = [
     name: 'get-by-id',
     title: '`GET /pets/{id}` (random ids)',
     expected: [200],
-    goal: { kind: 'read', ratio: 0.6 },
+    goal: { kind: 'read', ratio: 0.7 },
     p99GoalMs: READ_P99_GOAL_MS,
     describe: 'a uniformly random id among the seeded pets per request',
     load: ({ key, pets }) => ({
@@ -111,7 +111,7 @@ export const SCENARIOS: Scenario[] = [
     title: '`POST /pets` (durable 201)',
     // 499: creates in flight when the load generator hangs up at the end of a run (logged as such).
     expected: [201, 499],
-    goal: { kind: 'write', ratio: 0.3 },
+    goal: { kind: 'write', ratio: 0.35 },
     describe: 'a new pet per request; every 201 is checked against the rows after a SIGKILL',
     load: ({ key }) => ({ read: createRequest(key) }),
   },
