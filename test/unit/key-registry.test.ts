@@ -24,6 +24,15 @@ function countingStore() {
   return counted
 }
 
+/** A registry loaded over a counting store, its reads counted from after the load. */
+async function loadedRegistry() {
+  const counted = countingStore()
+  const registry = new KeyRegistry(counted.storage)
+  await registry.reload()
+  counted.reads = 0
+  return Object.assign(counted, { registry })
+}
+
 test('each reload reads only the keys created or revoked since the previous one', async () => {
   const counted = countingStore()
   const { storage } = counted
@@ -57,11 +66,8 @@ test('each reload reads only the keys created or revoked since the previous one'
 })
 
 test('a token not in memory is found by a catch-up read; unknown tokens share reads and are remembered until a key comes', async () => {
-  const counted = countingStore()
-  const { storage } = counted
-  const registry = new KeyRegistry(storage)
-  await registry.reload()
-  counted.reads = 0
+  const counted = await loadedRegistry()
+  const { storage, registry } = counted
 
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
   expect(registry.find(late.secret)).toBeUndefined()
@@ -86,11 +92,8 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
 })
 
 test("a new key's burst: 64 requests carrying the same token at once share one look-up and one read", async () => {
-  const counted = countingStore()
-  const { storage } = counted
-  const registry = new KeyRegistry(storage)
-  await registry.reload()
-  counted.reads = 0
+  const counted = await loadedRegistry()
+  const { storage, registry } = counted
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
   const lookups = Array.from({ length: 64 }, () => registry.findLate(late.secret))
   expect(new Set(lookups).size).toBe(1)
