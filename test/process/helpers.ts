@@ -18,6 +18,12 @@ export function killSpawned(): void {
 }
 afterAll(killSpawned)
 
+/** `proc`, killed with the rest of what this file spawned when the file ends. */
+export function killedAtEnd<T extends Subprocess>(proc: T): T {
+  running.add(proc)
+  return proc
+}
+
 export const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })
 
 export function postPet(base: string, key: string, body: unknown, headers: Record<string, string> = {}) {
