@@ -1,25 +1,16 @@
 /**
  * Around the API: health and readiness, Prometheus metrics, request ids, the JSON access log, CORS.
  */
-import { afterEach, describe, expect, test } from 'bun:test'
+import { describe, expect, test } from 'bun:test'
 import { connect } from 'node:net'
-import type { ConfigInput } from '../../src/config'
 import { hashSecret } from '../../src/domain/api-key'
-import { auth, postPet, startApp, type TestApp } from '../support/app'
+import { appsPerTest, auth, postPet, type TestApp } from '../support/app'
 import { eventually } from '../support/binary'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
 
-const apps: TestApp[] = []
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.stop()))
-})
-async function fresh(input: ConfigInput = {}): Promise<TestApp> {
-  const app = await startApp(input)
-  apps.push(app)
-  return app
-}
+const fresh = appsPerTest()
 
 async function keyIdOf(app: TestApp, secret: string): Promise<string> {
   return (await app.storage.keys.list()).find((k) => k.secretHash === hashSecret(secret))!.id

@@ -23,6 +23,13 @@ async function list(query = '', headers: Record<string, string> = auth(key)) {
   return { res, text: await res.text() }
 }
 
+/** The list asked with `query` is refused: 400 invalid_request, the message naming `name`. */
+async function expectRefusedNaming(query: string, name: string) {
+  const { res, text } = await list(query)
+  expect(res.status).toBe(400)
+  expect(JSON.parse(text)).toEqual({ code: 'invalid_request', message: expect.stringContaining(name), status: 400 })
+}
+
 /** Extracts the rel="next" URL from a Link header, asserting its exact shape. */
 function nextUrl(link: string | null): string | null {
   if (link === null) return null
@@ -131,24 +138,12 @@ describe('GET /pets status filter and query strictness', () => {
     ['duplicated', '?status=sold&status=sold'],
   ]) {
     test(`status ${label} is a 400 naming status`, async () => {
-      const { res, text } = await list(query!)
-      expect(res.status).toBe(400)
-      expect(JSON.parse(text)).toEqual({
-        code: 'invalid_request',
-        message: expect.stringContaining('status'),
-        status: 400,
-      })
+      await expectRefusedNaming(query!, 'status')
     })
   }
 
   test('an unknown query parameter is a 400 naming it', async () => {
-    const { res, text } = await list('?colour=brown')
-    expect(res.status).toBe(400)
-    expect(JSON.parse(text)).toEqual({
-      code: 'invalid_request',
-      message: expect.stringContaining('colour'),
-      status: 400,
-    })
+    await expectRefusedNaming('?colour=brown', 'colour')
   })
 
   test('offset-style parameters are not silently ignored', async () => {
@@ -292,13 +287,7 @@ describe('GET /pets keyset pagination', () => {
 
   test('a garbage cursor is a 400 naming cursor', async () => {
     for (const cursor of ['garbage', 'x', '%00', 'AAAA', '-', 'a'.repeat(65)]) {
-      const { res, text } = await list(`?cursor=${cursor}`)
-      expect(res.status).toBe(400)
-      expect(JSON.parse(text)).toEqual({
-        code: 'invalid_request',
-        message: expect.stringContaining('cursor'),
-        status: 400,
-      })
+      await expectRefusedNaming(`?cursor=${cursor}`, 'cursor')
     }
   })
 

@@ -4,9 +4,10 @@
  * binary (list, follow Link, create, get, errors).
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { symlinkSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { createKeyWithCli, type Server, startServer, tempDir } from '../support/binary'
+import { createKeyWithCli, type Server, startServer } from '../support/binary'
+import { clientProject, typeCheck } from '../support/client-project'
 
 const ROOT = join(import.meta.dir, '..', '..')
 const bin = (name: string) => join(ROOT, 'node_modules', '.bin', name)
@@ -16,9 +17,8 @@ let dir: string
 
 beforeAll(async () => {
   server = await startServer()
-  dir = tempDir()
+  dir = clientProject()
   writeFileSync(join(dir, 'openapi.json'), await (await fetch(`${server.origin}/openapi.json`)).text())
-  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
 })
 afterAll(async () => {
   await server.stop()
@@ -71,22 +71,7 @@ results.unauthorized = [refused.response.status, refused.error?.code]
 console.log(JSON.stringify(results))
 `,
     )
-    writeFileSync(
-      join(dir, 'tsconfig.json'),
-      JSON.stringify({
-        compilerOptions: {
-          strict: true,
-          noEmit: true,
-          target: 'esnext',
-          module: 'esnext',
-          moduleResolution: 'bundler',
-          types: ['bun'],
-          skipLibCheck: true,
-        },
-        files: ['client.ts', 'schema.d.ts'],
-      }),
-    )
-    const checked = run([bin('tsc'), '-p', 'tsconfig.json'])
+    const checked = typeCheck(dir, ['client.ts', 'schema.d.ts'])
     expect(checked.output).toBe('')
     expect(checked.code).toBe(0)
     const ran = run(['bun', 'client.ts', server.base, key])

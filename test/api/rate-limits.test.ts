@@ -2,24 +2,15 @@
  * Rate limiting over real HTTP with a fake clock: the X-RateLimit-* and draft RateLimit fields, 429s
  * with Retry-After, refill, the day bucket, bans, per-key isolation and per-address limiting.
  */
-import { afterEach, describe, expect, test } from 'bun:test'
-import type { ConfigInput } from '../../src/config'
-import { auth, postPet, startApp, type TestApp } from '../support/app'
+import { describe, expect, test } from 'bun:test'
+import { appsPerTest, auth, postPet, type TestApp } from '../support/app'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
 
 const FREE_POLICY = '"minute";q=60;w=60, "day";q=1000;w=86400'
 
-const apps: TestApp[] = []
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.stop()))
-})
-async function fresh(input: ConfigInput = {}): Promise<TestApp> {
-  const app = await startApp(input)
-  apps.push(app)
-  return app
-}
+const fresh = appsPerTest()
 
 /** The fake clock's current Unix time in seconds. */
 const unixNow = (app: TestApp) => Math.ceil(app.clock.now / 1000)

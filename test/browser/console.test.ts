@@ -8,50 +8,20 @@
  * Screenshots of each section at 1280 and 390 pixels are written to dist/console-screenshots/. Without Chromium the suite says so in one line and skips this file; with
  * CI=true it fails instead.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdirSync, readFileSync } from 'node:fs'
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { type Browser, chromium, type Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { launchChromium } from '../support/browser'
+import { describeWithEngines } from '../support/engines'
 
-const CHROMIUM = '/usr/bin/chromium'
-const available = existsSync(CHROMIUM)
-if (!available) {
-  if (process.env.CI === 'true') throw new Error(`${CHROMIUM} is missing: CI must install Debian's chromium package`)
-  console.warn('browser tests skipped: no /usr/bin/chromium (apt-get install -y chromium)')
-}
 const SCREENSHOTS = join(import.meta.dir, '..', '..', 'dist', 'console-screenshots')
 
 let browser: Browser
 let server: Server
 let consoleOrigin: string
 let password: string
-
-beforeAll(async () => {
-  if (!available) return
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  })
-  server = await startServer({ args: ['--ban-after', '1'] })
-  consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
-  password = readFileSync(/its password is in (\S+) \(readable/.exec(server.stderr())![1]!, 'utf8').trim()
-  mkdirSync(SCREENSHOTS, { recursive: true })
-}, 60_000)
-
-afterAll(async () => {
-  if (!available) return
-  await browser.close()
-  await server.stop()
-})
 
 /** A page that records every request to another origin and every message of the console (CSP reports). */
 async function openConsole(width: number, origin = consoleOrigin): Promise<{ page: Page; foreign: string[]; messages: string[] }> {
@@ -74,7 +44,20 @@ async function signIn(page: Page, operatorPassword = password): Promise<void> {
   await page.locator('#who').waitFor()
 }
 
-describe.skipIf(!available)('the console page in a browser', () => {
+describeWithEngines(['chromium'], 'the console page in a browser', () => {
+  beforeAll(async () => {
+    browser = await launchChromium()
+    server = await startServer({ args: ['--ban-after', '1'] })
+    consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
+    password = readFileSync(/its password is in (\S+) \(readable/.exec(server.stderr())![1]!, 'utf8').trim()
+    mkdirSync(SCREENSHOTS, { recursive: true })
+  }, 60_000)
+
+  afterAll(async () => {
+    await browser.close()
+    await server.stop()
+  })
+
   test('sign in; create a key and use it; revoke it and see 401 within a second; lift a ban and see 200; screenshots at both widths', async () => {
     const { page, foreign, messages } = await openConsole(1280)
     try {

@@ -7,45 +7,14 @@
  * Prefer field starts empty and a scenario typed into it is answered.
  * Without Chromium the suite says so in one line and skips this file; with CI=true it fails instead.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync } from 'node:fs'
-import { type Browser, chromium, type Page } from 'playwright-core'
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import type { Browser, Page } from 'playwright-core'
 import { type Server, startServer } from '../support/binary'
-
-const CHROMIUM = '/usr/bin/chromium'
-const available = existsSync(CHROMIUM)
-if (!available) {
-  if (process.env.CI === 'true') throw new Error(`${CHROMIUM} is missing: CI must install Debian's chromium package`)
-  console.warn('browser tests skipped: no /usr/bin/chromium (apt-get install -y chromium)')
-}
+import { launchChromium } from '../support/browser'
+import { describeWithEngines } from '../support/engines'
 
 let browser: Browser
 const servers: Server[] = []
-
-beforeAll(async () => {
-  if (!available) return
-  // The closed network of these machines: no background lookups, no QUIC, no sandbox as root.
-  // Playwright gives every launch a fresh, empty profile of its own.
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  })
-  servers.push(await startServer(), await startServer({ args: ['--env', 'staging'] }))
-}, 60_000)
-
-afterAll(async () => {
-  if (!available) return
-  await browser.close()
-  for (const server of servers) await server.stop()
-})
 
 /** Gives the page a key through Authorize, as a person does. */
 async function authorize(page: Page, key: string): Promise<void> {
@@ -77,7 +46,17 @@ async function shownBody(page: Page, operationId: string): Promise<string> {
     .innerText()
 }
 
-describe.skipIf(!available)('/docs in a browser', () => {
+describeWithEngines(['chromium'], '/docs in a browser', () => {
+  beforeAll(async () => {
+    browser = await launchChromium()
+    servers.push(await startServer(), await startServer({ args: ['--env', 'staging'] }))
+  }, 60_000)
+
+  afterAll(async () => {
+    await browser.close()
+    for (const server of servers) await server.stop()
+  })
+
   test('every operation run with its prefilled values answers 2xx with what it should; enums are choices; the page says where a key comes from', async () => {
     // A server of its own: a fresh store, so the first pet the page creates is pet 1 (getPet's example).
     const server = await startServer()

@@ -7,9 +7,10 @@
  * int64 categories exact both ways.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, type Server, startServer } from '../support/binary'
+import { clientProject, typeCheck } from '../support/client-project'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 
@@ -39,8 +40,7 @@ type MakeKey = (flags: string[]) => string
  * beside them, then checks what it printed, what the server stored and that the code type-checks.
  */
 async function recipeAsWritten(server: Server, makeKey: MakeKey): Promise<void> {
-  const dir = tempDir()
-  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
+  const dir = clientProject()
   const blocks = codeBlocks(readFileSync(PAGE, 'utf8'))
   expect(blocks.map((block) => block.file ?? block.language)).toEqual(['sh', 'client.ts', 'main.ts', 'sh'])
   for (const block of blocks) if (block.file) writeFileSync(join(dir, block.file), block.code)
@@ -78,28 +78,9 @@ async function recipeAsWritten(server: Server, makeKey: MakeKey): Promise<void> 
     expect(text).toContain(`"categoryId":${digits},`)
 
   // And the code the page shows type-checks against the generated types, strictly.
-  writeFileSync(
-    join(dir, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: {
-        strict: true,
-        noEmit: true,
-        target: 'esnext',
-        module: 'esnext',
-        moduleResolution: 'bundler',
-        types: ['bun'],
-        skipLibCheck: true,
-      },
-      files: ['main.ts', 'client.ts', 'petstore.d.ts'],
-    }),
-  )
-  const checked = Bun.spawnSync([join(ROOT, 'node_modules', '.bin', 'tsc'), '-p', 'tsconfig.json'], {
-    cwd: dir,
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  expect(checked.stdout.toString() + checked.stderr.toString()).toBe('')
-  expect(checked.exitCode).toBe(0)
+  const checked = typeCheck(dir, ['main.ts', 'client.ts', 'petstore.d.ts'])
+  expect(checked.output).toBe('')
+  expect(checked.code).toBe(0)
 }
 
 const TITLE = 'its recipe, run as written, generates a typed client that pages, waits out a 429 and keeps int64 exact'

@@ -9,22 +9,15 @@
  * The staging block starts a server in the background and at once resets and seeds its store, so it
  * must wait for the server itself.
  */
-import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { chmodSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
+import { killedAtEnd } from '../process/helpers'
 import { freePort } from '../support/ports'
 
 setDefaultTimeout(60_000)
 const ROOT = join(import.meta.dir, '..', '..')
-const started: number[] = []
-afterAll(() => {
-  for (const pid of started) {
-    try {
-      process.kill(pid, 'SIGKILL')
-    } catch {}
-  }
-})
 
 /** The README's `sh` block that follows this heading. */
 function blockAfter(heading: string): string {
@@ -122,8 +115,7 @@ function sandbox(ports: Record<number, number>, extra: Record<string, string> = 
 
 /** Runs a script with bash -e to its end. */
 async function runScript(script: string, cwd: string, env: Record<string, string>) {
-  const proc = Bun.spawn(['bash', '-e', '-c', script], { cwd, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
-  started.push(proc.pid)
+  const proc = killedAtEnd(Bun.spawn(['bash', '-e', '-c', script], { cwd, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' }))
   const [code, out, err] = await Promise.all([proc.exited, new Response(proc.stdout).text(), new Response(proc.stderr).text()])
   return { code, out, err }
 }
@@ -158,14 +150,15 @@ describe('README', () => {
     writeFileSync(join(dir, 'SHA256SUMS'), `${sum}  petstore-linux-x64\n${'0'.repeat(64)}  petstore-windows-x64.exe\n`)
 
     // The release block ends in the server, in the foreground: it runs in its own session, stopped whole.
-    const release = Bun.spawn(['setsid', 'bash', '-e', '-c', block('README.md: sha256sum -c')], {
-      cwd: dir,
-      env,
-      stdin: 'ignore',
-      stdout: 'pipe',
-      stderr: 'pipe',
-    })
-    started.push(release.pid)
+    const release = killedAtEnd(
+      Bun.spawn(['setsid', 'bash', '-e', '-c', block('README.md: sha256sum -c')], {
+        cwd: dir,
+        env,
+        stdin: 'ignore',
+        stdout: 'pipe',
+        stderr: 'pipe',
+      }),
+    )
     const releaseErr = new Response(release.stderr).text()
     try {
       await eventually(async () => {

@@ -3,10 +3,10 @@
  * the store holds at most maxAddresses addresses whatever the spray, so Redis never fills up and a valid
  * key is still decided by Redis, with its bucket intact.
  */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 import { redisLimiter, uniquePrefix, named } from './stores'
 
 const FREE: Limits = { rpm: 60, rpd: 1000 }
@@ -16,17 +16,8 @@ const MAX_ADDRESSES = 2_000
 const SPRAY = 30_000
 
 describeWithEngines(['redis-server'], 'limiter: an address spray against Redis', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
-  beforeAll(async () => {
-    // 30,000 addresses would take about 5 MB: far more than this Redis may hold.
-    redis = await startRedis({ args: ['--maxmemory', '3mb', '--maxmemory-policy', 'noeviction'] })
-    admin = new Bun.RedisClient(redis.url)
-  })
-  afterAll(async () => {
-    admin.close()
-    await redis.destroy()
-  })
+  // 30,000 addresses would take about 5 MB: far more than this Redis may hold.
+  const redis = redisForSuite({ args: ['--maxmemory', '3mb', '--maxmemory-policy', 'noeviction'] })
 
   test('Redis holds at most maxAddresses addresses, and a valid key is still served with its own bucket', async () => {
     const prefix = uniquePrefix()
@@ -51,12 +42,12 @@ describeWithEngines(['redis-server'], 'limiter: an address spray against Redis',
       // The key's bucket is exact: its second request leaves 8.
       expect(await limiter.check(named('key:valid'), KEY)).toMatchObject({ allowed: true, quota: { window: 'day', remaining: 8 } })
 
-      const keys = (await admin.send('DBSIZE', [])) as number
-      const memory = Number(/used_memory:(\d+)/.exec((await admin.send('INFO', ['memory'])) as string)![1])
+      const keys = (await redis.admin.send('DBSIZE', [])) as number
+      const memory = Number(/used_memory:(\d+)/.exec((await redis.admin.send('INFO', ['memory'])) as string)![1])
       console.error(`address-spray: after ${SPRAY} addresses, Redis holds ${keys} keys, ${(memory / 1024 / 1024).toFixed(1)} MB`)
       // Each address a hash (it makes no rejection here), the set of addresses, the key's hash.
       expect(keys).toBeLessThanOrEqual(MAX_ADDRESSES + 2)
-      expect(await admin.send('ZCARD', [`${prefix}addresses`])).toBe(MAX_ADDRESSES)
+      expect(await redis.admin.send('ZCARD', [`${prefix}addresses`])).toBe(MAX_ADDRESSES)
     } finally {
       limiter.close()
     }

@@ -3,12 +3,12 @@
  * as much per call as per take), and are decided exactly as if each had been sent alone: many at once on
  * one subject and on many, through two instances sharing one Redis, counted by Redis's own statistics.
  */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
 import { LimiterUnavailableError } from '../../src/limiter/backend'
 import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 import { futureClock, named, redisLimiter, uniquePrefix } from './stores'
 
 const LIMITS: Limits = { rpm: 40, rpd: 1000 }
@@ -23,16 +23,7 @@ async function scriptCalls(admin: Bun.RedisClient): Promise<number> {
 }
 
 describeWithEngines(['redis-server'], 'limiter: takes sent together share one script call', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
-  beforeAll(async () => {
-    redis = await startRedis()
-    admin = new Bun.RedisClient(redis.url)
-  })
-  afterAll(async () => {
-    admin.close()
-    await redis.destroy()
-  })
+  const redis = redisForSuite()
 
   test('200 simultaneous takes on one subject and 100 on others, through two instances: a few calls, exact decisions', async () => {
     const { clock } = futureClock()
@@ -42,14 +33,14 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
     const instances = [0, 1].map(() => redisLimiter(redis.url, settings, { prefix, timeoutMs: 5_000 }))
     try {
       for (const instance of instances) expect(await instance.ping()).toBe(true)
-      await admin.send('CONFIG', ['RESETSTAT'])
+      await redis.admin.send('CONFIG', ['RESETSTAT'])
 
       const hot = Array.from({ length: 200 }, (_, i) => instances[i % 2]!.check(named('key:hot'), LIMITS))
       const others = Array.from({ length: 100 }, (_, i) => instances[i % 2]!.check(named(`ip:10.0.0.${i}`), LIMITS))
       const decisions: Decision[] = await Promise.all(hot)
       const elsewhere = await Promise.all(others)
 
-      const calls = await scriptCalls(admin)
+      const calls = await scriptCalls(redis.admin)
       console.error(`batching: 300 takes in ${calls} script calls`)
       // 150 takes an instance, at most 16 a call: ten calls each when nothing else splits them.
       expect(calls).toBeLessThanOrEqual(30)
@@ -68,7 +59,7 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       expect(elsewhere.every((d) => d.allowed && d.quota.remaining === LIMITS.rpm - 1)).toBe(true)
 
       // Redis holds what the answers say.
-      expect(Number(await admin.send('HGET', [`${prefix}s:key:hot`, 'm']))).toBe(0)
+      expect(Number(await redis.admin.send('HGET', [`${prefix}s:key:hot`, 'm']))).toBe(0)
     } finally {
       instances.forEach((instance) => instance.close())
     }
@@ -80,7 +71,7 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
     const limiter = redisLimiter(redis.url, { now: () => clock.now }, { prefix, timeoutMs: 5_000 })
     try {
       // A subject's key of another type (an operator's mistake): Redis refuses its take with WRONGTYPE.
-      await admin.send('SET', [`${prefix}s:key:broken`, 'x'])
+      await redis.admin.send('SET', [`${prefix}s:key:broken`, 'x'])
       const names = Array.from({ length: 40 }, (_, i) => (i === 20 ? 'key:broken' : `key:fine${i}`))
       const outcomes = await Promise.all(
         names.map((name) =>
@@ -93,7 +84,7 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       expect(outcomes[20]).toBeInstanceOf(LimiterUnavailableError)
       expect(outcomes.filter((outcome) => outcome === true).length).toBe(39)
       for (const [i, name] of names.entries())
-        if (i !== 20) expect(Number(await admin.send('HGET', [`${prefix}s:${name}`, 'm']))).toBe(LIMITS.rpm - 1)
+        if (i !== 20) expect(Number(await redis.admin.send('HGET', [`${prefix}s:${name}`, 'm']))).toBe(LIMITS.rpm - 1)
     } finally {
       limiter.close()
     }

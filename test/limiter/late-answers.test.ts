@@ -5,12 +5,12 @@
  * write its answers), so that many answers arrive after the timer; Redis's state must then be exactly
  * what the other answers account for: tokens spent, rejections recorded, bans started.
  */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
 import type { Decision } from '../../src/limiter/limiter'
 import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 import { type Relay, startRelay } from '../support/relay'
 import { type AnyLimiter, futureClock, redisLimiter, uniquePrefix, named } from './stores'
 
@@ -47,16 +47,7 @@ interface Held {
 }
 
 describeWithEngines(['redis-server'], 'limiter: a take answered after the caller gave up', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
-  beforeAll(async () => {
-    redis = await startRedis()
-    admin = new Bun.RedisClient(redis.url)
-  })
-  afterAll(async () => {
-    admin.close()
-    await redis.destroy()
-  })
+  const redis = redisForSuite()
 
   /**
    * 60 subjects, three at a time, each one's requests one after the other, through a relay that holds
@@ -118,12 +109,12 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
       const mismatches = async () => {
         const wrong: string[] = []
         for (const [subject, tally] of tallies) {
-          const [m, d, b] = (await admin.send('HMGET', [`${prefix}s:${subject}`, 'm', 'd', 'b'])) as (string | null)[]
+          const [m, d, b] = (await redis.admin.send('HMGET', [`${prefix}s:${subject}`, 'm', 'd', 'b'])) as (string | null)[]
           const held: Held = {
             tokens: Number(m ?? CAPACITY),
             dayTokens: Number(d ?? CAPACITY),
             banned: b !== null && Number(b) > clock.now,
-            rejections: (await admin.send('LLEN', [`${prefix}r:${subject}`])) as number,
+            rejections: (await redis.admin.send('LLEN', [`${prefix}r:${subject}`])) as number,
           }
           const wrongHere = settled(tally, held)
           if (wrongHere) wrong.push(`${subject}: answers ${JSON.stringify(tally)}, Redis holds ${JSON.stringify(held)}: ${wrongHere}`)
@@ -177,16 +168,7 @@ describeWithEngines(['redis-server'], 'limiter: a take answered after the caller
 })
 
 describeWithEngines(['redis-server'], 'limiter: many takes at once, answered about the deadline', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
-  beforeAll(async () => {
-    redis = await startRedis()
-    admin = new Bun.RedisClient(redis.url)
-  })
-  afterAll(async () => {
-    admin.close()
-    await redis.destroy()
-  })
+  const redis = redisForSuite()
 
   // Issue 21: with answers held 90 to 120 ms behind the default 100 ms deadline, a run of 73 requests at
   // once on a 1,000 a minute key once spent 27 tokens for 25 allowed. Every run must be exact.
@@ -218,7 +200,7 @@ describeWithEngines(['redis-server'], 'limiter: many takes at once, answered abo
         counts.push(`${allowed}/${answers.filter((answer) => answer === 'unavailable').length}`)
         // Late answers arrive and their undos are sent; then Redis must hold exactly the allowed takes.
         const spent = async () => {
-          const [m, d] = (await admin.send('HMGET', [`${prefix}s:${subject}`, 'm', 'd'])) as (string | null)[]
+          const [m, d] = (await redis.admin.send('HMGET', [`${prefix}s:${subject}`, 'm', 'd'])) as (string | null)[]
           return `${1_000 - Number(m ?? 1_000)} ${1_000 - Number(d ?? 1_000)}`
         }
         let held = ''

@@ -3,13 +3,13 @@
  * must expire, Redis stopped and started again on the same port (with each fallback), and Redis too
  * slow to answer in time, where the take it gave up on must not happen once Redis resumes.
  */
-import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
 import type { Decision } from '../../src/limiter/limiter'
 import { LIMITER_SCRIPT } from '../../src/limiter/redis/script'
 import { LimiterUnavailableError } from '../../src/limiter/backend'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 import { startRelay } from '../support/relay'
 import { type AnyLimiter, type LimiterSettings, redisLimiter, uniquePrefix, named } from './stores'
 
@@ -33,8 +33,7 @@ async function settle(answer: Decision | Promise<Decision>): Promise<Decision | 
 }
 
 describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
+  const redis = redisForSuite()
   const limiters: AnyLimiter[] = []
 
   function limiter(settings: LimiterSettings = {}, prefix = uniquePrefix(), timeoutMs?: number) {
@@ -43,42 +42,33 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     return made
   }
 
-  beforeAll(async () => {
-    redis = await startRedis()
-    admin = new Bun.RedisClient(redis.url)
-  })
   afterEach(async () => {
     limiters.splice(0).forEach((made) => made.close())
     // A test that stopped Redis leaves it running for the next.
     if (
-      !(await Promise.resolve(admin.send('PING', [])).then(
+      !(await Promise.resolve(redis.admin.send('PING', [])).then(
         () => true,
         () => false,
       ))
     ) {
       await redis.start()
-      await admin.connect()
     }
-  })
-  afterAll(async () => {
-    admin.close()
-    await redis.destroy()
   })
 
   test('a flushed script cache (NOSCRIPT) is answered by sending the script again', async () => {
     const made = limiter()
     expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(59)
-    await admin.send('SCRIPT', ['FLUSH'])
+    await redis.admin.send('SCRIPT', ['FLUSH'])
     expect((await made.check(named('key:a'), FREE)).quota.remaining).toBe(58)
     const sha = new Bun.CryptoHasher('sha1').update(LIMITER_SCRIPT).digest('hex')
-    expect(await admin.send('SCRIPT', ['EXISTS', sha])).toEqual([1])
+    expect(await redis.admin.send('SCRIPT', ['EXISTS', sha])).toEqual([1])
   })
 
   test('every key expires once its buckets are full again and its ban and rejections are over', async () => {
     const prefix = uniquePrefix()
     // Expiries are checked here, not deadlines: 500 checks at once on a loaded host may take a while.
     const made = limiter({ banAfter: 1, banSeconds: 600 }, prefix, 2_000)
-    const pttl = (key: string): Promise<number> => admin.send('PTTL', [`${prefix}${key}`])
+    const pttl = (key: string): Promise<number> => redis.admin.send('PTTL', [`${prefix}${key}`])
 
     // One day token of 1000 comes back in 86.4 s; the key lasts that and a second more.
     await made.check(named('key:a'), FREE)
@@ -102,14 +92,14 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
 
     // Buckets that refill within a millisecond are gone a second later.
     await made.check(named('key:quick'), { rpm: 60_000, rpd: 86_400_000 })
-    expect(await admin.send('EXISTS', [`${prefix}s:key:quick`])).toBe(1)
-    await eventually(async () => (await admin.send('EXISTS', [`${prefix}s:key:quick`])) === 0)
+    expect(await redis.admin.send('EXISTS', [`${prefix}s:key:quick`])).toBe(1)
+    await eventually(async () => (await redis.admin.send('EXISTS', [`${prefix}s:key:quick`])) === 0)
 
     // However many addresses spray, none is kept for ever.
     await Promise.all(Array.from({ length: 500 }, (_, i) => made.check(named(`ip:10.0.${i >> 8}.${i & 255}`), FREE)))
-    const [, keys] = (await admin.send('SCAN', ['0', 'MATCH', `${prefix}*`, 'COUNT', '10000'])) as [string, string[]]
+    const [, keys] = (await redis.admin.send('SCAN', ['0', 'MATCH', `${prefix}*`, 'COUNT', '10000'])) as [string, string[]]
     expect(keys.length).toBeGreaterThanOrEqual(500)
-    const ttls = await Promise.all(keys.map((key) => admin.send('PTTL', [key]) as Promise<number>))
+    const ttls = await Promise.all(keys.map((key) => redis.admin.send('PTTL', [key]) as Promise<number>))
     expect(ttls.every((ttl) => ttl > 0)).toBe(true)
   })
 
@@ -132,7 +122,6 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
       expect(await settle(made.check(named('key:a'), FREE))).toBeInstanceOf(LimiterUnavailableError)
 
     await redis.start()
-    await admin.connect()
     await eventually(async () => !((await settle(made.check(named('key:b'), FREE))) instanceof Error))
     expect(await made.ping()).toBe(true)
     // Decided in Redis: another instance sharing the prefix sees the same buckets.
@@ -160,7 +149,6 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(events).toEqual([true])
 
     await redis.start()
-    await admin.connect()
     await eventually(async () => {
       await made.check(named('key:b'), FREE)
       return !made.degraded
@@ -189,11 +177,10 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect((await made.check(named('key:idle'), FREE)).allowed).toBe(true)
     await redis.stop()
     await redis.start()
-    await admin.connect()
     // No request meanwhile: the store alone must notice and reconnect, which Redis sees as a client of
     // its own (other than this test's) whose last command is the store's health check.
     const storeConnected = async () => {
-      const clients = ((await admin.send('CLIENT', ['LIST'])) as string).split('\n')
+      const clients = ((await redis.admin.send('CLIENT', ['LIST'])) as string).split('\n')
       return clients.some((client) => / cmd=ping /.test(client))
     }
     await eventually(storeConnected, 5_000).catch(() => {})
@@ -206,7 +193,7 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect((await made.check(named('key:warm'), FREE)).allowed).toBe(true)
 
     // Every client's commands wait, the limiter's script included, until the pause ends.
-    await admin.send('CLIENT', ['PAUSE', '500', 'ALL'])
+    await redis.admin.send('CLIENT', ['PAUSE', '500', 'ALL'])
     const started = performance.now()
     expect(await settle(made.check(named('key:late'), FREE))).toBeInstanceOf(LimiterUnavailableError)
     const waited = performance.now() - started
@@ -214,10 +201,10 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(waited).toBeLessThan(300)
 
     // Answered after the pause: by then the script has run, and must have changed nothing.
-    await admin.send('PING', [])
-    expect(await admin.send('EXISTS', [`${prefix}s:key:late`])).toBe(0)
+    await redis.admin.send('PING', [])
+    expect(await redis.admin.send('EXISTS', [`${prefix}s:key:late`])).toBe(0)
     await eventually(async () => (await settle(made.check(named('key:late'), FREE))) instanceof Error === false)
-    expect(await admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
+    expect(await redis.admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
   })
 
   test('Redis cut off without a word (a lost network): calls fail at once after the first, and recover when it is back', async () => {

@@ -2,28 +2,19 @@
  * The server lifecycle (src/server.ts) with the limiter in Redis, in process: every way out of a start,
  * failed or stopped, goes through one teardown, which closes the limiter's Redis connection.
  */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { expect, test } from 'bun:test'
 import type { StorageBackend } from '../../src/backends'
 import { resolveConfig } from '../../src/config'
 import { Server } from '../../src/server'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 
 describeWithEngines(['redis-server'], 'the server lifecycle with Redis', () => {
-  let redis: RedisServer
-  let admin: Bun.RedisClient
-  beforeAll(async () => {
-    redis = await startRedis()
-    admin = new Bun.RedisClient(redis.url)
-  })
-  afterAll(async () => {
-    admin?.close()
-    await redis?.destroy()
-  })
+  const redis = redisForSuite()
 
   /** Connections Redis has open, but for the admin's own. */
-  const connections = async () => `${await admin.send('CLIENT', ['LIST'])}`.trim().split('\n').length - 1
+  const connections = async () => `${await redis.admin.send('CLIENT', ['LIST'])}`.trim().split('\n').length - 1
   /** Redis sees a closed connection a moment after the close: waited for, up to two seconds. */
   const allClosed = async () => {
     for (const deadline = Date.now() + 2_000; (await connections()) > 0 && Date.now() < deadline; ) await Bun.sleep(10)

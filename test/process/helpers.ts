@@ -7,7 +7,7 @@ import { afterAll } from 'bun:test'
 import type { Subprocess } from 'bun'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
-import { BINARY, bootstrapSecret, type CliResult, cleanEnv, type Server, startServer } from '../support/binary'
+import { BINARY, type CliResult, cleanEnv, collect, type Listening, type Server, spawnListening, startServer } from '../support/binary'
 
 const running = new Set<Subprocess>()
 
@@ -17,6 +17,12 @@ export function killSpawned(): void {
   running.clear()
 }
 afterAll(killSpawned)
+
+/** `proc`, killed with the rest of what this file spawned when the file ends. */
+export function killedAtEnd<T extends Subprocess>(proc: T): T {
+  running.add(proc)
+  return proc
+}
 
 export const auth = (key: string, extra: Record<string, string> = {}) => ({ authorization: `Bearer ${key}`, ...extra })
 
@@ -66,17 +72,9 @@ export async function cliAsync(args: string[], options: { cwd?: string; env?: Re
   return { code, stdout, stderr }
 }
 
-async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void) {
-  const decoder = new TextDecoder()
-  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
-    sink.text += decoder.decode(chunk, { stream: true })
-    onText()
-  }
-}
-
 const LISTENING = /(\w+) listening on http:\/\/(?:\[[^\]]+\]|[^:]+):(\d+), API at (\S+), data (.+?), scenarios (?:on|off)/
 
-export interface RawServer extends Omit<Server, 'dataFile'> {
+export interface RawServer extends Listening {
   /** What the server says it runs as. */
   env: string
   apiBase: string
@@ -92,49 +90,10 @@ export async function spawnServe(
   args: string[],
   options: { cwd?: string; env?: Record<string, string>; command?: string[] } = {},
 ): Promise<RawServer> {
-  const proc = Bun.spawn([...(options.command ?? [BINARY, 'serve']), ...args], {
-    cwd: options.cwd,
-    env: cleanEnv(options.env),
-    stdin: 'ignore',
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  running.add(proc)
-  const out = { text: '' }
-  const err = { text: '' }
-  let wake = () => {}
-  void collect(proc.stdout, out, () => wake())
-  void collect(proc.stderr, err, () => wake())
-  const deadline = Date.now() + 15_000
-  while (!LISTENING.test(err.text)) {
-    if (proc.exitCode !== null || Date.now() > deadline) {
-      proc.kill('SIGKILL')
-      running.delete(proc)
-      throw new Error(`server did not start (exit ${proc.exitCode}):\n${err.text}`)
-    }
-    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
-  }
-  const [, env, portText, apiBase, dataFile] = LISTENING.exec(err.text)!
-  const port = Number(portText)
-  const origin = `http://127.0.0.1:${port}`
-  return {
-    proc,
-    port,
-    origin,
-    base: `${origin}/v1`,
-    env: env!,
-    apiBase: apiBase!,
-    dataFile: dataFile!.trim(),
-    bootstrapKey: bootstrapSecret(err.text),
-    stderr: () => err.text,
-    stdout: () => out.text,
-    stop: async (signal = 'SIGTERM') => {
-      proc.kill(signal)
-      const code = await proc.exited
-      running.delete(proc)
-      return code
-    },
-  }
+  const server = await spawnListening([...(options.command ?? [BINARY, 'serve']), ...args], options)
+  running.add(server.proc)
+  const [, env, , apiBase, dataFile] = LISTENING.exec(server.stderr())!
+  return { ...server, env: env!, apiBase: apiBase!, dataFile: dataFile!.trim() }
 }
 
 /** Runs `serve` expecting it to fail: resolves with its exit code and output, killing it if it listens. */

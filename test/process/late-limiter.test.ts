@@ -8,7 +8,7 @@ import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type RedisServer, startRedis } from '../support/redis'
+import { redisForSuite } from '../support/redis'
 import { startRelay } from '../support/relay'
 import { auth, killSpawned } from './helpers'
 
@@ -18,14 +18,9 @@ afterAll(killSpawned)
 const RUNS = 20
 
 describeWithEngines(['redis-server'], 'a late limiter over the binary', () => {
-  let redis: RedisServer
-  afterAll(async () => {
-    await redis?.destroy()
-  })
+  const redis = redisForSuite()
 
   test(`${RUNS} runs of 73 requests with Redis answering about the deadline: tokens spent equal the 200s, every run`, async () => {
-    redis = await startRedis()
-    const admin = new Bun.RedisClient(redis.url)
     const relay = startRelay(redis.port)
     const dataFile = join(tempDir(), 'late.db')
     const keys = Array.from({ length: RUNS }, () => createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '1000']))
@@ -51,12 +46,12 @@ describeWithEngines(['redis-server'], 'a late limiter over the binary', () => {
         counts.push(`${ok}/${statuses.filter((status) => status === 503).length}`)
         expect(statuses.every((status) => status === 200 || status === 503)).toBe(true)
         // The key's hash in Redis, the one this run made (none when every answer was a 503 before any take ran).
-        const hashes = ((await admin.send('KEYS', ['petstore:s:key:*'])) as string[]).filter((name) => !seen.has(name))
+        const hashes = ((await redis.admin.send('KEYS', ['petstore:s:key:*'])) as string[]).filter((name) => !seen.has(name))
         let spent = 0
         await eventually(async () => {
-          const [found] = ((await admin.send('KEYS', ['petstore:s:key:*'])) as string[]).filter((name) => !seen.has(name))
+          const [found] = ((await redis.admin.send('KEYS', ['petstore:s:key:*'])) as string[]).filter((name) => !seen.has(name))
           if (found) hashes[0] = found
-          spent = found ? Math.round(1_000 - Number(await admin.send('HGET', [found, 'd']))) : 0
+          spent = found ? Math.round(1_000 - Number(await redis.admin.send('HGET', [found, 'd']))) : 0
           return relay.held() === 0 && spent === ok
         }, 3_000).catch(() => {})
         if (hashes[0]) seen.add(hashes[0])
@@ -66,7 +61,6 @@ describeWithEngines(['redis-server'], 'a late limiter over the binary', () => {
       expect(wrong).toEqual([])
       expect(await server.stop()).toBe(0)
     } finally {
-      admin.close()
       relay.close()
     }
   })

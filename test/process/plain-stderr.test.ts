@@ -3,33 +3,24 @@
  * console.error red on a TTY, which made "listening on…" and "backup written…" look like errors. The
  * binary runs under a pseudo-terminal from util-linux's `script`, and its lines carry no ANSI escape.
  */
-import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
+import { BINARY, cleanEnv, collect, eventually, tempDir } from '../support/binary'
+import { killedAtEnd } from './helpers'
 
 setDefaultTimeout(60_000)
 const SCRIPT = '/usr/bin/script'
 const ESCAPE = '\u001b'
-const started: number[] = []
-afterAll(() => {
-  for (const pid of started) {
-    try {
-      process.kill(pid, 'SIGKILL')
-    } catch {}
-  }
-})
 
 /** Runs the binary with these arguments on a pseudo-terminal; the output is what the terminal shows. */
 function onTerminal(args: string[]) {
   const command = ['exec', BINARY, ...args].map((part) => `'${part}'`).join(' ')
-  const proc = Bun.spawn([SCRIPT, '-qfec', command, '/dev/null'], { env: cleanEnv(), stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
-  started.push(proc.pid)
+  const proc = killedAtEnd(
+    Bun.spawn([SCRIPT, '-qfec', command, '/dev/null'], { env: cleanEnv(), stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' }),
+  )
   const out = { text: '' }
-  const read = (async () => {
-    const decoder = new TextDecoder()
-    for await (const chunk of proc.stdout as unknown as AsyncIterable<Uint8Array>) out.text += decoder.decode(chunk, { stream: true })
-  })()
+  const read = collect(proc.stdout, out)
   /** Resolves with the exit code once the terminal's output is read to its end. */
   const finished = async () => {
     const code = await proc.exited

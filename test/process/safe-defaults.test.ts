@@ -9,6 +9,7 @@ import { chmodSync, mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { networkInterfaces } from 'node:os'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, tempDir } from '../support/binary'
+import { SERVER_VARIABLES } from '../support/variables'
 import { killSpawned, reasonLine, spawnServe } from './helpers'
 
 afterAll(killSpawned)
@@ -134,22 +135,7 @@ describe('serve listens on loopback unless told otherwise', () => {
 
 describe('an empty environment variable counts as unset', () => {
   test('serve with every variable set empty starts as with none: production, loopback, /metrics without a token', async () => {
-    const empty = Object.fromEntries(
-      [
-        'ENV',
-        'HOST',
-        'PORT',
-        'BASE_URL',
-        'STAGING_BASE_URL',
-        'TRUST_PROXY',
-        'METRICS_ADDRESS',
-        'METRICS_TOKEN',
-        'DATABASE_URL',
-        'DATABASE_POOL',
-        'REDIS_URL',
-        'LIMITER_FALLBACK',
-      ].map((name) => [`PETSTORE_${name}`, '']),
-    )
+    const empty = Object.fromEntries(SERVER_VARIABLES.map((name) => [name, '']))
     const server = await spawnServe(['--port', '0', '--data', join(tempDir(), 'p.db')], { env: empty })
     expect(server.env).toBe('production')
     expect(server.stderr()).toMatch(/listening on http:\/\/127\.0\.0\.1:\d+, API at http:\/\/localhost:\d+\/v1, /)

@@ -5,18 +5,19 @@
  * for. See docs/upgrading.md.
  */
 import { Database } from 'bun:sqlite'
-import type { Subprocess } from 'bun'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
+import { BINARY, cleanEnv, collect, createKeyWithCli, tempDir } from '../support/binary'
 import {
   auth,
+  killedAtEnd,
   killSpawned,
   listAll,
   parseRawResponse,
   postPet,
+  type RawServer,
   serveExpectingFailure,
   spawnServe,
   startSlowPost,
@@ -86,18 +87,32 @@ function rawGet(port: number, path: string, key: string): Promise<number | strin
   })
 }
 
-/** `serve --takeover` without waiting for it to listen, its stderr collected. */
-const takers: Subprocess[] = []
-afterAll(() => takers.forEach((taker) => taker.kill('SIGKILL')))
-
+/** `serve --takeover` without waiting for it to listen, its stderr collected (all of it once `read` resolves). */
 function spawnTaker(args: string[]) {
-  const proc = Bun.spawn([BINARY, 'serve', ...args, '--takeover'], { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' })
-  takers.push(proc)
-  let text = ''
-  void (async () => {
-    for await (const chunk of proc.stderr) text += Buffer.from(chunk).toString()
-  })()
-  return { proc, stderr: () => text }
+  const proc = killedAtEnd(
+    Bun.spawn([BINARY, 'serve', ...args, '--takeover'], { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }),
+  )
+  const err = { text: '' }
+  const read = collect(proc.stderr, err)
+  return { proc, stderr: () => err.text, read }
+}
+
+const UNLIMITED = ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000']
+
+/** A data file with one key, made with `keyFlags`, and the server to take over: on it, at a free port. */
+async function oldServer(keyFlags: string[]) {
+  const dataFile = join(tempDir(), 'petstore.db')
+  const key = createKeyWithCli(dataFile, keyFlags)
+  const port = await unusedPort()
+  const old = await spawnServe(serveArgs(port, dataFile))
+  return { dataFile, key, port, old }
+}
+
+/** The old server is still running, still stores what it is sent, and stops cleanly. */
+async function expectStillServing(old: RawServer, key: string) {
+  expect(old.proc.exitCode).toBeNull()
+  expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
+  expect(await old.stop()).toBe(0)
 }
 
 async function until(check: () => boolean, ms = 30_000): Promise<void> {
@@ -218,10 +233,7 @@ describe('serve --takeover', () => {
   })
 
   test('requests reaching the new server before it can serve wait for it, and are answered; the old one finishes its own', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     // In flight on the old server until the test sends the rest of its body: the old one cannot let
     // the file go before it has answered it, so the new one must wait.
     const slow = await startSlowPost(port, '/v1', key, { name: 'in flight', categoryId: 7 })
@@ -252,10 +264,7 @@ describe('serve --takeover', () => {
   })
 
   test('a binary that cannot serve the file (its schema is newer) refuses in one line and leaves the old server serving', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
     // As an older binary sees a file a newer one migrated: a schema it does not know.
     const db = new Database(dataFile)
     const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
@@ -273,16 +282,11 @@ describe('serve --takeover', () => {
       db.run(`PRAGMA user_version = ${version}`)
       db.close()
     }
-    expect(old.proc.exitCode).toBeNull()
-    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
-    expect(await old.stop()).toBe(0)
+    await expectStillServing(old, key)
   })
 
   test('given a port the running server does not listen on, it refuses in one line and leaves the old server serving', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, old } = await oldServer(['--plan', 'pro'])
     const wrongPort = await unusedPort()
     const refused = await serveExpectingFailure([...serveArgs(wrongPort, dataFile), '--takeover'])
     expect(refused.listened).toBe(false)
@@ -290,33 +294,20 @@ describe('serve --takeover', () => {
     expect(refused.stderr).toBe(
       `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
     )
-    expect(old.proc.exitCode).toBeNull()
-    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
-    expect(await old.stop()).toBe(0)
+    await expectStillServing(old, key)
   })
 
   test('from a frozen server, it gives up; the requests it held get 503, not a reset; the old one, resumed, keeps serving', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     old.proc.kill('SIGSTOP')
-    const next = Bun.spawn([BINARY, 'serve', ...serveArgs(port, dataFile), '--takeover'], {
-      env: cleanEnv(),
-      stdout: 'ignore',
-      stderr: 'pipe',
-    })
-    let nextErr = ''
-    const reading = (async () => {
-      for await (const chunk of next.stderr) nextErr += Buffer.from(chunk).toString()
-    })()
-    await until(() => nextErr.includes('taking over'))
+    const next = spawnTaker(serveArgs(port, dataFile))
+    await until(() => next.stderr().includes('taking over'))
     // New connections: the kernel gives some to the frozen server, which answers none yet, and some
     // to the new one, which holds them until it gives up (longer than Bun's default idle timeout).
     const answers = Array.from({ length: 12 }, () => rawGet(port, '/v1/pets', key))
-    expect(await next.exited).toBe(1)
-    await reading
-    expect(nextErr).toMatch(
+    expect(await next.proc.exited).toBe(1)
+    await next.read
+    expect(next.stderr()).toMatch(
       /^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m,
     )
     const settled = await Promise.all(answers.map((answer) => Promise.race([answer, Bun.sleep(2_000).then(() => 'pending')])))
@@ -326,16 +317,11 @@ describe('serve --takeover', () => {
     expect(settled.filter((status) => status !== 'pending' && status !== 503)).toEqual([])
     expect((await Promise.all(answers)).filter((status) => status !== 503 && status !== 200)).toEqual([])
     await until(() => old.stderr().includes('no server is taking over'))
-    expect(old.proc.exitCode).toBeNull()
-    expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
-    expect(await old.stop()).toBe(0)
+    await expectStillServing(old, key)
   })
 
   test('kill -9 of the server taking over right after it says so: the old one keeps serving, and the dead claim is removed', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     const load = steadyLoad(old.base, key)
     await until(() => load.outcomes.length >= 60)
     const taker = spawnTaker(serveArgs(port, dataFile))
@@ -356,10 +342,7 @@ describe('serve --takeover', () => {
   })
 
   test('a server taking over that dies after the old one let go: the old one serves again, with the state it handed over', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const freeKey = createKeyWithCli(dataFile, ['--plan', 'free'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key: freeKey, port, old } = await oldServer(['--plan', 'free'])
     for (let i = 0; i < 50; i++) expect((await fetch(`${old.base}/pets`, { headers: auth(freeKey) })).status).toBe(200)
     const taker = spawnTaker(serveArgs(port, dataFile))
     await until(() => taker.stderr().includes('taking over'))
@@ -394,10 +377,7 @@ describe('serve --takeover', () => {
   })
 
   test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     const load = steadyLoad(old.base, key)
     await until(() => load.outcomes.length >= 60)
     const takers = [0, 1].map(() =>
@@ -422,10 +402,7 @@ describe('serve --takeover', () => {
   })
 
   test('a --metrics-address another program holds does not leave the port with no server: it serves, without /metrics', async () => {
-    const dataFile = join(tempDir(), 'petstore.db')
-    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
-    const port = await unusedPort()
-    const old = await spawnServe(serveArgs(port, dataFile))
+    const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
     const other = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {
       const next = await spawnServe([...serveArgs(port, dataFile), '--takeover', '--metrics-address', `127.0.0.1:${other.port}`])

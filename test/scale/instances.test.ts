@@ -78,9 +78,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
   })
   beforeEach(async () => {
     databaseUrl = await cluster.createDatabase(`instances_${++databases}`)
-    const client = new Bun.RedisClient(redis.url)
-    await client.send('FLUSHALL', [])
-    client.close()
+    await redis.admin.send('FLUSHALL', [])
   })
 
   test('64 concurrent clients on one Free key get exactly 60 answers in the first minute, and a ban holds on both', async () => {
@@ -170,12 +168,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await redis.start()
     // No request meanwhile: the instance reconnects alone, which Redis sees as a client whose last
     // command is the instance's health check.
-    const admin = new Bun.RedisClient(redis.url)
-    try {
-      await eventually(async () => ((await admin.send('CLIENT', ['LIST'])) as string).includes(' cmd=ping '), 5_000).catch(() => {})
-    } finally {
-      admin.close()
-    }
+    await eventually(async () => ((await redis.admin.send('CLIENT', ['LIST'])) as string).includes(' cmd=ping '), 5_000).catch(() => {})
     // A ping can be seen while the instance's own reconnect still loads its scripts: wait, as a load
     // balancer would, for its readiness (no API request), then the first request must be served.
     await eventually(async () => (await fetch(`${server!.origin}/readyz`)).status === 200, 5_000)

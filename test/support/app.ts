@@ -9,6 +9,7 @@
  * several instances would each keep their own limits, and a data file has one server). PostgreSQL and
  * Redis are started once per run, when a combination needs them.
  */
+import { afterEach } from 'bun:test'
 import type { PetstoreApp } from '../../src/app'
 import type { LimiterBackendFactory } from '../../src/backends'
 import { type ConfigInput, resolveConfig } from '../../src/config'
@@ -63,6 +64,22 @@ const open = new Set<TestApp>()
 /** Stops every in-process app a test left running; the preload runs it after the suite. */
 export async function cleanupApps(): Promise<void> {
   await Promise.all([...open].map((app) => app.stop()))
+}
+
+/**
+ * For suites whose tests each want a fresh app: `fresh(input)` starts one, stopped after the test that
+ * started it (call this in the suite's body, where it registers the afterEach).
+ */
+export function appsPerTest(): (input?: ConfigInput) => Promise<TestApp> {
+  const started: TestApp[] = []
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((app) => app.stop()))
+  })
+  return async (input = {}) => {
+    const app = await startApp(input)
+    started.push(app)
+    return app
+  }
 }
 
 let cluster: Promise<PostgresCluster> | undefined

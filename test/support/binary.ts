@@ -83,7 +83,8 @@ export interface StartOptions {
   stdoutFile?: string
 }
 
-async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void) {
+/** Appends what `stream` carries to `sink.text` as it comes, calling `onText` after each piece. */
+export async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string }, onText: () => void = () => {}) {
   const decoder = new TextDecoder()
   for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
     sink.text += decoder.decode(chunk, { stream: true })
@@ -91,18 +92,22 @@ async function collect(stream: ReadableStream<Uint8Array>, sink: { text: string 
   }
 }
 
-export async function startServer(options: StartOptions = {}): Promise<Server> {
-  const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
-  const storage = options.databaseUrl ? ['--database-url', options.databaseUrl] : ['--data', dataFile]
-  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...storage, ...(options.args ?? [])]
+/** A `serve` that listens, without what its arguments alone know (its data file). */
+export type Listening = Omit<Server, 'dataFile'>
+
+/** The line a `serve` prints once it listens, whole (so the port is all there), and its port. */
+const LISTENING = /listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+).*\n/
+
+/**
+ * Runs `command` (a `serve`, as given) with a clean environment, collecting its output, and resolves
+ * once it says it listens; one that exits first, or does not listen within 15 s, is killed and fails.
+ */
+export async function spawnListening(
+  command: string[],
+  options: { cwd?: string; env?: Record<string, string>; stdoutFile?: string } = {},
+): Promise<Listening> {
   const stdout = options.stdoutFile ? openSync(options.stdoutFile, 'w') : 'pipe'
-  const proc = Bun.spawn([BINARY, ...args], {
-    cwd: options.cwd ?? (options.databaseUrl ? tempDir() : undefined),
-    env: cleanEnv(options.env),
-    stdin: 'ignore',
-    stdout,
-    stderr: 'pipe',
-  })
+  const proc = Bun.spawn(command, { cwd: options.cwd, env: cleanEnv(options.env), stdin: 'ignore', stdout, stderr: 'pipe' })
   if (typeof stdout === 'number') closeSync(stdout)
   running.add(proc)
   const out = { text: '' }
@@ -111,7 +116,7 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
   if (proc.stdout instanceof ReadableStream) void collect(proc.stdout, out, () => wake())
   void collect(proc.stderr, err, () => wake())
   const deadline = Date.now() + 15_000
-  while (!/listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+)/.test(err.text)) {
+  while (!LISTENING.test(err.text)) {
     if (proc.exitCode !== null || Date.now() > deadline) {
       proc.kill('SIGKILL')
       running.delete(proc)
@@ -119,16 +124,14 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
     }
     await Promise.race([new Promise<void>((resolve) => (wake = resolve)), proc.exited, Bun.sleep(100)])
   }
-  const port = Number(/listening on http:\/\/(?:\[[^\]]+\]|[^:/]+):(\d+)/.exec(err.text)![1])
+  const port = Number(LISTENING.exec(err.text)![1])
   const origin = `http://127.0.0.1:${port}`
-  const bootstrapKey = bootstrapSecret(err.text)
   return {
     proc,
     port,
     origin,
     base: `${origin}/v1`,
-    dataFile,
-    bootstrapKey,
+    bootstrapKey: bootstrapSecret(err.text),
     stderr: () => err.text,
     stdout: () => out.text,
     stop: async (signal = 'SIGTERM') => {
@@ -138,6 +141,14 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
       return code
     },
   }
+}
+
+export async function startServer(options: StartOptions = {}): Promise<Server> {
+  const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
+  const storage = options.databaseUrl ? ['--database-url', options.databaseUrl] : ['--data', dataFile]
+  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...storage, ...(options.args ?? [])]
+  const cwd = options.cwd ?? (options.databaseUrl ? tempDir() : undefined)
+  return { ...(await spawnListening([BINARY, ...args], { ...options, cwd })), dataFile }
 }
 
 /** The bootstrap key a start announced, read from the file its stderr names; undefined when none. */

@@ -1,5 +1,6 @@
 /**
- * Suites that need PostgreSQL or Redis start their own (postgres.ts, redis.ts) from Debian's packages.
+ * Suites that need PostgreSQL or Redis start their own (postgres.ts, redis.ts) from Debian's packages,
+ * as the proxy and browser suites use Debian's nginx and Chromium (browser.ts).
  * When a package is missing, such a suite is skipped and one line at the end of the run says which and
  * how to install what they need; under CI (CI=true) a missing engine fails the run instead, so a CI
  * machine can never pass by skipping.
@@ -10,15 +11,17 @@ import { postgresBinaries } from './postgres'
 import { redisBinary } from './redis'
 
 /** Debian packages, by the name apt-get installs them under. */
-type Engine = 'postgresql' | 'redis-server' | 'nginx-light'
+type Engine = 'postgresql' | 'redis-server' | 'nginx-light' | 'chromium'
 
 const available: Record<Engine, () => boolean> = {
   postgresql: () => postgresBinaries() !== null,
   'redis-server': () => redisBinary() !== null,
   'nginx-light': () => existsSync(NGINX),
+  chromium: () => existsSync(CHROMIUM),
 }
 
 export const NGINX = '/usr/sbin/nginx'
+export const CHROMIUM = '/usr/bin/chromium'
 
 const skipped: string[] = []
 const missingPackages = new Set<Engine>()

@@ -1,8 +1,10 @@
 /**
  * A throwaway Redis for tests: `redis-server` from Debian's package on a free loopback port, with no
  * persistence unless asked, stopped after the suite. It can be stopped and started again on the same
- * port, to test what the server does while Redis is away.
+ * port, to test what the server does while Redis is away. Its `admin` client is the test's own, to read
+ * and change what Redis holds, so no test opens and closes one by hand.
  */
+import { afterAll, beforeAll } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -11,9 +13,17 @@ import { freePort } from './ports'
 export interface RedisServer {
   url: string
   port: number
+  /** The test's own client: opened on first use, connected again by start(), closed by destroy(). */
+  readonly admin: Bun.RedisClient
   stop(): Promise<void>
   start(): Promise<void>
   destroy(): Promise<void>
+}
+
+export interface RedisOptions {
+  appendOnly?: boolean
+  /** More of redis-server's options, e.g. ['--maxmemory', '4mb']. */
+  args?: string[]
 }
 
 const running = new Set<RedisServer>()
@@ -22,8 +32,7 @@ export function redisBinary(): string | null {
   return Bun.which('redis-server', { PATH: `/usr/bin:/usr/sbin:/usr/local/bin:${process.env.PATH ?? ''}` })
 }
 
-/** `args`: more of redis-server's options, e.g. ['--maxmemory', '4mb']. */
-export async function startRedis(options: { appendOnly?: boolean; args?: string[] } = {}): Promise<RedisServer> {
+export async function startRedis(options: RedisOptions = {}): Promise<RedisServer> {
   const binary = redisBinary()
   if (!binary) throw new Error('Redis is not installed (apt-get install -y redis-server)')
   const dir = mkdtempSync(join(tmpdir(), 'petstore-redis-'))
@@ -72,19 +81,59 @@ export async function startRedis(options: { appendOnly?: boolean; args?: string[
     await stopping.exited
   }
   await start()
+  const url = `redis://127.0.0.1:${port}`
+  let admin: Bun.RedisClient | null = null
   const server: RedisServer = {
-    url: `redis://127.0.0.1:${port}`,
+    url,
     port,
+    get admin() {
+      admin ??= new Bun.RedisClient(url)
+      return admin
+    },
     stop,
-    start,
+    async start() {
+      await start()
+      await admin?.connect()
+    },
     async destroy() {
       running.delete(server)
+      admin?.close()
       await stop()
       rmSync(dir, { recursive: true, force: true })
     },
   }
   running.add(server)
   return server
+}
+
+/**
+ * The Redis of the suite (describe) it is called in: started before its first test, destroyed after its
+ * last. Its members are read inside tests and hooks, once it has started.
+ */
+export function redisForSuite(options: RedisOptions = {}): RedisServer {
+  let server: RedisServer | undefined
+  beforeAll(async () => {
+    server = await startRedis(options)
+  })
+  afterAll(() => server?.destroy())
+  const started = (): RedisServer => {
+    if (!server) throw new Error("the suite's Redis is not started yet: use it inside a test or a hook")
+    return server
+  }
+  return {
+    get url() {
+      return started().url
+    },
+    get port() {
+      return started().port
+    },
+    get admin() {
+      return started().admin
+    },
+    stop: () => started().stop(),
+    start: () => started().start(),
+    destroy: () => started().destroy(),
+  }
 }
 
 /** Stops every Redis a test left running; the preload runs it after the suite. */

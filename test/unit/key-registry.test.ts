@@ -10,31 +10,48 @@ import { openSqliteStorage } from '../../src/storage/sqlite'
 
 const NOW = Date.UTC(2026, 0, 1)
 
-test('each reload reads only the keys created or revoked since the previous one', async () => {
+/** An in-memory store that counts the registry's reads of key changes, and the rows they return. */
+function countingStore() {
   const storage = openSqliteStorage(':memory:')
-  let rowsRead = 0
+  const counted = { storage, reads: 0, rows: 0 }
   const changesSince = storage.keys.changesSince.bind(storage.keys)
   storage.keys.changesSince = (after) => {
     const changes = changesSince(after)
-    rowsRead += changes.records.length
+    counted.reads++
+    counted.rows += changes.records.length
     return changes
   }
+  return counted
+}
+
+/** A registry loaded over a counting store, its reads counted from after the load. */
+async function loadedRegistry() {
+  const counted = countingStore()
+  const registry = new KeyRegistry(counted.storage)
+  await registry.reload()
+  counted.reads = 0
+  return Object.assign(counted, { registry })
+}
+
+test('each reload reads only the keys created or revoked since the previous one', async () => {
+  const counted = countingStore()
+  const { storage } = counted
   const first = await createKey(storage.keys, { plan: 'free' }, NOW)
   const registry = new KeyRegistry(storage)
   await registry.reload()
   expect(registry.find(first.secret)?.id).toBe(first.record.id)
-  expect(rowsRead).toBe(1)
+  expect(counted.rows).toBe(1)
 
   const { secret, record } = await createKey(storage.keys, { plan: 'pro' }, NOW)
   expect(registry.find(secret)).toBeUndefined()
   await registry.reload()
   expect(registry.find(secret)?.id).toBe(record.id)
-  expect(rowsRead).toBe(2)
+  expect(counted.rows).toBe(2)
 
   storage.keys.recordLastUsed(new Map([[record.id, NOW + 1]]))
   storage.pets.createMany({ commands: [{ pet: { name: 'Rex', categoryId: 1n, status: 'available' } }], now: NOW, locationPrefix: '' })
   await registry.reload()
-  expect(rowsRead).toBe(2)
+  expect(counted.rows).toBe(2)
 
   storage.keys.revoke(record.id, NOW + 2)
   await registry.reload()
@@ -44,35 +61,27 @@ test('each reload reads only the keys created or revoked since the previous one'
   // Revoking again changes nothing, so nothing is read.
   storage.keys.revoke(record.id, NOW + 3)
   await registry.reload()
-  expect(rowsRead).toBe(3)
+  expect(counted.rows).toBe(3)
   storage.close()
 })
 
 test('a token not in memory is found by a catch-up read; unknown tokens share reads and are remembered until a key comes', async () => {
-  const storage = openSqliteStorage(':memory:')
-  let reads = 0
-  const changesSince = storage.keys.changesSince.bind(storage.keys)
-  storage.keys.changesSince = (after) => {
-    reads++
-    return changesSince(after)
-  }
-  const registry = new KeyRegistry(storage)
-  await registry.reload()
-  reads = 0
+  const counted = await loadedRegistry()
+  const { storage, registry } = counted
 
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
   expect(registry.find(late.secret)).toBeUndefined()
   expect((await registry.findLate(late.secret))?.id).toBe(late.record.id)
-  expect(reads).toBe(1)
+  expect(counted.reads).toBe(1)
 
   // A hundred different invented tokens at once: one read between them, not a hundred.
   const guesses = Array.from({ length: 100 }, (_, i) => `psk_guess_${i}`)
   expect(await Promise.all(guesses.map((guess) => registry.findLate(guess)))).toEqual(Array(100).fill(undefined))
-  expect(reads).toBe(2)
+  expect(counted.reads).toBe(2)
   // Remembered: asking again costs no read.
   expect(registry.findLate(guesses[0]!)).toBeUndefined()
   expect(registry.find(guesses[0]!)).toBeUndefined()
-  expect(reads).toBe(2)
+  expect(counted.reads).toBe(2)
 
   // A key made later with a remembered token's secret (impossible with random secrets, but the rule holds) is
   // found as soon as the registry learns of any new key.
@@ -83,20 +92,12 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
 })
 
 test("a new key's burst: 64 requests carrying the same token at once share one look-up and one read", async () => {
-  const storage = openSqliteStorage(':memory:')
-  let reads = 0
-  const changesSince = storage.keys.changesSince.bind(storage.keys)
-  storage.keys.changesSince = (after) => {
-    reads++
-    return changesSince(after)
-  }
-  const registry = new KeyRegistry(storage)
-  await registry.reload()
-  reads = 0
+  const counted = await loadedRegistry()
+  const { storage, registry } = counted
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
   const lookups = Array.from({ length: 64 }, () => registry.findLate(late.secret))
   expect(new Set(lookups).size).toBe(1)
   expect((await Promise.all(lookups)).map((key) => key?.id)).toEqual(Array(64).fill(late.record.id))
-  expect(reads).toBe(1)
+  expect(counted.reads).toBe(1)
   storage.close()
 })
