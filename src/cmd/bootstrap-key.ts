@@ -7,7 +7,8 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { type Config, ENVIRONMENTS } from '../config'
 import { makeKey } from '../domain/api-key'
-import { type MaybePromise, StorageOpenError, type Storage } from '../domain/repositories'
+import type { MaybePromise, Storage } from '../domain/repositories'
+import { opening } from '../storage/shared/open-errors'
 import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
@@ -27,12 +28,10 @@ export async function bootstrapKey(config: Config, storage: Storage, reload: () 
 export async function secretFileFirst(file: string, secret: string, what: string, make: () => MaybePromise<boolean>): Promise<boolean> {
   const temporary = `${file}.${process.pid}.tmp`
   // With PostgreSQL there is no data file, so the folder may not exist yet.
-  try {
+  opening(`cannot write the ${what} to ${temporary}`, () => {
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
     writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
-  } catch (error) {
-    throw new StorageOpenError(`cannot write the ${what} to ${temporary}: ${(error as Error).message}`)
-  }
+  })
   try {
     const made = await make()
     if (made) renameSync(temporary, file)

@@ -175,7 +175,7 @@ export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: s
  * What a command other than serve does with the data file. `mayCreate`: only a named one (--data,
  * PETSTORE_DATA), as a key put in a new file on the default path is one no server knows. Unless it
  * `readsOnly`, a file this user may not write is refused before the command starts; if it does, an
- * older schema is refused, not upgraded (storage/shared/older-schema.ts).
+ * older schema is refused, not upgraded (storage/shared/open-errors.ts).
  */
 export interface CommandAccess {
   mayCreate?: boolean

@@ -6,7 +6,7 @@ import { constants as sqlite, Database } from 'bun:sqlite'
 import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
-import { olderSchemaRefused } from '../shared/older-schema'
+import { olderSchemaRefused } from '../shared/open-errors'
 import { APPLICATION_ID, MIGRATIONS } from './migrations'
 
 export interface OpenOptions {
