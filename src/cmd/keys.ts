@@ -7,19 +7,7 @@ import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { parseSince, printUsage } from './keys-usage'
-import {
-  asUsageError,
-  bareUsage,
-  checkApplies,
-  COMMON,
-  flagLines,
-  help,
-  isBare,
-  openForCommand,
-  parse,
-  printTable,
-  UsageError,
-} from './options'
+import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
 function ownLimit(flag: 'rpm' | 'rpd', per: string) {
@@ -75,13 +63,9 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
-  const [sub, ...rest] = args
-  if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, FLAGS, USAGE)
-  if (values.help) return help(USAGE)
-  if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub))
-    throw new UsageError(`unknown keys command "${sub}"`, USAGE)
-  checkApplies(FLAGS, values, 'keys', sub, USAGE)
+  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'])
+  if (typeof line === 'number') return line
+  const { sub, values, positionals } = line
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
   // log; checked before their count, whose complaint may quote one.
   if (positionals.some(looksLikeSecret))
@@ -111,11 +95,8 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, {
-    mayCreate: sub === 'create',
-    readsOnly: sub === 'list' || sub === 'usage',
-  })
-  try {
+  const access = { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' }
+  return withStorage(values, USAGE, access, async (storage, where) => {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())
       console.error(
@@ -165,9 +146,7 @@ export async function keys(args: string[]): Promise<number> {
       console.error(`petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`)
     }
     return 0
-  } finally {
-    await storage.close()
-  }
+  })
 }
 
 function printKeys(records: ApiKeyRecord[], json: boolean): void {
