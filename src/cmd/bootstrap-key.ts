@@ -17,7 +17,11 @@ export async function bootstrapKey(config: Config, storage: Storage, reload: () 
   const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
   if (!made) return
-  announceBootstrapKey(config, record.id, secret, file)
+  console.error(
+    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${file} (readable by this user only)` +
+      (process.stderr.isTTY ? `:\n${secret}` : '') +
+      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
+  )
   await auditCommand(storage, 'key.create', record.id, { firstStart: true })
 }
 
@@ -39,14 +43,6 @@ export async function secretFileFirst(file: string, secret: string, what: string
   } finally {
     rmSync(temporary, { force: true })
   }
-}
-
-function announceBootstrapKey(config: Config, id: string, secret: string, file: string): void {
-  console.error(
-    `petstore: no API keys yet, so a Free key was created (id ${id}); its secret is in ${file} (readable by this user only)` +
-      (process.stderr.isTTY ? `:\n${secret}` : '') +
-      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
-  )
 }
 
 /** The flags that name the store the server uses, so a command run by following a hint lands there. */

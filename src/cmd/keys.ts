@@ -6,7 +6,7 @@ import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
-import { parseSince, printUsage } from './keys-usage'
+import { noKey, parseSince, printUsage } from './keys-usage'
 import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
@@ -96,6 +96,7 @@ export async function keys(args: string[]): Promise<number> {
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
   const access = { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' }
+  const id = positionals[0]!
   return withStorage(values, USAGE, access, async (storage, where) => {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())
@@ -113,23 +114,15 @@ export async function keys(args: string[]): Promise<number> {
       if (values.json !== true) console.error(`petstore: usage in ${where}`)
       return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where })
     } else if (sub === 'set-plan') {
-      const id = positionals[0]!
-      if (!(await setKeyPlan(storage.keys, id, input))) {
-        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (!(await setKeyPlan(storage.keys, id, input))) return noKey('active key', id, where)
       await auditCommand(storage, 'key.set-plan', `${id} ${input.plan}`)
       const { rpm, rpd } = limitsFor(input)
       console.error(
         `petstore: ${id} is now on the ${input.plan} plan (${rpm}/min, ${rpd}/day) in ${where}; a running server applies it within a second`,
       )
     } else if (sub === 'revoke') {
-      const id = positionals[0]!
       const done = await storage.keys.revoke(id, Date.now())
-      if (done === 'no-key') {
-        console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (done === 'no-key') return noKey('key', id, where)
       if (done === 'already-revoked') {
         console.error(`petstore: ${id} was already revoked in ${where}; nothing changed`)
         return 0
@@ -137,11 +130,7 @@ export async function keys(args: string[]): Promise<number> {
       await auditCommand(storage, 'key.revoke', id)
       console.error(`petstore: revoked ${id} in ${where}; a running server refuses it within a second`)
     } else {
-      const id = positionals[0]!
-      if (!(await storage.keys.resetLimits(id, Date.now()))) {
-        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (!(await storage.keys.resetLimits(id, Date.now()))) return noKey('active key', id, where)
       await auditCommand(storage, 'key.reset-limits', id)
       console.error(`petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`)
     }

@@ -11,7 +11,7 @@ import { resolveDataFile, toggle } from '../config'
 import { auditCommand } from './audit'
 import { fileBesideData } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
-import { asUsageError, COMMON, flagLines, parseSub, UsageError, type Values, withStorage } from './options'
+import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, type Values, withStorage } from './options'
 
 const FLAGS = { json: toggle({ flag: 'json', help: 'print JSON', only: ['list'] }) }
 
@@ -55,9 +55,10 @@ async function list(storage: Storage, where: string, json: boolean): Promise<num
     return 0
   }
   console.error(`petstore: operators in ${where}`)
-  const width = Math.max(4, ...rows.map((row) => row.name.length))
-  console.log(`${'NAME'.padEnd(width)}  CREATED`)
-  for (const row of rows) console.log(`${row.name.padEnd(width)}  ${row.created}`)
+  printTable(
+    ['NAME', 'CREATED'],
+    rows.map((row) => [row.name, row.created]),
+  )
   return 0
 }
 

@@ -1,6 +1,6 @@
 /**
- * The main thread's side of the commit worker. A file database is committed by a worker thread with
- * its own connection, so the event loop keeps serving reads while a batch is fsynced.
+ * The main thread's side of the commit worker (commit-worker.ts): a file database is committed by a
+ * worker thread with its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
 import type { CreatePetOutcome } from '../../domain/idempotency'
 import { BatchRolledBackError, type PetBatch, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
@@ -17,9 +17,8 @@ export type CommitResult =
 export type CommitReply = CommitResult & { seq: number }
 
 /**
- * The main thread's side of the commit worker (commit-worker.ts), which keeps the process alive only
- * while it has a batch or is closing. Should the thread stop on its own, its batch fails (a 500: what
- * Idempotency-Keys are for) and the next batch starts a new thread.
+ * The worker keeps the process alive only while it has a batch or is closing. Should the thread stop on
+ * its own, its batch fails (a 500: what Idempotency-Keys are for) and the next batch starts a new thread.
  */
 export class WorkerPetWriter implements PetWriter {
   private worker: Worker | null = null
