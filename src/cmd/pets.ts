@@ -1,6 +1,6 @@
 /** `petstore pets seed|reset`: sample pets for staging and test stores, or none at all; keys are kept. */
 import { integer, option, reader, toggle } from '../config'
-import type { NewPet } from '../domain/pet'
+import type { NewPet, PetStatus } from '../domain/pet'
 import { asUsageError, COMMON, flagLines, parseSub, UsageError, withStorage } from './options'
 
 /** How many pets one seed adds. */
@@ -46,61 +46,20 @@ export async function pets(args: string[]): Promise<number> {
   })
 }
 
-const SAMPLE_NAMES = [
-  'Rex',
-  'Bella',
-  'Luna',
-  'Max',
-  'Charlie',
-  'Lucy',
-  'Cooper',
-  'Daisy',
-  'Milo',
-  'Bailey',
-  'Coco',
-  'Rocky',
-  'Nala',
-  'Oliver',
-  'Lola',
-  'Tucker',
-  'Zoe',
-  'Bear',
-  'Ruby',
-  'Leo',
-  'Pepper',
-  'Simba',
-  'Willow',
-  'Ziggy',
-  'Biscuit',
-  'Mochi',
-  'Pumpkin',
-  'Shadow',
-  'Ginger',
-  'Oscar',
-  'Hazel',
-  'Finn',
-  'Olive',
-  'Toby',
-  'Nova',
-  'Bruno',
-]
+/** Names given in turn. */
+const SAMPLE_NAMES = `Rex Bella Luna Max Charlie Lucy Cooper Daisy Milo Bailey Coco Rocky Nala Oliver Lola Tucker Zoe Bear
+  Ruby Leo Pepper Simba Willow Ziggy Biscuit Mochi Pumpkin Shadow Ginger Oscar Hazel Finn Olive Toby Nova Bruno`.split(/\s+/)
+
 /** Realistic enough to page, filter and show: a name, one of five categories, mostly available. */
 function samplePets(count: number): NewPet[] {
-  const statuses = [
-    'available',
-    'available',
-    'available',
-    'available',
-    'available',
-    'available',
-    'pending',
-    'pending',
-    'sold',
-    'sold',
-  ] as const
   return Array.from({ length: count }, (_, i) => ({
     name: SAMPLE_NAMES[i % SAMPLE_NAMES.length]!,
     categoryId: BigInt(1 + Math.floor(Math.random() * 5)),
-    status: statuses[Math.floor(Math.random() * statuses.length)]!,
+    status: sampleStatus(Math.random()),
   }))
+}
+
+/** Six in ten available, two pending, two sold. */
+function sampleStatus(draw: number): PetStatus {
+  return draw < 0.6 ? 'available' : draw < 0.8 ? 'pending' : 'sold'
 }
