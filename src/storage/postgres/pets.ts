@@ -59,12 +59,11 @@ export class PostgresPets implements PetRepository {
     return writing(this.sql, async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
       const ids = await takeIds(tx, pets.length)
-      for (let start = 0; start < pets.length; start += INSERT_ROWS)
-        await insertPets(
-          tx,
-          pets.slice(start, start + INSERT_ROWS).map((pet, i) => ({ id: ids[start + i]!, ...pet })),
-          now,
-        )
+      await insertPets(
+        tx,
+        pets.map((pet, i) => ({ id: ids[i]!, ...pet })),
+        now,
+      )
       await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
     })
   }
@@ -116,7 +115,7 @@ export class PostgresPets implements PetRepository {
         answers.set(index, answer)
         outcomes[index] = { kind: 'created', pet, ...answer }
       })
-      for (let start = 0; start < created.length; start += INSERT_ROWS) await insertPets(tx, created.slice(start, start + INSERT_ROWS), now)
+      await insertPets(tx, created, now)
       const records = creating.flatMap((index) => {
         const { idempotency } = commands[index]!
         if (!idempotency) return []
@@ -182,8 +181,12 @@ async function takeIds(tx: SQL, count: number): Promise<number[]> {
   return rows.map((row) => exactInteger(row.id)).sort((a, b) => a - b)
 }
 
+/** `INSERT_ROWS` pets to a statement. */
 async function insertPets(tx: SQL, pets: Pet[], now: number): Promise<void> {
-  if (pets.length === 0) return
-  const rows = pets.map((pet) => ({ id: pet.id, name: pet.name, category_id: pet.categoryId, status: pet.status, created_at: now }))
-  await tx`INSERT INTO pets ${tx(rows)}`
+  for (let start = 0; start < pets.length; start += INSERT_ROWS) {
+    const rows = pets
+      .slice(start, start + INSERT_ROWS)
+      .map((pet) => ({ id: pet.id, name: pet.name, category_id: pet.categoryId, status: pet.status, created_at: now }))
+    await tx`INSERT INTO pets ${tx(rows)}`
+  }
 }
