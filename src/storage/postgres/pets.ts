@@ -106,14 +106,13 @@ export class PostgresPets implements PetRepository {
       }
       const creating = outcomes.flatMap((outcome, index) => (outcome ? [] : [index]))
       const ids = await takeIds(tx, creating.length)
-      const created: Pet[] = []
       const answers = new Map<number, { body: string; location: string }>()
-      creating.forEach((index, i) => {
+      const created = creating.map((index, i) => {
         const pet: Pet = { id: ids[i]!, ...commands[index]!.pet }
-        created.push(pet)
         const answer = createdAnswer(pet, locationPrefix)
         answers.set(index, answer)
         outcomes[index] = { kind: 'created', pet, ...answer }
+        return pet
       })
       await insertPets(tx, created, now)
       const records = creating.flatMap((index) => {
