@@ -7,7 +7,8 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, relative, resolve } from 'node:path'
 import { type Config, ENVIRONMENTS } from '../config'
 import { makeKey } from '../domain/api-key'
-import { type MaybePromise, StorageOpenError, type Storage } from '../domain/repositories'
+import type { MaybePromise, Storage } from '../domain/repositories'
+import { opening } from '../storage/shared/open-errors'
 import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
@@ -16,7 +17,11 @@ export async function bootstrapKey(config: Config, storage: Storage, reload: () 
   const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
   if (!made) return
-  announceBootstrapKey(config, record.id, secret, file)
+  console.error(
+    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${file} (readable by this user only)` +
+      (process.stderr.isTTY ? `:\n${secret}` : '') +
+      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
+  )
   await auditCommand(storage, 'key.create', record.id, { firstStart: true })
 }
 
@@ -27,12 +32,10 @@ export async function bootstrapKey(config: Config, storage: Storage, reload: () 
 export async function secretFileFirst(file: string, secret: string, what: string, make: () => MaybePromise<boolean>): Promise<boolean> {
   const temporary = `${file}.${process.pid}.tmp`
   // With PostgreSQL there is no data file, so the folder may not exist yet.
-  try {
+  opening(`cannot write the ${what} to ${temporary}`, () => {
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
     writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
-  } catch (error) {
-    throw new StorageOpenError(`cannot write the ${what} to ${temporary}: ${(error as Error).message}`)
-  }
+  })
   try {
     const made = await make()
     if (made) renameSync(temporary, file)
@@ -40,14 +43,6 @@ export async function secretFileFirst(file: string, secret: string, what: string
   } finally {
     rmSync(temporary, { force: true })
   }
-}
-
-function announceBootstrapKey(config: Config, id: string, secret: string, file: string): void {
-  console.error(
-    `petstore: no API keys yet, so a Free key was created (id ${id}); its secret is in ${file} (readable by this user only)` +
-      (process.stderr.isTTY ? `:\n${secret}` : '') +
-      `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
-  )
 }
 
 /** The flags that name the store the server uses, so a command run by following a hint lands there. */

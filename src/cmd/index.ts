@@ -79,6 +79,6 @@ function helpFor(args: string[]): number {
   if (args.length === 0) return help(USAGE)
   const topic = args[0]!
   if (args.length > 1 || !Object.hasOwn(COMMANDS, topic))
-    throw new UsageError(`no help for "${args.join(' ')}"; commands are serve, keys, operators, pets, backup, restore, healthcheck`, USAGE)
+    throw new UsageError(`no help for "${args.join(' ')}"; commands are ${Object.keys(COMMANDS).join(', ')}`, USAGE)
   return help(COMMANDS[topic]!.USAGE)
 }

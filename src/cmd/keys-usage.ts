@@ -18,6 +18,12 @@ export function parseSince(value: string): number {
   return ms
 }
 
+/** The key named is not there (or not active): its id cut short, since what was given may be anything. */
+export function noKey(what: 'key' | 'active key', id: string, where: string): number {
+  console.error(`petstore: no ${what} with id "${id.slice(0, 64)}" in ${where}`)
+  return 1
+}
+
 const iso = (time: number | null) => (time === null ? null : new Date(time).toISOString())
 
 export async function printUsage(
@@ -35,10 +41,7 @@ export async function printUsage(
     return 0
   }
   const key = await service.key(options.id, options.sinceMs)
-  if (!key) {
-    console.error(`petstore: no key with id "${options.id.slice(0, 64)}" in ${options.where}`)
-    return 1
-  }
+  if (!key) return noKey('key', options.id, options.where)
   const series = await service.series(options.sinceMs, key.keyId)
   const points = series.points.filter((point) => point.requests > 0)
   if (options.json) {

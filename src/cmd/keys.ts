@@ -6,20 +6,8 @@ import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
-import { parseSince, printUsage } from './keys-usage'
-import {
-  asUsageError,
-  bareUsage,
-  checkApplies,
-  COMMON,
-  flagLines,
-  help,
-  isBare,
-  openForCommand,
-  parse,
-  printTable,
-  UsageError,
-} from './options'
+import { noKey, parseSince, printUsage } from './keys-usage'
+import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
 function ownLimit(flag: 'rpm' | 'rpd', per: string) {
@@ -75,13 +63,9 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
-  const [sub, ...rest] = args
-  if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, FLAGS, USAGE)
-  if (values.help) return help(USAGE)
-  if (!['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'].includes(sub))
-    throw new UsageError(`unknown keys command "${sub}"`, USAGE)
-  checkApplies(FLAGS, values, 'keys', sub, USAGE)
+  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'])
+  if (typeof line === 'number') return line
+  const { sub, values, positionals } = line
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
   // log; checked before their count, whose complaint may quote one.
   if (positionals.some(looksLikeSecret))
@@ -111,11 +95,9 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, {
-    mayCreate: sub === 'create',
-    readsOnly: sub === 'list' || sub === 'usage',
-  })
-  try {
+  const access = { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' }
+  const id = positionals[0]!
+  return withStorage(values, USAGE, access, async (storage, where) => {
     if (sub === 'create') {
       const { secret, record } = await createKey(storage.keys, input, Date.now())
       console.error(
@@ -132,23 +114,15 @@ export async function keys(args: string[]): Promise<number> {
       if (values.json !== true) console.error(`petstore: usage in ${where}`)
       return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where })
     } else if (sub === 'set-plan') {
-      const id = positionals[0]!
-      if (!(await setKeyPlan(storage.keys, id, input))) {
-        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (!(await setKeyPlan(storage.keys, id, input))) return noKey('active key', id, where)
       await auditCommand(storage, 'key.set-plan', `${id} ${input.plan}`)
       const { rpm, rpd } = limitsFor(input)
       console.error(
         `petstore: ${id} is now on the ${input.plan} plan (${rpm}/min, ${rpd}/day) in ${where}; a running server applies it within a second`,
       )
     } else if (sub === 'revoke') {
-      const id = positionals[0]!
       const done = await storage.keys.revoke(id, Date.now())
-      if (done === 'no-key') {
-        console.error(`petstore: no key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (done === 'no-key') return noKey('key', id, where)
       if (done === 'already-revoked') {
         console.error(`petstore: ${id} was already revoked in ${where}; nothing changed`)
         return 0
@@ -156,18 +130,12 @@ export async function keys(args: string[]): Promise<number> {
       await auditCommand(storage, 'key.revoke', id)
       console.error(`petstore: revoked ${id} in ${where}; a running server refuses it within a second`)
     } else {
-      const id = positionals[0]!
-      if (!(await storage.keys.resetLimits(id, Date.now()))) {
-        console.error(`petstore: no active key with id "${id.slice(0, 64)}" in ${where}`)
-        return 1
-      }
+      if (!(await storage.keys.resetLimits(id, Date.now()))) return noKey('active key', id, where)
       await auditCommand(storage, 'key.reset-limits', id)
       console.error(`petstore: reset the limits of ${id} in ${where}: full buckets, no ban; a running server applies it within a second`)
     }
     return 0
-  } finally {
-    await storage.close()
-  }
+  })
 }
 
 function printKeys(records: ApiKeyRecord[], json: boolean): void {

@@ -3,7 +3,7 @@
  * straight in storage. A running server refuses a removed operator's session, or a session from before a
  * password reset, at its next request. Each change is written to the console's audit log.
  */
-import { checkOperatorName, generatePassword, hashPassword, makeCredentialSecret, OperatorInputError } from '../domain/operators'
+import { checkOperatorName, generatePassword, hashPassword, makeCredentialSecret } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
 import { existsSync, rmSync } from 'node:fs'
 import { resolve } from 'node:path'
@@ -11,7 +11,7 @@ import { resolveDataFile, toggle } from '../config'
 import { auditCommand } from './audit'
 import { fileBesideData } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
-import { bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, UsageError, type Values } from './options'
+import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, type Values, withStorage } from './options'
 
 const FLAGS = { json: toggle({ flag: 'json', help: 'print JSON', only: ['list'] }) }
 
@@ -31,34 +31,18 @@ export const USAGE = `Usage: petstore operators add NAME
 ${flagLines(FLAGS)}
 ${COMMON}`
 
-const SUBCOMMANDS = ['add', 'list', 'remove', 'reset-password', 'token']
-
 export async function operators(args: string[]): Promise<number> {
-  const [sub, ...rest] = args
-  if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, FLAGS, USAGE)
-  if (values.help) return help(USAGE)
-  if (!SUBCOMMANDS.includes(sub)) throw new UsageError(`unknown operators command "${sub}"`, USAGE)
-  checkApplies(FLAGS, values, 'operators', sub, USAGE)
+  const line = parseSub(args, FLAGS, USAGE, 'operators', ['add', 'list', 'remove', 'reset-password', 'token'])
+  if (typeof line === 'number') return line
+  const { sub, values, positionals } = line
   const expected = sub === 'list' ? 0 : 1
   if (positionals.length !== expected)
     throw new UsageError(expected ? `operators ${sub} needs exactly one NAME` : `unexpected argument "${positionals[0]}"`, USAGE)
   const name = positionals[0] ?? ''
-  if (expected) {
-    try {
-      checkOperatorName(name)
-    } catch (error) {
-      if (error instanceof OperatorInputError) throw new UsageError(error.message, USAGE)
-      throw error
-    }
-  }
-  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'add', readsOnly: sub === 'list' })
-  try {
-    if (sub === 'list') return await list(storage, where, values.json === true)
-    return await change(storage, where, sub, name, values)
-  } finally {
-    await storage.close()
-  }
+  if (expected) asUsageError(() => checkOperatorName(name), USAGE)
+  return withStorage(values, USAGE, { mayCreate: sub === 'add', readsOnly: sub === 'list' }, (storage, where) =>
+    sub === 'list' ? list(storage, where, values.json === true) : change(storage, where, sub, name, values),
+  )
 }
 
 async function list(storage: Storage, where: string, json: boolean): Promise<number> {
@@ -71,9 +55,10 @@ async function list(storage: Storage, where: string, json: boolean): Promise<num
     return 0
   }
   console.error(`petstore: operators in ${where}`)
-  const width = Math.max(4, ...rows.map((row) => row.name.length))
-  console.log(`${'NAME'.padEnd(width)}  CREATED`)
-  for (const row of rows) console.log(`${row.name.padEnd(width)}  ${row.created}`)
+  printTable(
+    ['NAME', 'CREATED'],
+    rows.map((row) => [row.name, row.created]),
+  )
   return 0
 }
 

@@ -16,6 +16,7 @@ import {
   resolveRedisUrl,
 } from '../config'
 import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../domain/key-input'
+import { OperatorInputError } from '../domain/operators'
 import { PLANS } from '../domain/plans'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
@@ -76,11 +77,24 @@ export function parse<T extends FlagTable>(args: string[], table: T, usage: stri
   return { values: values as Values<T>, positionals: parsed.positionals }
 }
 
-/** Refuses a flag given to a sub-command its row does not name (`only`): `--json does not apply to keys create`. */
-export function checkApplies<T extends FlagTable>(table: T, values: Values<T>, command: string, sub: string, usage: string): void {
+/** A command of sub-commands (`keys create`): the sub-command and its line, or the exit code once the usage is shown. */
+export function parseSub<T extends FlagTable, S extends string>(
+  args: string[],
+  table: T,
+  usage: string,
+  command: string,
+  subs: readonly S[],
+): { sub: S; values: Values<T>; positionals: string[] } | number {
+  const [sub, ...rest] = args
+  if (isBare(sub)) return bareUsage(sub, usage)
+  const { values, positionals } = parse(rest, table, usage)
+  if (values.help) return help(usage)
+  if (!subs.includes(sub as S)) throw new UsageError(`unknown ${command} command "${sub}"`, usage)
+  // A flag given to a sub-command its row does not name (`only`): `--json does not apply to keys create`.
   for (const [key, row] of Object.entries(table))
     if (row.only && !row.only.includes(sub) && (values as Record<string, unknown>)[key] !== undefined)
       throw new UsageError(`--${row.flag} does not apply to ${command} ${sub}`, usage)
+  return { sub: sub as S, values, positionals }
 }
 
 /** node:util's complaint in one plain line, with the closest known flag for a misspelt one. */
@@ -126,6 +140,7 @@ export function asUsageError<T>(check: () => T, usage: string): T {
     if (error instanceof ConfigError) throw new UsageError(error.message, usage)
     // A key's rule, with its fields named as this command's flags.
     if (error instanceof KeyInputError) throw new UsageError(keyRuleMessage(error), usage)
+    if (error instanceof OperatorInputError) throw new UsageError(error.message, usage)
     throw error
   }
 }
@@ -172,38 +187,33 @@ export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: s
 }
 
 /**
- * What a command other than serve does with the data file. `mayCreate`: only a named one (--data,
- * PETSTORE_DATA), as a key put in a new file on the default path is one no server knows. Unless it
- * `readsOnly`, a file this user may not write is refused before the command starts; if it does, an
- * older schema is refused, not upgraded (storage/shared/older-schema.ts).
+ * Runs `work` on the storage of a command other than serve, and closes it: PostgreSQL when a database URL
+ * is given, else the data file. `mayCreate`: only a named file (--data, PETSTORE_DATA), as a key put in a
+ * new file on the default path is one no server knows. Unless it `readsOnly`, a file this user may not
+ * write is refused before the command starts; if it does, an older schema is refused, not upgraded
+ * (storage/shared/open-errors.ts).
  */
-export interface CommandAccess {
-  mayCreate?: boolean
-  readsOnly?: boolean
-}
-
-/** Opens storage for a command other than serve: PostgreSQL when a database URL is given, else the data file. */
-export async function openForCommand(
+export async function withStorage<T>(
   input: Values<FlagTable>,
   usage: string,
-  access: CommandAccess = {},
-): Promise<{ storage: Storage; where: string }> {
+  access: { mayCreate?: boolean; readsOnly?: boolean },
+  work: (storage: Storage, where: string) => Promise<T>,
+): Promise<T> {
   const database = asUsageError(() => resolveDatabase(input, process.env), usage)
   const olderSchema = access.readsOnly ? 'refuse' : 'upgrade'
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
   asUsageError(() => resolveRedisUrl(input, process.env), usage)
-  if (database) {
-    const storage = await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND, olderSchema })
-    return { storage, where: storage.location }
-  }
-  const file = resolve(asUsageError(() => resolveDataFile(input, process.env), usage))
-  return {
-    storage: openSqliteStorage(file, {
-      mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
-      mustWrite: !access.readsOnly,
-      olderSchema,
-    }),
-    where: file,
+  const storage = database
+    ? await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND, olderSchema })
+    : openSqliteStorage(resolve(asUsageError(() => resolveDataFile(input, process.env), usage)), {
+        mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
+        mustWrite: !access.readsOnly,
+        olderSchema,
+      })
+  try {
+    return await work(storage, storage.location)
+  } finally {
+    await storage.close()
   }
 }
 

@@ -1,7 +1,7 @@
 /** `petstore pets seed|reset`: sample pets for staging and test stores, or none at all; keys are kept. */
 import { integer, option, reader, toggle } from '../config'
-import type { NewPet } from '../domain/pet'
-import { asUsageError, bareUsage, checkApplies, COMMON, flagLines, help, isBare, openForCommand, parse, UsageError } from './options'
+import type { NewPet, PetStatus } from '../domain/pet'
+import { asUsageError, COMMON, flagLines, parseSub, UsageError, withStorage } from './options'
 
 /** How many pets one seed adds. */
 const SEED = { min: 1, max: 100_000 }
@@ -22,17 +22,13 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function pets(args: string[]): Promise<number> {
-  const [sub, ...rest] = args
-  if (isBare(sub)) return bareUsage(sub, USAGE)
-  const { values, positionals } = parse(rest, FLAGS, USAGE)
-  if (values.help) return help(USAGE)
-  if (sub !== 'seed' && sub !== 'reset') throw new UsageError(`unknown pets command "${sub}"`, USAGE)
+  const line = parseSub(args, FLAGS, USAGE, 'pets', ['seed', 'reset'])
+  if (typeof line === 'number') return line
+  const { sub, values, positionals } = line
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
-  checkApplies(FLAGS, values, 'pets', sub, USAGE)
   if (sub === 'seed' && values.count === undefined) throw new UsageError('pets seed needs --count N', USAGE)
   const count = sub === 'seed' ? asUsageError(() => reader(FLAGS, values, process.env).value('count')!, USAGE) : 0
-  const { storage, where } = await openForCommand(values, USAGE, { mayCreate: sub === 'seed' })
-  try {
+  return withStorage(values, USAGE, { mayCreate: sub === 'seed' }, async (storage, where) => {
     if (sub === 'seed') {
       await storage.pets.seed(samplePets(count), Date.now())
       console.error(`petstore: added ${count} sample pets to ${where}`)
@@ -47,66 +43,23 @@ export async function pets(args: string[]): Promise<number> {
     const deleted = await storage.pets.reset()
     console.error(`petstore: deleted ${deleted} pets from ${where}; API keys are kept`)
     return 0
-  } finally {
-    await storage.close()
-  }
+  })
 }
 
-const SAMPLE_NAMES = [
-  'Rex',
-  'Bella',
-  'Luna',
-  'Max',
-  'Charlie',
-  'Lucy',
-  'Cooper',
-  'Daisy',
-  'Milo',
-  'Bailey',
-  'Coco',
-  'Rocky',
-  'Nala',
-  'Oliver',
-  'Lola',
-  'Tucker',
-  'Zoe',
-  'Bear',
-  'Ruby',
-  'Leo',
-  'Pepper',
-  'Simba',
-  'Willow',
-  'Ziggy',
-  'Biscuit',
-  'Mochi',
-  'Pumpkin',
-  'Shadow',
-  'Ginger',
-  'Oscar',
-  'Hazel',
-  'Finn',
-  'Olive',
-  'Toby',
-  'Nova',
-  'Bruno',
-]
+/** Names given in turn. */
+const SAMPLE_NAMES = `Rex Bella Luna Max Charlie Lucy Cooper Daisy Milo Bailey Coco Rocky Nala Oliver Lola Tucker Zoe Bear
+  Ruby Leo Pepper Simba Willow Ziggy Biscuit Mochi Pumpkin Shadow Ginger Oscar Hazel Finn Olive Toby Nova Bruno`.split(/\s+/)
+
 /** Realistic enough to page, filter and show: a name, one of five categories, mostly available. */
 function samplePets(count: number): NewPet[] {
-  const statuses = [
-    'available',
-    'available',
-    'available',
-    'available',
-    'available',
-    'available',
-    'pending',
-    'pending',
-    'sold',
-    'sold',
-  ] as const
   return Array.from({ length: count }, (_, i) => ({
     name: SAMPLE_NAMES[i % SAMPLE_NAMES.length]!,
     categoryId: BigInt(1 + Math.floor(Math.random() * 5)),
-    status: statuses[Math.floor(Math.random() * statuses.length)]!,
+    status: sampleStatus(Math.random()),
   }))
+}
+
+/** Six in ten available, two pending, two sold. */
+function sampleStatus(draw: number): PetStatus {
+  return draw < 0.6 ? 'available' : draw < 0.8 ? 'pending' : 'sold'
 }

@@ -64,11 +64,9 @@ export async function serve(args: string[]): Promise<number> {
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
     // Only when there is no key at all, so instances that start together on one database make one.
     onListening: async (started) => {
-      const {
-        backend: { storage },
-        petstore,
-      } = started
-      if (storage.writable && petstore.keys.size === 0) await bootstrapKey(config, storage, () => petstore.keys.reload())
+      const { storage } = started.backend
+      const { keys } = started.petstore
+      if (storage.writable && keys.size === 0) await bootstrapKey(config, storage, () => keys.reload())
       if (storage.writable && started.consolePort !== undefined) await bootstrapOperator(config, storage, consoleUrl(started)!)
     },
   }

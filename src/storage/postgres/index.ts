@@ -7,7 +7,7 @@ import type { SQL } from 'bun'
 import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { SqlLimiterState } from '../shared/limiter-state'
-import { olderSchemaRefused } from '../shared/older-schema'
+import { olderSchemaRefused, openFailure } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
@@ -58,9 +58,7 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
     else await migrate(sql, location)
   } catch (error) {
     await sql.close()
-    if (error instanceof StorageOpenError) throw error
-    if (isUnavailable(error)) throw new StorageOpenError(`cannot reach PostgreSQL at ${location}: ${(error as Error).message}`)
-    throw new StorageOpenError(`cannot use PostgreSQL at ${location}: ${(error as Error).message}`)
+    throw openFailure(error, `cannot ${isUnavailable(error) ? 'reach' : 'use'} PostgreSQL at ${location}`)
   }
   return new PostgresStorage(sql, location)
 }

@@ -8,7 +8,7 @@ import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
-import { guarded } from './failures'
+import { guarded, writing } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from '../shared/numbers'
 
@@ -62,7 +62,7 @@ export class PostgresKeys implements KeyRepository {
   constructor(private readonly sql: Database) {}
 
   insert(r: ApiKeyRecord): Promise<void> {
-    return guarded(() => this.sql.begin((tx) => insertKey(tx, r)))
+    return writing(this.sql, (tx) => insertKey(tx, r))
   }
 
   list(): Promise<ApiKeyRecord[]> {
@@ -79,26 +79,22 @@ export class PostgresKeys implements KeyRepository {
 
   /** A key already revoked keeps its time and takes no change number. */
   revoke(id: string, now: number): Promise<Revocation> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
-        if (key === undefined) return 'no-key'
-        if (key.revoked_at !== null) return 'already-revoked'
-        await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
-        return 'revoked'
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      const [key] = (await tx`SELECT revoked_at FROM api_keys WHERE id = ${id} FOR UPDATE`) as { revoked_at: string | null }[]
+      if (key === undefined) return 'no-key'
+      if (key.revoked_at !== null) return 'already-revoked'
+      await tx`UPDATE api_keys SET revoked_at = ${now}, change = ${await takeChange(tx)} WHERE id = ${id}`
+      return 'revoked'
+    })
   }
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Promise<boolean> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
-        if (key)
-          await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
-        return key !== undefined
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
+      if (key)
+        await tx`UPDATE api_keys SET plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${await takeChange(tx)} WHERE id = ${id}`
+      return key !== undefined
+    })
   }
 
   /**
@@ -122,26 +118,22 @@ export class PostgresKeys implements KeyRepository {
 
   recordLastUsed(lastUsed: Map<string, number>): Promise<void> {
     if (lastUsed.size === 0) return Promise.resolve()
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        for (const [id, at] of lastUsed)
-          await tx`UPDATE api_keys SET last_used_at = greatest(coalesce(last_used_at, 0), ${at}) WHERE id = ${id}`
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      for (const [id, at] of lastUsed)
+        await tx`UPDATE api_keys SET last_used_at = greatest(coalesce(last_used_at, 0), ${at}) WHERE id = ${id}`
+    })
   }
 
   resetLimits(id: string, now: number): Promise<boolean> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        if ((await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`).length === 0) return false
-        // Sequence numbers visible in order, as for pet ids: a poll that has read past one never misses it.
-        await tx`SELECT pg_advisory_xact_lock(${LOCKS.limitResets})`
-        await tx`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}`
-        await tx`INSERT INTO limit_resets (key_id, requested_at, seq) VALUES (${id}, ${now}, nextval('limit_resets_seq'))
-                 ON CONFLICT (key_id) DO UPDATE SET requested_at = EXCLUDED.requested_at, seq = EXCLUDED.seq`
-        return true
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      if ((await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`).length === 0) return false
+      // Sequence numbers visible in order, as for pet ids: a poll that has read past one never misses it.
+      await tx`SELECT pg_advisory_xact_lock(${LOCKS.limitResets})`
+      await tx`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}`
+      await tx`INSERT INTO limit_resets (key_id, requested_at, seq) VALUES (${id}, ${now}, nextval('limit_resets_seq'))
+               ON CONFLICT (key_id) DO UPDATE SET requested_at = EXCLUDED.requested_at, seq = EXCLUDED.seq`
+      return true
+    })
   }
 
   takeLimitResets(): Promise<LimitReset[]> {
@@ -159,13 +151,11 @@ export class PostgresKeys implements KeyRepository {
 
   /** Under the start-up lock, so instances that start together on an empty database make one key. */
   insertIfNone(r: ApiKeyRecord): Promise<boolean> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
-        if ((await tx`SELECT 1 FROM api_keys LIMIT 1`).length > 0) return false
-        await insertKey(tx, r)
-        return true
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
+      if ((await tx`SELECT 1 FROM api_keys LIMIT 1`).length > 0) return false
+      await insertKey(tx, r)
+      return true
+    })
   }
 }

@@ -6,10 +6,16 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import { type CreatePetOutcome, createdAnswer, type IdempotencyRecord, judgeIdempotent } from '../../domain/idempotency'
+import {
+  type CreatePetOutcome,
+  createdAnswer,
+  type IdempotencyRecord,
+  judgeIdempotent,
+  type StoredResponse,
+} from '../../domain/idempotency'
 import type { NewPet, Pet, PetStatus } from '../../domain/pet'
 import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
-import { guarded } from './failures'
+import { guarded, writing } from './failures'
 import { LOCKS } from './migrations'
 import { exactInteger } from '../shared/numbers'
 
@@ -50,31 +56,26 @@ export class PostgresPets implements PetRepository {
   }
 
   seed(pets: NewPet[], now: number): Promise<void> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
-        const ids = await takeIds(tx, pets.length)
-        for (let start = 0; start < pets.length; start += INSERT_ROWS)
-          await insertPets(
-            tx,
-            pets.slice(start, start + INSERT_ROWS).map((pet, i) => ({ id: ids[start + i]!, ...pet })),
-            now,
-          )
-        await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+      const ids = await takeIds(tx, pets.length)
+      await insertPets(
+        tx,
+        pets.map((pet, i) => ({ id: ids[i]!, ...pet })),
+        now,
+      )
+      await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
+    })
   }
 
   reset(): Promise<number> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
-        const deleted = await tx`DELETE FROM pets`
-        await tx`DELETE FROM idempotency`
-        await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
-        return deleted.count
-      }),
-    )
+    return writing(this.sql, async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+      const deleted = await tx`DELETE FROM pets`
+      await tx`DELETE FROM idempotency`
+      await tx`UPDATE meta SET value = value + 1 WHERE name = 'pets_generation'`
+      return deleted.count
+    })
   }
 
   /**
@@ -82,69 +83,65 @@ export class PostgresPets implements PetRepository {
    * instance, so looking up an Idempotency-Key and writing it is one atomic claim; commands settle in order.
    */
   createMany({ commands, now, locationPrefix }: PetBatch): Promise<CreatePetOutcome[]> {
-    return guarded(() =>
-      this.sql.begin(async (tx) => {
-        await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
-        const held = await heldClaims(tx, commands)
-        const outcomes: (CreatePetOutcome | null)[] = []
-        /** For a key claimed earlier in this batch, the index of the command that claimed it. */
-        const claimedBy = new Map<string, number>()
-        /** Commands that replay a pet created earlier in this batch, and the index of its create. */
-        const replaysOfBatch = new Map<number, number>()
-        for (const [index, { idempotency }] of commands.entries()) {
-          if (!idempotency) {
-            outcomes.push(null)
-            continue
-          }
-          const claim = claimName(idempotency.keyId, idempotency.key)
-          const earlier = claimedBy.get(claim)
-          const previous = earlier === undefined ? held.get(claim) : pendingRecord(commands[earlier]!, now)
-          const settled = previous ? judgeIdempotent(previous, idempotency.requestHash, now) : null
-          if (!settled) claimedBy.set(claim, index)
-          else if (earlier !== undefined && settled.kind === 'replayed') replaysOfBatch.set(index, earlier)
-          outcomes.push(settled)
+    return writing(this.sql, async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(${LOCKS.petIds})`
+      const held = await heldClaims(tx, commands)
+      const outcomes: (CreatePetOutcome | null)[] = []
+      /** For a key claimed earlier in this batch, the index of the command that claimed it. */
+      const claimedBy = new Map<string, number>()
+      /** Commands that replay a pet created earlier in this batch, and the index of its create. */
+      const replaysOfBatch = new Map<number, number>()
+      for (const [index, { idempotency }] of commands.entries()) {
+        if (!idempotency) {
+          outcomes.push(null)
+          continue
         }
-        const creating = outcomes.flatMap((outcome, index) => (outcome ? [] : [index]))
-        const ids = await takeIds(tx, creating.length)
-        const created: Pet[] = []
-        const answers = new Map<number, { body: string; location: string }>()
-        creating.forEach((index, i) => {
-          const pet: Pet = { id: ids[i]!, ...commands[index]!.pet }
-          created.push(pet)
-          const answer = createdAnswer(pet, locationPrefix)
-          answers.set(index, answer)
-          outcomes[index] = { kind: 'created', pet, ...answer }
-        })
-        for (let start = 0; start < created.length; start += INSERT_ROWS)
-          await insertPets(tx, created.slice(start, start + INSERT_ROWS), now)
-        const records = creating.flatMap((index) => {
-          const { idempotency } = commands[index]!
-          if (!idempotency) return []
-          const { body, location } = answers.get(index)!
-          return [
-            {
-              key_id: idempotency.keyId,
-              idem_key: idempotency.key,
-              request_hash: idempotency.requestHash,
-              status: 201,
-              body,
-              location,
-              created_at: now,
-            },
-          ]
-        })
-        for (let start = 0; start < records.length; start += CLAIM_ROWS)
-          await tx`INSERT INTO idempotency ${tx(records.slice(start, start + CLAIM_ROWS))}
-                   ON CONFLICT (key_id, idem_key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status,
-                     body = EXCLUDED.body, location = EXCLUDED.location, created_at = EXCLUDED.created_at`
-        // A replay of a pet created earlier in this batch returns that pet's answer, known only now.
-        for (const [index, creator] of replaysOfBatch) {
-          const { response } = outcomes[index] as Extract<CreatePetOutcome, { kind: 'replayed' }>
-          outcomes[index] = { kind: 'replayed', response: { ...response, ...answers.get(creator)! } }
-        }
-        return outcomes as CreatePetOutcome[]
-      }),
-    ).catch(batchFailed)
+        const claim = claimName(idempotency.keyId, idempotency.key)
+        const earlier = claimedBy.get(claim)
+        const previous = earlier === undefined ? held.get(claim) : pendingRecord(commands[earlier]!, now)
+        const settled = previous ? judgeIdempotent(previous, idempotency.requestHash, now) : null
+        if (!settled) claimedBy.set(claim, index)
+        else if (earlier !== undefined && settled.kind === 'replayed') replaysOfBatch.set(index, earlier)
+        outcomes.push(settled)
+      }
+      const creating = outcomes.flatMap((outcome, index) => (outcome ? [] : [index]))
+      const ids = await takeIds(tx, creating.length)
+      const answers = new Map<number, { body: string; location: string }>()
+      const created = creating.map((index, i) => {
+        const pet: Pet = { id: ids[i]!, ...commands[index]!.pet }
+        const answer = createdAnswer(pet, locationPrefix)
+        answers.set(index, answer)
+        outcomes[index] = { kind: 'created', pet, ...answer }
+        return pet
+      })
+      await insertPets(tx, created, now)
+      const records = creating.flatMap((index) => {
+        const { idempotency } = commands[index]!
+        if (!idempotency) return []
+        const { body, location } = answers.get(index)!
+        return [
+          {
+            key_id: idempotency.keyId,
+            idem_key: idempotency.key,
+            request_hash: idempotency.requestHash,
+            status: 201,
+            body,
+            location,
+            created_at: now,
+          },
+        ]
+      })
+      for (let start = 0; start < records.length; start += CLAIM_ROWS)
+        await tx`INSERT INTO idempotency ${tx(records.slice(start, start + CLAIM_ROWS))}
+                 ON CONFLICT (key_id, idem_key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status,
+                   body = EXCLUDED.body, location = EXCLUDED.location, created_at = EXCLUDED.created_at`
+      // A replay of a pet created earlier in this batch returns that pet's answer, known only now.
+      for (const [index, creator] of replaysOfBatch) {
+        const { response } = outcomes[index] as Extract<CreatePetOutcome, { kind: 'replayed' }>
+        outcomes[index] = { kind: 'replayed', response: { ...response, ...answers.get(creator)! } }
+      }
+      return outcomes as CreatePetOutcome[]
+    }).catch(batchFailed)
   }
 }
 
@@ -166,26 +163,13 @@ async function heldClaims(tx: SQL, commands: CreatePetCommand[]): Promise<Map<st
   const held = new Map<string, IdempotencyRecord>()
   const claims = commands.flatMap(({ idempotency }) => (idempotency ? [idempotency] : []))
   if (claims.length === 0) return held
-  const rows = (await tx`SELECT i.key_id, i.idem_key, i.request_hash, i.status, i.body, i.location, i.created_at
+  const rows = (await tx`SELECT i.key_id, i.idem_key, i.request_hash AS "requestHash", i.status, i.body, i.location,
+                                i.created_at AS "createdAt"
                          FROM idempotency i
                          JOIN unnest(${claims.map((c) => c.keyId)}::text[], ${claims.map((c) => c.key)}::text[]) AS w(key_id, idem_key)
-                           USING (key_id, idem_key)`) as {
-    key_id: string
-    idem_key: string
-    request_hash: string
-    status: number
-    body: string
-    location: string
-    created_at: string
-  }[]
-  for (const row of rows)
-    held.set(claimName(row.key_id, row.idem_key), {
-      requestHash: row.request_hash,
-      status: row.status,
-      body: row.body,
-      location: row.location,
-      createdAt: exactInteger(row.created_at),
-    })
+                           USING (key_id, idem_key)`) as (StoredResponse & { key_id: string; idem_key: string; createdAt: string })[]
+  for (const { key_id, idem_key, ...record } of rows)
+    held.set(claimName(key_id, idem_key), { ...record, createdAt: exactInteger(record.createdAt) })
   return held
 }
 
@@ -196,8 +180,12 @@ async function takeIds(tx: SQL, count: number): Promise<number[]> {
   return rows.map((row) => exactInteger(row.id)).sort((a, b) => a - b)
 }
 
+/** `INSERT_ROWS` pets to a statement. */
 async function insertPets(tx: SQL, pets: Pet[], now: number): Promise<void> {
-  if (pets.length === 0) return
-  const rows = pets.map((pet) => ({ id: pet.id, name: pet.name, category_id: pet.categoryId, status: pet.status, created_at: now }))
-  await tx`INSERT INTO pets ${tx(rows)}`
+  for (let start = 0; start < pets.length; start += INSERT_ROWS) {
+    const rows = pets
+      .slice(start, start + INSERT_ROWS)
+      .map((pet) => ({ id: pet.id, name: pet.name, category_id: pet.categoryId, status: pet.status, created_at: now }))
+    await tx`INSERT INTO pets ${tx(rows)}`
+  }
 }

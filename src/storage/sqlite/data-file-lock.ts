@@ -6,9 +6,10 @@
  * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
-import { accessSync, closeSync, constants, existsSync, openSync, readSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
+import { canWrite } from './open'
 
 export interface DataFileLock {
   release(): void
@@ -81,14 +82,5 @@ export async function lockDataFileWhenFree(file: string, ms: number): Promise<Da
         )
     }
     await Bun.sleep(20)
-  }
-}
-
-function canWrite(path: string): boolean {
-  try {
-    accessSync(path, constants.W_OK)
-    return true
-  } catch {
-    return false
   }
 }

@@ -25,16 +25,11 @@ export function classified(error: unknown): unknown {
   return UNAVAILABLE_CODES.test(code) ? new StorageUnavailableError(code) : error
 }
 
-/** Rethrows a failed write: as StorageUnavailableError when the file cannot be written now. */
-export function describeUnavailable(error: unknown): never {
-  throw classified(error)
-}
-
 /** A write in one immediate transaction (it holds the file's write lock), its failure told apart as above. */
 export function writing<T>(db: Database, work: () => T): T {
   try {
     return db.transaction(work).immediate()
   } catch (error) {
-    describeUnavailable(error)
+    throw classified(error)
   }
 }

@@ -6,6 +6,7 @@
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
+import { opening } from '../shared/open-errors'
 import { checkHeader, checkSchema, openReadOnly } from './open'
 
 export function handoverFileOf(file: string): string {
@@ -19,13 +20,7 @@ export function handoverFileOf(file: string): string {
 export function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
   checkHeader(file)
-  let opened: ReturnType<typeof openReadOnly>
-  try {
-    opened = openReadOnly(file)
-  } catch (error) {
-    if (error instanceof StorageOpenError) throw error
-    throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
-  }
+  const opened = opening(`cannot open ${file}`, () => openReadOnly(file))
   try {
     checkSchema(opened.db, file)
   } finally {

@@ -19,9 +19,10 @@ import {
 import { basename, dirname, join, resolve } from 'node:path'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
 import { SqlLimiterState } from '../shared/limiter-state'
+import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
-import { describeUnavailable } from './failures'
+import { classified } from './failures'
 import { SqliteKeys } from './keys'
 import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
@@ -41,29 +42,17 @@ export function openSqliteStorage(file: string, options: OpenOptions & { mustWri
         `no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`,
       )
     prepareDataFolder(file)
-    try {
-      checkHeader(file)
-    } catch (error) {
-      if (error instanceof StorageOpenError) throw error
-      throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
-    }
+    opening(`cannot use ${file} as the data file`, () => checkHeader(file))
   }
   const readOnly = !inMemory && existsSync(file) && !isWritable(file)
-  let db: Database
-  let immutable = false
-  try {
-    if (readOnly) ({ db, immutable } = openReadOnly(file))
-    else db = new Database(file, { create: true, strict: true })
-  } catch (error) {
-    if (error instanceof StorageOpenError) throw error
-    throw new StorageOpenError(`cannot open ${file}: ${(error as Error).message}`)
-  }
+  const { db, immutable } = opening(`cannot open ${file}`, () =>
+    readOnly ? openReadOnly(file) : { db: new Database(file, { create: true, strict: true }), immutable: false },
+  )
   try {
     prepare(db, file, { ...options, readOnly })
   } catch (error) {
     db.close()
-    if (error instanceof StorageOpenError) throw error
-    throw new StorageOpenError(`${file} cannot be used: ${(error as Error).message}`)
+    throw openFailure(error, `${file} cannot be used`)
   }
   if (!inMemory && !readOnly) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
   return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
@@ -77,12 +66,10 @@ export function prepareDataFolder(file: string): void {
   refuseDenied(file, { create: true, write: false })
   // Owner-only: the file holds key hashes, and the lock, WAL and SHM files inherit this mask.
   process.umask(0o077)
-  try {
+  opening(`cannot use ${file} as the data file`, () => {
     if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
-  } catch (error) {
-    throw new StorageOpenError(`cannot use ${file} as the data file: ${(error as Error).message}`)
-  }
+  })
 }
 
 /**
@@ -165,7 +152,7 @@ export function openPetCommitter(file: string): { pets: SqlitePets; close(): voi
     return { pets, close: () => db!.close() }
   } catch (error) {
     db?.close()
-    describeUnavailable(error)
+    throw classified(error)
   }
 }
 
@@ -224,7 +211,7 @@ export class SqliteStorage implements Storage {
     try {
       this.db.query('DELETE FROM idempotency WHERE created_at < ?').run(olderThan)
     } catch (error) {
-      describeUnavailable(error)
+      throw classified(error)
     }
   }
 

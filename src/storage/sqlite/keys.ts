@@ -18,10 +18,6 @@ export const KEY_CHANGES_SQL = `SELECT id, plan, rpm, rpd, secret_hash AS secret
 
 type ChangeRow = KeyChange & { change: number }
 
-function withoutChange({ change: _, ...key }: ChangeRow): KeyChange {
-  return key
-}
-
 export class SqliteKeys implements KeyRepository {
   private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number, number]>
   private readonly listKeys: Statement<ApiKeyRecord, []>
@@ -83,7 +79,7 @@ export class SqliteKeys implements KeyRepository {
 
   changesSince(after: number): KeyChanges {
     const rows = this.changedKeys.all(after)
-    return { records: rows.map(withoutChange), last: rows.at(-1)?.change ?? after }
+    return { records: rows.map(({ change: _, ...key }) => key), last: rows.at(-1)?.change ?? after }
   }
 
   resetLimits(id: string, now: number): boolean {

@@ -6,7 +6,7 @@ import { constants as sqlite, Database } from 'bun:sqlite'
 import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
-import { olderSchemaRefused } from '../shared/older-schema'
+import { olderSchemaRefused } from '../shared/open-errors'
 import { APPLICATION_ID, MIGRATIONS } from './migrations'
 
 export interface OpenOptions {
@@ -36,24 +36,23 @@ export function checkHeader(file: string): void {
   }
 }
 
-/** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
-export function isWritable(file: string): boolean {
+export function canWrite(path: string): boolean {
   try {
-    accessSync(file, fs.W_OK)
-    accessSync(dirname(file), fs.W_OK)
+    accessSync(path, fs.W_OK)
     return true
   } catch {
     return false
   }
 }
 
+/** SQLite needs to write the file and to create its -wal and -shm companions beside it. */
+export function isWritable(file: string): boolean {
+  return canWrite(file) && canWrite(dirname(file))
+}
+
 /** What keeps a data file that is not writable from being written: the file itself, or its folder. */
 export function readOnlyBecause(file: string): string {
-  try {
-    accessSync(file, fs.W_OK)
-  } catch {
-    return `${file} is read-only`
-  }
+  if (!canWrite(file)) return `${file} is read-only`
   return `${file} is in a read-only folder (SQLite writes its -wal and -shm files beside it)`
 }
 

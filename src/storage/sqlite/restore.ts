@@ -22,6 +22,7 @@ import {
 } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
+import { openFailure } from '../shared/open-errors'
 import { lockDataFile } from './data-file-lock'
 import { checkHeader, checkSchema, checkWhole } from './open'
 
@@ -121,8 +122,7 @@ function copyChecked(backup: string, file: string): void {
     fsyncPath(temporary)
   } catch (error) {
     removeTemporary(temporary)
-    if (error instanceof StorageOpenError) throw error
-    throw new StorageOpenError(`cannot restore ${backup}: ${(error as Error).message}`)
+    throw openFailure(error, `cannot restore ${backup}`)
   }
 }
 
@@ -133,8 +133,7 @@ function checkCopy(copy: string, backup: string): void {
     checkWhole(db, backup, 'choose another backup')
     if (checkSchema(db, backup) === 0) throw new StorageOpenError(`${backup} holds no petstore data; choose another backup`)
   } catch (error) {
-    if (error instanceof StorageOpenError) throw error
-    throw new StorageOpenError(`${backup} cannot be restored: ${(error as Error).message}`)
+    throw openFailure(error, `${backup} cannot be restored`)
   } finally {
     db.close()
   }

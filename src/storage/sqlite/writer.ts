@@ -1,6 +1,6 @@
 /**
- * The main thread's side of the commit worker. A file database is committed by a worker thread with
- * its own connection, so the event loop keeps serving reads while a batch is fsynced.
+ * The main thread's side of the commit worker (commit-worker.ts): a file database is committed by a
+ * worker thread with its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
 import type { CreatePetOutcome } from '../../domain/idempotency'
 import { BatchRolledBackError, type PetBatch, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
@@ -17,9 +17,8 @@ export type CommitResult =
 export type CommitReply = CommitResult & { seq: number }
 
 /**
- * The main thread's side of the commit worker (commit-worker.ts), which keeps the process alive only
- * while it has a batch or is closing. Should the thread stop on its own, its batch fails (a 500: what
- * Idempotency-Keys are for) and the next batch starts a new thread.
+ * The worker keeps the process alive only while it has a batch or is closing. Should the thread stop on
+ * its own, its batch fails (a 500: what Idempotency-Keys are for) and the next batch starts a new thread.
  */
 export class WorkerPetWriter implements PetWriter {
   private worker: Worker | null = null
@@ -59,11 +58,11 @@ export class WorkerPetWriter implements PetWriter {
     const worker = new Worker(this.script)
     worker.unref()
     worker.onmessage = (event: MessageEvent<CommitReply>) => this.settle(worker, event.data)
-    worker.onerror = (event: ErrorEvent) => this.fail(worker, event.error ?? new Error(event.message))
+    worker.onerror = (event: ErrorEvent) => this.end(worker)?.reject(event.error ?? new Error(event.message))
     this.stopped = new Promise((resolve) =>
       worker.addEventListener('close', () => {
         if (this.worker === worker) this.worker = null
-        this.fail(worker, new Error('the commit worker stopped; the next batch starts a new one'))
+        this.end(worker)?.reject(new Error('the commit worker stopped; the next batch starts a new one'))
         resolve()
       }),
     )
@@ -74,21 +73,19 @@ export class WorkerPetWriter implements PetWriter {
 
   private settle(worker: Worker, reply: CommitReply): void {
     if (reply.seq !== this.seq) return
-    const waiting = this.waiting
-    this.waiting = null
-    worker.unref()
-    if (reply.kind === 'committed') waiting?.resolve(reply.outcomes)
-    else if (reply.kind === 'unavailable') waiting?.reject(new StorageUnavailableError(reply.code))
+    if (reply.kind === 'committed') this.end(worker)?.resolve(reply.outcomes)
+    else if (reply.kind === 'unavailable') this.end(worker)?.reject(new StorageUnavailableError(reply.code))
     else {
       const error = Object.assign(new Error(reply.message), { stack: reply.stack })
-      waiting?.reject(reply.rolledBack ? new BatchRolledBackError(error) : error)
+      this.end(worker)?.reject(reply.rolledBack ? new BatchRolledBackError(error) : error)
     }
   }
 
-  private fail(worker: Worker, error: unknown): void {
+  /** The batch that was waiting, if any; the worker no longer keeps the process alive for it. */
+  private end(worker: Worker): typeof this.waiting {
     const waiting = this.waiting
     this.waiting = null
     worker.unref()
-    waiting?.reject(error)
+    return waiting
   }
 }
