@@ -27,32 +27,26 @@ type Tag = keyof typeof TAGS
 
 const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` })
 
-/** A JSON answer of one of the model's schemas. */
-export const json = (description: string, schema: SchemaName, headers: Record<string, object> = {}) => ({
-  description,
-  ...(Object.keys(headers).length ? { headers } : {}),
-  content: { 'application/json': { schema: ref(schema) } },
-})
 /** An answer without a body. */
-export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({
-  description,
-  ...(Object.keys(headers).length ? { headers } : {}),
+export const done = (description: string, headers?: Record<string, object>) => ({ description, ...(headers ? { headers } : {}) })
+/** A JSON answer of one of the model's schemas. */
+export const json = (description: string, schema: SchemaName, headers?: Record<string, object>) => ({
+  ...done(description, headers),
+  content: { 'application/json': { schema: ref(schema) } },
 })
 export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string) => json(description, 'Error')
 
-const SET_COOKIE = {
-  description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
-  required: true,
-  schema: { type: 'string' },
-}
-const ENDED_COOKIE = { ...SET_COOKIE, description: 'The session cookie, emptied with Max-Age=0.' }
+/** A header an answer always carries. */
+const header = (description: string, schema: object = { type: 'string' }) => ({ description, required: true, schema })
 export const HEADERS = {
-  setCookie: { 'Set-Cookie': SET_COOKIE },
-  endedCookie: { 'Set-Cookie': ENDED_COOKIE },
-  retryAfter: {
-    'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } },
+  setCookie: {
+    'Set-Cookie': header(
+      `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
+    ),
   },
+  endedCookie: { 'Set-Cookie': header('The session cookie, emptied with Max-Age=0.') },
+  retryAfter: { 'Retry-After': header('Seconds until the name may try again.', { type: 'integer', minimum: 1 }) },
 }
 
 const ERRORS = {
@@ -83,12 +77,11 @@ interface OperationSpec {
   body?: SchemaName
   path?: TObject
   query?: TObject
-  description?: string
 }
 
 /** A route's hook object: its `detail`, every field of which the document takes from the route. */
 export function operation(operationId: string, tag: Tag, summary: string, spec: OperationSpec) {
-  const { responses, errors: own = [], body, path, query, description } = spec
+  const { responses, errors: own = [], body, path, query } = spec
   // A route that reads a body reads JSON only.
   const errors: Status[] = body ? [...own, 415] : own
   const parameters = [...(path ? parametersFrom(path, 'path') : []), ...(query ? parametersFrom(query, 'query') : [])]
@@ -97,7 +90,6 @@ export function operation(operationId: string, tag: Tag, summary: string, spec: 
       operationId,
       tags: [tag],
       summary,
-      ...(description ? { description } : {}),
       ...(parameters.length ? { parameters } : {}),
       ...(body
         ? {
