@@ -25,14 +25,15 @@ const TAGS = {
 }
 type Tag = keyof typeof TAGS
 
-const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` })
+/** A JSON body of one of the model's schemas. */
+const jsonOf = (name: SchemaName) => ({ 'application/json': { schema: { $ref: `#/components/schemas/${name}` } } })
 
 /** An answer without a body. */
 export const done = (description: string, headers?: Record<string, object>) => ({ description, ...(headers ? { headers } : {}) })
 /** A JSON answer of one of the model's schemas. */
 export const json = (description: string, schema: SchemaName, headers?: Record<string, object>) => ({
   ...done(description, headers),
-  content: { 'application/json': { schema: ref(schema) } },
+  content: jsonOf(schema),
 })
 export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string) => json(description, 'Error')
@@ -91,15 +92,7 @@ export function operation(operationId: string, tag: Tag, summary: string, spec: 
       tags: [tag],
       summary,
       ...(parameters.length ? { parameters } : {}),
-      ...(body
-        ? {
-            requestBody: {
-              required: true,
-              description: `JSON, at most ${KIB} KiB.`,
-              content: { 'application/json': { schema: ref(body) } },
-            },
-          }
-        : {}),
+      ...(body ? { requestBody: { required: true, description: `JSON, at most ${KIB} KiB.`, content: jsonOf(body) } } : {}),
       // Elysia types `detail` with its OpenAPI types; this is an OpenAPI responses object.
       // biome-ignore lint/suspicious/noExplicitAny: see above
       responses: { ...responses, ...Object.fromEntries(errors.map((status) => [status, ERRORS[status]])) } as Record<string, any>,
