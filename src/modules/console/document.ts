@@ -25,34 +25,29 @@ const TAGS = {
 }
 type Tag = keyof typeof TAGS
 
-const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` })
+/** A JSON body of one of the model's schemas. */
+const jsonOf = (name: SchemaName) => ({ 'application/json': { schema: { $ref: `#/components/schemas/${name}` } } })
 
-/** A JSON answer of one of the model's schemas. */
-export const json = (description: string, schema: SchemaName, headers: Record<string, object> = {}) => ({
-  description,
-  ...(Object.keys(headers).length ? { headers } : {}),
-  content: { 'application/json': { schema: ref(schema) } },
-})
 /** An answer without a body. */
-export const done = (description = 'Done.', headers: Record<string, object> = {}) => ({
-  description,
-  ...(Object.keys(headers).length ? { headers } : {}),
+export const done = (description: string, headers?: Record<string, object>) => ({ description, ...(headers ? { headers } : {}) })
+/** A JSON answer of one of the model's schemas. */
+export const json = (description: string, schema: SchemaName, headers?: Record<string, object>) => ({
+  ...done(description, headers),
+  content: jsonOf(schema),
 })
 export const THIS_DOCUMENT = { description: 'The OpenAPI document.', content: { 'application/json': { schema: { type: 'object' } } } }
 const error = (description: string) => json(description, 'Error')
 
-const SET_COOKIE = {
-  description: `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
-  required: true,
-  schema: { type: 'string' },
-}
-const ENDED_COOKIE = { ...SET_COOKIE, description: 'The session cookie, emptied with Max-Age=0.' }
+/** A header an answer always carries. */
+const header = (description: string, schema: object = { type: 'string' }) => ({ description, required: true, schema })
 export const HEADERS = {
-  setCookie: { 'Set-Cookie': SET_COOKIE },
-  endedCookie: { 'Set-Cookie': ENDED_COOKIE },
-  retryAfter: {
-    'Retry-After': { description: 'Seconds until the name may try again.', required: true, schema: { type: 'integer', minimum: 1 } },
+  setCookie: {
+    'Set-Cookie': header(
+      `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
+    ),
   },
+  endedCookie: { 'Set-Cookie': header('The session cookie, emptied with Max-Age=0.') },
+  retryAfter: { 'Retry-After': header('Seconds until the name may try again.', { type: 'integer', minimum: 1 }) },
 }
 
 const ERRORS = {
@@ -83,12 +78,11 @@ interface OperationSpec {
   body?: SchemaName
   path?: TObject
   query?: TObject
-  description?: string
 }
 
 /** A route's hook object: its `detail`, every field of which the document takes from the route. */
 export function operation(operationId: string, tag: Tag, summary: string, spec: OperationSpec) {
-  const { responses, errors: own = [], body, path, query, description } = spec
+  const { responses, errors: own = [], body, path, query } = spec
   // A route that reads a body reads JSON only.
   const errors: Status[] = body ? [...own, 415] : own
   const parameters = [...(path ? parametersFrom(path, 'path') : []), ...(query ? parametersFrom(query, 'query') : [])]
@@ -97,17 +91,8 @@ export function operation(operationId: string, tag: Tag, summary: string, spec: 
       operationId,
       tags: [tag],
       summary,
-      ...(description ? { description } : {}),
       ...(parameters.length ? { parameters } : {}),
-      ...(body
-        ? {
-            requestBody: {
-              required: true,
-              description: `JSON, at most ${KIB} KiB.`,
-              content: { 'application/json': { schema: ref(body) } },
-            },
-          }
-        : {}),
+      ...(body ? { requestBody: { required: true, description: `JSON, at most ${KIB} KiB.`, content: jsonOf(body) } } : {}),
       // Elysia types `detail` with its OpenAPI types; this is an OpenAPI responses object.
       // biome-ignore lint/suspicious/noExplicitAny: see above
       responses: { ...responses, ...Object.fromEntries(errors.map((status) => [status, ERRORS[status]])) } as Record<string, any>,

@@ -1,22 +1,19 @@
 /**
  * The console's app: its page, and the JSON API the page uses, on a listener of its own, never the
- * API's. Each route carries its own OpenAPI detail, from which document.ts makes the document. The
- * page (page/: HTML, a TypeScript module and a stylesheet) holds no data and is served to anyone, so
- * that they can sign in; everything it shows comes from the API.
- * Every answer carries a Content-Security-Policy without inline script and refuses framing.
+ * API's. Each route carries its own OpenAPI detail, from which document.ts makes the document. The page
+ * (page/) holds no data and is served to anyone, so that they can sign in; everything it shows comes
+ * from the API. Every answer carries a Content-Security-Policy without inline script and refuses framing.
  *
- * Every request first passes an onRequest hook, before routing and before any body is read: a `Host`
- * (or a trusted proxy's X-Forwarded-Host) that is not one of the console's names is refused with 421
- * (DNS rebinding), a declared body over 8 KiB with 413. Every route is in one guarded group whose
- * routes never let Elysia parse a body (`parse: 'none'`); after the page's files and sign-in, the
- * group resolves the operator for every route that follows (one added later included), still before
- * any body is read: a browser session (an HttpOnly, SameSite=Strict cookie) or a script's token
- * (Authorization: Bearer), else 401; then the query, as strictly as the API's (the parameters the route
- * declares, each once), else 400. With the cookie, a request that changes something must also come
- * from the console's own origin (`Origin`). The routes that take a body read it with the bounded
- * reader, and a body left unread closes its connection.
+ * Before routing and before any body is read, onRequest refuses a `Host` (or a trusted proxy's
+ * X-Forwarded-Host) that is not one of the console's names with 421 (DNS rebinding), and a declared body
+ * over 8 KiB with 413. No route lets Elysia parse a body (`parse: 'none'`). After the page's files and
+ * sign-in, the guard resolves the operator of every route that follows, one added later included, still
+ * before any body is read: a session cookie (HttpOnly, SameSite=Strict) or a script's token
+ * (Authorization: Bearer), else 401; then the query, as strictly as the API's, else 400. With the cookie,
+ * a change must also come from the console's own `Origin`. Bodies are read by the bounded reader, and a
+ * body left unread closes its connection.
  */
-import type { TInteger } from '@sinclair/typebox'
+import type { TInteger, TLiteral, TUnion } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
@@ -31,13 +28,11 @@ import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
 import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
-import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
 import { MINUTE_MS } from '../../domain/time'
 import { errorHandler } from '../../plugins/error-answers'
 import type { RecentRequests } from '../../observability/recent-requests'
-import { type Window, WINDOWS } from '../usage/service'
 import { consoleDocument, done, HEADERS, json, operation, THIS_DOCUMENT, UNDOCUMENTED } from './document'
 import {
   AddressParams,
@@ -86,8 +81,6 @@ const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: OPERATO
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
 const SAFE_METHODS = new Set(['GET', 'HEAD'])
-/** The deprecated operation's sunset, from the same text the API's Sunset header sends. */
-const SUNSET_MS = Date.parse(SUNSET)
 /** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
 const REFUSALS = [429, 401]
 const REFUSALS_SHOWN = 100
@@ -96,7 +89,13 @@ const SESSION_COOKIES_TRIED = 4
 
 /** The operator behind a request, as the guard found it. */
 type Who = Credential & { secret: string }
-type Set = { status?: number | string; headers: Record<string, unknown> }
+/** What a handler that answers 204 is given (noContent). */
+type Context = {
+  who: Who
+  params: Record<string, string>
+  request: Request
+  set: { status?: number | string; headers: Record<string, unknown> }
+}
 
 const MISDIRECTED = misdirectedRequest(
   'This console does not answer to that host name: use its own address, or a name given with --console-host.',
@@ -189,21 +188,14 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     }
   }
 
-  /**
-   * The operator of a route that needs one, then its query and its key id checked once: nothing else
-   * reaches storage, and no handler sees a parameter it does not declare.
-   */
-  const guard = async (request: Request, params: Record<string, string> | undefined, route: string): Promise<Who> => {
-    const who = await operator(request)
-    checkQuery(request, route)
-    if (params?.id !== undefined && !KEY_ID.test(params.id)) throw NO_SUCH_KEY
-    return who
-  }
-
-  const noContent = (set: Set) => {
-    set.status = 204
-    return ''
-  }
+  /** A handler that answers 204 once `act` is done. */
+  const noContent =
+    (act: (context: Context) => Promise<unknown>) =>
+    async ({ who, params, request, set }: Context): Promise<string> => {
+      await act({ who, params, request, set })
+      set.status = 204
+      return ''
+    }
 
   let assets: Promise<Map<string, (request: Request) => Promise<Response>>> | undefined
   const asset = async (path: string, request: Request) => {
@@ -223,10 +215,18 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     }))
   }
 
-  /** The guard: every route declared after it needs an operator, found before its body is read. */
-  const resolveOperator = async ({ request, params, route }: { request: Request; params: unknown; route: string }) => ({
-    who: await guard(request, params as Record<string, string> | undefined, route),
-  })
+  /**
+   * The guard: the operator of every route declared after it, found before its body is read; then the
+   * query and the key id, checked once: nothing else reaches storage, and no handler sees a parameter it
+   * does not declare.
+   */
+  const resolveOperator = async ({ request, params, route }: { request: Request; params: unknown; route: string }) => {
+    const who = await operator(request)
+    checkQuery(request, route)
+    const id = (params as { id?: string } | undefined)?.id
+    if (id !== undefined && !KEY_ID.test(id)) throw NO_SUCH_KEY
+    return { who }
+  }
   const behindGuard = (route: RouteInfo) =>
     ((route.hooks as { beforeHandle?: { fn: unknown }[] }).beforeHandle ?? []).some((hook) => hook.fn === resolveOperator)
   let document: object | undefined
@@ -269,11 +269,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .resolve(resolveOperator)
         .delete(
           '/api/session',
-          async ({ who, set }) => {
+          noContent(async ({ who, set }) => {
             if (who.kind === 'session') await service.signOut(who.operator, who.secret)
             set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
-            return noContent(set)
-          },
+          }),
           operation('signOut', 'session', 'Sign out: ends this session', { responses: { 204: done('Signed out.', HEADERS.endedCookie) } }),
         )
         .get(
@@ -288,11 +287,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/keys',
-          ({ request }) => service.listKeys(revokedOf(new URL(request.url).searchParams) === 'include'),
+          ({ request }) => service.listKeys(choiceOf(new URL(request.url).searchParams, 'revoked', RevokedKeys) === 'include'),
           operation('listKeys', 'keys', 'The keys in use (revoked ones too on request), with their day quota left and ban', {
             query: KeysQuery,
             responses: { 200: json('The keys.', 'KeyList') },
-            errors: [400],
           }),
         )
         .post(
@@ -306,15 +304,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           operation('createKey', 'keys', 'Create a key; its secret is in this answer only', {
             body: 'NewKey',
             responses: { 201: json('Created.', 'CreatedKey') },
-            errors: [400],
           }),
         )
         .delete(
           '/api/keys/:id',
-          async ({ who, params, set }) => {
-            await service.revokeKey(who.operator, params.id)
-            return noContent(set)
-          },
+          noContent(({ who, params }) => service.revokeKey(who.operator, params.id!)),
           operation('revokeKey', 'keys', 'Revoke a key: refused by the API within a second', {
             path: KeyParams,
             responses: { 204: done('Revoked.') },
@@ -322,10 +316,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .post(
           '/api/keys/:id/reset-limits',
-          async ({ who, params, set }) => {
-            await service.resetLimits(who.operator, params.id)
-            return noContent(set)
-          },
+          noContent(({ who, params }) => service.resetLimits(who.operator, params.id!)),
           operation('resetLimits', 'keys', "Refill a key's buckets and lift its ban, within a second", {
             path: KeyParams,
             responses: { 204: done('Reset.') },
@@ -333,16 +324,14 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .put(
           '/api/keys/:id/plan',
-          async ({ who, params, request, set }) => {
+          noContent(async ({ who, params, request }) => {
             const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
-            await service.setPlan(who.operator, params.id, input)
-            return noContent(set)
-          },
+            await service.setPlan(who.operator, params.id!, input)
+          }),
           operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', {
             path: KeyParams,
             body: 'PlanChange',
             responses: { 204: done('Moved.') },
-            errors: [400],
           }),
         )
         .get(
@@ -352,10 +341,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .delete(
           '/api/bans/keys/:id',
-          async ({ who, params, set }) => {
-            await service.liftKeyBan(who.operator, params.id)
-            return noContent(set)
-          },
+          noContent(({ who, params }) => service.liftKeyBan(who.operator, params.id!)),
           operation('liftKeyBan', 'bans', "Lift a key's ban (a limit reset), within a second", {
             path: KeyParams,
             responses: { 204: done('Lifted.') },
@@ -363,14 +349,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .delete(
           '/api/bans/addresses/:address',
-          async ({ who, params, set }) => {
-            await service.liftAddressBan(who.operator, addressSubjectOf(params.address))
-            return noContent(set)
-          },
+          noContent(({ who, params }) => service.liftAddressBan(who.operator, addressSubjectOf(params.address!))),
           operation('liftAddressBan', 'bans', "Lift a client address's ban", {
             path: AddressParams,
             responses: { 204: done('Lifted.') },
-            errors: [400],
           }),
         )
         .get(
@@ -384,7 +366,6 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           operation('recentRequests', 'log', "The API's recent answers (this instance's), newest first", {
             query: RequestsQuery,
             responses: { 200: json('The requests.', 'RecentRequests') },
-            errors: [400],
           }),
         )
         .get(
@@ -401,7 +382,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           '/api/keys/:id/usage',
           async ({ params, request }): Promise<Model<'KeyUsage'>> => {
             const { id } = params
-            const usage = await service.keyUsage(id, windowOf(new URL(request.url).searchParams))
+            const usage = await service.keyUsage(id, choiceOf(new URL(request.url).searchParams, 'window', UsageWindow))
             const refusals = (await Promise.all(REFUSALS.map((status) => recentRows({ keyId: id, status, limit: REFUSALS_SHOWN }))))
               .flat()
               .sort((a, b) => b.time.localeCompare(a.time))
@@ -412,17 +393,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             path: KeyParams,
             query: UsageQuery,
             responses: { 200: json("The key's usage.", 'KeyUsage') },
-            errors: [400],
           }),
         )
         .get(
           '/api/deprecation',
-          async (): Promise<Model<'Deprecation'>> => ({
-            operation: DEPRECATED_OPERATION,
-            method: 'GET',
-            path: '/pets/{petId}',
-            ...(await service.deprecation(SUNSET_MS)),
-          }),
+          () => service.deprecation(),
           operation(
             'deprecation',
             'usage',
@@ -438,7 +413,6 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           operation('auditLog', 'log', 'The audit log, newest first', {
             query: AuditQuery,
             responses: { 200: json('The entries.', 'AuditLog') },
-            errors: [400],
           }),
         ),
     )
@@ -459,28 +433,26 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
  * the page is bundled here, once, in memory.
  */
 async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
-  const files: { path: string; type: string; body: Blob }[] = []
+  let files: { path: string; type: string; body: Blob }[]
   const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
-  if (compiled) {
-    for (const file of compiled)
-      files.push({
-        path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
-        type: file.headers['content-type']!,
-        body: Bun.file(file.path),
-      })
-  } else {
+  if (compiled)
+    files = compiled.map((file) => ({
+      path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
+      type: file.headers['content-type']!,
+      body: Bun.file(file.path),
+    }))
+  else {
     const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
     if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
-    for (const output of built.outputs)
-      files.push({ path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`, type: output.type, body: output })
+    files = built.outputs.map((output) => ({
+      path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`,
+      type: output.type,
+      body: output,
+    }))
   }
-  const answers = new Map<string, (request: Request) => Promise<Response>>()
-  for (const file of files)
-    answers.set(
-      file.path,
-      compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type }),
-    )
-  return answers
+  const answer = (file: (typeof files)[number]) =>
+    compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type })
+  return new Map(files.map((file) => [file.path, answer(file)]))
 }
 
 /** The session cookie's values in a Cookie header, in the order sent (Bun.CookieMap keeps repeated names). */
@@ -507,17 +479,12 @@ function integerParameter(query: URLSearchParams, name: string, schema: TInteger
   return Number(text)
 }
 
-function windowOf(query: URLSearchParams): Window {
-  const window = query.get('window') ?? UsageWindow.default
-  if (!Object.hasOwn(WINDOWS, window)) throw badRequest(`window: must be one of ${Object.keys(WINDOWS).join(', ')}`)
-  return window as Window
-}
-
-function revokedOf(query: URLSearchParams): RevokedKeys {
-  const revoked = query.get('revoked') ?? RevokedKeys.default
-  if (!RevokedKeys.anyOf.some((choice) => choice.const === revoked))
-    throw badRequest(`revoked: must be one of ${RevokedKeys.anyOf.map((choice) => choice.const).join(', ')}`)
-  return revoked as RevokedKeys
+/** A query's parameter, one of the words its model states; absent, the model's default. */
+function choiceOf<T extends string>(query: URLSearchParams, name: string, schema: TUnion<TLiteral<T>[]>): T {
+  const choices: string[] = schema.anyOf.map((choice) => choice.const)
+  const value = query.get(name) ?? schema.default
+  if (!choices.includes(value)) throw badRequest(`${name}: must be one of ${choices.join(', ')}`)
+  return value
 }
 
 function limitOf(query: URLSearchParams): number {

@@ -14,7 +14,6 @@ import { USAGE_WRITE_MS } from '../../domain/usage'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
 export const MAX_BODY_BYTES = 8 * 1024
-/** The session cookie's name. */
 export const SESSION_COOKIE = 'petstore_console'
 
 const Plan = Type.Union(
@@ -23,6 +22,8 @@ const Plan = Type.Union(
 )
 const Limit = (what: string) =>
   Type.Integer({ minimum: CUSTOM_LIMIT.min, maximum: CUSTOM_LIMIT.max, description: `${what}, for the enterprise plan only.` })
+const Rpm = Limit('Requests per minute')
+const Rpd = Limit('Requests per day')
 const Time = (description: string) => Type.String({ format: 'date-time', description })
 const NullableTime = (description: string) => Type.Union([Time(description), Type.Null()], { description })
 
@@ -43,16 +44,13 @@ export const NewKey = Type.Object(
     name: Type.Optional(
       Type.String({ maxLength: KEY_NAME_MAX, description: `A name to tell the key by (at most ${KEY_NAME_MAX} characters).` }),
     ),
-    rpm: Type.Optional(Limit('Requests per minute')),
-    rpd: Type.Optional(Limit('Requests per day')),
+    rpm: Type.Optional(Rpm),
+    rpd: Type.Optional(Rpd),
   },
   { additionalProperties: false },
 )
 
-export const PlanChange = Type.Object(
-  { plan: Plan, rpm: Type.Optional(Limit('Requests per minute')), rpd: Type.Optional(Limit('Requests per day')) },
-  { additionalProperties: false },
-)
+export const PlanChange = Type.Object({ plan: Plan, rpm: Type.Optional(Rpm), rpd: Type.Optional(Rpd) }, { additionalProperties: false })
 
 /**
  * A body with a plan as the document states it: the validator's object (which names a wrong field in
@@ -77,10 +75,7 @@ function byPlan<T extends TObject>(object: T, description: string) {
         },
         { additionalProperties: false },
       ),
-      Type.Object(
-        { ...rest, plan: Type.Literal(CUSTOM_PLAN), rpm: Limit('Requests per minute'), rpd: Limit('Requests per day') },
-        { additionalProperties: false },
-      ),
+      Type.Object({ ...rest, plan: Type.Literal(CUSTOM_PLAN), rpm: Rpm, rpd: Rpd }, { additionalProperties: false }),
     ],
   })
 }

@@ -5,16 +5,15 @@
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
 import type { ApiKeyRecord } from '../../domain/api-key'
+import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
 import {
   type AuditEntry,
   type Credential,
   type CredentialKind,
-  checkOperatorName,
   hashCredential,
   LAST_SEEN_WRITE_MS,
   makeCredentialSecret,
-  OperatorInputError,
   passwordMatches,
   SESSION_IDLE_MS,
   SIGN_IN_REFUSED,
@@ -28,14 +27,17 @@ import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
 import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry, setKeyPlan } from '../keys/service'
-import { type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
+import { type KeyUsage, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import { FIELD_RULES, type Model } from './model'
 
-export { SESSION_IDLE_MS, THROTTLE_FAILURES, THROTTLE_WINDOW_MS }
+export { SESSION_IDLE_MS, THROTTLE_WINDOW_MS }
+
+/** What the limiter holds of a key or an address: its day quota left and the end of its ban. */
+type Held = { dayLeft: number; bannedUntil: number | null }
 
 /** What the console reads of the rate limiter (limiter/admin.ts's LimiterAdmin), declared here. */
 export interface LimiterView {
-  inspect(subject: Subject, limits: Limits): Promise<{ dayLeft: number; bannedUntil: number | null }>
+  inspect(subject: Subject, limits: Limits): Promise<Held>
   bans(now: number): { subject: Subject; until: number }[]
   liftAddress(subject: AddressSubject): Promise<void>
 }
@@ -47,6 +49,8 @@ export interface ConsoleServiceDeps {
   now: () => number
 }
 
+/** The deprecated operation's sunset, from the same text the API's Sunset header sends. */
+const SUNSET_MS = Date.parse(SUNSET)
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
 
 const UNAUTHORIZED = new ApiError(
@@ -90,12 +94,6 @@ export class ConsoleService {
    */
   async signIn(name: string, password: string): Promise<{ secret: string; operator: string }> {
     const { storage, now } = this.deps
-    try {
-      checkOperatorName(name)
-    } catch (error) {
-      if (error instanceof OperatorInputError) throw badRequest(`name: ${error.message}`)
-      throw error
-    }
     const at = now()
     const blocking = await storage.operators.reserveSignIn(name, at, at - THROTTLE_WINDOW_MS, THROTTLE_FAILURES)
     if (blocking !== null) {
@@ -163,16 +161,8 @@ export class ConsoleService {
     const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
     return {
       keys: keys
-        .filter((key) => withRevoked || key.revokedAt === null)
-        .map((key) => {
-          const figures = byId.get(key.id)
-          return {
-            ...key,
-            requestsToday: figures?.today.requests ?? 0,
-            limitedToday: figures?.today.limited ?? 0,
-            deprecatedWeek: figures?.deprecated.week ?? 0,
-          }
-        }),
+        .filter(({ record }) => withRevoked || record.revokedAt === null)
+        .map(({ record, held }) => keyRow(record, held, byId.get(record.id))),
       limiterAnswered,
     }
   }
@@ -211,9 +201,9 @@ export class ConsoleService {
 
   /**
    * Who still calls the deprecated operation: every key with a call in the last 7 days, most calls first,
-   * and the whole days left until `sunsetMs` (the API's Sunset header's date).
+   * and the whole days left until its sunset (the API's Sunset header's date).
    */
-  async deprecation(sunsetMs: number): Promise<Pick<Model<'Deprecation'>, 'sunset' | 'daysLeft' | 'callers'>> {
+  async deprecation(): Promise<Model<'Deprecation'>> {
     const now = this.deps.now()
     const callers = (await this.usage.keys())
       .filter((figures) => figures.keyId !== null && figures.deprecated.week > 0)
@@ -225,25 +215,29 @@ export class ConsoleService {
         lastCall: iso(figures.deprecated.last),
       }))
       .sort((a, b) => b.week - a.week || a.name.localeCompare(b.name))
-    return { sunset: iso(sunsetMs)!, daysLeft: Math.max(0, Math.ceil((sunsetMs - now) / DAY_MS)), callers }
+    return {
+      operation: DEPRECATED_OPERATION,
+      method: 'GET',
+      path: '/pets/{petId}',
+      sunset: iso(SUNSET_MS)!,
+      daysLeft: Math.max(0, Math.ceil((SUNSET_MS - now) / DAY_MS)),
+      callers,
+    }
   }
 
   /** Every key with what the limiter holds of it. */
-  private async limiterRows(): Promise<{
-    keys: Omit<Model<'Key'>, 'requestsToday' | 'limitedToday' | 'deprecatedWeek'>[]
-    limiterAnswered: boolean
-  }> {
+  private async limiterRows(): Promise<{ keys: { record: ApiKeyRecord; held: Held | null }[]; limiterAnswered: boolean }> {
     const records = await this.deps.storage.keys.list()
     let limiterAnswered = true
     const keys = await Promise.all(
       records.map(async (record) => {
-        let held: { dayLeft: number; bannedUntil: number | null } | null = null
+        let held: Held | null = null
         if (record.revokedAt === null)
           held = await this.deps.limiter.inspect(keySubject(record.id), record).catch(() => {
             limiterAnswered = false
             return null
           })
-        return { ...keyFields(record), dayQuotaLeft: held?.dayLeft ?? null, bannedUntil: iso(held?.bannedUntil ?? null) }
+        return { record, held }
       }),
     )
     return { keys, limiterAnswered }
@@ -254,15 +248,7 @@ export class ConsoleService {
     // Known to this instance at once; other instances read it at their next poll.
     await this.deps.keys.reload()
     await this.audit(operator, 'key.create', made.record.id)
-    const key: Model<'Key'> = {
-      ...keyFields(made.record),
-      dayQuotaLeft: made.record.rpd,
-      bannedUntil: null,
-      requestsToday: 0,
-      limitedToday: 0,
-      deprecatedWeek: 0,
-    }
-    return { key, secret: made.secret }
+    return { key: keyRow(made.record, { dayLeft: made.record.rpd, bannedUntil: null }), secret: made.secret }
   }
 
   /** Idempotent; audited only by the request that revoked it (storage tells which). */
@@ -293,8 +279,8 @@ export class ConsoleService {
   async bans(): Promise<Model<'BanList'>> {
     const { keys, limiterAnswered } = await this.limiterRows()
     const bans: Model<'Ban'>[] = keys
-      .filter((key) => key.bannedUntil !== null)
-      .map((key) => ({ kind: 'key', keyId: key.id, keyName: key.name, bannedUntil: key.bannedUntil! }))
+      .filter(({ held }) => held && held.bannedUntil !== null)
+      .map(({ record, held }) => ({ kind: 'key', keyId: record.id, keyName: record.name, bannedUntil: iso(held!.bannedUntil)! }))
     for (const { subject } of this.deps.limiter.bans(this.deps.now())) {
       if (subject.kind !== 'address') continue
       const held = await this.deps.limiter.inspect(subject, PLAN_LIMITS.free).catch(() => null)
@@ -323,7 +309,8 @@ export class ConsoleService {
   }
 }
 
-function keyFields(record: ApiKeyRecord) {
+/** A key as the console shows it: what the limiter holds of it (if it answered), and its usage (if any). */
+function keyRow(record: ApiKeyRecord, held: Held | null, figures?: KeyUsage): Model<'Key'> {
   return {
     id: record.id,
     name: record.name,
@@ -333,6 +320,11 @@ function keyFields(record: ApiKeyRecord) {
     createdAt: iso(record.createdAt)!,
     lastUsedAt: iso(record.lastUsedAt),
     revokedAt: iso(record.revokedAt),
+    dayQuotaLeft: held?.dayLeft ?? null,
+    bannedUntil: iso(held?.bannedUntil ?? null),
+    requestsToday: figures?.today.requests ?? 0,
+    limitedToday: figures?.today.limited ?? 0,
+    deprecatedWeek: figures?.deprecated.week ?? 0,
   }
 }
 

@@ -56,12 +56,20 @@ function cell(row: HTMLTableRowElement, text: string | number | null): HTMLTable
   return td
 }
 
-/** A row that says the table is empty, across its columns. */
-function emptyRow(body: HTMLTableSectionElement, text: string): void {
+/** Fills a table's body with a row per item; with none, a row across its columns that says `empty` (if not ''). */
+function fillTable<T>(table: string, items: T[], empty: string, fill: (row: HTMLTableRowElement, item: T) => void): void {
+  const body = $<HTMLTableSectionElement>(`${table} tbody`)
+  body.replaceChildren()
+  for (const item of items) fill(body.insertRow(), item)
+  if (items.length > 0 || !empty) return
   const td = body.insertRow().insertCell()
   td.className = 'empty'
   td.colSpan = (body.parentElement as HTMLTableElement).tHead?.rows[0]?.cells.length ?? 1
-  td.textContent = text
+  td.textContent = empty
+}
+
+function cells(row: HTMLTableRowElement, values: (string | number | null)[]): void {
+  for (const value of values) cell(row, value)
 }
 
 function button(parent: HTMLElement, label: string, action: () => Promise<unknown>): void {
@@ -89,32 +97,39 @@ const applied = () => new Promise((resolve) => setTimeout(resolve, APPLIED_WITHI
 const when = (iso: string | null) =>
   iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' })
 
-function showSignIn(): void {
-  $<HTMLElement>('#sign-in').hidden = false
-  $<HTMLElement>('#signed-in').hidden = true
-  $<HTMLElement>('#who').hidden = true
-  $<HTMLElement>('#sign-out').hidden = true
+/** Shows the sign-in form, or (with an operator's name) the console. */
+function signedIn(name: string | null): void {
+  $<HTMLElement>('#sign-in').hidden = name !== null
+  for (const id of ['#signed-in', '#who', '#sign-out']) $<HTMLElement>(id).hidden = name === null
+  if (name !== null) $('#who').textContent = `Signed in as ${name}`
 }
 
+const showSignIn = () => signedIn(null)
+
 async function showConsole(name: string): Promise<void> {
-  $<HTMLElement>('#sign-in').hidden = true
-  $<HTMLElement>('#signed-in').hidden = false
-  $('#who').textContent = `Signed in as ${name}`
-  $<HTMLElement>('#who').hidden = false
-  $<HTMLElement>('#sign-out').hidden = false
+  signedIn(name)
   await showTab('overview')
 }
 
+/** Each tab's loader, by its data-tab. */
+const TABS: Record<string, () => Promise<void>> = {
+  overview: loadOverview,
+  keys: loadKeys,
+  deprecation: loadDeprecation,
+  bans: loadBans,
+  requests: loadRequests,
+  audit: loadAudit,
+}
+
+/** Shows the section `id` alone, with `tab` pressed. */
+function showSection(id: string, tab: string): void {
+  pressed('tab', tab)
+  for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== id
+}
+
 async function showTab(name: string): Promise<void> {
-  for (const tab of document.querySelectorAll<HTMLButtonElement>('[data-tab]'))
-    tab.setAttribute('aria-pressed', String(tab.dataset.tab === name))
-  for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== name
-  if (name === 'overview') await loadOverview()
-  else if (name === 'keys') await loadKeys()
-  else if (name === 'deprecation') await loadDeprecation()
-  else if (name === 'bans') await loadBans()
-  else if (name === 'requests') await loadRequests()
-  else await loadAudit()
+  showSection(name, name)
+  await TABS[name]!()
 }
 
 async function loadKeys(): Promise<void> {
@@ -125,8 +140,6 @@ async function loadKeys(): Promise<void> {
 
 function drawKeys(): void {
   const search = $<HTMLInputElement>('#key-search').value.trim().toLowerCase()
-  const body = $<HTMLTableSectionElement>('#key-table tbody')
-  body.replaceChildren()
   // The column sorted by says so, and which way (an arrow, and aria-sort for screen readers).
   for (const header of document.querySelectorAll<HTMLButtonElement>('[data-sort]')) {
     const th = header.parentElement!
@@ -136,8 +149,7 @@ function drawKeys(): void {
   const shown = keys
     .filter((key) => key.name.toLowerCase().includes(search))
     .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
-  for (const key of shown) {
-    const row = body.insertRow()
+  fillTable('#key-table', shown, '', (row, key) => {
     row.dataset.keyId = key.id
     // The name opens the key's view; its id, under it, saves a column.
     const name = cell(row, '')
@@ -145,21 +157,15 @@ function drawKeys(): void {
     const id = document.createElement('small')
     id.textContent = key.id
     name.append(id)
-    cell(row, key.plan)
-    cell(row, `${key.rpm} / ${key.rpd}`)
-    cell(row, key.requestsToday)
-    cell(row, key.limitedToday)
-    cell(row, key.deprecatedWeek)
-    cell(row, key.dayQuotaLeft)
-    cell(row, when(key.lastUsedAt))
-    cell(row, when(key.bannedUntil))
+    cells(row, [key.plan, `${key.rpm} / ${key.rpd}`, key.requestsToday, key.limitedToday, key.deprecatedWeek])
+    cells(row, [key.dayQuotaLeft, when(key.lastUsedAt), when(key.bannedUntil)])
     const actions = cell(row, '')
     actions.className = 'actions'
     // A revoked key is shown for the record: nothing can be done with it any more.
     if (key.revokedAt !== null) {
       row.classList.add('revoked')
       actions.textContent = `Revoked ${when(key.revokedAt)}`
-      continue
+      return
     }
     button(actions, 'Revoke', async () => {
       if (!confirm(`Revoke the key "${key.name || key.id}"? Requests with it are refused within a second.`)) return
@@ -178,7 +184,7 @@ function drawKeys(): void {
       await api('PUT', `/api/keys/${encodeURIComponent(key.id)}/plan`, { plan, ...limits })
       await loadKeys()
     })
-  }
+  })
 }
 
 /** Numbers by value, text alphabetically; no value (null) sorts first. */
@@ -256,15 +262,16 @@ function drawChart(container: HTMLElement, caption: HTMLElement, series: Model<'
     ". Hover or touch the chart for one point's figures; choose a name in the legend to hide its line."
 }
 
-function pressed(selector: string, value: string, attribute: string): void {
-  for (const choice of document.querySelectorAll<HTMLButtonElement>(selector))
-    choice.setAttribute('aria-pressed', String(choice.getAttribute(attribute) === value))
+/** Marks the choice of a group (the buttons with a data-`group` attribute) whose value is `value` as pressed. */
+function pressed(group: string, value: string): void {
+  for (const choice of document.querySelectorAll<HTMLButtonElement>(`[data-${group}]`))
+    choice.setAttribute('aria-pressed', String(choice.getAttribute(`data-${group}`) === value))
 }
 
 async function loadOverview(): Promise<void> {
   const overview = await api<Model<'Overview'>>('GET', '/api/overview')
   const series = overview[overviewWindow]
-  pressed('[data-window]', overviewWindow, 'data-window')
+  pressed('window', overviewWindow)
   const { total } = series
   figures($('#overview-figures'), [
     ['Requests', total.requests, `in ${WINDOW_WORDS[overviewWindow]}, every instance`],
@@ -283,8 +290,7 @@ async function loadOverview(): Promise<void> {
 
 async function showKey(id: string): Promise<void> {
   shownKey = id
-  for (const section of document.querySelectorAll<HTMLElement>('[data-section]')) section.hidden = section.id !== 'key'
-  pressed('[data-tab]', 'keys', 'data-tab')
+  showSection('key', 'keys')
   await loadKey()
 }
 
@@ -294,7 +300,7 @@ async function loadKey(): Promise<void> {
     `/api/keys/${encodeURIComponent(shownKey)}/usage?window=${keyWindow}`,
   )
   $('#key-title').textContent = `Key ${key.name || '(no name)'} (${key.id}, ${key.plan})`
-  pressed('[data-key-window]', keyWindow, 'data-key-window')
+  pressed('key-window', keyWindow)
   figures($('#key-figures'), [
     ['Requests today', key.today.requests, 'the UTC day so far'],
     ['429s today', key.today.limited, 'refused: over a limit, or banned'],
@@ -303,13 +309,9 @@ async function loadKey(): Promise<void> {
     ['Last used', when(key.lastUsedAt), 'its last request'],
   ])
   drawChart($('#key-chart'), $('#key-caption'), series, keyWindow)
-  const body = $<HTMLTableSectionElement>('#refusal-table tbody')
-  body.replaceChildren()
-  for (const entry of refusals) {
-    const row = body.insertRow()
-    for (const value of [when(entry.time), entry.method, entry.path, entry.status, entry.durationMs, entry.requestId]) cell(row, value)
-  }
-  if (refusals.length === 0) emptyRow(body, 'No refusals among the recent requests.')
+  fillTable('#refusal-table', refusals, 'No refusals among the recent requests.', (row, entry) =>
+    cells(row, [when(entry.time), entry.method, entry.path, entry.status, entry.durationMs, entry.requestId]),
+  )
 }
 
 async function loadDeprecation(): Promise<void> {
@@ -318,14 +320,10 @@ async function loadDeprecation(): Promise<void> {
   $('#sunset-note').textContent =
     `${deprecation.method} ${deprecation.path} (${deprecation.operation}) is deprecated and is removed on ${sunset}: ` +
     `${deprecation.daysLeft} days left. Clients should list pets with GET /pets instead.`
-  const body = $<HTMLTableSectionElement>('#deprecation-table tbody')
-  body.replaceChildren()
-  for (const caller of deprecation.callers) {
-    const row = body.insertRow()
+  fillTable('#deprecation-table', deprecation.callers, 'No key called it in the last 7 days.', (row, caller) => {
     button(cell(row, ''), caller.name || caller.keyId, () => showKey(caller.keyId))
-    for (const value of [caller.day, caller.week, when(caller.lastCall)]) cell(row, value)
-  }
-  if (deprecation.callers.length === 0) emptyRow(body, 'No key called it in the last 7 days.')
+    cells(row, [caller.day, caller.week, when(caller.lastCall)])
+  })
 }
 
 /** Redraws the charts at their containers' width (a resize, a turned phone) and in the current colours. */
@@ -335,10 +333,7 @@ function redrawCharts(): void {
 
 async function loadBans(): Promise<void> {
   const { bans } = await api<Model<'BanList'>>('GET', '/api/bans')
-  const body = $<HTMLTableSectionElement>('#ban-table tbody')
-  body.replaceChildren()
-  for (const ban of bans) {
-    const row = body.insertRow()
+  fillTable('#ban-table', bans, 'No bans right now.', (row, ban) => {
     cell(row, ban.kind === 'key' ? `key ${ban.keyName || ban.keyId} (${ban.keyId})` : `address ${ban.address}`)
     cell(row, when(ban.bannedUntil))
     const path =
@@ -350,8 +345,7 @@ async function loadBans(): Promise<void> {
       await applied()
       await loadBans()
     })
-  }
-  if (bans.length === 0) emptyRow(body, 'No bans right now.')
+  })
 }
 
 async function loadRequests(): Promise<void> {
@@ -359,11 +353,8 @@ async function loadRequests(): Promise<void> {
   const query = new URLSearchParams({ limit: '500' })
   for (const name of ['key', 'status']) if (form.get(name)) query.set(name, String(form.get(name)))
   const { requests } = await api<Model<'RecentRequests'>>('GET', `/api/requests?${query}`)
-  const body = $<HTMLTableSectionElement>('#request-table tbody')
-  body.replaceChildren()
-  for (const entry of requests) {
-    const row = body.insertRow()
-    for (const value of [
+  fillTable('#request-table', requests, '', (row, entry) =>
+    cells(row, [
       when(entry.time),
       entry.method,
       entry.path,
@@ -371,19 +362,13 @@ async function loadRequests(): Promise<void> {
       entry.keyName ?? entry.keyId ?? entry.client,
       entry.durationMs,
       entry.requestId,
-    ])
-      cell(row, value)
-  }
+    ]),
+  )
 }
 
 async function loadAudit(): Promise<void> {
   const { entries } = await api<Model<'AuditLog'>>('GET', '/api/audit')
-  const body = $<HTMLTableSectionElement>('#audit-table tbody')
-  body.replaceChildren()
-  for (const entry of entries) {
-    const row = body.insertRow()
-    for (const value of [when(entry.at), entry.actor, entry.action, entry.target || null]) cell(row, value)
-  }
+  fillTable('#audit-table', entries, '', (row, entry) => cells(row, [when(entry.at), entry.actor, entry.action, entry.target || null]))
 }
 
 function wire(): void {
