@@ -25,8 +25,6 @@ export const LATENCY_SLOTS = LATENCY_BOUNDS_MS.length + 1
  * The counters of one row, in one fixed order: the outcome classes, deprecated calls, the histogram, then
  * the 501s (an outcome class counted apart since a later schema step; before it they were among the 5xx).
  */
-export const OUTCOMES = ['ok', 'clientErrors', 'limited', 'notImplemented', 'serverErrors'] as const
-export type Outcome = (typeof OUTCOMES)[number]
 export const OK = 0
 export const CLIENT_ERRORS = 1
 export const LIMITED = 2

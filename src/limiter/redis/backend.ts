@@ -140,9 +140,7 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
   peek({ name }: Subject, limits: Limits, now?: number): Promise<PeekResult> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []))
-    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
+    return this.run<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
       if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
@@ -157,18 +155,13 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** A group's tries share one hash; a count lives at least keepMs after its first try, by Redis's clock. */
   countTry(group: string, id: string, keepMs: number): Promise<number> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const keys = [`${this.prefix}t:${group}`]
-    const work = this.connected(giveUpAt).then(() => this.evaluate<number>(COUNT_SCRIPT, keys, [id, String(keepMs), String(TRIES_PER_KEY)]))
-    return this.bounded(work, giveUpAt)
+    return this.run<number>(COUNT_SCRIPT, [`${this.prefix}t:${group}`], [id, String(keepMs), String(TRIES_PER_KEY)])
   }
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
   forget({ name }: Subject, seq?: number): Promise<void> {
-    const giveUpAt = performance.now() + this.timeoutMs
     const keys = [...this.keysOf(name), `${this.prefix}resets`]
-    const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]))
-    return this.bounded(work, giveUpAt).then(() => undefined)
+    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]).then(() => undefined)
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
@@ -303,6 +296,13 @@ export class RedisLimiterBackend implements SharedBackend {
     if (!this.client.connected || this.offset === null) throw new LimiterUnavailableError('Redis is not connected')
     // The caller gave up while the connect went on: sending now would be sending late.
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
+  }
+
+  /** A script call, once connected, bounded by the timeout. */
+  private run<T>(script: string, keys: string[], args: string[]): Promise<T> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    const work = this.connected(giveUpAt).then(() => this.evaluate<T>(script, keys, args))
+    return this.bounded(work, giveUpAt)
   }
 
   private async evaluate<T>(script: string, keys: string[], args: string[]): Promise<T> {
