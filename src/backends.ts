@@ -58,25 +58,21 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
   if (lock) dropDeadClaim(file)
-  let storage: SqliteStorage
+  let storage: SqliteStorage | undefined
   try {
     storage = openSqliteStorage(config.dataFile, { verify: true })
+    if (storage.readOnly && storage.keys.list().length === 0)
+      throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
   } catch (error) {
+    storage?.close()
     lock?.release()
     created.undo()
     throw error
   }
-  if (storage.readOnly) {
-    if (storage.keys.list().length === 0) {
-      storage.close()
-      lock?.release()
-      created.undo()
-      throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
-    }
+  if (storage.readOnly)
     console.error(
       `petstore: ${readOnlyBecause(config.dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`,
     )
-  }
   return {
     storage,
     petWriter:

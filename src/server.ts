@@ -12,7 +12,7 @@ import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
 import { consoleModule } from './modules/console'
 
-export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
+export interface ServerOptions extends Partial<Pick<AppDeps, 'now' | 'logSink' | 'warn'>>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
   backend?: StorageBackend
   /** Where the limiter keeps its state; by default chosen from the config (Redis, or this process). */

@@ -63,9 +63,7 @@ export class RateLimiter {
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
   private readonly banLog = new BanLog()
-  /** The console's reads and lifts. */
   readonly admin: LimiterAdmin
-  /** The scenarios' try counts. */
   readonly tries: TryCounter
 
   /** `saved` (keys' day buckets from the data file) and `handedOver` (a takeover's state) serve the in-process backend only. */

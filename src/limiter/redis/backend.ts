@@ -1,8 +1,8 @@
 /**
  * The limiter's state in Redis, shared by every instance: one atomic script per take (script.ts), the
- * takes of one event-loop turn sent in one call, so decisions are exact however many instances serve a subject, keys that expire once their state no
- * longer matters, and a bound on the addresses held, so Redis's memory stays bounded under an address
- * spray.
+ * takes of one event-loop turn sent in one call, so decisions are exact however many instances serve a
+ * subject; keys that expire once their state no longer matters, and a bound on the addresses held, so
+ * Redis's memory stays bounded under an address spray.
  *
  * Failing is part of the design. A call that gets no answer within the timeout throws
  * LimiterUnavailableError, and must never take a token later: the offline queue is off (nothing is
@@ -383,10 +383,8 @@ export class RedisLimiterBackend implements SharedBackend {
     }
   }
 
+  /** A connection that looks open but stays silent (a dead peer, a lost network) is replaced; see the header. */
   private async attemptConnect(): Promise<void> {
-    // A connection that looks open but stays silent (a dead peer, a lost network) is replaced. One that
-    // answers, however slowly, is kept as it is: closing it would lose the answers of takes it still
-    // carries, which Redis may have run, and which could then never be undone.
     if (this.client.connected && this.offset !== null && (await this.answers())) return
     if (this.client.connected && this.offset !== null) this.client.close()
     if (!this.client.connected) {

@@ -75,10 +75,9 @@ export class KeyRegistry implements KeyLookup {
   private apply({ records, last }: KeyChanges): void {
     // A key revoked or given another plan must not be found with what it was before; a key added may be
     // a token remembered as no key.
-    const changed = new Set<string>()
+    const changed = new Set(records.map((record) => record.id))
     if (records.some((record) => record.revokedAt === null)) this.misses.clear()
     for (const record of records) {
-      changed.add(record.id)
       if (record.revokedAt !== null) {
         this.byHash.delete(record.secretHash)
         continue
