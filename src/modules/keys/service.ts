@@ -103,9 +103,8 @@ export class KeyRegistry implements KeyLookup {
   }
 
   /**
-   * For a token `find` missed (a key made a moment ago): reads the key changes, begun after the call, and
-   * looks again. Misses share reads, at most one per CATCH_UP_GAP_MS, so invented keys do not flood
-   * storage; a token still unknown is remembered. Rejects with StorageUnavailableError.
+   * See KeyLookup.findLate: the read begins after the call. Misses share reads, at most one per
+   * CATCH_UP_GAP_MS, so invented keys do not flood storage; a token still unknown is remembered.
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
     if (this.misses.has(secret)) return undefined
