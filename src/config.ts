@@ -563,10 +563,7 @@ export function withBoundPort(config: Config, port: number): Config {
 
 /** Read-only from here on: nothing changes a config once it is checked. */
 function freeze(config: Config): Config {
-  Object.freeze(config.servers)
-  Object.freeze(config.corsOrigins)
-  Object.freeze(config.consoleHosts)
-  Object.freeze(config.usageRetention)
+  for (const part of [config.servers, config.corsOrigins, config.consoleHosts, config.usageRetention]) Object.freeze(part)
   return Object.freeze(config)
 }
 

@@ -268,12 +268,8 @@ export class RedisLimiterBackend implements SharedBackend {
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
   private checkHealth(): void {
     if (this.reconnecting) return
-    if (!this.client.connected || this.offset === null) {
-      this.reconnect()
-      return
-    }
-    const giveUpAt = performance.now() + this.connectTimeoutMs
-    this.bounded(this.client.send('PING', []), giveUpAt).catch(() => {})
+    if (!this.client.connected || this.offset === null) this.reconnect()
+    else this.bounded(this.client.send('PING', []), performance.now() + this.connectTimeoutMs).catch(() => {})
   }
 
   private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {
