@@ -39,7 +39,10 @@ export type LimiterBackendFactory = (rule: BanRule) => SharedBackend
 
 /** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
 export async function openStorageBackend(config: Config, options: OpenOptions = {}): Promise<StorageBackend> {
-  return config.database ? openSharedBackend(config) : openEmbeddedBackend(config, options)
+  if (!config.database) return openEmbeddedBackend(config, options)
+  // Shared with other instances: nothing on local disk, nothing to undo.
+  const storage = await openPostgresStorage(config.database.url, { pool: config.database.pool })
+  return { storage, close: () => storage.close(), undo() {} }
 }
 
 export function limiterBackendFactory(config: Config): LimiterBackendFactory | undefined {
@@ -87,12 +90,6 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     },
     undo: () => created.undo(),
   }
-}
-
-/** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */
-async function openSharedBackend(config: Config): Promise<StorageBackend> {
-  const storage = await openPostgresStorage(config.database!.url, { pool: config.database!.pool })
-  return { storage, close: () => storage.close(), undo() {} }
 }
 
 /** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */
