@@ -39,7 +39,7 @@ export interface AppDeps {
   /** Where access-log lines go; null turns the log off. Defaults to stdout. */
   logSink?: LogSink | null
   /** Operator messages (bans, failures); never request data or secrets. */
-  warn?: (message: string) => void
+  warn: (message: string) => void
   /** Commits new pets; defaults to committing on this thread through storage.pets. */
   petWriter?: PetWriter
   /** Where the limiter keeps its state when shared by instances (Redis); defaults to this process. */
@@ -80,7 +80,7 @@ export interface PetstoreApp {
 export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const { storage } = deps
   const now = deps.now ?? Date.now
-  const warn = deps.warn ?? ((message: string) => console.error(`petstore: ${message}`))
+  const { warn } = deps
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
   const accessLog =
     sink && config.accessLog ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) }) : null

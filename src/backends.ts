@@ -39,7 +39,10 @@ export type LimiterBackendFactory = (rule: BanRule) => SharedBackend
 
 /** Opens the storage the config names: PostgreSQL when it names a database, else the data file. */
 export async function openStorageBackend(config: Config, options: OpenOptions = {}): Promise<StorageBackend> {
-  return config.database ? openSharedBackend(config) : openEmbeddedBackend(config, options)
+  if (!config.database) return openEmbeddedBackend(config, options)
+  // Shared with other instances: nothing on local disk, nothing to undo.
+  const storage = await openPostgresStorage(config.database.url, { pool: config.database.pool })
+  return { storage, close: () => storage.close(), undo() {} }
 }
 
 export function limiterBackendFactory(config: Config): LimiterBackendFactory | undefined {
@@ -58,25 +61,21 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
   if (lock) dropDeadClaim(file)
-  let storage: SqliteStorage
+  let storage: SqliteStorage | undefined
   try {
     storage = openSqliteStorage(config.dataFile, { verify: true })
+    if (storage.readOnly && storage.keys.list().length === 0)
+      throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
   } catch (error) {
+    storage?.close()
     lock?.release()
     created.undo()
     throw error
   }
-  if (storage.readOnly) {
-    if (storage.keys.list().length === 0) {
-      storage.close()
-      lock?.release()
-      created.undo()
-      throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
-    }
+  if (storage.readOnly)
     console.error(
       `petstore: ${readOnlyBecause(config.dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`,
     )
-  }
   return {
     storage,
     petWriter:
@@ -91,12 +90,6 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     },
     undo: () => created.undo(),
   }
-}
-
-/** PostgreSQL, shared with other instances: nothing on local disk, nothing to undo. */
-async function openSharedBackend(config: Config): Promise<StorageBackend> {
-  const storage = await openPostgresStorage(config.database!.url, { pool: config.database!.pool })
-  return { storage, close: () => storage.close(), undo() {} }
 }
 
 /** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */

@@ -282,12 +282,6 @@ const secretUrl =
     return value
   }
 
-const PORT: Range = { min: 0, max: 65_535 }
-const DATABASE_POOL: Range = { min: 1, max: 100 }
-/** Usage is kept by the minute at least a day: the figures of the last 24 hours are read by the minute. */
-const USAGE_MINUTE_DAYS: Range = { min: 1, max: 365 }
-const USAGE_HOUR_DAYS: Range = { min: 1, max: 3650 }
-
 /** Where a command's data is: every command takes these. */
 export const COMMON_FLAGS = {
   env: option<EnvName>({
@@ -339,7 +333,7 @@ export const CONFIG_FLAGS = {
     value: 'N',
     variable: 'PETSTORE_PORT',
     help: 'port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)',
-    parse: integer(PORT),
+    parse: integer({ min: 0, max: 65_535 }),
     default: (env) => ENVIRONMENTS[env].port,
   }),
   // Its variable is the environment's own (ENVIRONMENTS), read with the other base URL in resolveConfig.
@@ -400,7 +394,7 @@ which keeps it out of the process list)`,
     value: 'N',
     variable: 'PETSTORE_DATABASE_POOL',
     help: 'connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)',
-    parse: integer(DATABASE_POOL),
+    parse: integer({ min: 1, max: 100 }),
     default: () => 4,
   }),
   limiterFallback: option<'closed' | 'local'>({
@@ -432,7 +426,8 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
     value: 'N',
     variable: 'PETSTORE_USAGE_MINUTES_DAYS',
     help: 'days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)',
-    parse: integer(USAGE_MINUTE_DAYS),
+    // At least a day: the figures of the last 24 hours are read by the minute.
+    parse: integer({ min: 1, max: 365 }),
     default: () => 7,
   }),
   usageHoursDays: option({
@@ -440,7 +435,7 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
     value: 'N',
     variable: 'PETSTORE_USAGE_HOURS_DAYS',
     help: "days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)",
-    parse: integer(USAGE_HOUR_DAYS),
+    parse: integer({ min: 1, max: 3650 }),
     default: () => 90,
   }),
   scenarios: option({
@@ -568,10 +563,7 @@ export function withBoundPort(config: Config, port: number): Config {
 
 /** Read-only from here on: nothing changes a config once it is checked. */
 function freeze(config: Config): Config {
-  Object.freeze(config.servers)
-  Object.freeze(config.corsOrigins)
-  Object.freeze(config.consoleHosts)
-  Object.freeze(config.usageRetention)
+  for (const part of [config.servers, config.corsOrigins, config.consoleHosts, config.usageRetention]) Object.freeze(part)
   return Object.freeze(config)
 }
 

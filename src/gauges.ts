@@ -13,10 +13,7 @@ export function gauges(parts: {
 }) {
   const { limiter, keys, pets, accessLog } = parts
   return {
-    petstore_rate_limiter_tracked_addresses: {
-      help: 'Client addresses the rate limiter remembers.',
-      value: limiter.trackedAddresses,
-    },
+    petstore_rate_limiter_tracked_addresses: { help: 'Client addresses the rate limiter remembers.', value: limiter.trackedAddresses },
     petstore_api_keys_active: { help: 'API keys that are not revoked.', value: keys.size },
     petstore_rate_limiter_degraded: {
       help: 'Whether limits are decided in this process because the shared limiter (Redis) does not answer.',

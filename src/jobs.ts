@@ -70,20 +70,16 @@ export class Jobs {
       await this.pollChanges()
     })
     this.every(STATE_SAVE_MS, () => this.saveState())
-    if (this.petstore.limiter.shared)
-      this.every(LIMITER_WATCH_MS, async () => {
-        await this.petstore.limiter.watch()
-      })
+    if (this.petstore.limiter.shared) this.every(LIMITER_WATCH_MS, () => this.petstore.limiter.watch())
     this.every(USAGE_WRITE_MS, () => this.afterUsageWork(() => this.writeUsage()))
     this.every(USAGE_PRUNE_MS, () => this.afterUsageWork(() => this.pruneUsage()))
     // Once at the start as well: a server restarted more often than the prune runs still prunes.
     void this.afterUsageWork(() => this.pruneUsage())
     this.every(OPERATORS_PRUNE_MS, () => this.pruneOperators())
     void this.pruneOperators()
-    this.every(PURGE_MS, async () => {
-      if (storage.writable)
-        await this.attempt('purge idempotency records', () => storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS))
-    })
+    this.every(PURGE_MS, () =>
+      this.attempt('purge idempotency records', () => storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)),
+    )
   }
 
   /** Stops the timers and writes what is still only in memory. */
@@ -92,8 +88,9 @@ export class Jobs {
     await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
   }
 
-  /** One step of a job: its failure is said in one line, and it is tried again at the job's next turn. */
+  /** A step that writes, skipped when storage cannot be written; a failure is said in one line and tried again next turn. */
   private async attempt(what: string, step: () => MaybePromise<unknown>): Promise<void> {
+    if (!this.storage.writable) return
     try {
       await step()
     } catch (error) {
@@ -142,7 +139,6 @@ export class Jobs {
 
   private async saveState(): Promise<void> {
     const { petstore, storage } = this
-    if (!storage.writable) return
     // Two saves, each reported as itself: one failing does not keep the other from being tried.
     await this.attempt('save rate-limit state', async () => {
       const buckets = petstore.limiter.unsavedDayBuckets()
@@ -177,7 +173,6 @@ export class Jobs {
   /** Every instance may do it; it is the same delete. */
   private async pruneOperators(): Promise<void> {
     const { storage, options } = this
-    if (!storage.writable) return
     const now = options.now()
     await this.attempt('prune ended sessions and old sign-in attempts', () =>
       storage.operators.prune(now - SESSION_IDLE_MS, now - THROTTLE_WINDOW_MS, now - REFUSED_SIGN_IN_RETENTION_MS),
@@ -187,7 +182,6 @@ export class Jobs {
   /** Drops usage older than its retention: minutes, then hours. Every instance may do it; it is the same delete. */
   private async pruneUsage(): Promise<void> {
     const { storage, options } = this
-    if (!storage.writable) return
     const now = options.now()
     await this.attempt('prune old usage', async () => {
       await storage.usage.prune('minute', now - options.usageRetention.minuteDays * DAY_MS)

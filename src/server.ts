@@ -12,7 +12,7 @@ import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
 import { consoleModule } from './modules/console'
 
-export interface ServerOptions extends Pick<AppDeps, 'now' | 'logSink' | 'warn'>, Pick<JobOptions, 'onDataFileChanged'> {
+export interface ServerOptions extends Partial<Pick<AppDeps, 'now' | 'logSink' | 'warn'>>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
   backend?: StorageBackend
   /** Where the limiter keeps its state; by default chosen from the config (Redis, or this process). */
@@ -70,21 +70,15 @@ export class Server {
   static async start(config: Config, options: ServerOptions = {}): Promise<Server> {
     const warn = options.warn ?? ((message: string) => console.error(`petstore: ${message}`))
     const arrival = options.arrive?.(config, warn) ?? AFRESH
-    let backend: StorageBackend
+    let backend: StorageBackend | undefined
+    let server: Server | undefined
     try {
       backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: arrival.lockWaitMs }))
-    } catch (error) {
-      await arrival.fail()
-      throw error
-    }
-    if (config.database && !config.redisUrl)
-      warn('rate limits are per instance: with several instances, give them --redis-url to share them')
-    let bound: Config
-    let petstore: PetstoreApp
-    // Building the app is part of the start that is undone: it may refuse the config (the limiter's rule).
-    try {
-      bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
-      petstore = createApp(bound, {
+      if (config.database && !config.redisUrl)
+        warn('rate limits are per instance: with several instances, give them --redis-url to share them')
+      const bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
+      // Building the app is part of the start that is undone: it may refuse the config (the limiter's rule).
+      const petstore = createApp(bound, {
         storage: backend.storage,
         now: options.now,
         logSink: options.logSink,
@@ -95,21 +89,14 @@ export class Server {
         petWriter: backend.petWriter,
         dataFile: backend.dataFile,
       })
-    } catch (error) {
-      await arrival.fail()
-      await backend.close()
-      backend.undo()
-      throw error
-    }
-    const jobs = new Jobs(petstore, backend.storage, {
-      now: options.now ?? Date.now,
-      warn,
-      dataFile: backend.dataFile,
-      usageRetention: bound.usageRetention,
-      onDataFileChanged: options.onDataFileChanged,
-    })
-    const server = new Server(bound, petstore, backend, jobs, warn)
-    try {
+      const jobs = new Jobs(petstore, backend.storage, {
+        now: options.now ?? Date.now,
+        warn,
+        dataFile: backend.dataFile,
+        usageRetention: bound.usageRetention,
+        onDataFileChanged: options.onDataFileChanged,
+      })
+      server = new Server(bound, petstore, backend, jobs, warn)
       await jobs.load()
       if (bound.redisUrl && !(await waitFor(() => petstore.limiter.ping(), REDIS_WAIT_MS)))
         warn(
@@ -119,15 +106,15 @@ export class Server {
       server.listen(arrival, warn)
       arrival.ready(petstore)
       await options.onListening?.(server)
+      jobs.start()
+      return server
     } catch (error) {
-      // Nothing is served half started: the listeners go, and the start fails with one line.
+      // Nothing is served half started: what the start made goes (the listeners too), and it fails with one line.
       await arrival.fail()
-      await server.stop()
-      backend.undo()
+      await (server ? server.stop() : backend?.close())
+      backend?.undo()
       throw error
     }
-    jobs.start()
-    return server
   }
 
   get port(): number {

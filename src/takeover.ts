@@ -36,12 +36,14 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   if (config.port === 0) throw new ConfigError('--takeover needs the port the running server listens on, not 0')
   const file = resolve(config.dataFile)
   const refused = (reason: string) => new StorageOpenError(`cannot take over: ${reason}; the running server keeps serving`)
-  let pid: number | null
-  try {
-    pid = runningServerOf(file)
-  } catch (error) {
-    throw refused((error as Error).message)
+  const orRefused = <T>(step: () => T): T => {
+    try {
+      return step()
+    } catch (error) {
+      throw refused((error as Error).message)
+    }
   }
+  const pid = orRefused(() => runningServerOf(file))
   if (pid === null) {
     warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
     return AFRESH
@@ -57,12 +59,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
     throw refused(
       `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
     )
-  let dropClaim: () => void
-  try {
-    dropClaim = claimTakeover(file, pid)
-  } catch (error) {
-    throw refused((error as Error).message)
-  }
+  const dropClaim = orRefused(() => claimTakeover(file, pid))
   let letThrough: (petstore: PetstoreApp | null) => void = () => {}
   const ready = new Promise<PetstoreApp | null>((settle) => (letThrough = settle))
   let holding: ReturnType<typeof Bun.serve>

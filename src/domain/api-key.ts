@@ -49,7 +49,7 @@ export function hashSecret(secret: string): string {
   return Bun.CryptoHasher.hash('sha256', secret, 'hex')
 }
 
-function randomToken(bytes: number): string {
+export function randomToken(bytes: number): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
 }
 

@@ -3,7 +3,7 @@
  * argon2id hash; a session or token is a random secret of which only the SHA-256 hash is kept, as for API
  * keys. What they do is kept in the audit log.
  */
-import { hashSecret } from './api-key'
+import { hashSecret, randomToken } from './api-key'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from './operator-name'
 import { DAY_MS, MINUTE_MS } from './time'
 
@@ -57,10 +57,6 @@ export class OperatorInputError extends Error {}
 export function checkOperatorName(name: string): string {
   if (!OPERATOR_NAME.test(name)) throw new OperatorInputError(OPERATOR_NAME_RULE)
   return name
-}
-
-function randomToken(bytes: number): string {
-  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64url')
 }
 
 /** A new password: 128 random bits, readable and typeable. */

@@ -25,8 +25,6 @@ export const LATENCY_SLOTS = LATENCY_BOUNDS_MS.length + 1
  * The counters of one row, in one fixed order: the outcome classes, deprecated calls, the histogram, then
  * the 501s (an outcome class counted apart since a later schema step; before it they were among the 5xx).
  */
-export const OUTCOMES = ['ok', 'clientErrors', 'limited', 'notImplemented', 'serverErrors'] as const
-export type Outcome = (typeof OUTCOMES)[number]
 export const OK = 0
 export const CLIENT_ERRORS = 1
 export const LIMITED = 2
@@ -81,10 +79,7 @@ export function requestsIn(counts: readonly number[]): number {
   return counts[OK]! + counts[CLIENT_ERRORS]! + counts[LIMITED]! + counts[NOT_IMPLEMENTED]! + counts[SERVER_ERRORS]!
 }
 
-/**
- * The q-quantile (0.5, 0.99) of the durations counted, as the upper bound in ms of the histogram bucket
- * it falls in (see LATENCY_BOUNDS_MS); null when nothing was counted.
- */
+/** The q-quantile (0.5, 0.99) of the durations counted, in ms as LATENCY_BOUNDS_MS says; null for none. */
 export function percentileMs(counts: readonly number[], q: number): number | null {
   const total = requestsIn(counts)
   if (total === 0) return null

@@ -6,13 +6,11 @@
  * address cannot be rebound), and the names given for a proxy in front.
  */
 import { isIPv4, isIPv6 } from 'node:net'
-import { normaliseAddress, TrustedProxies } from './client-address'
+import { isLoopbackHost } from './client-address'
 
 /** A name as `--console-host` takes it: a DNS name or IP literal, with an optional port. */
 export const HOST_NAME =
   /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]+\])(?::\d{1,5})?$/i
-
-const LOOPBACK = new TrustedProxies(['loopback'])
 
 export class AllowedHosts {
   private readonly exact = new Set<string>()
@@ -27,8 +25,7 @@ export class AllowedHosts {
     const port = `:${bound.port}`
     this.wildcard = host === '0.0.0.0' || host === '::'
     this.exact.add((host.includes(':') ? `[${host}]` : host) + port)
-    if (this.wildcard || host === 'localhost' || LOOPBACK.has(normaliseAddress(host) ?? ''))
-      for (const name of ['localhost', '127.0.0.1', '[::1]']) this.exact.add(name + port)
+    if (this.wildcard || isLoopbackHost(host)) for (const name of ['localhost', '127.0.0.1', '[::1]']) this.exact.add(name + port)
     this.port = port
     for (const name of names) (/:\d+$/.test(name) ? this.exact : this.anyPort).add(name.toLowerCase())
   }

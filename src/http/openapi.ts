@@ -241,14 +241,11 @@ export function components(errorSchema: object, scenarios = false) {
   }
   // The rate-limit fields of a 503, which has them unless it is the limiter itself that does not answer.
   const unlessLimiterDown = Object.fromEntries(
-    RATE_LIMIT_HEADERS.map((name) => [
-      name,
-      {
-        ...headers[name as keyof typeof headers],
-        required: false,
-        description: `${headers[name as keyof typeof headers].description} Absent when the shared rate limiter does not answer: no bucket can be read then.`,
-      },
-    ]),
+    RATE_LIMIT_HEADERS.map((name) => {
+      const header = headers[name as keyof typeof headers]
+      const description = `${header.description} Absent when the shared rate limiter does not answer: no bucket can be read then.`
+      return [name, { ...header, required: false, description }]
+    }),
   )
   return {
     securitySchemes: {

@@ -42,7 +42,6 @@ export class RouteTable {
     return this.entries.find((entry) => entry.pattern.test(path))?.operations.get(method === 'HEAD' ? 'GET' : method)
   }
 
-  /** The response statuses an operation documents. */
   documentedStatuses(operationId: string): number[] {
     return this.statuses.get(operationId) ?? []
   }

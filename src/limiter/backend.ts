@@ -30,13 +30,7 @@ export interface TakeResult {
 }
 
 /** A subject's buckets brought up to `now`, as a take would find them; nothing taken or recorded. */
-export interface PeekResult {
-  minute: Bucket
-  day: Bucket
-  /** Time (ms) at which the subject's ban ends; not after `now` when it is not banned. */
-  bannedUntil: number
-  now: number
-}
+export type PeekResult = Pick<TakeResult, 'minute' | 'day' | 'bannedUntil' | 'now'>
 
 /** Where subjects' state lives; like express-rate-limit's Store, it answers at once or with a promise. */
 export interface LimiterBackend {

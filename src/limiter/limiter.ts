@@ -63,9 +63,7 @@ export class RateLimiter {
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
   private readonly banLog = new BanLog()
-  /** The console's reads and lifts. */
   readonly admin: LimiterAdmin
-  /** The scenarios' try counts. */
   readonly tries: TryCounter
 
   /** `saved` (keys' day buckets from the data file) and `handedOver` (a takeover's state) serve the in-process backend only. */
@@ -79,10 +77,9 @@ export class RateLimiter {
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
     const local = options.fallback === 'local'
     const shared = options.backend?.(rule)
-    const memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
-    this.memory = memory
-    this.backend = shared ?? memory!
-    this.admin = new LimiterAdmin(shared ?? memory!, this.banLog, (subject) => this.forget(subject), options.now)
+    this.memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
+    this.backend = shared ?? this.memory!
+    this.admin = new LimiterAdmin(shared ?? this.memory!, this.banLog, (subject) => this.forget(subject), options.now)
     this.tries = new TryCounter(shared ?? new MemoryTryStore(), shared && local ? new MemoryTryStore() : null, options.now)
     // The console lists the bans handed over (to the in-process backend) as it lists its own.
     const now = options.now?.() ?? Date.now()

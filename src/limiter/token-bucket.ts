@@ -31,7 +31,6 @@ export function msUntilToken(bucket: Bucket, shape: BucketShape): number {
   return ((1 - bucket.tokens) * shape.windowMs) / shape.capacity
 }
 
-/** Milliseconds until the bucket is full again. */
 export function msUntilFull(bucket: Bucket, shape: BucketShape): number {
   return ((shape.capacity - bucket.tokens) * shape.windowMs) / shape.capacity
 }

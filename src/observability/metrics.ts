@@ -9,7 +9,6 @@ import { DEPRECATED_OPERATION } from '../domain/deprecation'
 const LATENCY_BOUNDS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
 interface OperationStats {
-  /** Answers by status. */
   statuses: Map<number, number>
   /** Non-cumulative counts per latency bucket; the last slot is beyond the largest bound. */
   counts: number[]

@@ -6,21 +6,9 @@
 import { Elysia } from 'elysia'
 import { type RequestInfo, requestInfo } from './request-context'
 
-const EXPOSED = [
-  'Link',
-  'Location',
-  'Retry-After',
-  'X-Request-Id',
-  'X-RateLimit-Limit',
-  'X-RateLimit-Remaining',
-  'X-RateLimit-Reset',
-  'RateLimit',
-  'RateLimit-Policy',
-  'Deprecation',
-  'Sunset',
-  'Idempotent-Replayed',
-  'Preference-Applied',
-].join(', ')
+const EXPOSED =
+  'Link, Location, Retry-After, X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit, ' +
+  'RateLimit-Policy, Deprecation, Sunset, Idempotent-Replayed, Preference-Applied'
 const ALLOWED_HEADERS = 'Authorization, Content-Type, Idempotency-Key, Prefer, X-Request-Id'
 
 export function isPreflight(request: Request): boolean {

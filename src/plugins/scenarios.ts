@@ -119,22 +119,13 @@ async function unlessLimiterDown<T>(work: T | Promise<T>): Promise<T | undefined
   }
 }
 
-const TOO_MANY_DELAYS = new ApiError(
-  503,
-  'unavailable',
-  `At most ${DELAYS_PER_KEY} delayed answers (Prefer: delay) may wait at once for one key; retry when some have come.`,
-  { 'retry-after': '1' },
-)
+/** A scenario's own bound is reached: a 503 to retry in `seconds`. */
+const busy = (message: string, seconds: number) => new ApiError(503, 'unavailable', message, { 'retry-after': String(seconds) })
 
-/** The in-process count of tries is at its bound: a new Idempotency-Key is refused, never another key's count forgotten. */
-function triesFull(retryAfter: number): ApiError {
-  return new ApiError(
-    503,
-    'unavailable',
-    `Too many tries (Prefer: fail) are being counted at once; retry in ${retryAfter} s, when the oldest are forgotten.`,
-    { 'retry-after': String(retryAfter) },
-  )
-}
+const TOO_MANY_DELAYS = busy(
+  `At most ${DELAYS_PER_KEY} delayed answers (Prefer: delay) may wait at once for one key; retry when some have come.`,
+  1,
+)
 
 /**
  * The scenario the gate runs for a request with a valid key: undefined at once without Prefer, else a
@@ -216,21 +207,22 @@ export function scenarios(options: ScenarioOptions) {
         tried = await unlessLimiterDown(tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
       } catch (error) {
         if (!(error instanceof TriesFullError)) throw error
-        return refuse(triesFull(error.retryAfter), key, set, info)
+        // The in-process count of tries is at its bound: a new Idempotency-Key is refused, never another key's count forgotten.
+        const message = `Too many tries (Prefer: fail) are being counted at once; retry in ${error.retryAfter} s, when the oldest are forgotten.`
+        return refuse(busy(message, error.retryAfter), key, set, info)
       }
       if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
       if (tried > plan.fail.tries) code = undefined
     }
+    let body: string | undefined
     if (code !== undefined) {
-      const body = await forced(code, key, set, info)
+      body = await forced(code, key, set, info)
       if (body === undefined) return undefined
       applied.push(`code=${code}`)
-      set.headers['preference-applied'] = applied.join(', ')
-      return body
     }
     if (applied.length) set.headers['preference-applied'] = applied.join(', ')
-    return undefined
+    return body
   }
 
   return function scenario(key: ActiveKey, request: Request, set: AnswerSet, info: RequestInfo): Promise<string | undefined> | undefined {

@@ -135,7 +135,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
 
   close(): void {}
 
-  /** Day buckets of keys changed since they were last saved, to be written to the data file. */
+  /** See RateLimiter.unsavedDayBuckets. */
   unsavedDayBuckets(): Map<string, SavedBucket> {
     const dirty = new Map<string, SavedBucket>()
     for (const [id, subject] of this.keys)

@@ -1,8 +1,8 @@
 /**
  * The limiter's state in Redis, shared by every instance: one atomic script per take (script.ts), the
- * takes of one event-loop turn sent in one call, so decisions are exact however many instances serve a subject, keys that expire once their state no
- * longer matters, and a bound on the addresses held, so Redis's memory stays bounded under an address
- * spray.
+ * takes of one event-loop turn sent in one call, so decisions are exact however many instances serve a
+ * subject; keys that expire once their state no longer matters, and a bound on the addresses held, so
+ * Redis's memory stays bounded under an address spray.
  *
  * Failing is part of the design. A call that gets no answer within the timeout throws
  * LimiterUnavailableError, and must never take a token later: the offline queue is off (nothing is
@@ -140,9 +140,7 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
   peek({ name }: Subject, limits: Limits, now?: number): Promise<PeekResult> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.connected(giveUpAt).then(() => this.evaluate<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []))
-    return this.bounded(work, giveUpAt).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
+    return this.run<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
       if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
@@ -157,18 +155,13 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** A group's tries share one hash; a count lives at least keepMs after its first try, by Redis's clock. */
   countTry(group: string, id: string, keepMs: number): Promise<number> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const keys = [`${this.prefix}t:${group}`]
-    const work = this.connected(giveUpAt).then(() => this.evaluate<number>(COUNT_SCRIPT, keys, [id, String(keepMs), String(TRIES_PER_KEY)]))
-    return this.bounded(work, giveUpAt)
+    return this.run<number>(COUNT_SCRIPT, [`${this.prefix}t:${group}`], [id, String(keepMs), String(TRIES_PER_KEY)])
   }
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
   forget({ name }: Subject, seq?: number): Promise<void> {
-    const giveUpAt = performance.now() + this.timeoutMs
     const keys = [...this.keysOf(name), `${this.prefix}resets`]
-    const work = this.connected(giveUpAt).then(() => this.evaluate(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]))
-    return this.bounded(work, giveUpAt).then(() => undefined)
+    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]).then(() => undefined)
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
@@ -275,12 +268,8 @@ export class RedisLimiterBackend implements SharedBackend {
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
   private checkHealth(): void {
     if (this.reconnecting) return
-    if (!this.client.connected || this.offset === null) {
-      this.reconnect()
-      return
-    }
-    const giveUpAt = performance.now() + this.connectTimeoutMs
-    this.bounded(this.client.send('PING', []), giveUpAt).catch(() => {})
+    if (!this.client.connected || this.offset === null) this.reconnect()
+    else this.bounded(this.client.send('PING', []), performance.now() + this.connectTimeoutMs).catch(() => {})
   }
 
   private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {
@@ -303,6 +292,13 @@ export class RedisLimiterBackend implements SharedBackend {
     if (!this.client.connected || this.offset === null) throw new LimiterUnavailableError('Redis is not connected')
     // The caller gave up while the connect went on: sending now would be sending late.
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
+  }
+
+  /** A script call, once connected, bounded by the timeout. */
+  private run<T>(script: string, keys: string[], args: string[]): Promise<T> {
+    const giveUpAt = performance.now() + this.timeoutMs
+    const work = this.connected(giveUpAt).then(() => this.evaluate<T>(script, keys, args))
+    return this.bounded(work, giveUpAt)
   }
 
   private async evaluate<T>(script: string, keys: string[], args: string[]): Promise<T> {
@@ -383,10 +379,8 @@ export class RedisLimiterBackend implements SharedBackend {
     }
   }
 
+  /** A connection that looks open but stays silent (a dead peer, a lost network) is replaced; see the header. */
   private async attemptConnect(): Promise<void> {
-    // A connection that looks open but stays silent (a dead peer, a lost network) is replaced. One that
-    // answers, however slowly, is kept as it is: closing it would lose the answers of takes it still
-    // carries, which Redis may have run, and which could then never be undone.
     if (this.client.connected && this.offset !== null && (await this.answers())) return
     if (this.client.connected && this.offset !== null) this.client.close()
     if (!this.client.connected) {

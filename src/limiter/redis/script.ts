@@ -1,12 +1,9 @@
 /**
- * The Lua scripts the Redis backend runs, so that each step is atomic however many instances share a
- * subject: LIMITER_SCRIPT for the requests of one event-loop turn (refilling, taking, recording a rejection,
- * starting a ban, each request in turn), PEEK_SCRIPT to read
- * a subject's buckets without taking, COUNT_SCRIPT for tries counted on request, UNDO_SCRIPT
- * for a take whose answer came after the caller gave up, and FORGET_SCRIPT for a key's limit reset. The
- * take repeats token-bucket.ts and memory/backend.ts with the same floating-point operations in the same
- * order, so it reaches the same doubles; fractions travel as '%.17g' strings, because Redis truncates the
- * numbers a script returns and HSET would store them with 14 digits.
+ * The Lua scripts the Redis backend runs, each said above its text, so that each step is atomic however
+ * many instances share a subject. The take (LIMITER_SCRIPT) repeats token-bucket.ts and memory/backend.ts
+ * with the same floating-point operations in the same order, so it reaches the same doubles; fractions
+ * travel as '%.17g' strings, because Redis truncates the numbers a script returns and HSET would store
+ * them with 14 digits.
  */
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 

@@ -75,10 +75,9 @@ export class KeyRegistry implements KeyLookup {
   private apply({ records, last }: KeyChanges): void {
     // A key revoked or given another plan must not be found with what it was before; a key added may be
     // a token remembered as no key.
-    const changed = new Set<string>()
+    const changed = new Set(records.map((record) => record.id))
     if (records.some((record) => record.revokedAt === null)) this.misses.clear()
     for (const record of records) {
-      changed.add(record.id)
       if (record.revokedAt !== null) {
         this.byHash.delete(record.secretHash)
         continue
@@ -104,9 +103,8 @@ export class KeyRegistry implements KeyLookup {
   }
 
   /**
-   * For a token `find` missed (a key made a moment ago): reads the key changes, begun after the call, and
-   * looks again. Misses share reads, at most one per CATCH_UP_GAP_MS, so invented keys do not flood
-   * storage; a token still unknown is remembered. Rejects with StorageUnavailableError.
+   * See KeyLookup.findLate: the read begins after the call. Misses share reads, at most one per
+   * CATCH_UP_GAP_MS, so invented keys do not flood storage; a token still unknown is remembered.
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
     if (this.misses.has(secret)) return undefined

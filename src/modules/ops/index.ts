@@ -91,7 +91,7 @@ export function buildDocument(options: OpsModuleOptions) {
       .filter(([path]) => path.startsWith(`${options.basePath}/`))
       .map(([path, item]) => [path.slice(options.basePath.length), item]),
   )
-  const servers = options.servers
+  const { servers } = options
   return {
     openapi: '3.1.0',
     info: { ...INFO, 'x-server-version': options.version },

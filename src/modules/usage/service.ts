@@ -86,12 +86,9 @@ export const WINDOWS: Record<Window, { ms: number; resolution: Resolution }> = {
   week: { ms: 7 * DAY_MS, resolution: 'hour' },
 }
 
-export interface Overview {
-  /** Keys (not the keyless bucket) with at least one request in the UTC day so far. */
+/** A series for each window, and the keys (not the keyless bucket) with a request in the UTC day so far. */
+export interface Overview extends Record<Window, UsageSeries> {
   activeKeysToday: number
-  hour: UsageSeries
-  day: UsageSeries
-  week: UsageSeries
 }
 
 /** Windows up to this long are read by the minute. */
