@@ -360,6 +360,18 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
           await page.locator('#key-table tbody tr', { hasText: 'mobile app' }).waitFor()
           expect(await page.locator('#key-table tbody tr', { hasText: 'old laptop' }).count()).toBe(0)
           await everyActionReachable('#key-table', 4 * 3)
+          if (width === 1280) {
+            // At desktop width a key's three actions sit on one line: the lines each row's buttons take.
+            const lines = await page
+              .locator('#key-table tbody tr')
+              .evaluateAll((rows) =>
+                rows.map(
+                  (row) =>
+                    new Set([...row.querySelectorAll('td:last-child button')].map((b) => Math.round(b.getBoundingClientRect().top))).size,
+                ),
+              )
+            expect(lines).toEqual([1, 1, 1, 1])
+          }
           await page.locator('#key-revoked').check()
           const revoked = page.locator('#key-table tbody tr', { hasText: 'old laptop' })
           await revoked.waitFor()
