@@ -4,10 +4,9 @@
  */
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
-import type { ApiError } from './http/api-errors'
 import type { AnyElysia } from './http/openapi'
 import type { Config } from './config'
-import { RouteTable } from './http/routes'
+import { apiPaths, RouteTable } from './http/routes'
 import { RateLimiter } from './limiter/limiter'
 import type { BanRule, SharedBackend } from './limiter/backend'
 import { KeyRegistry } from './modules/keys/service'
@@ -80,6 +79,7 @@ export interface PetstoreApp {
 export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const { storage } = deps
   const now = deps.now ?? Date.now
+  const isApi = apiPaths(config.basePath)
   const { warn } = deps
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
   const accessLog =
@@ -90,7 +90,8 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   let warnedUnforwarded = false
   const onUnforwarded = (proxy: string, request: Request) => {
     // Only the API is limited by address: a local probe of /metrics or /healthz through no proxy is fine.
-    if (warnedUnforwarded || !isApiPath(routedPath(request.url), config.basePath)) return
+    const path = routedPath(request.url)
+    if (warnedUnforwarded || typeof path !== 'string' || !isApi(path)) return
     warnedUnforwarded = true
     warn(
       `a request from the trusted proxy ${proxy} carried no X-Forwarded-For, so its clients share one address ` +
@@ -107,7 +108,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         onDropped: (rows) => warn(`storage has not taken the usage counts for a while: dropped the ${rows} oldest minute rows`),
       })
     : null
-  const recent = new RecentRequests()
+  const recent = new RecentRequests(isApi)
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
     {
@@ -207,8 +208,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         recent,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
-        rateLimitFields: (request, info, set) =>
-          isApiPath(info.path, config.basePath) ? standingFields(keys, limiter, request, info, set) : undefined,
+        rateLimitFields: (request, info, set) => (isApi(info.path) ? standingFields(keys, limiter, request, info, set) : undefined),
       }),
     )
     .use(cors(config.corsOrigins))
@@ -257,8 +257,4 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
       accessLog?.close()
     },
   }
-}
-
-function isApiPath(path: string | ApiError, basePath: string): boolean {
-  return typeof path === 'string' && (path === basePath || path.startsWith(`${basePath}/`))
 }

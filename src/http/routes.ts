@@ -3,6 +3,15 @@
  * operationId (for logs and metrics), the statuses it documents (for answers forced on request), and
  * the methods each path allows (for 405 and its Allow header).
  */
+/**
+ * Whether a routed path is the API's (the base path or under it): what usage counts and the console's
+ * recent requests keep, not /healthz, /metrics or the docs.
+ */
+export function apiPaths(basePath: string): (path: string) => boolean {
+  const prefix = `${basePath}/`
+  return (path) => path.startsWith(prefix) || path === basePath
+}
+
 export interface RouteInfo {
   method: string
   path: string

@@ -5,6 +5,7 @@
  */
 import { DEPRECATED, emptyCounts, latencySlot, NO_KEY, outcomeOf, type UsageRow } from '../domain/usage'
 import { MINUTE_MS } from '../domain/time'
+import { apiPaths } from '../http/routes'
 
 /** Minute rows kept while storage does not take them (about an hour of 500 busy keys); the oldest go first. */
 const MAX_UNWRITTEN_ROWS = 30_000
@@ -23,17 +24,17 @@ export class UsageCounter {
   private current = new Map<string, number[]>()
   /** Minutes counted and not yet taken, or given back after a failed write. */
   private unwritten: UsageRow[] = []
-  private readonly apiPrefix: string
+  private readonly isApi: (path: string) => boolean
   private readonly now: () => number
 
   constructor(private readonly options: UsageCounterOptions) {
-    this.apiPrefix = `${options.basePath}/`
+    this.isApi = apiPaths(options.basePath)
     this.now = options.now ?? Date.now
   }
 
   /** Counts one answer. `keyId` is the valid key's, undefined without one. */
   count(path: string, keyId: string | undefined, status: number, seconds: number): void {
-    if (!path.startsWith(this.apiPrefix) && path !== this.options.basePath) return
+    if (!this.isApi(path)) return
     const counts = this.countsOf(keyId ?? NO_KEY)
     counts[outcomeOf(status)]!++
     counts[latencySlot(seconds * 1000)]!++

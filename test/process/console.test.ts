@@ -275,6 +275,19 @@ describe('console on its own listener', () => {
     expect((await fetch(`${server.console}/api/audit?limt=1`)).status).toBe(401)
   })
 
+  test("recent requests are the API's answers (its 404s included), not /healthz, /metrics or the docs", async () => {
+    const origin = new URL(server.base).origin
+    const marker = `recent-${Date.now()}`
+    for (const path of ['/healthz', '/readyz', '/openapi.json', '/docs', '/favicon.ico', '/metrics'])
+      await (await fetch(`${origin}${path}`)).arrayBuffer()
+    await (await fetch(`${server.base}/${marker}`)).arrayBuffer()
+    const { requests } = (await (await call(server.console, cookie, 'GET', '/api/requests?limit=5000')).json()) as {
+      requests: { path: string }[]
+    }
+    expect(requests.map((request) => request.path).filter((path) => !path.startsWith('/v1/') && path !== '/v1')).toEqual([])
+    expect(requests[0]!.path).toBe(`/v1/${marker}`)
+  })
+
   test('a plan change in the console applies to the API within a second', async () => {
     const { key, secret } = (await (await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: 'mover' })).json()) as any
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).headers.get('ratelimit-policy')).toContain('"minute";q=60')
