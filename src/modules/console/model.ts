@@ -215,7 +215,7 @@ const KeyUsage = Type.Object({
   window: UsageWindow,
   series: Series,
   refusals: Type.Array(RecentRequest, {
-    description: "The key's 429s and 401s among this instance's recent requests, newest first (at most 100).",
+    description: "The key's latest 429s and 401s, up to 100, newest first, among the last 5,000 API answers this instance keeps.",
   }),
 })
 
