@@ -45,7 +45,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   }
   const pid = orRefused(() => runningServerOf(file))
   if (pid === null) {
-    warn(`--takeover: no server holds ${config.dataFile}, starting afresh`)
+    warn(`--takeover: no server holds ${file}, starting afresh`)
     return AFRESH
   }
   // The lock names the process, not where it listens: a port nobody listens on would stop the running
@@ -96,7 +96,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
     holding.stop(true)
     throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
   }
-  warn(`taking over ${config.dataFile} from process ${pid}`)
+  warn(`taking over ${file} from process ${pid}`)
   return {
     // The old server's longest stop: letting its connections go, its drain, its last save.
     lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
@@ -153,7 +153,7 @@ export async function handOver(server: Server, givenUp: () => boolean): Promise<
   const file = resolve(config.dataFile)
   const claimant = config.database ? null : claimantOf(file)
   if (claimant === null) {
-    warn(`SIGUSR2 received, but no server is taking over ${config.dataFile}: still serving`)
+    warn(`SIGUSR2 received, but no server is taking over ${file}: still serving`)
     return 'unclaimed'
   }
   warn('SIGUSR2 received: handing over to the server taking over, finishing in-flight requests')

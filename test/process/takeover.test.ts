@@ -416,10 +416,10 @@ describe('serve --takeover', () => {
     }
   })
 
-  test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet', async () => {
-    const dataFile = join(tempDir(), 'data', 'petstore.db')
-    const server = await spawnServe([...serveArgs(await unusedPort(), dataFile), '--takeover'])
-    expect(server.stderr()).toContain('no server holds')
+  test('with nothing running on the file, --takeover simply starts, even where the data folder does not exist yet; the file is named by its whole path', async () => {
+    const folder = tempDir()
+    const server = await spawnServe([...serveArgs(await unusedPort(), './data/petstore.db'), '--takeover'], { cwd: folder })
+    expect(server.stderr()).toContain(`--takeover: no server holds ${join(folder, 'data', 'petstore.db')}, starting afresh`)
     expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
     expect(await server.stop()).toBe(0)
   })
