@@ -1,13 +1,16 @@
 /**
  * The one place errors become responses: ApiErrors keep their status and code, an unknown path outside
- * the API is a 404 (405 with Allow), unavailable storage a 503 saying which, anything else a 500 whose
+ * the API is a 404 (405 with Allow), unavailable storage or a shared rate limiter that does not answer a
+ * 503 saying which, anything else a 500 whose
  * details go to the log only (unknown paths under the base get the API's fallback, behind the gate).
  * Errors skip the afterHandle hook, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
 import { StorageUnavailableError } from '../domain/repositories'
+import { LimiterUnavailableError } from '../limiter/backend'
 import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound, storageUnavailable } from '../http/api-errors'
 import { bodyUnread } from '../http/json-body'
+import { LIMITER_DOWN } from './gate'
 import { answerWith, type RequestInfo } from './request-context'
 
 export interface ErrorHandlerOptions {
@@ -35,6 +38,7 @@ export function errorHandler(options: ErrorHandlerOptions) {
     else if (code === 'NOT_FOUND') answer = unrouted(options.allowedMethods, info?.path ?? ctx.path)
     else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
     else if (error instanceof StorageUnavailableError) answer = storageUnavailable(error.down)
+    else if (error instanceof LimiterUnavailableError) answer = LIMITER_DOWN
     else {
       options.onInternalError(error, info?.requestId)
       answer = internalError()

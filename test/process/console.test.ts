@@ -679,6 +679,12 @@ describe('with Redis', () => {
       expect((await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)).status).toBe(204)
       await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 200, 1_000)
       expect((await row()).bannedUntil).toBeNull()
+
+      // Redis away: lifting an address's ban is the documented 503, not a 500 with a trace in the log.
+      await redis.stop()
+      const lift = await call(server.console, cookie, 'DELETE', '/api/bans/addresses/192.0.2.7')
+      expect([lift.status, lift.headers.get('retry-after'), ((await lift.json()) as any).code]).toEqual([503, '1', 'unavailable'])
+      expect(server.stderr()).not.toContain('internal error')
       await server.stop()
     } finally {
       await redis?.destroy()

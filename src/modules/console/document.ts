@@ -63,7 +63,7 @@ const ERRORS = {
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
   500: error('The server failed; details are in its log.'),
-  503: error('Storage cannot serve this now.'),
+  503: error('Storage, or the shared rate limiter (Redis), cannot serve this now.'),
 }
 type Status = keyof typeof ERRORS
 
