@@ -130,4 +130,20 @@ describe('unusable data paths', () => {
     expectOneLineRefusal(served, /plain-file/)
     expectOneLineRefusal(cli(['keys', 'create', '--plan', 'pro', '--data', join(file, 'petstore.db')]), /plain-file/)
   })
+
+  test('--data in a folder that takes no new file (/proc): exit 1 with one line, not an unexpected error', async () => {
+    const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', '/proc/petstore-test.db'])
+    expect([served.listened, served.code]).toEqual([false, 1])
+    expectOneLineRefusal(served, /cannot create the lock file \/proc\/petstore-test\.db\.lock/)
+  })
+
+  test('backup of an empty (0-byte) file: exit 1 with one line, and no copy written', () => {
+    const file = join(tempDir(), 'empty.db')
+    writeFileSync(file, '')
+    const copy = join(tempDir(), 'copy.db')
+    const result = cli(['backup', copy, '--data', file])
+    expect(result.code).toBe(1)
+    expectOneLineRefusal(result, /empty\.db holds no petstore data/)
+    expect(existsSync(copy)).toBe(false)
+  })
 })

@@ -9,6 +9,7 @@ import { Database } from 'bun:sqlite'
 import { closeSync, existsSync, openSync, readSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
+import { opening } from '../shared/open-errors'
 import { canWrite } from './open'
 
 export interface DataFileLock {
@@ -29,7 +30,8 @@ export function lockFileOf(file: string): string {
 export function lockDataFile(file: string): DataFileLock | null {
   const path = lockFileOf(file)
   if (!canWrite(existsSync(path) ? path : dirname(file))) return null
-  const db = new Database(path, { create: true, strict: true })
+  // A folder whose mode allows writing can still refuse a new file (/proc, a full inode table).
+  const db = opening(`cannot create the lock file ${path}`, () => new Database(path, { create: true, strict: true }))
   try {
     // Exclusive locking mode keeps the lock of the first exclusive transaction until the connection
     // closes. The transaction only rewrites the header's process id in place, with its journal in

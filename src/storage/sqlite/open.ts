@@ -129,6 +129,11 @@ export function prepare(db: Database, file: string, options: OpenOptions & { rea
   const version = checkSchema(db, file)
   const older = options.olderSchema ?? 'upgrade'
   if (version < MIGRATIONS.length && older === 'refuse') throw olderSchemaRefused(file, version, MIGRATIONS.length)
+  // Kept as it is, a file no petstore ever wrote (an empty one) has nothing to keep: no table to read or copy.
+  if (version === 0 && older === 'keep')
+    throw new StorageOpenError(
+      `${file} holds no petstore data (no schema yet); start the server once on it, or name the data file with --data`,
+    )
   if (options.readOnly) {
     if (version < MIGRATIONS.length && older === 'upgrade')
       throw new StorageOpenError(`${file} is read-only and needs its schema brought up to date; make it writable once`)
