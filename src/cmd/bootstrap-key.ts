@@ -61,9 +61,12 @@ export function fileBesideData(dataFile: string, suffix: string): string {
   return resolve(dirname(dataFile), `${basename(dataFile).replace(/\.db$/, '')}-${suffix}`)
 }
 
-/** How the user ran us: the binary by the name they typed, or the sources through Bun. */
+/**
+ * How the user ran us: the binary as they named it (`petstore` from PATH, `dist/petstore`, the unit's
+ * whole path), or the sources through Bun.
+ */
 export function commandName(): string {
-  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? 'petstore' : `bun ${within(process.cwd(), Bun.main)}`
+  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? process.argv0 : `bun ${within(process.cwd(), Bun.main)}`
 }
 
 /** `src/index.ts` from the project folder; from anywhere else the whole path, which works from there too. */

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { statSync } from 'node:fs'
 import { auth, postPet } from '../support/app'
-import { cli, createKeyWithCli, eventually, type Server, startServer } from '../support/binary'
+import { BINARY, cli, createKeyWithCli, eventually, type Server, startServer } from '../support/binary'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
@@ -19,7 +19,8 @@ beforeAll(async () => {
   server = await startServer()
   key = server.bootstrapKey!
   // The hint names the data file when it is not the default one, so the key lands where the server reads.
-  expect(server.stderr()).toContain(`make more with: petstore keys create --plan pro --name NAME --data ${server.dataFile}\n`)
+  // The binary as it was run (here by its whole path), so the hint works as printed.
+  expect(server.stderr()).toContain(`make more with: ${BINARY} keys create --plan pro --name NAME --data ${server.dataFile}\n`)
   // The bootstrap secret is in a file of the owner's beside the data file, never in the log.
   const file = server.dataFile.replace(/\.db$/, '-bootstrap-key.txt')
   expect(server.stderr()).toContain(`its secret is in ${file} (readable by this user only)`)
