@@ -103,12 +103,11 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const metrics = new Metrics()
   const usage = storage.writable
     ? new UsageCounter({
-        basePath: config.basePath,
         now,
         onDropped: (rows) => warn(`storage has not taken the usage counts for a while: dropped the ${rows} oldest minute rows`),
       })
     : null
-  const recent = new RecentRequests(isApi)
+  const recent = new RecentRequests()
   const keys = new KeyRegistry(storage)
   const limiter = new RateLimiter(
     {
@@ -208,6 +207,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         recent,
         proxies: { trusted: config.trustProxy, onUnforwarded },
         operationOf: (method, route) => routes.operationOf(method, route),
+        isApi,
         rateLimitFields: (request, info, set) => (isApi(info.path) ? standingFields(keys, limiter, request, info, set) : undefined),
       }),
     )

@@ -65,6 +65,13 @@ export const unavailable = (message: string) => new ApiError(503, 'unavailable',
  */
 export const storageUnavailable = (down: boolean) =>
   unavailable(down ? 'Storage does not answer now; try again shortly.' : 'Storage cannot accept writes right now; reads still work.')
+/**
+ * The shared limiter (Redis) does not answer: plans are entitlements and the address bucket is what
+ * stops key guessing, so the request is refused rather than let through unlimited.
+ */
+export const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
+  'retry-after': '1',
+})
 export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')
 
 export const JSON_TYPE = 'application/json'

@@ -1,7 +1,7 @@
 /**
- * The API's last few thousand answers, in memory for the console: no bodies, no headers, nothing secret,
- * and not /healthz, /metrics or the docs (a load balancer's probes would push the API's answers out).
- * One slot per answer in a ring, filled by plugins/request-context.ts. A path is kept to RECENT_PATH_CHARS,
+ * The API's last few thousand answers, in memory for the console: no bodies, no headers, nothing secret.
+ * One slot per answer in a ring, filled by plugins/request-context.ts with the API's answers only (a load
+ * balancer's probes of /healthz would push them out). A path is kept to RECENT_PATH_CHARS,
  * copied, so the ring holds no request's URL alive (5,000 paths of 16 KB would hold 80 MB).
  */
 
@@ -41,16 +41,11 @@ export class RecentRequests {
   private readonly ring: (RecentRequest | undefined)[]
   private next = 0
 
-  constructor(
-    /** Whether a path is the API's (http/routes.ts apiPaths); others are not kept. */
-    private readonly isApi: (path: string) => boolean,
-    readonly capacity = 5_000,
-  ) {
+  constructor(readonly capacity = 5_000) {
     this.ring = new Array(capacity)
   }
 
   add(request: RecentRequest): void {
-    if (!this.isApi(request.path)) return
     if (request.path.length > RECENT_PATH_CHARS) request.path = detached(request.path.slice(0, RECENT_PATH_CHARS))
     this.ring[this.next] = request
     this.next = (this.next + 1) % this.capacity

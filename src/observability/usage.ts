@@ -5,14 +5,12 @@
  */
 import { DEPRECATED, emptyCounts, latencySlot, NO_KEY, outcomeOf, type UsageRow } from '../domain/usage'
 import { MINUTE_MS } from '../domain/time'
-import { apiPaths } from '../http/routes'
 
 /** Minute rows kept while storage does not take them (about an hour of 500 busy keys); the oldest go first. */
 const MAX_UNWRITTEN_ROWS = 30_000
 
+/** Filled by plugins/request-context.ts with the API's answers only (not /healthz, /metrics, the docs). */
 export interface UsageCounterOptions {
-  /** Only answers under the API's base path are usage (not /healthz, /metrics, the docs). */
-  basePath: string
   now?: () => number
   /** Said when unwritten rows had to be dropped. */
   onDropped?: (rows: number) => void
@@ -24,17 +22,14 @@ export class UsageCounter {
   private current = new Map<string, number[]>()
   /** Minutes counted and not yet taken, or given back after a failed write. */
   private unwritten: UsageRow[] = []
-  private readonly isApi: (path: string) => boolean
   private readonly now: () => number
 
   constructor(private readonly options: UsageCounterOptions) {
-    this.isApi = apiPaths(options.basePath)
     this.now = options.now ?? Date.now
   }
 
   /** Counts one answer. `keyId` is the valid key's, undefined without one. */
-  count(path: string, keyId: string | undefined, status: number, seconds: number): void {
-    if (!this.isApi(path)) return
+  count(keyId: string | undefined, status: number, seconds: number): void {
     const counts = this.countsOf(keyId ?? NO_KEY)
     counts[outcomeOf(status)]!++
     counts[latencySlot(seconds * 1000)]!++

@@ -1,16 +1,24 @@
 /**
  * The one place errors become responses: ApiErrors keep their status and code, an unknown path outside
- * the API is a 404 (405 with Allow), unavailable storage or a shared rate limiter that does not answer a
- * 503 saying which, anything else a 500 whose
- * details go to the log only (unknown paths under the base get the API's fallback, behind the gate).
+ * the API is a 404 (405 with Allow), storage or a shared rate limiter that does not answer a 503 saying
+ * which, anything else a 500 whose details go to the log only (unknown paths under the base get the
+ * API's fallback, behind the gate).
  * Errors skip the afterHandle hook, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
 import { StorageUnavailableError } from '../domain/repositories'
 import { LimiterUnavailableError } from '../limiter/backend'
-import { ApiError, badRequest, ClientClosedError, internalError, methodNotAllowed, notFound, storageUnavailable } from '../http/api-errors'
+import {
+  ApiError,
+  badRequest,
+  ClientClosedError,
+  internalError,
+  LIMITER_DOWN,
+  methodNotAllowed,
+  notFound,
+  storageUnavailable,
+} from '../http/api-errors'
 import { bodyUnread } from '../http/json-body'
-import { LIMITER_DOWN } from './gate'
 import { answerWith, type RequestInfo } from './request-context'
 
 export interface ErrorHandlerOptions {

@@ -5,7 +5,7 @@
  * every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
-import { ApiError } from '../http/api-errors'
+import { ApiError, LIMITER_DOWN } from '../http/api-errors'
 import { type Limits, PLAN_LIMITS } from '../domain/plans'
 import { DAY_MS, MINUTE_MS } from '../domain/time'
 import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
@@ -30,13 +30,6 @@ export interface GateOptions {
 // Refusals are the cheap path under abuse, so their error objects are made once and reused (the 401s
 // with the bearer token's reading, http/bearer-token.ts).
 const refusals = new Map<string, ApiError>()
-/**
- * The shared limiter (Redis) does not answer: plans are entitlements and the address bucket is what
- * stops key guessing, so the request is refused rather than let through unlimited.
- */
-export const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
-  'retry-after': '1',
-})
 
 // By the limits object itself (keys and plans keep theirs), so no string is made per request to find it.
 const policies = new WeakMap<Limits, string>()

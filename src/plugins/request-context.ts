@@ -80,6 +80,8 @@ export interface RequestContextOptions {
   proxies: Proxies
   /** The operationId of a route, or 'unmatched'. */
   operationOf: (method: string, route: string) => string
+  /** Whether a routed path is the API's (http/routes.ts apiPaths): only its answers are usage and recent requests. */
+  isApi: (path: string) => boolean
   /**
    * Puts the rate-limit fields on a refusal given here, before routing: a promise of the refusal to give
    * instead, if any (the limiter's own), or undefined for a path outside the API.
@@ -182,24 +184,26 @@ export function clientAddress(server: Server<unknown> | null | undefined, reques
 }
 
 export function requestContext(options: RequestContextOptions) {
-  const { server, metrics, accessLog, usage, recent, proxies, operationOf, rateLimitFields } = options
+  const { server, metrics, accessLog, usage, recent, proxies, operationOf, isApi, rateLimitFields } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
     const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
     metrics.observe(operation, status, seconds)
-    usage?.count(info.path, info.key?.id, status, seconds)
     const durationMs = Math.round(seconds * 100_000) / 100
     const key = info.key
-    recent.add({
-      time: Date.now(),
-      method: info.method,
-      path: info.path,
-      status,
-      keyId: key ? key.id : null,
-      client: key ? null : info.address,
-      durationMs,
-      requestId: info.requestId,
-    })
+    if (isApi(info.path)) {
+      usage?.count(key?.id, status, seconds)
+      recent.add({
+        time: Date.now(),
+        method: info.method,
+        path: info.path,
+        status,
+        keyId: key ? key.id : null,
+        client: key ? null : info.address,
+        durationMs,
+        requestId: info.requestId,
+      })
+    }
     if (!accessLog) return
     // Built by hand, as this runs per request: ids, status and time are from known-safe alphabets, and
     // method, path and client are escaped only when they hold a character JSON would escape.

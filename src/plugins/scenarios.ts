@@ -4,7 +4,7 @@
  * and before the limiter: a forced answer, built as real ones are, spends no token and counts toward no
  * ban. A key the limiter would refuse now gets the limiter's refusal instead.
  */
-import { ApiError, badRequest, ClientClosedError, internalError, petNotFound } from '../http/api-errors'
+import { ApiError, badRequest, ClientClosedError, internalError, LIMITER_DOWN, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
 import { LimiterUnavailableError, TriesFullError } from '../limiter/backend'
@@ -12,7 +12,7 @@ import type { RateLimiter } from '../limiter/limiter'
 import type { TryCounter } from '../limiter/tries'
 import type { ActiveKey } from '../domain/api-key'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
-import { LIMITER_DOWN, rateLimitHeaders, refusal } from './gate'
+import { rateLimitHeaders, refusal } from './gate'
 import { answerWith, type RequestInfo } from './request-context'
 
 /** The statuses a request may force, where its operation documents them. */

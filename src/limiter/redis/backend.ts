@@ -140,7 +140,7 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
   peek({ name }: Subject, limits: Limits, now?: number): Promise<PeekResult> {
-    return this.run<string[]>(PEEK_SCRIPT, this.keysOf(name).slice(0, 1), []).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
+    return this.run<string[]>(PEEK_SCRIPT, [this.hashOf(name)], []).then(([clock, rpm, rpd, m, mt, d, dt, b]) => {
       const at = now ?? Number(clock)
       const shape = shapesOf(limits)
       if (Number(rpm) !== limits.rpm || Number(rpd) !== limits.rpd)
@@ -167,7 +167,7 @@ export class RedisLimiterBackend implements SharedBackend {
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
   inspect({ name }: Subject): Promise<Inspected | null> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.command('HMGET', [this.keysOf(name)[0]!, 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
+    const work = this.command('HMGET', [this.hashOf(name), 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
     return this.bounded(work, giveUpAt).then((reply) => {
       const [rpm, rpd, d, dt, b] = reply as (string | null)[]
       if (rpm == null || d == null) return null
@@ -202,7 +202,7 @@ export class RedisLimiterBackend implements SharedBackend {
     const call = `${this.instance}.${(++this.calls).toString(36)}`
     // Redis's clock has been read once connected: the deadline can be said on it.
     const take = `${limits.rpm} ${limits.rpd} ${this.ruleFields} ${giveUpAt + this.offset!} ${now ?? ''} ${call} ${subject.kind === 'key' ? '' : this.maxAddresses} ${this.prefixBytes}`
-    const reply = (await this.sendTake(`${this.prefix}s:${subject.name}`, take)).split(' ')
+    const reply = (await this.sendTake(this.hashOf(subject.name), take)).split(' ')
     if (reply[0] === 'late') {
       this.noteClock(Number(reply[1]))
       throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
@@ -314,7 +314,12 @@ export class RedisLimiterBackend implements SharedBackend {
   // Separate key spaces for hashes and lists, so no subject's name can make it another's key: the
   // subject's hash, its rejections, and the rejections its last ban start set aside.
   private keysOf(name: string): string[] {
-    return [`${this.prefix}s:${name}`, `${this.prefix}r:${name}`, `${this.prefix}h:${name}`]
+    return [this.hashOf(name), `${this.prefix}r:${name}`, `${this.prefix}h:${name}`]
+  }
+
+  /** The subject's hash: what a take, a peek and the console's read need alone. */
+  private hashOf(name: string): string {
+    return `${this.prefix}s:${name}`
   }
 
   /**
