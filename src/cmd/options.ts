@@ -21,6 +21,8 @@ import { PLANS } from '../domain/plans'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
 import { openSqliteStorage } from '../storage/sqlite'
+import { damagedCode } from '../storage/sqlite/failures'
+import { damagedFile } from '../storage/sqlite/open'
 import type { Storage } from '../domain/repositories'
 
 /** Where a flag's description starts in the usage. */
@@ -212,6 +214,10 @@ export async function withStorage<T>(
       })
   try {
     return await work(storage, storage.location)
+  } catch (error) {
+    // The open checks the schema, not every page: a page found damaged later is the same one line, not a bug.
+    const code = damagedCode(error)
+    throw code ? damagedFile(storage.location, code) : error
   } finally {
     await storage.close()
   }

@@ -4,7 +4,18 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { cli, startServer, tempDir } from '../support/binary'
 import { killSpawned, looksLikeStackTrace, postPet, serveExpectingFailure } from './helpers'
@@ -25,6 +36,22 @@ beforeAll(async () => {
   expect(await server.stop()).toBe(0)
   expect(existsSync(`${realFile}-wal`) && statSync(`${realFile}-wal`).size > 0).toBe(false)
 })
+
+/** A copy of the real file with the first page of one table overwritten: the open's checks still pass. */
+function damagedCopy(name: string, table: string): string {
+  const file = join(tempDir(), name)
+  copyFileSync(realFile, file)
+  const db = new Database(file, { readonly: true })
+  const { rootpage } = db.query<{ rootpage: number }, [string]>('SELECT rootpage FROM sqlite_schema WHERE name = ?').get(table)!
+  const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
+  db.close()
+  const fd = openSync(file, 'r+')
+  writeSync(fd, new Uint8Array(pageSize).fill(0xa5), 0, pageSize, (rootpage - 1) * pageSize)
+  closeSync(fd)
+  return file
+}
+
+const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)
 
 function expectOneLineRefusal(result: { code: number; stderr: string }, reason: RegExp) {
   expect(result.code).not.toBe(0)
@@ -98,6 +125,21 @@ describe('refused data files', () => {
     db.run('PRAGMA user_version = 99')
     db.close()
     await expectRefusedEverywhere(file, /newer\.db.*newer/i)
+  })
+
+  test('a page found damaged after the open: exit 1 with the file and the remedy, not an unexpected error', () => {
+    const keyTable = damagedCopy('keys-page.db', 'api_keys')
+    const listed = cli(['keys', 'list', '--data', keyTable])
+    expect([listed.code, listed.stdout]).toEqual([1, ''])
+    expect(looksLikeStackTrace(listed.stderr)).toBe(false)
+    expect(lastLine(listed.stderr)).toBe(`petstore: ${keyTable} is damaged (SQLITE_CORRUPT); restore it from a backup`)
+
+    // The key is written before its audit record: it was made, so its secret is still printed.
+    const auditTable = damagedCopy('audit-page.db', 'audit_log')
+    const created = cli(['keys', 'create', '--plan', 'pro', '--data', auditTable])
+    expect(created.code).toBe(1)
+    expect(created.stdout).toMatch(/^psk_\S+\n$/)
+    expect(lastLine(created.stderr)).toBe(`petstore: ${auditTable} is damaged (SQLITE_CORRUPT); restore it from a backup`)
   })
 
   test('the untouched original still starts, with its pets (the fixtures above are fair)', async () => {

@@ -13,10 +13,16 @@ export function reading<T>(read: () => T): T {
   try {
     return read()
   } catch (error) {
-    const code = (error as { code?: string })?.code ?? ''
-    if (DAMAGED_CODES.test(code)) throw new StorageDamagedError(code)
-    throw error
+    const code = damagedCode(error)
+    throw code ? new StorageDamagedError(code) : error
   }
+}
+
+/** SQLite's code when a read or write met a page that is not valid (the file is damaged), else undefined. */
+export function damagedCode(error: unknown): string | undefined {
+  if (error instanceof StorageDamagedError) return error.code
+  const code = (error as { code?: string })?.code ?? ''
+  return DAMAGED_CODES.test(code) ? code : undefined
 }
 
 /** A failed write as StorageUnavailableError when the file cannot be written now; otherwise as it was. */

@@ -93,13 +93,21 @@ export function diskFingerprint(file: string): string {
   return `${main?.ino}:${main?.size}:${main?.mtimeMs}:${wal?.size}:${wal?.mtimeMs}`
 }
 
+/** What to do about a damaged data file. */
+export const RESTORE_REMEDY = 'restore it from a backup'
+
 /** `PRAGMA quick_check`: refuses a damaged file, saying what to do about it. */
 export function checkWhole(db: Database, file: string, remedy: string): void {
   const result = db.query<{ quick_check: string }, []>('PRAGMA quick_check').get()?.quick_check
   if (result === 'ok') return
   // SQLite lists the faults on several lines; the first few, on one, say enough.
   const faults = `${result}`.split('\n').filter((line) => !line.startsWith('***'))
-  throw new StorageOpenError(`${file} is damaged (${faults.slice(0, 2).join('; ')}${faults.length > 2 ? '; …' : ''}); ${remedy}`)
+  throw damagedFile(file, `${faults.slice(0, 2).join('; ')}${faults.length > 2 ? '; …' : ''}`, remedy)
+}
+
+/** The one line for a damaged file, whether found at open or by a later read or write. */
+export function damagedFile(file: string, faults: string, remedy = RESTORE_REMEDY): StorageOpenError {
+  return new StorageOpenError(`${file} is damaged (${faults}); ${remedy}`)
 }
 
 /**
@@ -125,7 +133,7 @@ export function checkSchema(db: Database, file: string): number {
 export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
   // Wait for the other process (server or CLI) instead of failing at once when both write.
   db.run('PRAGMA busy_timeout = 5000')
-  if (options.verify) checkWhole(db, file, 'restore it from a backup')
+  if (options.verify) checkWhole(db, file, RESTORE_REMEDY)
   const version = checkSchema(db, file)
   const older = options.olderSchema ?? 'upgrade'
   if (version < MIGRATIONS.length && older === 'refuse') throw olderSchemaRefused(file, version, MIGRATIONS.length)
