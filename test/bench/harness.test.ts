@@ -201,4 +201,21 @@ describeWithEngines(['postgresql', 'redis-server'], 'bun run bench on PostgreSQL
     expect(stdout).toContain('| scenario | embedded µs/req | shared µs/req | shared ÷ embedded |')
     expect(stdout).toContain('Storage: the SQLite data file and PostgreSQL + Redis (1 instance(s)), interleaved run for run.')
   }, 120_000)
+
+  test('in-process.ts measures app.handle() in a loop, and only answers of the expected status', () => {
+    for (const path of ['list', 'get']) {
+      const run = Bun.spawnSync([
+        process.execPath,
+        join(import.meta.dir, 'in-process.ts'),
+        '--path',
+        path,
+        '--requests',
+        '2000',
+        '--concurrency',
+        '8',
+      ])
+      expect(run.stdout.toString()).toMatch(new RegExp(`^${path}: \\d+\\.\\d µs CPU a request \\(median of 5 rounds of 2000: `))
+      expect(run.exitCode).toBe(0)
+    }
+  })
 })
