@@ -94,7 +94,7 @@ export function diskFingerprint(file: string): string {
 }
 
 /** What to do about a damaged data file. */
-export const RESTORE_REMEDY = 'restore it from a backup'
+const RESTORE_REMEDY = 'restore it from a backup'
 
 /** `PRAGMA quick_check`: refuses a damaged file, saying what to do about it. */
 export function checkWhole(db: Database, file: string, remedy: string): void {
