@@ -13,7 +13,7 @@ import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
   const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
-  const file = fileBesideData(config.dataFile, 'bootstrap-key.txt')
+  const file = secretFile(config.dataFile, config.database?.url ?? null, 'bootstrap-key.txt')
   const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
   if (!made) return
@@ -56,9 +56,22 @@ export function storeFlags(config: Config): string {
         : ''
 }
 
-/** `data/petstore.db` and `bootstrap-key.txt` → `data/petstore-bootstrap-key.txt`, absolute. */
-export function fileBesideData(dataFile: string, suffix: string): string {
-  return resolve(dirname(dataFile), `${basename(dataFile).replace(/\.db$/, '')}-${suffix}`)
+/**
+ * Where a store's first secrets go, absolute: beside its data file (`data/petstore.db` and
+ * `bootstrap-key.txt` → `data/petstore-bootstrap-key.txt`); for a PostgreSQL database, in the same folder
+ * under the database's own name (`data/petstore-postgres-HOST-PORT-DB-bootstrap-key.txt`), so a database
+ * tried in the folder of a data file never replaces that file's secrets.
+ */
+export function secretFile(dataFile: string, databaseUrl: string | null, suffix: string): string {
+  const base = basename(dataFile).replace(/\.db$/, '')
+  return resolve(dirname(dataFile), databaseUrl === null ? `${base}-${suffix}` : `${base}-postgres-${databaseName(databaseUrl)}-${suffix}`)
+}
+
+/** HOST-PORT-DB of a PostgreSQL URL, as a file name takes it (anything else becomes `_`). */
+function databaseName(url: string): string {
+  const parsed = URL.parse(url)
+  const parts = [parsed?.hostname || 'localhost', parsed?.port || '5432', decodeURIComponent(parsed?.pathname.slice(1) ?? '') || 'default']
+  return parts.join('-').replace(/[^A-Za-z0-9._-]/g, '_')
 }
 
 /**

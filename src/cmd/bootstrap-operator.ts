@@ -7,7 +7,7 @@ import type { Config } from '../config'
 import { generatePassword, hashPassword } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
 import { auditCommand } from './audit'
-import { commandName, fileBesideData, secretFileFirst, storeFlags } from './bootstrap-key'
+import { commandName, secretFile, secretFileFirst, storeFlags } from './bootstrap-key'
 
 export const FIRST_OPERATOR = 'admin'
 
@@ -15,7 +15,7 @@ export async function bootstrapOperator(config: Config, storage: Storage, consol
   if ((await storage.operators.list()).length > 0) return
   const password = generatePassword()
   const hash = await hashPassword(password)
-  const file = fileBesideData(config.dataFile, 'console-password.txt')
+  const file = secretFile(config.dataFile, config.database?.url ?? null, 'console-password.txt')
   const made = await secretFileFirst(file, password, "console operator's password", () =>
     storage.operators.addIfNone(FIRST_OPERATOR, hash, Date.now()),
   )

@@ -7,9 +7,9 @@ import { checkOperatorName, generatePassword, hashPassword, makeCredentialSecret
 import type { Storage } from '../domain/repositories'
 import { existsSync, rmSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { resolveDataFile, toggle } from '../config'
+import { resolveDatabase, resolveDataFile, toggle } from '../config'
 import { auditCommand } from './audit'
-import { fileBesideData } from './bootstrap-key'
+import { secretFile } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
 import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, type Values, withStorage } from './options'
 
@@ -102,7 +102,8 @@ async function change(storage: Storage, where: string, sub: string, name: string
  * works, the file would only mislead whoever reads it next, so it goes.
  */
 function forgetFirstPassword(values: Values<typeof FLAGS>): void {
-  const file = fileBesideData(resolve(resolveDataFile(values, process.env)), 'console-password.txt')
+  const database = resolveDatabase(values, process.env)
+  const file = secretFile(resolve(resolveDataFile(values, process.env)), database?.url ?? null, 'console-password.txt')
   if (!existsSync(file)) return
   rmSync(file, { force: true })
   console.error(`petstore: removed ${file}, which held the old password`)
