@@ -31,19 +31,25 @@ export async function pets(args: string[]): Promise<number> {
   return withStorage(values, USAGE, { mayCreate: sub === 'seed' }, async (storage, where) => {
     if (sub === 'seed') {
       await storage.pets.seed(samplePets(count), Date.now())
-      console.error(`petstore: added ${count} sample pets to ${where}`)
+      console.error(`petstore: added ${petCount(count, 'sample pet')} to ${where}`)
       return 0
     }
     if (values.yes !== true) {
+      const stored = await storage.pets.count()
       console.error(
-        `petstore: pets reset deletes all ${await storage.pets.count()} pets in ${where} (keys are kept); run it again with --yes`,
+        `petstore: pets reset deletes ${stored === 1 ? 'the 1 pet' : `all ${stored} pets`} in ${where} (keys are kept); run it again with --yes`,
       )
       return 2
     }
     const deleted = await storage.pets.reset()
-    console.error(`petstore: deleted ${deleted} pets from ${where}; API keys are kept`)
+    console.error(`petstore: deleted ${petCount(deleted, 'pet')} from ${where}; API keys are kept`)
     return 0
   })
+}
+
+/** `1 pet`, `2 pets`. */
+function petCount(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? '' : 's'}`
 }
 
 /** Names given in turn. */
