@@ -123,13 +123,14 @@ describe('OpenAPI document', () => {
     expect(schemas.Pet.properties.status).toEqual({ $ref: '#/components/schemas/PetStatus' })
     expect(schemas.NewPet.properties.status).toEqual({ $ref: '#/components/schemas/PetStatus', default: 'available' })
     for (const [path, method] of OPERATIONS) {
-      // Swagger UI sends an example as the value: the cursor has none, since any cursor skips pets, and
-      // Idempotency-Key none, since a sent key makes every later Execute a replay (its example is in its words),
-      // and X-Request-Id none, since every Execute would carry the same id.
+      // Swagger UI sends an example as the value: the cursor has none, since any cursor skips pets, the
+      // status none, since every list would be filtered, Idempotency-Key none, since a sent key makes every
+      // later Execute a replay (its example is in its words), and X-Request-Id none, since every Execute
+      // would carry the same id.
       for (const parameter of operation(path, method).parameters ?? [])
         expect([parameter.name, parameter.example !== undefined]).toEqual([
           parameter.name,
-          !['cursor', 'Idempotency-Key', 'X-Request-Id'].includes(parameter.name),
+          !['cursor', 'status', 'Idempotency-Key', 'X-Request-Id'].includes(parameter.name),
         ])
       for (const [status, response] of Object.entries<Json>(operation(path, method).responses)) {
         const media = resolve(response).content?.['application/json']

@@ -76,9 +76,11 @@ describeWithEngines(['chromium'], '/docs in a browser', () => {
 
       const list = page.locator('[id$="-listPets"]').first()
       expect(await tryItOut(page, 'listPets')).toBe('200')
-      // status is a choice of three; no cursor is prefilled, so the first page holds the pet just made.
+      // status is a choice of three, none prefilled (the list is not filtered); no cursor is prefilled, so
+      // the first page holds the pet just made.
       const status = list.locator('tr[data-param-name="status"] select')
       expect(await status.locator('option').allInnerTexts()).toEqual(['--', 'available', 'pending', 'sold'])
+      expect(await status.inputValue()).toBe('')
       expect(await list.locator('tr[data-param-name="cursor"] input').inputValue()).toBe('')
       expect(JSON.parse(await shownBody(page, 'listPets'))).toEqual([{ id: 1, name: 'Rex', categoryId: 2, status: 'available' }])
       // The list's schema is an array of Pet (Swagger UI named it array<any> when it could not see the items).

@@ -73,8 +73,9 @@ export const PetModel = {
         examples: [LIMIT_DEFAULT],
       }),
     ),
-    status: Type.Optional({ ...PetStatus, description: 'Filters by availability.', examples: ['available'] }),
-    // No example: Swagger UI would send it as the value, and any cursor skips pets.
+    // No examples for status and cursor: Swagger UI would send them as the values, so every Execute from
+    // /docs would list only available pets, and any cursor skips pets.
+    status: Type.Optional({ ...PetStatus, description: 'Filters by availability.' }),
     cursor: Type.Optional(
       Type.String({
         minLength: 1,
