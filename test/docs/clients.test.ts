@@ -6,13 +6,13 @@
  * generate the types, type-check, page through Link, wait out a real 429 for its Retry-After and keep
  * int64 categories exact both ways.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { describe, expect, test } from 'bun:test'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, type Server, startServer } from '../support/binary'
 import { clientProject, typeCheck } from '../support/client-project'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 
 const ROOT = join(import.meta.dir, '..', '..')
 const PAGE = join(ROOT, 'docs', 'clients.md')
@@ -97,11 +97,7 @@ describe('docs/clients.md on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], 'docs/clients.md on PostgreSQL', () => {
-  let cluster: PostgresCluster
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test(TITLE, async () => {
     const databaseUrl = await cluster.createDatabase('clients_doc')

@@ -5,11 +5,11 @@
  * PostgreSQL database whose encoding cannot hold every name is refused at start, with one line.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { killSpawned, listAll, postPet, serveExpectingFailure } from './helpers'
 
 afterAll(killSpawned)
@@ -71,11 +71,7 @@ describe('one refused row in a batch, on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], 'one refused row in a batch, on PostgreSQL', () => {
-  let cluster: PostgresCluster
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test('the other creates sent with it are created and answered 201', async () => {
     const databaseUrl = await cluster.createDatabase('bad_row')

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs'
 import { cli } from '../support/binary'
 import { DECLARED, isPublic } from '../support/console'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { killSpawned, serveExpectingFailure, startWithConsole, type ConsoleServer } from './helpers'
 
 afterAll(killSpawned)
@@ -314,10 +314,8 @@ test('key ids that are not key ids answer 404 on every route that takes one (SQL
 })
 
 describeWithEngines(['postgresql'], 'with PostgreSQL', () => {
-  let cluster: PostgresCluster | undefined
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
   test('key ids with NUL answer 404 on every route that takes one, never 500', async () => {
-    cluster = await startPostgres()
     const url = await cluster.createDatabase('console_edges')
     const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
     try {

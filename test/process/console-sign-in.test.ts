@@ -10,7 +10,7 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { eventually } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { cliAsync, killSpawned, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
@@ -183,11 +183,9 @@ describe('sign-in on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], 'sign-in on PostgreSQL with two instances', () => {
-  let cluster: PostgresCluster
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test('40 wrong passwords at once over both instances and the right one last: 5 checked, 36 answered 429, no session', async () => {
-    cluster = await startPostgres()
     const url = await cluster.createDatabase('sign_in_burst')
     const a = await startWithConsole({ databaseUrl: url })
     const b = await startWithConsole({ databaseUrl: url, cwd: join(a.dataFile, '..', '..') })
@@ -197,7 +195,6 @@ describeWithEngines(['postgresql'], 'sign-in on PostgreSQL with two instances', 
   })
 
   test('a password reset while sign-ins on both instances are in flight ends every session they made (20 tries)', async () => {
-    cluster ??= await startPostgres()
     const url = await cluster.createDatabase('sign_in_reset')
     const a = await startWithConsole({ databaseUrl: url })
     const b = await startWithConsole({ databaseUrl: url, cwd: join(a.dataFile, '..', '..') })

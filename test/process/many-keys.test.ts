@@ -5,11 +5,11 @@
  * time, latency while keys change) are measured by test/bench/many-keys.ts, not asserted here.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { auth, killSpawned } from './helpers'
 
 afterAll(killSpawned)
@@ -60,11 +60,7 @@ describe('200,000 keys on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], '200,000 keys on PostgreSQL', () => {
-  let cluster: PostgresCluster
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test('the change poll reads only changed rows, and CLI changes take effect within a second', async () => {
     const databaseUrl = await cluster.createDatabase('many_keys')

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { join } from 'node:path'
 import { cli, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 import { auth, killSpawned } from './helpers'
 
@@ -89,11 +89,7 @@ describe('on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], 'on PostgreSQL', () => {
-  let cluster: PostgresCluster
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test("limits in process: a new key's first burst of 64 concurrent requests is all 200 and costs its address nothing", async () => {
     const databaseUrl = await cluster.createDatabase('new_key_burst_memory')

@@ -6,12 +6,12 @@
  * last step (the 501s' column) taken back.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { MIGRATIONS as PG_MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, tempDir } from '../support/binary'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { killSpawned } from './helpers'
 
 afterAll(killSpawned)
@@ -89,11 +89,7 @@ describe('a data file at an older schema', () => {
 })
 
 describe('a PostgreSQL database at an older schema', () => {
-  let cluster: PostgresCluster
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test('keys list, keys usage and operators list refuse with one line and change nothing; keys create upgrades it', async () => {
     const url = await cluster.createDatabase('older')

@@ -9,7 +9,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { eventually } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
 import { auth, killSpawned, postPet, startWithConsole } from './helpers'
 
@@ -22,11 +22,9 @@ const WRITES_REFUSED = { code: 'unavailable', message: 'Storage cannot accept wr
 const answer = async (response: Response) => ({ status: response.status, body: await response.json() })
 
 describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () => {
-  let cluster: PostgresCluster | undefined
-  afterAll(() => cluster?.destroy())
+  const cluster = postgresForSuite()
 
   test('stopped: creates, reads and the console all say storage does not answer; back: creates work again', async () => {
-    cluster = await startPostgres()
     const url = await cluster.createDatabase('outage')
     const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
     const key = server.bootstrapKey!
@@ -68,7 +66,6 @@ describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () =
   })
 
   test('read-only: a create says reads still work, and they do', async () => {
-    cluster ??= await startPostgres()
     const url = await cluster.createDatabase('read_only')
     const server = await startWithConsole({ databaseUrl: url, args: ['--no-access-log'] })
     const key = server.bootstrapKey!

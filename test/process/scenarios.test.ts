@@ -11,8 +11,8 @@ import { join } from 'node:path'
 import { internalError } from '../../src/http/api-errors'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
-import { type RedisServer, startRedis } from '../support/redis'
+import { postgresForSuite } from '../support/postgres'
+import { type RedisServer, redisForSuite, startRedis } from '../support/redis'
 import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe } from './helpers'
 
 setDefaultTimeout(60_000)
@@ -467,14 +467,10 @@ describeWithEngines(['redis-server'], 'scenarios with the rate limits in Redis',
 })
 
 describeWithEngines(['postgresql', 'redis-server'], 'scenarios on several instances (PostgreSQL and Redis)', () => {
-  let cluster: PostgresCluster
-  let redis: RedisServer
-  afterAll(async () => {
-    await Promise.all([cluster?.destroy(), redis?.destroy()])
-  })
+  const cluster = postgresForSuite()
+  const redis = redisForSuite()
 
   test('fail=2 counts tries in Redis, so through two instances it is still 503, 503, 201, and one pet', async () => {
-    ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
     const databaseUrl = await cluster.createDatabase('scenarios')
     const created = cli(['keys', 'create', '--plan', 'pro', '--database-url', databaseUrl])
     expect(created.code).toBe(0)

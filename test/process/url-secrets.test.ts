@@ -3,18 +3,17 @@
  * user info, or the `password` and `sslpassword` query parameters Bun's client reads), by `serve` and by
  * every command, whether the connection works or fails (error messages may echo what they were given).
  */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { beforeAll, expect, test } from 'bun:test'
 import { cli, type CliResult, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { freePort } from '../support/ports'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
-import { type RedisServer, startRedis } from '../support/redis'
+import { type PostgresCluster, postgresForSuite } from '../support/postgres'
+import { redisForSuite } from '../support/redis'
 import { cliAsync, serveExpectingFailure } from './helpers'
 
 const SECRETS = ['UserInfoSecret1', 'QueryPasswordSecret2', 'SslPasswordSecret3', 'RedisSecret4', 'RedisQuerySecret5']
 
 let cluster: PostgresCluster
-let redis: RedisServer
 let closedPort: number
 
 function expectNoSecret(result: { stdout: string; stderr: string }, what: string): void {
@@ -47,13 +46,11 @@ async function everyCommand(url: string): Promise<CliResult[]> {
 }
 
 describeWithEngines(['postgresql', 'redis-server'], 'secrets in URLs', () => {
+  cluster = postgresForSuite()
+  const redis = redisForSuite()
   beforeAll(async () => {
-    ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
     await cluster.createDatabase('secrets')
     closedPort = await freePort()
-  })
-  afterAll(async () => {
-    await Promise.all([cluster?.destroy(), redis?.destroy()])
   })
 
   test('serve prints no secret from the database or Redis URL, at start, in requests, and at shutdown', async () => {

@@ -11,7 +11,7 @@ import { SQL } from 'bun'
 import { auth, listAll, postPet } from '../process/helpers'
 import { eventually, type Server, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type PostgresCluster, postgresForSuite } from '../support/postgres'
 
 /** Writes answer within this (README: "a create gets its answer within 5 s"); reads within a second and a bit. */
 const WRITE_BOUND_MS = 5_000
@@ -69,16 +69,16 @@ describeWithEngines(['postgresql'], 'a frozen PostgreSQL under the binary', () =
   let server: Server
   let key: string
 
-  beforeAll(async () => {
-    cluster = await startPostgres()
-    url = await cluster.createDatabase('frozen')
-    server = await startServer({ databaseUrl: url, args: ['--no-access-log'] })
-    key = server.bootstrapKey!
-  })
+  // Declared before the cluster, so it runs before the cluster's own afterAll: a frozen PostgreSQL cannot stop.
   afterAll(async () => {
     thaw()
     if (server.proc.exitCode === null) await server.stop('SIGKILL')
-    await cluster?.destroy()
+  })
+  cluster = postgresForSuite()
+  beforeAll(async () => {
+    url = await cluster.createDatabase('frozen')
+    server = await startServer({ databaseUrl: url, args: ['--no-access-log'] })
+    key = server.bootstrapKey!
   })
 
   test('requests get 503 within their bounds while it is frozen, and everything is settled once it resumes', async () => {

@@ -4,13 +4,12 @@
  * `pets reset` is seen within a second, a pet created elsewhere is on the last page and found by id at
  * once, and pages read while both instances insert never skip or repeat a pet.
  */
-import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
+import { afterAll, beforeEach, expect, test } from 'bun:test'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { cli, eventually, type Server, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 
-let cluster: PostgresCluster
 let databaseUrl: string
 let databases = 0
 let key: string
@@ -49,12 +48,7 @@ async function create(server: Server, name: string): Promise<number> {
 }
 
 describeWithEngines(['postgresql'], 'the pets read cache of instances on one PostgreSQL', () => {
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(async () => {
-    await cluster?.destroy()
-  })
+  const cluster = postgresForSuite()
   beforeEach(async () => {
     await Promise.all(servers.splice(0).map((server) => server.stop()))
     databaseUrl = await cluster.createDatabase(`pets_cache_${++databases}`)

@@ -11,22 +11,21 @@ import { cli, eventually, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { nginxInFront } from '../support/nginx'
 import { freePort } from '../support/ports'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { auth, killSpawned, listAll, postPet, type RawServer, spawnServe } from '../process/helpers'
 
 describeWithEngines(['postgresql', 'nginx-light'], 'a rolling restart behind nginx (docs/upgrading.md)', () => {
-  let cluster: PostgresCluster
   let databaseUrl: string
   let proxy: Subprocess | undefined
-  beforeAll(async () => {
-    cluster = await startPostgres()
-    databaseUrl = await cluster.createDatabase('rolling')
-  })
+  // Declared before the cluster, so nginx and the instances stop before PostgreSQL does.
   afterAll(async () => {
     proxy?.kill('SIGTERM')
     await proxy?.exited
     killSpawned()
-    await cluster?.destroy()
+  })
+  const cluster = postgresForSuite()
+  beforeAll(async () => {
+    databaseUrl = await cluster.createDatabase('rolling')
   })
 
   test('each instance stopped and started in turn under load: no read fails, a create needs at most one retry with its Idempotency-Key, every 201 is stored once', async () => {

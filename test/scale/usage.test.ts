@@ -3,14 +3,12 @@
  * `keys usage` gives the sums of the traffic sent to both, while they serve and after they stop; and
  * each instance's console API gives those same sums.
  */
-import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import { expect, setDefaultTimeout, test } from 'bun:test'
 import { cli, eventually, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 
 setDefaultTimeout(90_000)
-
-let cluster: PostgresCluster
 
 const auth = (key: string) => ({ authorization: `Bearer ${key}` })
 
@@ -21,12 +19,7 @@ interface Figures {
 }
 
 describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreSQL', () => {
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(async () => {
-    await cluster?.destroy()
-  })
+  const cluster = postgresForSuite()
 
   test('two instances add their counts: keys usage gives the sums of both', async () => {
     const databaseUrl = await cluster.createDatabase('usage_sums')

@@ -4,7 +4,7 @@
  * (idempotency races, ordered id visibility, keys, the one bootstrap key).
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import type { ApiKeyRecord } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
@@ -26,7 +26,7 @@ import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type PostgresCluster, postgresForSuite } from '../support/postgres'
 
 const NOW = Date.UTC(2026, 0, 1)
 const PREFIX = 'http://localhost/v1/pets/'
@@ -83,13 +83,13 @@ const sqlite: Backend = {
   },
 }
 
-let cluster: PostgresCluster | undefined
+let cluster: PostgresCluster
 let databases = 0
 /** The database each first handle was opened on. */
 const urls = new Map<Storage, string>()
 const postgres: Backend = {
   async fresh() {
-    const url = await cluster!.createDatabase(`conformance_${++databases}`)
+    const url = await cluster.createDatabase(`conformance_${++databases}`)
     const a = await track(openPostgresStorage(url, { pool: 4 }))
     urls.set(a, url)
     return { a, b: () => track(openPostgresStorage(url, { pool: 4 })) }
@@ -104,7 +104,7 @@ const postgres: Backend = {
     }
   },
   async previousSchema(key) {
-    const url = await cluster!.createDatabase(`conformance_${++databases}`)
+    const url = await cluster.createDatabase(`conformance_${++databases}`)
     const admin = new Bun.SQL(url, { max: 1 })
     try {
       await admin.unsafe('CREATE TABLE petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())')
@@ -530,17 +530,15 @@ describe('storage conformance', () => {
 })
 
 describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
+  // Declared before the cluster, so the handles close before PostgreSQL stops.
   afterAll(async () => {
     for (const storage of opened.splice(0)) await storage.close()
-    await cluster?.destroy()
   })
+  cluster = postgresForSuite()
   conformance('postgres', postgres)
 
   test('postgres: a create waiting for the pet-id lock gives up as unavailable instead of waiting without end', async () => {
-    const url = await cluster!.createDatabase('held_lock')
+    const url = await cluster.createDatabase('held_lock')
     const storage = await track(openPostgresStorage(url, { pool: 1 }))
     const holder = new Bun.SQL(url, { max: 1 })
     try {
@@ -557,7 +555,7 @@ describeWithEngines(['postgresql'], 'storage conformance on PostgreSQL', () => {
   }, 30_000)
 
   test('postgres: a database written by a newer petstore is refused with one line, and left as it is', async () => {
-    const url = await cluster!.createDatabase('newer_schema')
+    const url = await cluster.createDatabase('newer_schema')
     await (await track(openPostgresStorage(url, { pool: 1 }))).close()
     const admin = new Bun.SQL(url, { max: 1 })
     try {

@@ -10,7 +10,7 @@ import { StorageUnavailableError } from '../../src/domain/repositories'
 import { describeWithEngines } from '../support/engines'
 import { eventually } from '../support/binary'
 import { freePort } from '../support/ports'
-import { type PostgresCluster, startPostgres } from '../support/postgres'
+import { type PostgresCluster, postgresForSuite } from '../support/postgres'
 
 let cluster: PostgresCluster
 const clients: SQL[] = []
@@ -40,14 +40,14 @@ function urlWith(change: (url: URL) => void): string {
 }
 
 describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug (500)', () => {
-  beforeAll(async () => {
-    cluster = await startPostgres()
-    await client()`CREATE TABLE t (id int PRIMARY KEY)`
-    await client()`INSERT INTO t VALUES (1), (2)`
-  })
+  // Declared before the cluster, so the clients close before PostgreSQL stops.
   afterAll(async () => {
     for (const sql of clients.splice(0)) await sql.close({ timeout: 0 })
-    await cluster?.destroy()
+  })
+  cluster = postgresForSuite()
+  beforeAll(async () => {
+    await client()`CREATE TABLE t (id int PRIMARY KEY)`
+    await client()`INSERT INTO t VALUES (1), (2)`
   })
 
   test("08 and Bun's connection codes: a refused port, a server that never answers, a session the server ended, a connection closed under a query", async () => {
