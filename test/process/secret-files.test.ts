@@ -8,11 +8,12 @@ import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tempDir } from '../support/binary'
-import { startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 import { auth, cliAsync, killSpawned, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
+const cluster = postgresForSuite()
 
 test("a PostgreSQL store started in a data file's folder keeps its first secrets apart from the data file's", async () => {
   const folder = tempDir()
@@ -24,25 +25,20 @@ test("a PostgreSQL store started in a data file's folder keeps its first secrets
   const before = [readFileSync(keyFile, 'utf8'), readFileSync(passwordFile, 'utf8')]
   expect(before[0]!.trim()).toBe(embedded.bootstrapKey!)
 
-  const cluster = await startPostgres()
-  try {
-    const url = await cluster.createDatabase('secrets_apart')
-    const shared = await startWithConsole({ databaseUrl: url, cwd: folder })
-    const own = join(data, `petstore-postgres-127.0.0.1-${new URL(url).port}-secrets_apart`)
-    expect(shared.stderr()).toContain(`its secret is in ${own}-bootstrap-key.txt (readable by this user only)`)
-    expect(shared.stderr()).toContain(`its password is in ${own}-console-password.txt (readable by this user only)`)
-    expect(readFileSync(`${own}-bootstrap-key.txt`, 'utf8').trim()).toBe(shared.bootstrapKey!)
-    expect((await fetch(`${shared.base}/pets`, { headers: auth(shared.bootstrapKey!) })).status).toBe(200)
-    expect([readFileSync(keyFile, 'utf8'), readFileSync(passwordFile, 'utf8')]).toEqual(before)
+  const url = await cluster.createDatabase('secrets_apart')
+  const shared = await startWithConsole({ databaseUrl: url, cwd: folder })
+  const own = join(data, `petstore-postgres-127.0.0.1-${new URL(url).port}-secrets_apart`)
+  expect(shared.stderr()).toContain(`its secret is in ${own}-bootstrap-key.txt (readable by this user only)`)
+  expect(shared.stderr()).toContain(`its password is in ${own}-console-password.txt (readable by this user only)`)
+  expect(readFileSync(`${own}-bootstrap-key.txt`, 'utf8').trim()).toBe(shared.bootstrapKey!)
+  expect((await fetch(`${shared.base}/pets`, { headers: auth(shared.bootstrapKey!) })).status).toBe(200)
+  expect([readFileSync(keyFile, 'utf8'), readFileSync(passwordFile, 'utf8')]).toEqual(before)
 
-    // The database's admin gets a new password: its own file goes, the data file's stays.
-    const reset = await cliAsync(['operators', 'reset-password', 'admin'], { cwd: folder, env: { PETSTORE_DATABASE_URL: url } })
-    expect(reset.code).toBe(0)
-    expect(reset.stderr).toContain(`removed ${own}-console-password.txt, which held the old password`)
-    expect(existsSync(`${own}-console-password.txt`)).toBe(false)
-    expect(readFileSync(passwordFile, 'utf8')).toBe(before[1]!)
-    expect(await shared.stop()).toBe(0)
-  } finally {
-    await cluster.destroy()
-  }
+  // The database's admin gets a new password: its own file goes, the data file's stays.
+  const reset = await cliAsync(['operators', 'reset-password', 'admin'], { cwd: folder, env: { PETSTORE_DATABASE_URL: url } })
+  expect(reset.code).toBe(0)
+  expect(reset.stderr).toContain(`removed ${own}-console-password.txt, which held the old password`)
+  expect(existsSync(`${own}-console-password.txt`)).toBe(false)
+  expect(readFileSync(passwordFile, 'utf8')).toBe(before[1]!)
+  expect(await shared.stop()).toBe(0)
 })
