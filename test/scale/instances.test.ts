@@ -360,7 +360,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     const result = cli(['serve', '--port', '0', '--host', '127.0.0.1', '--database-url', databaseUrl, '--no-access-log'], { cwd })
     expect(result.code).toBe(1)
     expect(result.stderr).toMatch(
-      /petstore: cannot write the bootstrap key's secret to .*data\/petstore-bootstrap-key\.txt\.\d+\.tmp: .*\n$/,
+      /petstore: cannot write the bootstrap key's secret to .*data\/petstore-postgres-127\.0\.0\.1-\d+-\w+-bootstrap-key\.txt\.\d+\.tmp: .*\n$/,
     )
     expect(JSON.parse(cli(['keys', 'list', '--json', '--database-url', databaseUrl]).stdout)).toEqual([])
   })
