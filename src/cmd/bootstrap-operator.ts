@@ -14,7 +14,7 @@ export const FIRST_OPERATOR = 'admin'
 export async function bootstrapOperator(config: Config, storage: Storage, consoleUrl: string): Promise<void> {
   if ((await storage.operators.list()).length > 0) return
   const password = generatePassword()
-  const hash = await hashPassword(password)
+  const hash = await hashPassword(password, null)
   const file = secretFile(config.dataFile, config.database?.url ?? null, 'console-password.txt')
   const made = await secretFileFirst(file, password, "console operator's password", () =>
     storage.operators.addIfNone(FIRST_OPERATOR, hash, Date.now()),

@@ -68,7 +68,7 @@ async function change(storage: Storage, where: string, sub: string, name: string
   let done: boolean
   if (sub === 'add' || sub === 'reset-password') {
     secret = generatePassword()
-    const hash = await hashPassword(secret)
+    const hash = await hashPassword(secret, (await storage.operators.passwordHashes(name)).oldest)
     done = sub === 'add' ? await storage.operators.add(name, hash, now) : await storage.operators.setPassword(name, hash)
   } else if (sub === 'token') {
     const made = makeCredentialSecret('token')

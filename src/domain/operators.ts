@@ -65,28 +65,51 @@ export function generatePassword(): string {
 }
 
 /**
- * OWASP's first argon2id setting (19 MiB, 2 passes) rather than Bun's default (64 MiB): the passwords are
- * 128 random bits, which no memory cost needs to protect, while each hash or check holds its memory in the
- * server (the first start, every sign-in, a stranger's included) and costs a third of the time.
+ * A store's password hashes share one setting, its oldest operator's, and an unknown name is checked
+ * against a decoy made with it, so a check takes as long whichever operator it meets, and whether or not
+ * the name exists. A store's first operator gets OWASP's first argon2id setting (19 MiB, 2 passes)
+ * rather than Bun's default (64 MiB, which stores made before keep): the passwords are 128 random bits,
+ * which no memory cost needs to protect, while each hash or check holds its memory in the server (the
+ * first start, every sign-in, a stranger's included).
  */
-const PASSWORD_HASH = { algorithm: 'argon2id', memoryCost: 19_456, timeCost: 2 } as const
+const FIRST_SETTING = { memoryCost: 19_456, timeCost: 2 }
+const ARGON2ID_SETTING = /^\$argon2id\$v=\d+\$m=(\d+),t=(\d+),p=1\$/
 
-export function hashPassword(password: string): Promise<string> {
-  return Bun.password.hash(password, PASSWORD_HASH)
+type Setting = { algorithm: 'argon2id'; memoryCost: number; timeCost: number }
+
+/** The setting of the store whose oldest operator's hash is `oldest` (null: a store with none). */
+function settingOf(oldest: string | null): Setting {
+  const found = oldest === null ? null : ARGON2ID_SETTING.exec(oldest)
+  return { algorithm: 'argon2id', ...(found ? { memoryCost: Number(found[1]), timeCost: Number(found[2]) } : FIRST_SETTING) }
+}
+
+/** A password's hash, with the setting of the store whose oldest operator's hash is `oldest`. */
+export function hashPassword(password: string, oldest: string | null): Promise<string> {
+  return Bun.password.hash(password, settingOf(oldest))
 }
 
 /**
- * Checks a password against a stored hash; with no hash (no such operator) a hash is still checked, so
- * the answer takes as long whether or not the name exists.
+ * Checks a password against a stored hash; with no hash (no such operator) the store's decoy is checked,
+ * so the answer takes as long whether or not the name exists.
  */
-export async function passwordMatches(password: string, hash: string | null): Promise<boolean> {
-  const matches = await Bun.password.verify(password, hash ?? (await decoyHash()))
+export async function passwordMatches(password: string, hash: string | null, oldest: string | null): Promise<boolean> {
+  const matches = await Bun.password.verify(password, hash ?? (await decoyHash(oldest)))
   return hash !== null && matches
 }
 
-let decoy: Promise<string> | undefined
-function decoyHash(): Promise<string> {
-  return (decoy ??= hashPassword(generatePassword()))
+/** One per setting met (a store has one), made once. */
+const decoys = new Map<string, Promise<string>>()
+
+/** The hash an unknown name is checked against: a random password's, with the store's setting. */
+export function decoyHash(oldest: string | null): Promise<string> {
+  const setting = settingOf(oldest)
+  const id = `${setting.memoryCost},${setting.timeCost}`
+  let decoy = decoys.get(id)
+  if (!decoy) {
+    decoy = Bun.password.hash(generatePassword(), setting)
+    decoys.set(id, decoy)
+  }
+  return decoy
 }
 
 /** A new session or token secret, with the hash that is stored. */

@@ -117,14 +117,20 @@ export interface UsageRepository {
  * The console's operators, their credentials (sessions and tokens, by secret hash), sign-in attempts
  * and the audit log; in storage, so that removing an operator ends their sessions on every instance.
  */
+/** What a sign-in checks: the operator's hash, and the oldest operator's, whose setting every hash of the store shares. */
+export interface PasswordHashes {
+  hash: string | null
+  oldest: string | null
+}
+
 export interface OperatorRepository {
   /** False when an operator of that name exists already. */
   add(name: string, passwordHash: string, now: number): MaybePromise<boolean>
   /** Adds the operator only when there is none at all (the first serve); false when there was one. */
   addIfNone(name: string, passwordHash: string, now: number): MaybePromise<boolean>
   list(): MaybePromise<OperatorRecord[]>
-  /** The stored password hash, or null when there is no such operator. */
-  passwordHash(name: string): MaybePromise<string | null>
+  /** The operator's password hash (null when there is no such operator), and the oldest operator's (null when none). */
+  passwordHashes(name: string): MaybePromise<PasswordHashes>
   /** Deletes the operator and every credential of theirs; false when there was none. */
   remove(name: string): MaybePromise<boolean>
   /** Replaces the password hash and ends the operator's browser sessions (not their token); false when no such operator. */

@@ -89,6 +89,28 @@ describe('operators', () => {
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
   })
 
+  test("every hash follows the store's oldest operator's setting: 19 MiB in a new store, 64 MiB in one made before", async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    cli(['operators', 'add', 'ana', '--data', dataFile])
+    cli(['operators', 'add', 'ben', '--data', dataFile])
+    const hashes = () => {
+      const db = new Database(dataFile, { readonly: true })
+      const rows = db.query<{ name: string; password_hash: string }, []>('SELECT name, password_hash FROM operators ORDER BY name').all()
+      db.close()
+      return Object.fromEntries(rows.map((row) => [row.name, row.password_hash.split('$')[3]]))
+    }
+    expect(hashes()).toEqual({ ana: 'm=19456,t=2,p=1', ben: 'm=19456,t=2,p=1' })
+
+    // A store made before: its operators hold Bun's default (64 MiB). New and reset passwords take that too.
+    const old = await Bun.password.hash('an old password', { algorithm: 'argon2id' })
+    const db = new Database(dataFile)
+    db.run('UPDATE operators SET password_hash = ?', [old])
+    db.close()
+    expect(cli(['operators', 'add', 'cyd', '--data', dataFile]).code).toBe(0)
+    expect(cli(['operators', 'reset-password', 'ben', '--data', dataFile]).code).toBe(0)
+    expect(hashes()).toEqual({ ana: 'm=65536,t=2,p=1', ben: 'm=65536,t=2,p=1', cyd: 'm=65536,t=2,p=1' })
+  })
+
   test('help lists the command, and help operators shows its usage', () => {
     expect(cli(['--help']).stdout).toContain('operators add|list|remove|reset-password|token')
     const help = cli(['help', 'operators'])

@@ -16,7 +16,7 @@ async function consoleWithClock() {
   const clock = { now: 1_800_000_000_000 }
   const limiter = new RateLimiter({ banAfter: 5, banSeconds: 60, maxAddresses: 100 })
   const service = new ConsoleService({ storage, keys: new KeyRegistry(storage), limiter: limiter.admin, now: () => clock.now })
-  storage.operators.add('eve', await hashPassword('right'), clock.now)
+  storage.operators.add('eve', await hashPassword('right', null), clock.now)
   return { service, clock, storage }
 }
 

@@ -103,8 +103,8 @@ export class ConsoleService {
       })
     }
     // A failed attempt keeps its reservation: it is the failure the throttle counts.
-    const checked = await storage.operators.passwordHash(name)
-    if (!(await passwordMatches(password, checked))) {
+    const { hash: checked, oldest } = await storage.operators.passwordHashes(name)
+    if (!(await passwordMatches(password, checked, oldest))) {
       // An operator's name is throttled, so its refusals are few; other names are counted in one entry a day.
       if (checked === null) await storage.operators.countUnknownSignIn(now(), utcDayStart(now()))
       else await this.audit(name, SIGN_IN_REFUSED, '')

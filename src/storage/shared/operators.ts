@@ -11,7 +11,7 @@ import {
   SIGN_IN_REFUSED,
   UNKNOWN_NAMES_ACTOR,
 } from '../../domain/operators'
-import type { OperatorRepository } from '../../domain/repositories'
+import type { OperatorRepository, PasswordHashes } from '../../domain/repositories'
 import { exactInteger } from './numbers'
 import { type Answer, changes, FOR_UPDATE, type Integer, lock, type Mode, ROW_ID, rows, type Runner, sql } from './sql'
 
@@ -46,10 +46,13 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  passwordHash(name: string): Answer<M, string | null> {
+  passwordHashes(name: string): Answer<M, PasswordHashes> {
     return this.db.read(function* () {
-      const [row] = yield* rows<{ password_hash: string }>(sql`SELECT password_hash FROM operators WHERE name = ${name}`)
-      return row?.password_hash ?? null
+      const [row] = yield* rows<{ hash: string | null; oldest: string | null }>(
+        sql`SELECT (SELECT password_hash FROM operators WHERE name = ${name}) AS hash,
+                   (SELECT password_hash FROM operators ORDER BY created_at, name LIMIT 1) AS oldest`,
+      )
+      return { hash: row?.hash ?? null, oldest: row?.oldest ?? null }
     })
   }
 
