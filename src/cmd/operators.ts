@@ -83,8 +83,6 @@ async function change(storage: Storage, where: string, sub: string, name: string
     )
     return 1
   }
-  // Stamped when the change took effect, not when the command started (a password's hash takes a while).
-  await auditCommand(storage, `operator.${sub}`, name)
   const said: Record<string, string> = {
     add: `added operator "${name}" in ${where}. Their password, shown only now, is the next line:`,
     'reset-password': `reset the password of "${name}" in ${where} and ended their console sessions. The new password, shown only now, is the next line:`,
@@ -93,7 +91,10 @@ async function change(storage: Storage, where: string, sub: string, name: string
   }
   console.error(`petstore: ${said[sub]}`)
   if (name === FIRST_OPERATOR && (sub === 'reset-password' || sub === 'remove')) forgetFirstPassword(values)
+  // Before the audit record: the change is made, so its secret is never lost to a failed audit write.
   if (secret !== undefined) console.log(secret)
+  // Stamped when the change took effect, not when the command started (a password's hash takes a while).
+  await auditCommand(storage, `operator.${sub}`, name)
   return 0
 }
 

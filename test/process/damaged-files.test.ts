@@ -127,7 +127,7 @@ describe('refused data files', () => {
     await expectRefusedEverywhere(file, /newer\.db.*newer/i)
   })
 
-  test('a page found damaged after the open: exit 1 with the file and the remedy, not an unexpected error', () => {
+  test('a page found damaged after the open: exit 1 with the file and the remedy, not an unexpected error', async () => {
     const keyTable = damagedCopy('keys-page.db', 'api_keys')
     const listed = cli(['keys', 'list', '--data', keyTable])
     expect([listed.code, listed.stdout]).toEqual([1, ''])
@@ -140,6 +140,17 @@ describe('refused data files', () => {
     expect(created.code).toBe(1)
     expect(created.stdout).toMatch(/^psk_\S+\n$/)
     expect(lastLine(created.stderr)).toBe(`petstore: ${auditTable} is damaged (SQLITE_CORRUPT); restore it from a backup`)
+
+    // So is a new password: admin is not locked out by a reset whose audit record failed.
+    const reset = cli(['operators', 'reset-password', 'admin', '--data', auditTable])
+    expect(reset.code).toBe(1)
+    expect(reset.stdout).toMatch(/^[A-Za-z0-9_-]{22}\n$/)
+    const db = new Database(auditTable, { readonly: true })
+    const { password_hash: hash } = db
+      .query<{ password_hash: string }, []>("SELECT password_hash FROM operators WHERE name = 'admin'")
+      .get()!
+    db.close()
+    expect(await Bun.password.verify(reset.stdout.trim(), hash)).toBe(true)
   })
 
   test('the untouched original still starts, with its pets (the fixtures above are fair)', async () => {
