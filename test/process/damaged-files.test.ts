@@ -133,6 +133,11 @@ describe('refused data files', () => {
     expect([listed.code, listed.stdout]).toEqual([1, ''])
     expect(looksLikeStackTrace(listed.stderr)).toBe(false)
     expect(lastLine(listed.stderr)).toBe(`petstore: ${keyTable} is damaged (SQLITE_CORRUPT); restore it from a backup`)
+    // A backup reads every page: the fault is the data file's, not the backup's, and no copy is left.
+    const copy = join(tempDir(), 'copy.db')
+    const backedUp = cli(['backup', copy, '--data', keyTable])
+    expectOneLineRefusal(backedUp, new RegExp(`^petstore: ${keyTable} is damaged \\(SQLITE_CORRUPT\\); restore it from a backup$`))
+    expect([backedUp.code, existsSync(copy)]).toEqual([1, false])
 
     // The key is written before its audit record: it was made, so its secret is still printed.
     const auditTable = damagedCopy('audit-page.db', 'audit_log')

@@ -22,9 +22,9 @@ import { SqlLimiterState } from '../shared/limiter-state'
 import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
-import { classified } from './failures'
+import { classified, damagedCode } from './failures'
 import { SqliteKeys } from './keys'
-import { checkHeader, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
+import { checkHeader, damagedFile, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
 import { SqliteRunner } from './runner'
 import { refuseInterruptedRestore } from './restore'
@@ -242,6 +242,9 @@ export class SqliteStorage implements Storage {
       }
       linkSync(partial, file)
     } catch (error) {
+      // The copy reads every page: a damaged one is the data file's fault, not the backup's.
+      const damaged = damagedCode(error)
+      if (damaged) throw damagedFile(this.location, damaged)
       const reason = (error as { code?: string }).code === 'EEXIST' ? 'it appeared while the copy was made' : (error as Error).message
       throw new StorageOpenError(`cannot write the backup to ${file}: ${reason}`)
     } finally {
