@@ -63,6 +63,8 @@ export interface PetstoreApp {
   recent: RecentRequests
   /** The storage fault that holds until a restart (readiness.ts). */
   fault: StorageFault
+  /** Notes a failure that says the data file is damaged, and answers true: for the console's error handler. */
+  damaged: (error: unknown) => boolean
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
@@ -132,9 +134,16 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     deps.handedOver,
   )
   const fault = new StorageFault(deps.dataFile, warn)
+  const noteDamaged = (code: string) => fault.note(`the data file is damaged (${code})`)
+  /** A failure that says the data file is damaged, wherever it was met: noted, and answered 503. */
+  const damaged = (error: unknown): boolean => {
+    const code = storage.damagedCode?.(error)
+    if (code !== undefined) noteDamaged(code)
+    return code !== undefined
+  }
   const pets = new PetService(storage.pets, deps.petWriter ?? new InThreadPetWriter(storage.pets), {
     storageFault: () => fault.current(),
-    onDamaged: (code) => fault.note(`the data file is damaged (${code})`),
+    onDamaged: noteDamaged,
     now,
     locationPrefix: `${config.baseUrl}/pets/`,
     onInternalError,
@@ -197,7 +206,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     .all('/*', ({ info }) => notServed(info), { parse: 'none', detail: { hide: true } })
 
   const app: AnyElysia = new Elysia({ name: 'petstore' })
-    .use(errorHandler({ allowedMethods: allowed, onInternalError }))
+    .use(errorHandler({ allowedMethods: allowed, onInternalError, damaged }))
     .use(
       requestContext({
         server: () => app.server,
@@ -240,6 +249,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     usage,
     recent,
     fault,
+    damaged,
     answerMetrics,
     closeConnections: () => {
       closingConnections = true

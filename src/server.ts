@@ -222,6 +222,7 @@ export class Server {
       hosts: config.consoleHosts,
       version: VERSION,
       onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
+      damaged: petstore.damaged,
     })
   }
 }

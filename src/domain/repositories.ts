@@ -174,6 +174,8 @@ export interface Storage {
   limiterState: LimiterStateRepository
   usage: UsageRepository
   operators: OperatorRepository
+  /** The code when a failure says the stored data is damaged (a page of the data file), else undefined. */
+  damagedCode?(error: unknown): string | undefined
   /** Throws when storage does not answer. */
   ping(): MaybePromise<void>
   purgeIdempotency(olderThan: number): MaybePromise<void>
@@ -217,9 +219,9 @@ export class BatchRolledBackError extends Error {
   }
 }
 
-/** How a failed batch transaction is reported: unavailable as it is, anything else as rolled back. */
+/** How a failed batch transaction is reported: unavailable or damaged as it is, anything else as rolled back. */
 export function batchFailed(error: unknown): never {
-  if (error instanceof StorageUnavailableError || error instanceof BatchRolledBackError) throw error
+  if (error instanceof StorageUnavailableError || error instanceof StorageDamagedError || error instanceof BatchRolledBackError) throw error
   throw new BatchRolledBackError(error)
 }
 

@@ -72,6 +72,8 @@ export const storageUnavailable = (down: boolean) =>
 export const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot be checked right now; retry in a second.', {
   'retry-after': '1',
 })
+/** A read or write met a damaged page of the data file: nothing is answered from it until a restart on a good copy. */
+export const DATA_DAMAGED = unavailable('The data file is damaged; the server needs a restart on a good copy.')
 export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')
 
 export const JSON_TYPE = 'application/json'

@@ -1,8 +1,8 @@
 /**
  * The one place errors become responses: ApiErrors keep their status and code, an unknown path outside
  * the API is a 404 (405 with Allow), storage or a shared rate limiter that does not answer a 503 saying
- * which, anything else a 500 whose details go to the log only (unknown paths under the base get the
- * API's fallback, behind the gate).
+ * which, a damaged data file a 503 (noted once, so /readyz says so too), anything else a 500 whose
+ * details go to the log only (unknown paths under the base get the API's fallback, behind the gate).
  * Errors skip the afterHandle hook, so their answers are recorded here.
  */
 import { Elysia } from 'elysia'
@@ -12,6 +12,7 @@ import {
   ApiError,
   badRequest,
   ClientClosedError,
+  DATA_DAMAGED,
   internalError,
   LIMITER_DOWN,
   methodNotAllowed,
@@ -25,6 +26,8 @@ export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */
   allowedMethods: (path: string) => string[] | null
   onInternalError: (error: unknown, requestId: string | undefined) => void
+  /** Notes a failure that says the stored data is damaged and answers true (storage's damagedCode); the answer is then 503. */
+  damaged?: (error: unknown) => boolean
 }
 
 /** The answer for a path no route serves: 405 with Allow when other methods are served there, else 404. */
@@ -47,6 +50,7 @@ export function errorHandler(options: ErrorHandlerOptions) {
     else if (code === 'PARSE') answer = badRequest('body: is not valid JSON')
     else if (error instanceof StorageUnavailableError) answer = storageUnavailable(error.down)
     else if (error instanceof LimiterUnavailableError) answer = LIMITER_DOWN
+    else if (options.damaged?.(error)) answer = DATA_DAMAGED
     else {
       options.onInternalError(error, info?.requestId)
       answer = internalError()

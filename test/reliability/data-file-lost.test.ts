@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
 import { auth, postPet } from '../support/app'
 import { createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { startWithConsole } from '../process/helpers'
 
 describe('a data file lost or damaged while serving', () => {
   for (const how of ['deleted', 'replaced'] as const) {
@@ -57,6 +58,42 @@ describe('a data file lost or damaged while serving', () => {
     expect(((await deep.json()) as { code: string }).code).toBe('unavailable')
     expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
     expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
+    expect(server.stdout()).not.toContain('"status":500')
+    await server.stop('SIGKILL')
+  })
+
+  test('damaged: a create and a console sign-in that meet a broken page are 503, noted once, and /readyz turns 503', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    // Made by a first start and closed (checkpointed), so the next start writes nothing and reads the pages from the file.
+    const first = await startWithConsole({ dataFile })
+    const { bootstrapKey: key, password } = first
+    expect(await first.stop()).toBe(0)
+    const server = await startWithConsole({ dataFile })
+    const db = new Database(dataFile, { readonly: true })
+    const roots = db
+      .query<{ name: string; rootpage: number }, []>("SELECT name, rootpage FROM sqlite_schema WHERE name IN ('pets', 'audit_log')")
+      .all()
+    const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
+    db.close()
+    const fd = openSync(dataFile, 'r+')
+    for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
+    closeSync(fd)
+    // A commit by another connection (as a command's would be) makes the server read its pages from the file again.
+    const other = new Database(dataFile)
+    other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
+    other.close()
+
+    const create = await postPet(server.base, key!, { name: 'into a broken page', categoryId: 1 })
+    expect([create.status, ((await create.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
+    expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
+    const signIn = await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'admin', password }),
+    })
+    expect(signIn.status).toBe(503)
+    expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
+    expect(server.stderr()).not.toContain('internal error')
     expect(server.stdout()).not.toContain('"status":500')
     await server.stop('SIGKILL')
   })

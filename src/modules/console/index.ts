@@ -65,6 +65,8 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   hosts: readonly string[]
   version: string
   onInternalError: (error: unknown) => void
+  /** Notes a failure that says the data file is damaged, and answers true; the answer is then 503. */
+  damaged?: (error: unknown) => boolean
 }
 
 /** On every answer of the console listener. */
@@ -232,7 +234,9 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   let document: object | undefined
 
   const app: AnyElysia = new Elysia({ name: 'console' })
-    .use(errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError }))
+    .use(
+      errorHandler({ allowedMethods: (path) => routes.allowed(path), onInternalError: options.onInternalError, damaged: options.damaged }),
+    )
     .onRequest(({ request, set }) => {
       set.headers = { ...SECURITY_HEADERS }
       admit(request)

@@ -8,9 +8,10 @@ import {
   type CreatePetCommand,
   type PetBatch,
   type PetWriter,
+  StorageDamagedError,
   StorageUnavailableError,
 } from '../../domain/repositories'
-import { ApiError, ClientClosedError, storageUnavailable, unavailable } from '../../http/api-errors'
+import { ApiError, ClientClosedError, DATA_DAMAGED, storageUnavailable, unavailable } from '../../http/api-errors'
 
 export interface GroupCommitOptions {
   now: () => number
@@ -24,6 +25,8 @@ export interface GroupCommitOptions {
    * after each batch, so no create is acknowledged into a file nobody will open again.
    */
   storageFault: () => string | null
+  /** Called when a write finds the data file damaged (then a fault: later creates are refused). */
+  onDamaged: (code: string) => void
 }
 
 interface Pending {
@@ -109,8 +112,7 @@ export class GroupCommit {
         continue
       }
       const { error } = result
-      if (!answers.has(error))
-        answers.set(error, error instanceof StorageUnavailableError ? storageUnavailable(error.down) : toInternal(error, this.options))
+      if (!answers.has(error)) answers.set(error, this.answerFor(error))
       batch[i]!.reject(answers.get(error))
     }
   }
@@ -128,10 +130,20 @@ export class GroupCommit {
       const half = Math.ceil(batch.commands.length / 2)
       const first = await this.writeApart({ ...batch, commands: batch.commands.slice(0, half) })
       const rest = batch.commands.slice(half)
-      // Storage that stopped taking writes meanwhile refuses the rest too, without being asked again.
-      const refused = first.find((result) => 'error' in result && result.error instanceof StorageUnavailableError)
+      // Storage that stopped taking writes meanwhile, or was found damaged, refuses the rest too, without being asked again.
+      const refused = first.find(
+        (result) => 'error' in result && (result.error instanceof StorageUnavailableError || result.error instanceof StorageDamagedError),
+      )
       return [...first, ...(refused ? rest.map(() => refused) : await this.writeApart({ ...batch, commands: rest }))]
     }
+  }
+
+  /** The answer to a create whose write failed: 503 when storage cannot be written or is damaged, else 500. */
+  private answerFor(error: unknown): ApiError {
+    if (error instanceof StorageUnavailableError) return storageUnavailable(error.down)
+    if (!(error instanceof StorageDamagedError)) return toInternal(error, this.options)
+    this.options.onDamaged(error.code)
+    return DATA_DAMAGED
   }
 
   /** Reports the change only, so a full disk logs one line, not one per refused request. */

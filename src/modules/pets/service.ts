@@ -13,12 +13,10 @@ import {
   StorageDamagedError,
   StorageUnavailableError,
 } from '../../domain/repositories'
-import { idempotencyConflict, storageUnavailable, unavailable } from '../../http/api-errors'
+import { DATA_DAMAGED, idempotencyConflict, storageUnavailable } from '../../http/api-errors'
 import { GroupCommit, type GroupCommitOptions } from './group-commit'
 
 export interface PetServiceOptions extends GroupCommitOptions {
-  /** Called when a read finds the data file damaged. */
-  onDamaged: (code: string) => void
   /**
    * True when every new pet passes through this process. Only then may a last page be cached, as only
    * then does this process know when it changes; a page that has a next page never changes either way.
@@ -191,7 +189,7 @@ export class PetService {
     if (error instanceof StorageUnavailableError) throw storageUnavailable(true)
     if (!(error instanceof StorageDamagedError)) throw error
     this.options.onDamaged(error.code)
-    throw unavailable('The data file is damaged; the server needs a restart on a good copy.')
+    throw DATA_DAMAGED
   }
 
   /**

@@ -3,7 +3,7 @@
  * so each batch's fsync does not stop the main thread. A separate entry point of the build
  * (scripts/build.ts), started by WorkerPetWriter.
  */
-import { BatchRolledBackError, type PetBatch, StorageUnavailableError } from '../../domain/repositories'
+import { BatchRolledBackError, type PetBatch, StorageDamagedError, StorageUnavailableError } from '../../domain/repositories'
 import { openPetCommitter } from './index'
 import type { CommitReply, CommitRequest, CommitResult } from './writer'
 
@@ -29,6 +29,7 @@ function commit(batch: PetBatch): CommitResult {
     return { kind: 'committed', outcomes: committer.pets.createMany(batch) }
   } catch (error) {
     if (error instanceof StorageUnavailableError) return { kind: 'unavailable', code: error.code }
+    if (error instanceof StorageDamagedError) return { kind: 'damaged', code: error.code }
     const rolledBack = error instanceof BatchRolledBackError
     const reason = rolledBack ? error.reason : error
     const { message, stack } = reason instanceof Error ? reason : new Error(String(reason))

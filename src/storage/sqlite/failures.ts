@@ -25,10 +25,11 @@ export function damagedCode(error: unknown): string | undefined {
   return DAMAGED_CODES.test(code) ? code : undefined
 }
 
-/** A failed write as StorageUnavailableError when the file cannot be written now; otherwise as it was. */
+/** A failed write as StorageUnavailableError when the file cannot be written now, StorageDamagedError when it is damaged; otherwise as it was. */
 export function classified(error: unknown): unknown {
   const code = (error as { code?: string })?.code ?? ''
-  return UNAVAILABLE_CODES.test(code) ? new StorageUnavailableError(code) : error
+  if (UNAVAILABLE_CODES.test(code)) return new StorageUnavailableError(code)
+  return DAMAGED_CODES.test(code) ? new StorageDamagedError(code) : error
 }
 
 /** A write in one immediate transaction (it holds the file's write lock), its failure told apart as above. */

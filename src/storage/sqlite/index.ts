@@ -203,6 +203,10 @@ export class SqliteStorage implements Storage {
     return this.identity !== null && identityOf(this.file!) !== this.identity
   }
 
+  damagedCode(error: unknown): string | undefined {
+    return damagedCode(error)
+  }
+
   ping(): void {
     this.db.query('SELECT 1').get()
   }

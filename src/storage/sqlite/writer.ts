@@ -3,13 +3,20 @@
  * worker thread with its own connection, so the event loop keeps serving reads while a batch is fsynced.
  */
 import type { CreatePetOutcome } from '../../domain/idempotency'
-import { BatchRolledBackError, type PetBatch, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
+import {
+  BatchRolledBackError,
+  type PetBatch,
+  type PetWriter,
+  StorageDamagedError,
+  StorageUnavailableError,
+} from '../../domain/repositories'
 
 export type CommitRequest = { kind: 'open'; file: string } | { kind: 'commit'; seq: number; batch: PetBatch } | { kind: 'close' }
 
 export type CommitResult =
   | { kind: 'committed'; outcomes: CreatePetOutcome[] }
   | { kind: 'unavailable'; code: string }
+  | { kind: 'damaged'; code: string }
   /** `rolledBack`: the transaction failed and wrote nothing; otherwise the batch's fate is unknown. */
   | { kind: 'failed'; message: string; stack: string; rolledBack: boolean }
 
@@ -75,6 +82,7 @@ export class WorkerPetWriter implements PetWriter {
     if (reply.seq !== this.seq) return
     if (reply.kind === 'committed') this.end(worker)?.resolve(reply.outcomes)
     else if (reply.kind === 'unavailable') this.end(worker)?.reject(new StorageUnavailableError(reply.code))
+    else if (reply.kind === 'damaged') this.end(worker)?.reject(new StorageDamagedError(reply.code))
     else {
       const error = Object.assign(new Error(reply.message), { stack: reply.stack })
       this.end(worker)?.reject(reply.rolledBack ? new BatchRolledBackError(error) : error)
