@@ -67,11 +67,22 @@ export function secretFile(dataFile: string, databaseUrl: string | null, suffix:
   return resolve(dirname(dataFile), databaseUrl === null ? `${base}-${suffix}` : `${base}-postgres-${databaseName(databaseUrl)}-${suffix}`)
 }
 
-/** HOST-PORT-DB of a PostgreSQL URL, as a file name takes it (anything else becomes `_`). */
+/**
+ * HOST-PORT-DB of a PostgreSQL URL as libpq reads it (a socket folder in `?host=`, `?port=`, the user's
+ * name for a missing database), as a file name takes it: a name that had to change (`_` for what a file
+ * name cannot hold) gets a hash of the original, so two databases never share a file.
+ */
 function databaseName(url: string): string {
   const parsed = URL.parse(url)
-  const parts = [parsed?.hostname || 'localhost', parsed?.port || '5432', decodeURIComponent(parsed?.pathname.slice(1) ?? '') || 'default']
-  return parts.join('-').replace(/[^A-Za-z0-9._-]/g, '_')
+  const query = parsed?.searchParams
+  const parts = [
+    parsed?.hostname || query?.get('host') || 'localhost',
+    parsed?.port || query?.get('port') || '5432',
+    parsed?.pathname.slice(1) || parsed?.username || 'postgres',
+  ]
+  const name = parts.join('-')
+  const safe = name.replace(/[^A-Za-z0-9._-]/g, '_')
+  return safe === name ? name : `${safe}-${new Bun.CryptoHasher('sha256').update(parts.join('\n')).digest('hex').slice(0, 8)}`
 }
 
 /**
