@@ -223,6 +223,7 @@ export class Server {
       version: VERSION,
       onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
       damaged: petstore.damaged,
+      storageFault: () => petstore.fault.current(),
     })
   }
 }

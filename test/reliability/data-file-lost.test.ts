@@ -36,6 +36,39 @@ describe('a data file lost or damaged while serving', () => {
     })
   }
 
+  test('replaced: the console refuses key changes with 503, as creates are refused; reads and signing out go on', async () => {
+    const server = await startWithConsole()
+    const ask = async (method: string, path: string, cookie: string, body?: unknown) =>
+      fetch(`${server.console}${path}`, {
+        method,
+        headers: { origin: server.console, cookie, ...(body ? { 'content-type': 'application/json' } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+      })
+    const signIn = await fetch(`${server.console}/api/session`, {
+      method: 'POST',
+      headers: { origin: server.console, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'admin', password: server.password }),
+    })
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!
+    const { key } = (await (await ask('POST', '/api/keys', cookie, { plan: 'pro' })).json()) as { key: { id: string } }
+    renameSync(server.dataFile, join(tempDir(), 'moved.db'))
+
+    for (const [method, path, body] of [
+      ['POST', '/api/keys', { plan: 'pro' }],
+      ['DELETE', `/api/keys/${key.id}`],
+      ['PUT', `/api/keys/${key.id}/plan`, { plan: 'free' }],
+      ['POST', `/api/keys/${key.id}/reset-limits`],
+    ] as const) {
+      const refused = await ask(method, path, cookie, body)
+      expect([method, path, refused.status]).toEqual([method, path, 503])
+      expect(((await refused.json()) as { message: string }).message).toContain('the data file was deleted or replaced under the server')
+    }
+    expect((await ask('GET', '/api/keys', cookie)).status).toBe(200)
+    expect((await ask('DELETE', '/api/session', cookie)).status).toBe(204)
+    expect(server.stderr().match(/the data file was deleted or replaced under the server/g)).toHaveLength(1)
+    expect(await server.stop()).toBe(0)
+  })
+
   test('damaged: a list that hits a broken page is a 503 and /readyz turns 503', async () => {
     const dir = tempDir()
     const dataFile = join(dir, 'petstore.db')

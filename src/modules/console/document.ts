@@ -63,7 +63,9 @@ const ERRORS = {
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
   500: error('The server failed; details are in its log.'),
-  503: error('Storage, or the shared rate limiter (Redis), cannot serve this now.'),
+  503: error(
+    'Storage, or the shared rate limiter (Redis), cannot serve this now; or the data file was replaced or found damaged, and changes are refused until a restart.',
+  ),
 }
 type Status = keyof typeof ERRORS
 

@@ -17,7 +17,7 @@ import type { TInteger, TLiteral, TUnion } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import type { HTMLBundle, Server } from 'bun'
 import { basename } from 'node:path'
-import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge } from '../../http/api-errors'
+import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge, unavailable } from '../../http/api-errors'
 import { AllowedHosts } from '../../http/allowed-hosts'
 import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
@@ -67,6 +67,8 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   onInternalError: (error: unknown) => void
   /** Notes a failure that says the data file is damaged, and answers true; the answer is then 503. */
   damaged?: (error: unknown) => boolean
+  /** Why the data file may no longer be written (replaced or damaged: readiness.ts), or null. */
+  storageFault?: () => string | null
 }
 
 /** On every answer of the console listener. */
@@ -217,13 +219,18 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     }))
   }
 
+  /** Whether a request changes what the data file holds (signing out aside, which only ends a session). */
+  const changes = (request: Request, route: string) => request.method !== 'GET' && request.method !== 'HEAD' && route !== '/api/session'
   /**
    * The guard: the operator of every route declared after it, found before its body is read; then the
    * query and the key id, checked once: nothing else reaches storage, and no handler sees a parameter it
-   * does not declare.
+   * does not declare. A change (sign-out aside) is refused while the data file has a fault, as creates
+   * are: it would be acknowledged into a file the restart the fault asks for no longer opens.
    */
   const resolveOperator = async ({ request, params, route }: { request: Request; params: unknown; route: string }) => {
     const who = await operator(request)
+    const fault = changes(request, route) ? options.storageFault?.() : null
+    if (fault) throw unavailable(`Changes are refused: ${fault}; the server needs a restart on a good data file.`)
     checkQuery(request, route)
     const id = (params as { id?: string } | undefined)?.id
     if (id !== undefined && !KEY_ID.test(id)) throw NO_SUCH_KEY
