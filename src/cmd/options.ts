@@ -21,7 +21,6 @@ import { PLANS } from '../domain/plans'
 import { openPostgresStorage } from '../storage/postgres'
 import { COMMAND } from '../storage/postgres/pool'
 import { openSqliteStorage } from '../storage/sqlite'
-import { damagedCode } from '../storage/sqlite/failures'
 import { damagedFile } from '../storage/sqlite/open'
 import type { Storage } from '../domain/repositories'
 
@@ -205,7 +204,7 @@ export async function withStorage<T>(
   const olderSchema = access.readsOnly ? 'refuse' : 'upgrade'
   // Checked like every value, though these commands leave Redis alone (a running server applies resets).
   asUsageError(() => resolveRedisUrl(input, process.env), usage)
-  const storage = database
+  const storage: Storage = database
     ? await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND, olderSchema })
     : openSqliteStorage(resolve(asUsageError(() => resolveDataFile(input, process.env), usage)), {
         mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
@@ -216,7 +215,7 @@ export async function withStorage<T>(
     return await work(storage, storage.location)
   } catch (error) {
     // The open checks the schema, not every page: a page found damaged later is the same one line, not a bug.
-    const code = damagedCode(error)
+    const code = storage.damagedCode?.(error)
     throw code ? damagedFile(storage.location, code) : error
   } finally {
     await storage.close()
