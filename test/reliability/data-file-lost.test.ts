@@ -11,6 +11,13 @@ import { auth, postPet } from '../support/app'
 import { createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { startWithConsole } from '../process/helpers'
 
+const signInAsAdmin = (origin: string, password: string) =>
+  fetch(`${origin}/api/session`, {
+    method: 'POST',
+    headers: { origin, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'admin', password }),
+  })
+
 describe('a data file lost or damaged while serving', () => {
   for (const how of ['deleted', 'replaced'] as const) {
     test(`${how}: /readyz and creates answer 503, one log line, nothing acknowledged after`, async () => {
@@ -44,12 +51,7 @@ describe('a data file lost or damaged while serving', () => {
         headers: { origin: server.console, cookie, ...(body ? { 'content-type': 'application/json' } : {}) },
         body: body ? JSON.stringify(body) : undefined,
       })
-    const signIn = await fetch(`${server.console}/api/session`, {
-      method: 'POST',
-      headers: { origin: server.console, 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'admin', password: server.password }),
-    })
-    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!
+    const cookie = (await signInAsAdmin(server.console, server.password)).headers.get('set-cookie')!.split(';')[0]!
     const { key } = (await (await ask('POST', '/api/keys', cookie, { plan: 'pro' })).json()) as { key: { id: string } }
     renameSync(server.dataFile, join(tempDir(), 'moved.db'))
 
@@ -119,12 +121,7 @@ describe('a data file lost or damaged while serving', () => {
     const create = await postPet(server.base, key!, { name: 'into a broken page', categoryId: 1 })
     expect([create.status, ((await create.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
     expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
-    const signIn = await fetch(`${server.console}/api/session`, {
-      method: 'POST',
-      headers: { origin: server.console, 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'admin', password }),
-    })
-    expect(signIn.status).toBe(503)
+    expect((await signInAsAdmin(server.console, password)).status).toBe(503)
     expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
     expect(server.stderr()).not.toContain('internal error')
     expect(server.stdout()).not.toContain('"status":500')

@@ -4,11 +4,11 @@
  * after. Uses Debian's `postgresql` package; as root it runs the server as the `postgres` user, since
  * PostgreSQL refuses to run as root.
  */
-import { afterAll, beforeAll } from 'bun:test'
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
 import { freePort } from './ports'
+import { forSuite } from './suite'
 
 export interface PostgresCluster {
   /** postgres://postgres@127.0.0.1:PORT/DATABASE, for the database this cluster was asked for. */
@@ -105,32 +105,9 @@ export async function startPostgres(): Promise<PostgresCluster> {
   return cluster
 }
 
-/**
- * The PostgreSQL cluster of the suite (describe) it is called in: started before its first test, destroyed
- * after its last. Its members are read inside tests and hooks, once it has started.
- */
+/** The PostgreSQL of the suite (describe) it is called in (suite.ts). */
 export function postgresForSuite(): PostgresCluster {
-  let cluster: PostgresCluster | undefined
-  beforeAll(async () => {
-    cluster = await startPostgres()
-  })
-  afterAll(() => cluster?.destroy())
-  const started = (): PostgresCluster => {
-    if (!cluster) throw new Error("the suite's PostgreSQL is not started yet: use it inside a test or a hook")
-    return cluster
-  }
-  return {
-    get url() {
-      return started().url
-    },
-    get port() {
-      return started().port
-    },
-    createDatabase: (name, encoding) => started().createDatabase(name, encoding),
-    stop: () => started().stop(),
-    start: () => started().start(),
-    destroy: () => started().destroy(),
-  }
+  return forSuite('PostgreSQL', startPostgres)
 }
 
 function postgresIds(): { uid: number; gid: number } {

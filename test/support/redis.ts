@@ -4,11 +4,11 @@
  * port, to test what the server does while Redis is away. Its `admin` client is the test's own, to read
  * and change what Redis holds, so no test opens and closes one by hand.
  */
-import { afterAll, beforeAll } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { freePort } from './ports'
+import { forSuite } from './suite'
 
 export interface RedisServer {
   url: string
@@ -106,34 +106,9 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServe
   return server
 }
 
-/**
- * The Redis of the suite (describe) it is called in: started before its first test, destroyed after its
- * last. Its members are read inside tests and hooks, once it has started.
- */
+/** The Redis of the suite (describe) it is called in (suite.ts). */
 export function redisForSuite(options: RedisOptions = {}): RedisServer {
-  let server: RedisServer | undefined
-  beforeAll(async () => {
-    server = await startRedis(options)
-  })
-  afterAll(() => server?.destroy())
-  const started = (): RedisServer => {
-    if (!server) throw new Error("the suite's Redis is not started yet: use it inside a test or a hook")
-    return server
-  }
-  return {
-    get url() {
-      return started().url
-    },
-    get port() {
-      return started().port
-    },
-    get admin() {
-      return started().admin
-    },
-    stop: () => started().stop(),
-    start: () => started().start(),
-    destroy: () => started().destroy(),
-  }
+  return forSuite('Redis', () => startRedis(options))
 }
 
 /** Stops every Redis a test left running; the preload runs it after the suite. */

@@ -6,14 +6,8 @@
  */
 import { requestHash } from '../../domain/idempotency'
 import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'
-import {
-  type MaybePromise,
-  type PetRepository,
-  type PetWriter,
-  StorageDamagedError,
-  StorageUnavailableError,
-} from '../../domain/repositories'
-import { DATA_DAMAGED, idempotencyConflict, storageUnavailable } from '../../http/api-errors'
+import { type MaybePromise, type PetRepository, type PetWriter, StorageUnavailableError } from '../../domain/repositories'
+import { idempotencyConflict, storageUnavailable } from '../../http/api-errors'
 import { GroupCommit, type GroupCommitOptions } from './group-commit'
 
 export interface PetServiceOptions extends GroupCommitOptions {
@@ -174,22 +168,15 @@ export class PetService {
   }
 
   /**
-   * A read whose failure is a 503 when storage cannot answer or its file is damaged (a fault of
-   * storage, not a 500), whether the read answers at once or later.
+   * A read whose failure is a 503 when storage cannot answer (a fault of storage, not a 500), whether the
+   * read answers at once or later. A damaged file is the error handler's, as for any request.
    */
   private async read<T>(read: () => MaybePromise<T>): Promise<T> {
     try {
       return await read()
     } catch (error) {
-      return this.readFailed(error)
+      throw error instanceof StorageUnavailableError ? storageUnavailable(true) : error
     }
-  }
-
-  private readFailed(error: unknown): never {
-    if (error instanceof StorageUnavailableError) throw storageUnavailable(true)
-    if (!(error instanceof StorageDamagedError)) throw error
-    this.options.onDamaged(error.code)
-    throw DATA_DAMAGED
   }
 
   /**
