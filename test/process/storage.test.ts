@@ -248,6 +248,7 @@ describe('commits off the event loop', () => {
     expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
     // Another connection takes the write lock, as the CLI does for a moment; the commit has to wait for it.
     const other = new Database(dataFile)
+    other.run('PRAGMA busy_timeout = 5000') // the server's start-up prunes may hold the lock a moment
     other.run('BEGIN IMMEDIATE')
     let answered = false
     const waiting = postPet(server.base, key, { name: 'waits', categoryId: 2 }).then((response) => {

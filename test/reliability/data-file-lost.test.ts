@@ -99,7 +99,7 @@ describe('a data file lost or damaged while serving', () => {
 
   test('damaged: a create and a console sign-in that meet a broken page are 503, noted once, and /readyz turns 503', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
-    // Made by a first start and closed (checkpointed), so the next start writes nothing and reads the pages from the file.
+    // Made by a first start and closed (checkpointed), so the next start reads these pages from the file.
     const first = await startWithConsole({ dataFile })
     const { bootstrapKey: key, password } = first
     expect(await first.stop()).toBe(0)
@@ -114,7 +114,9 @@ describe('a data file lost or damaged while serving', () => {
     for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
     closeSync(fd)
     // A commit by another connection (as a command's would be) makes the server read its pages from the file again.
+    // It waits its turn as a command's would: the server's start-up prunes may hold the write lock.
     const other = new Database(dataFile)
+    other.run('PRAGMA busy_timeout = 5000')
     other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
     other.close()
 
