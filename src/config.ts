@@ -279,6 +279,11 @@ const secretUrl =
     } catch {}
     if (!schemes.includes(protocol))
       throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
+    // The clients decode the user name and password themselves, and a bad escape there is an uncaught URIError.
+    if (/%(?![0-9A-Fa-f]{2})/.test(value))
+      throw new ConfigError(
+        `${name} has a % that is not followed by two hex digits: write a % in a password as %25 (the value is not shown)`,
+      )
     return value
   }
 

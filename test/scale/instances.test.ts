@@ -375,6 +375,18 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
       'petstore: --redis-url must be a redis:// or rediss:// or redis+unix:// URL (the value is not shown)',
     )
     expect(badRedis.stderr).not.toContain('s3cret')
+    // A password with a bare % (it must be written %25 in a URL) is a flag error, not an unexpected one.
+    for (const [flag, args] of [
+      ['--database-url', ['--database-url', 'postgres://user:s3cret%zz@localhost/db']],
+      ['--redis-url', ['--database-url', databaseUrl, '--redis-url', 'redis://:s3cret%@localhost:6379']],
+    ] as const) {
+      const refused = cli(['keys', 'list', ...args])
+      expect([refused.code, reasonLine(refused.stderr)]).toEqual([
+        2,
+        `petstore: ${flag} has a % that is not followed by two hex digits: write a % in a password as %25 (the value is not shown)`,
+      ])
+      expect(refused.stderr).not.toContain('s3cret')
+    }
     const both = cli(['keys', 'list', '--database-url', databaseUrl, '--data', `${tempDir()}/petstore.db`])
     expect(both.code).toBe(2)
     expect(reasonLine(both.stderr)).toBe('petstore: give either a data file (--data, PETSTORE_DATA) or a database URL, not both')
