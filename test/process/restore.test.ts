@@ -240,10 +240,32 @@ describe('petstore restore', () => {
   })
 })
 
+/** The calls by which restore changes files. */
+const FILE_CHANGES = 'rename,renameat,renameat2,unlink,unlinkat,fsync,copy_file_range'
+
+/** `petstore restore` under strace, which does `action` at the Nth of each of FILE_CHANGES: its exit code and stderr. */
+async function restoreUnderStrace(action: string, n: number, file: string): Promise<[number, string]> {
+  const proc = Bun.spawn(
+    [
+      'strace',
+      '-f',
+      '-qq',
+      '-o',
+      '/dev/null',
+      '-e',
+      `trace=${FILE_CHANGES}`,
+      '-e',
+      `inject=${FILE_CHANGES}:${action}:when=${n}`,
+      BINARY,
+    ].concat(['restore', backup, '--data', file]),
+    { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' },
+  )
+  return Promise.all([proc.exited, new Response(proc.stderr).text()])
+}
+
 describe('a restore killed with kill -9', () => {
   // strace kills the command at the entry of its Nth file-changing system call, for N = 1, 2, … until a
   // run completes: every point at which a crash could interrupt it.
-  const CALLS = 'rename,renameat,renameat2,unlink,unlinkat,fsync,copy_file_range'
 
   test('at any step leaves a store that opens as before or refuses clearly, and running it again finishes it', async () => {
     let completed = false
@@ -251,26 +273,7 @@ describe('a restore killed with kill -9', () => {
     for (let n = 1; !completed && n <= 40; n++) {
       const dir = join(root, `killed-${n}`)
       const file = copyParts(crashed, dir)
-      const proc = Bun.spawn(
-        [
-          'strace',
-          '-f',
-          '-qq',
-          '-o',
-          '/dev/null',
-          '-e',
-          `trace=${CALLS}`,
-          '-e',
-          `inject=${CALLS}:signal=SIGKILL:when=${n}`,
-          BINARY,
-          'restore',
-          backup,
-          '--data',
-          file,
-        ],
-        { env: cleanEnv(), stdout: 'ignore', stderr: 'pipe' },
-      )
-      const [code, stderr] = await Promise.all([proc.exited, new Response(proc.stderr).text()])
+      const [code, stderr] = await restoreUnderStrace('signal=SIGKILL', n, file)
       completed = code === 0
       if (!completed) expect(stderr).toBe('')
 
@@ -311,5 +314,58 @@ describe('a restore killed with kill -9', () => {
     expect(outcomes).toContain('refused')
     expect(outcomes).toContain('old')
     expect(outcomes.length).toBeGreaterThanOrEqual(5)
+  })
+})
+
+describe('a restore whose step the system refuses', () => {
+  // strace fails the command's Nth file-changing system calls with EIO, as a disk error or an immutable
+  // file (EPERM) would, for N = 1, 2, … until a run completes.
+
+  test('at any step says in one line what it left: nothing changed, or half way and running it again finishes it', async () => {
+    let completed = false
+    const outcomes: string[] = []
+    for (let n = 1; !completed && n <= 40; n++) {
+      const dir = join(root, `refused-${n}`)
+      const file = copyParts(crashed, dir)
+      const [code, stderr] = await restoreUnderStrace('error=EIO', n, file)
+      completed = code === 0
+      const leftovers = () => readdirSync(dir).filter((name) => name.includes('restoring') || name.includes('restore-in-progress'))
+      if (!completed) {
+        expect({ n, code, lines: stderr.trimEnd().split('\n').length }).toEqual({ n, code: 1, lines: 1 })
+        expect(stderr).not.toContain('unexpected error')
+        expect(looksLikeStackTrace(stderr)).toBe(false)
+      }
+      const keys = await cliAsync(['keys', 'list', '--json', '--data', file])
+      if (completed) outcomes.push('done')
+      else if (/ was restored into .*, but syncing its folder failed \(.*EIO.*\); check the disk\n$/.test(stderr)) {
+        expect(petsIn(file)).toEqual(inBackup)
+        expect(leftovers()).toEqual([])
+        outcomes.push('restored')
+      } else if (keys.code === 0) {
+        // Nothing changed: the store as it was, nothing of the restore left beside it.
+        expect({ n, stderr }).toEqual({ n, stderr: expect.stringMatching(/^petstore: cannot (lock|restore) /) })
+        expect(JSON.parse(keys.stdout).length).toBe(keyIdsIn(backup).length + 1)
+        expectHoldsAcknowledged(file)
+        expect(leftovers()).toEqual([])
+        outcomes.push('unchanged')
+      } else {
+        expect({ n, stderr }).toEqual({
+          n,
+          stderr: expect.stringMatching(/stopped half way \(.*EIO.*\); once that is fixed, run petstore restore again to finish it\n$/),
+        })
+        expect(keys.stderr).toMatch(/a restore of .*live\.db was interrupted .*; run petstore restore again to finish it\n$/)
+        outcomes.push('half way')
+      }
+      if (!completed) {
+        const again = await cliAsync(['restore', backup, '--data', file])
+        expect({ n, code: again.code }).toEqual({ n, code: 0 })
+      }
+      expect(petsIn(file)).toEqual(inBackup)
+      expect(leftovers()).toEqual([])
+    }
+    expect(completed).toBe(true)
+    console.log(`refused steps: ${outcomes.join(' ')}`)
+    expect(outcomes).toContain('unchanged')
+    expect(outcomes).toContain('half way')
   })
 })

@@ -22,7 +22,7 @@ import {
 } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
-import { openFailure } from '../shared/open-errors'
+import { openFailure, opening } from '../shared/open-errors'
 import { lockDataFile } from './data-file-lock'
 import { checkHeader, checkSchema, checkWhole } from './open'
 
@@ -62,18 +62,56 @@ export function refuseInterruptedRestore(file: string): void {
 export function restoreDataFile(file: string, backup: string, now: number): Restored {
   // Owner-only, like the data file: the copy and the lock file hold or guard key hashes.
   process.umask(0o077)
-  mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+  opening(`cannot restore into ${file}`, () => mkdirSync(dirname(file), { recursive: true, mode: 0o700 }))
   const lock = lockDataFile(file)
   if (!lock) throw new StorageOpenError(`cannot restore into ${file}: its folder cannot be written`)
   try {
     const interrupted = readPlan(file)
-    if (interrupted) return { ...interrupted, keptParts: carryOut(file, interrupted), resumed: true }
+    if (interrupted) return { ...interrupted, keptParts: stepByStep(file, interrupted, () => carryOut(file, interrupted)), resumed: true }
     copyChecked(backup, file)
     const plan = { backup, kept: keptName(file, now) }
-    writeDurably(restorePlanOf(file), JSON.stringify(plan))
-    return { ...plan, keptParts: carryOut(file, plan), resumed: false }
+    const keptParts = stepByStep(file, plan, () => {
+      writeDurably(restorePlanOf(file), JSON.stringify(plan))
+      return carryOut(file, plan)
+    })
+    return { ...plan, keptParts, resumed: false }
   } finally {
     lock.release()
+  }
+}
+
+/**
+ * Runs the plan's steps. A step the system refuses (an immutable file, a disk error) is said in one line
+ * that tells what state it left: nothing changed (what was begun is undone), finished but for the
+ * last sync, or half way, to be finished by running restore again once the cause is fixed.
+ */
+function stepByStep(file: string, plan: Plan, steps: () => string[]): string[] {
+  try {
+    return steps()
+  } catch (error) {
+    if (error instanceof StorageOpenError) throw error
+    const why = (error as Error).message
+    const temporary = temporaryOf(file)
+    const moved = COMPANIONS.some((suffix) => existsSync(plan.kept + suffix))
+    if (!existsSync(restorePlanOf(file)) && !existsSync(temporary))
+      throw new StorageOpenError(`${plan.backup} was restored into ${file}, but syncing its folder failed (${why}); check the disk`)
+    if (existsSync(temporary) && !moved && undo(file, temporary))
+      throw new StorageOpenError(`cannot restore ${plan.backup} into ${file} (${why}); nothing was changed`)
+    throw new StorageOpenError(
+      `the restore of ${plan.backup} into ${file} stopped half way (${why}); once that is fixed, run petstore restore again to finish it`,
+    )
+  }
+}
+
+/** Removes the plan and the checked copy of a restore that has moved nothing yet; false when that fails too. */
+function undo(file: string, temporary: string): boolean {
+  try {
+    for (const path of [restorePlanOf(file), `${restorePlanOf(file)}.partial`]) rmSync(path, { force: true })
+    fsyncPath(dirname(file))
+    removeTemporary(temporary)
+    return true
+  } catch {
+    return false
   }
 }
 
@@ -114,14 +152,17 @@ function copyChecked(backup: string, file: string): void {
   }
   checkHeader(backup)
   const temporary = temporaryOf(file)
-  removeTemporary(temporary)
   try {
+    removeTemporary(temporary)
     copyFileSync(backup, temporary)
     chmodSync(temporary, 0o600)
     checkCopy(temporary, backup)
     fsyncPath(temporary)
   } catch (error) {
-    removeTemporary(temporary)
+    // The first failure is the one to report; a copy this cannot remove, the next restore removes.
+    try {
+      removeTemporary(temporary)
+    } catch {}
     throw openFailure(error, `cannot restore ${backup}`)
   }
 }
