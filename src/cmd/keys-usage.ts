@@ -30,6 +30,8 @@ export async function printUsage(
   storage: Storage,
   options: { id: string | undefined; sinceMs: number; json: boolean; where: string },
 ): Promise<number> {
+  // After the reads, so that a failed read is the only line.
+  const heading = () => console.error(`petstore: usage in ${options.where}`)
   const service = new UsageService(storage)
   const now = Date.now()
   const since = new Date(now - options.sinceMs).toISOString()
@@ -37,7 +39,10 @@ export async function printUsage(
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
     if (options.json) console.log(JSON.stringify({ dayStart, since, keys: keys.map(asJson) }, null, 2))
-    else printKeys(keys)
+    else {
+      heading()
+      printKeys(keys)
+    }
     return 0
   }
   const key = await service.key(options.id, options.sinceMs)
@@ -54,6 +59,7 @@ export async function printUsage(
     )
     return 0
   }
+  heading()
   printKeys([key])
   console.log(`\nRequests per ${series.resolution} since ${since} (only ${series.resolution}s with requests):`)
   printTable(

@@ -108,10 +108,10 @@ export async function keys(args: string[]): Promise<number> {
       // After the secret: a key made is never left without it, whatever the audit write does.
       await auditCommand(storage, 'key.create', record.id)
     } else if (sub === 'list') {
+      const listed = await storage.keys.list()
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
-      printKeys(await storage.keys.list(), values.json === true)
+      printKeys(listed, values.json === true)
     } else if (sub === 'usage') {
-      if (values.json !== true) console.error(`petstore: usage in ${where}`)
       return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where })
     } else if (sub === 'set-plan') {
       if (!(await setKeyPlan(storage.keys, id, input))) return noKey('active key', id, where)
