@@ -9,7 +9,7 @@ import type { Subprocess } from 'bun'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { encodeCursor } from '../../src/modules/pets/cursor'
-import { MIGRATIONS } from '../../src/storage/postgres/migrations'
+import { LOCKS, MIGRATIONS } from '../../src/storage/postgres/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { nginxInFront } from '../support/nginx'
@@ -333,6 +333,36 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     expect(alone.stderr()).toContain(
       'petstore: rate limits are per instance: with several instances, give them --redis-url to share them\n',
     )
+  })
+
+  test('an instance starting while another migrates waits for it longer than a serving lock wait, then starts', async () => {
+    // A migration on a loaded host holds the schema lock for seconds; here a session holds it instead.
+    const holder = new Bun.SQL(databaseUrl, { max: 2 })
+    try {
+      const locked = Promise.withResolvers<void>()
+      const release = Promise.withResolvers<void>()
+      const holding = holder.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
+        locked.resolve()
+        await release.promise
+      })
+      await locked.promise
+      const starting = startServer({ databaseUrl, args: ['--no-access-log'] })
+      starting.catch(() => {}) // awaited below, after the lock is let go
+      await eventually(async () => {
+        const [row] = await holder`SELECT count(*)::int AS waiting FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`
+        return row.waiting === 1
+      })
+      // Held past the serving lock wait (1 s), which ended the start with "canceling statement due to lock timeout".
+      await Bun.sleep(1_500)
+      release.resolve()
+      await holding
+      const server = await starting
+      expect(server.bootstrapKey).toBeDefined()
+      expect(await server.stop()).toBe(0)
+    } finally {
+      await holder.close()
+    }
   })
 
   test('four instances starting at once on an empty database migrate once and make one bootstrap key', async () => {

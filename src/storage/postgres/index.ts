@@ -103,6 +103,9 @@ function refuseNewer(version: number, location: string): void {
 
 async function migrate(sql: Database, location: string): Promise<void> {
   await sql.begin(async (tx) => {
+    // An instance starting beside another waits out that one's migration, however long the host takes
+    // (the serving lock_timeout and statement_timeout would end the wait and the start).
+    await tx`SELECT set_config('lock_timeout', ${`${MIGRATION_MS}ms`}, true), set_config('statement_timeout', ${`${MIGRATION_MS}ms`}, true)`
     await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
     await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
     const version = await versionOf(tx)
