@@ -127,6 +127,20 @@ describeWithEngines(['chromium'], '/docs in a browser', () => {
     }
   }
 
+  test('on a 390-pixel phone every operation opened and run fits the screen: nothing scrolls sideways', async () => {
+    const server = servers[0]!
+    const page = await browser.newPage({ viewport: { width: 390, height: 844 } })
+    try {
+      await page.goto(`http://127.0.0.1:${server.port}/docs`)
+      await page.locator('.opblock').first().waitFor({ timeout: 15_000 })
+      await authorize(page, server.bootstrapKey!)
+      for (const operation of ['createPet', 'listPets', 'getPet']) await tryItOut(page, operation)
+      expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390)
+    } finally {
+      await page.close()
+    }
+  }, 60_000)
+
   test('createPet executed twice from the page makes two pets (the page sends no Idempotency-Key of its own)', async () => {
     const server = await startServer()
     const page = await browser.newPage()

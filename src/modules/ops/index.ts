@@ -132,6 +132,22 @@ function withoutIds(value: unknown): unknown {
 /** The docs page takes a key through Authorize and sends requests with it. */
 const DOCS_HEADERS = { 'content-type': 'text/html; charset=utf-8', ...noFraming() }
 
+/**
+ * Swagger UI's tables are as wide as a desktop at any width: on a phone an expanded operation scrolled
+ * sideways. Narrow screens drop the Links column (the document defines no links) and stack each
+ * response header's name, description and type.
+ */
+const NARROW_SCREENS = `<style>
+@media (max-width: 600px) {
+  .swagger-ui .response-col_links { display: none }
+  .swagger-ui table.headers thead { display: none }
+  .swagger-ui table.headers tr, .swagger-ui table.headers td { display: block }
+  .swagger-ui table.headers tr { padding: 8px 0; border-bottom: 1px solid rgba(59, 65, 81, 0.2) }
+  .swagger-ui table.headers td { padding: 0 0 2px }
+}
+</style>
+</head>`
+
 export function opsModule(options: OpsModuleOptions) {
   let document: string | undefined
   const json = (body: string, status = 200) => new Response(body, { status, headers: { 'content-type': JSON_TYPE } })
@@ -142,7 +158,7 @@ export function opsModule(options: OpsModuleOptions) {
     theme: '/docs/swagger-ui.css',
     autoDarkMode: true,
     validatorUrl: null,
-  } as never)
+  } as never).replace('</head>', NARROW_SCREENS)
 
   // What a person or a script finds at the root: where the API, its description and the docs are.
   const root = JSON.stringify({
