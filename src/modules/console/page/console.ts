@@ -25,7 +25,7 @@ let keys: Model<'Key'>[] = []
 let sortBy: keyof Model<'Key'> = 'name'
 let ascending = true
 let overviewWindow: UsageWindow = 'hour'
-let keyWindow: UsageWindow = 'day'
+let keyWindow: UsageWindow = 'hour'
 let shownKey = ''
 /** The charts drawn, by container id, with their data, to redraw on a resize or a change of colour scheme. */
 const charts = new Map<string, { chart: uPlot; redraw: () => void }>()
@@ -76,7 +76,14 @@ function button(parent: HTMLElement, label: string, action: () => Promise<unknow
   const element = document.createElement('button')
   element.type = 'button'
   element.textContent = label
-  element.addEventListener('click', () => run(action))
+  // Busy until done: a lifted ban or reset limits waits a second for every instance before the table shows it.
+  element.addEventListener('click', async () => {
+    element.disabled = true
+    element.textContent = `${label}…`
+    await run(action)
+    element.disabled = false
+    element.textContent = label
+  })
   parent.append(element)
 }
 
@@ -102,6 +109,11 @@ function signedIn(name: string | null): void {
   $<HTMLElement>('#sign-in').hidden = name !== null
   for (const id of ['#signed-in', '#who', '#sign-out']) $<HTMLElement>(id).hidden = name === null
   if (name !== null) $('#who').textContent = `Signed in as ${name}`
+  // A secret left on show is not for whoever signs in next in this tab.
+  else {
+    $('#secret-value').textContent = ''
+    $<HTMLElement>('#secret').hidden = true
+  }
 }
 
 const showSignIn = () => signedIn(null)
@@ -170,6 +182,8 @@ function drawKeys(): void {
     button(actions, 'Revoke', async () => {
       if (!confirm(`Revoke the key "${key.name || key.id}"? Requests with it are refused within a second.`)) return
       await api('DELETE', `/api/keys/${encodeURIComponent(key.id)}`)
+      // The new key's secret, still on show, is of no use once that key is revoked.
+      if ($<HTMLElement>('#secret').dataset.keyId === key.id) $<HTMLElement>('#secret').hidden = true
       await loadKeys()
     })
     button(actions, 'Reset limits', async () => {
@@ -421,8 +435,9 @@ function wire(): void {
     const input: Record<string, unknown> = { plan: form.get('plan'), name: form.get('name') }
     for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
     run(async () => {
-      const { secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
+      const { key, secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
       $('#secret-value').textContent = secret
+      $<HTMLElement>('#secret').dataset.keyId = key.id
       $<HTMLElement>('#secret').hidden = false
       ;(event.target as HTMLFormElement).reset()
       await loadKeys()
