@@ -129,11 +129,14 @@ export function jsonString(text: string): string {
  * Scheme and authority as RFC 3986 allows them in an http(s) URL (reg-name, IPv4 or [IPv6], optional
  * port). Bun builds `request.url` from `Host`, and leaves it a bare path when it cannot.
  */
-const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?\//
+const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?\//
 /** Elysia's router skips the URL's first eleven characters unread: a shorter `http://` + host would route wrong. */
 const ROUTER_PATH_SEARCH_FROM = 11
-const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port')
-const SHORT_HOST = badRequest('Host: a host name this short needs its port (for example localhost:8080)')
+const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port (1 to 65535)')
+// Bun drops a default port from the URL it builds (x:80 becomes http://x/), so the port that helps is another.
+const SHORT_HOST = badRequest(
+  'Host: a host name of three characters or fewer needs a port other than 80 or 443 (for example x:8080), or a longer name',
+)
 
 /**
  * The access log keeps this much of a path, then `…`: any client, even a banned one, can send a path of
@@ -151,7 +154,8 @@ let routableOrigin = '\u0000'
 export function routedPath(url: string): string | ApiError {
   let start = routableOrigin.length - 1
   if (!url.startsWith(routableOrigin)) {
-    if (!ROUTABLE_URL.test(url)) return BAD_HOST
+    const routable = ROUTABLE_URL.exec(url)
+    if (routable === null || Number(routable[1] ?? 0) > 65535) return BAD_HOST
     start = url.indexOf('/', url.charCodeAt(4) === 0x73 /* s */ ? 8 : 7)
     if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
     if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))

@@ -99,3 +99,29 @@ describe('known paths with another method', () => {
     await expectError(res, 405, 'method_not_allowed')
   })
 })
+
+describe('the Host header', () => {
+  const withHost = (host: string) => fetch(`${app.base}/pets`, { headers: { ...auth(key), host } })
+
+  test('a name of three characters or fewer on the default port is a 400 that says what would work', async () => {
+    // x:80 reaches the server as http://x/ (the default port dropped), which the router cannot read.
+    for (const host of ['x', 'x:80', 'abc']) {
+      const answer = await withHost(host)
+      expect([host, answer.status]).toEqual([host, 400])
+      expect(((await jsonOf(answer)) as { message: string }).message).toBe(
+        'Host: a host name of three characters or fewer needs a port other than 80 or 443 (for example x:8080), or a longer name',
+      )
+    }
+    for (const host of ['x:8080', 'abcd', 'abc:81']) expect([host, (await withHost(host)).status]).toEqual([host, 200])
+  })
+
+  test('a port above 65535 is not a port: 400', async () => {
+    const answer = await withHost('example.com:65536')
+    expect(await jsonOf(answer)).toEqual({
+      code: 'invalid_request',
+      message: 'Host: is not a host name, IP address or [IPv6] literal with an optional port (1 to 65535)',
+      status: 400,
+    })
+    expect((await withHost('example.com:65535')).status).toBe(200)
+  })
+})
