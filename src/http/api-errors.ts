@@ -55,6 +55,11 @@ export const payloadTooLarge = (limit: number, headers: Record<string, string> =
 export const requestTimeout = (seconds: number) =>
   new ApiError(408, 'request_timeout', `The request body did not arrive within ${seconds} s.`, { connection: 'close' })
 export const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json.')
+/** RFC 9110 §15.5.16: a body in a content coding the server does not decode; Accept-Encoding says which it takes. */
+export const unsupportedContentCoding = () =>
+  new ApiError(415, 'unsupported_media_type', 'Content-Encoding: the body must be sent uncompressed (identity).', {
+    'accept-encoding': 'identity',
+  })
 /** RFC 9110 §15.5.20: the request names a host this listener does not answer to. */
 export const misdirectedRequest = (message: string) => new ApiError(421, 'misdirected_request', message)
 export const notImplemented = (what: string) => new ApiError(501, 'not_implemented', `${what} is not implemented by this server.`)

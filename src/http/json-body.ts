@@ -5,7 +5,16 @@
  * deadline, and the bytes of the bodies being received at once are bounded, so half-sent bodies cannot
  * hold connections and memory.
  */
-import { ApiError, badRequest, ClientClosedError, JSON_TYPE, payloadTooLarge, requestTimeout, unsupportedMediaType } from './api-errors'
+import {
+  ApiError,
+  badRequest,
+  ClientClosedError,
+  JSON_TYPE,
+  payloadTooLarge,
+  requestTimeout,
+  unsupportedContentCoding,
+  unsupportedMediaType,
+} from './api-errors'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
@@ -175,6 +184,9 @@ export async function readJsonBody(request: Request, maxBytes: number, budget: B
     if (contentType === null && request.headers.get('content-length') === '0') throw badRequest('body: is required (a JSON object)')
     throw unsupportedMediaType()
   }
+  // Bun hands the body over as sent: a compressed one would be read as if it were the JSON itself.
+  const coding = request.headers.get('content-encoding')
+  if (coding !== null && coding.trim().toLowerCase() !== 'identity') throw unsupportedContentCoding()
   let bytes: Uint8Array
   try {
     bytes = await readCapped(request, maxBytes, budget)

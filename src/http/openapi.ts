@@ -269,7 +269,19 @@ export function components(errorSchema: object, scenarios = false) {
       ]),
       IdempotencyConflict: error('The Idempotency-Key was used with a different body.', ['idempotency_conflict']),
       PayloadTooLarge: error('The body is larger than 64 KiB.', ['payload_too_large']),
-      UnsupportedMediaType: error('The body is not application/json.', ['unsupported_media_type']),
+      UnsupportedMediaType: error(
+        'The body is not application/json, or it comes in a content coding (`Content-Encoding: gzip`, …): send it uncompressed.',
+        ['unsupported_media_type'],
+        [],
+        {
+          ...headerRefs([...COMMON_HEADERS, ...applied]),
+          'Accept-Encoding': {
+            description: '`identity`, when the refusal is for the content coding.',
+            required: false,
+            schema: { type: 'string' },
+          },
+        },
+      ),
       TooManyRequests: error(
         'Rate limit exceeded, or the key (`key_banned`) or the client address (`address_banned`) is banned for ignoring 429s; ' +
           "while banned, `X-RateLimit-Remaining` is 0 and `X-RateLimit-Reset` is the ban's end.",

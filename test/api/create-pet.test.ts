@@ -311,6 +311,28 @@ describe('POST /pets body format', () => {
     }
   })
 
+  test('a compressed body (Content-Encoding) is a 415 with Accept-Encoding: identity, and creates nothing', async () => {
+    const json = '{"name":"zipped","categoryId":1}'
+    for (const [coding, body] of [
+      ['gzip', Bun.gzipSync(json)],
+      ['gzip', json], // labelled gzip but plain: still not what it says it is
+      ['br, gzip', json],
+    ] as const) {
+      const res = await postRaw(body, { 'content-type': 'application/json', 'content-encoding': coding })
+      expect([coding, res.status, res.headers.get('accept-encoding')]).toEqual([coding, 415, 'identity'])
+      expect(await jsonOf(res)).toEqual({
+        code: 'unsupported_media_type',
+        message: 'Content-Encoding: the body must be sent uncompressed (identity).',
+        status: 415,
+      })
+    }
+    expect((await postRaw(json, { 'content-type': 'application/json', 'content-encoding': 'identity' })).status).toBe(201)
+    const names = ((await jsonOf(await fetch(`${app.base}/pets?limit=100`, { headers: auth(key) }))) as { name: string }[]).map(
+      (p) => p.name,
+    )
+    expect(names.filter((name) => name === 'zipped')).toHaveLength(1)
+  })
+
   test('a body over 64 KiB is a 413', async () => {
     const text = JSON.stringify({ name: 'x', categoryId: 1, pad: 'p'.repeat(70 * 1024) })
     const res = await postRaw(text)

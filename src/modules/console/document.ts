@@ -58,7 +58,9 @@ const ERRORS = {
   403: error("A sign-in, or a request that changes something with the session cookie, without this console's own Origin."),
   404: error('No such key (or an id not shaped like a key id, refused before anything looks for it).'),
   413: error(`A body over ${KIB} KiB (by its Content-Length, before anything else, or as it arrives); the connection is closed.`),
-  415: error('The body is not `Content-Type: application/json`.'),
+  415: error(
+    'The body is not `Content-Type: application/json`, or it comes compressed (`Content-Encoding`; then with `Accept-Encoding: identity`).',
+  ),
   421: error(
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
