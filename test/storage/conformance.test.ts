@@ -26,7 +26,7 @@ import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
-import { type PostgresCluster, postgresForSuite } from '../support/postgres'
+import { PATIENT, type PostgresCluster, postgresForSuite } from '../support/postgres'
 
 const NOW = Date.UTC(2026, 0, 1)
 const PREFIX = 'http://localhost/v1/pets/'
@@ -90,9 +90,9 @@ const urls = new Map<Storage, string>()
 const postgres: Backend = {
   async fresh() {
     const url = await cluster.createDatabase(`conformance_${++databases}`)
-    const a = await track(openPostgresStorage(url, { pool: 4 }))
+    const a = await track(openPostgresStorage(url, { pool: 4, deadlines: PATIENT }))
     urls.set(a, url)
-    return { a, b: () => track(openPostgresStorage(url, { pool: 4 })) }
+    return { a, b: () => track(openPostgresStorage(url, { pool: 4, deadlines: PATIENT })) }
   },
   async refuseName(storage, name) {
     const admin = new Bun.SQL(urls.get(storage)!, { max: 1 })
@@ -116,7 +116,7 @@ const postgres: Backend = {
     } finally {
       await admin.close()
     }
-    return () => track(openPostgresStorage(url, { pool: 2 }))
+    return () => track(openPostgresStorage(url, { pool: 2, deadlines: PATIENT }))
   },
 }
 
