@@ -61,12 +61,19 @@ export function parse<T extends FlagTable>(args: string[], table: T, usage: stri
       return [row.flag, { type, multiple: row.kind === 'list' }]
     }),
   )
-  let parsed: ReturnType<typeof parseArgs>
+  let parsed: ReturnType<typeof parseArgs<{ options: typeof options; allowPositionals: true; strict: true; tokens: true }>>
   try {
-    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean' } }, allowPositionals: true, strict: true })
+    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean' } }, allowPositionals: true, strict: true, tokens: true })
   } catch (error) {
     throw new UsageError(describeParseError((error as Error).message, [...Object.keys(options), 'help']), usage)
   }
+  // node:util keeps the last of a repeated flag: `--plan pro --plan free` would make a free key unasked.
+  const seen = new Set<string>()
+  for (const token of parsed.tokens)
+    if (token.kind === 'option' && options[token.name]?.type === 'string' && !options[token.name]?.multiple) {
+      if (seen.has(token.name)) throw new UsageError(`--${token.name} is given twice; give it once`, usage)
+      seen.add(token.name)
+    }
   const given: Record<string, string | boolean | (string | boolean)[] | undefined> = parsed.values
   // An empty variable counts as unset (config.ts), but an empty flag was typed: `--data ""` would
   // otherwise become some other file than the one meant.

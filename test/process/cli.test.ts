@@ -104,6 +104,9 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
     [['serve', '--env', 'qa'], /--env.*qa/, 'Usage: petstore serve'],
     [['backup'], /FILE/, 'Usage: petstore backup'],
     [['serve', '--ban-after', '500000'], /--ban-after.*from 1 to 100000.*500000/, 'Usage: petstore serve'],
+    // The last of two would win unasked: a free key made where a pro one was also typed.
+    [['keys', 'create', '--plan', 'pro', '--plan', 'free'], /^petstore: --plan is given twice; give it once$/, 'Usage: petstore keys'],
+    [['serve', '--port=8080', '--port', '8081'], /^petstore: --port is given twice; give it once$/, 'Usage: petstore serve'],
   ]
 
   test.each(cases)('%p: exit 2, one reason line on stderr, nothing on stdout', (args, reason) => {
