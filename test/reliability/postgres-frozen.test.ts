@@ -146,6 +146,19 @@ describeWithEngines(['postgresql'], 'a frozen PostgreSQL under the binary', () =
     }
   }
 
+  test('a start while it is frozen waits for it, as a command does, and serves once it resumes', async () => {
+    const fresh = await cluster.createDatabase('frozen_at_start')
+    freeze()
+    const starting = startServer({ databaseUrl: fresh, args: ['--no-access-log'] })
+    starting.catch(() => {}) // awaited once thawed
+    // Frozen past a query's second, the serving deadline that ended such a start with exit 1.
+    await Bun.sleep(2_500)
+    thaw()
+    const late = await starting
+    await eventually(async () => (await fetch(`${late.origin}/readyz`)).status === 200, 10_000)
+    expect(await late.stop()).toBe(0)
+  })
+
   test('SIGTERM ends the server within its 10 s drain while PostgreSQL is frozen', async () => {
     await eventually(async () => (await fetch(`${server.origin}/readyz`)).status === 200, 10_000)
     freeze()

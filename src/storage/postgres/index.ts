@@ -26,8 +26,12 @@ export interface PostgresOptions {
   olderSchema?: 'upgrade' | 'refuse'
 }
 
-/** Instances that start together wait for the one that migrates; a migration may take a while. */
-const MIGRATION_MS = 60_000
+/**
+ * What opening waits for the database, as a command does: instances that start together wait for the
+ * one that migrates (a migration may take a while), and a start beside a database slow to answer (its
+ * own restart, a loaded host) waits for it instead of failing at the first query's second.
+ */
+const START_MS = 60_000
 
 export async function openPostgresStorage(url: string, options: PostgresOptions): Promise<PostgresStorage> {
   const location = redactedUrl(url)
@@ -53,9 +57,13 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
     deadlines,
   )
   try {
-    await checkEncoding(sql, location)
-    if (options.olderSchema === 'refuse') await checkCurrent(sql, location)
-    else await migrate(sql, location)
+    await sql.begin(async (tx) => {
+      // The serving lock_timeout and statement_timeout would end a wait for another instance's migration.
+      await tx`SELECT set_config('lock_timeout', ${`${START_MS}ms`}, true), set_config('statement_timeout', ${`${START_MS}ms`}, true)`
+      await checkEncoding(tx, location)
+      if (options.olderSchema === 'refuse') await checkCurrent(tx, location)
+      else await migrate(tx, location)
+    }, START_MS)
   } catch (error) {
     await sql.close()
     throw openFailure(error, `cannot ${isUnavailable(error) ? 'reach' : 'use'} PostgreSQL at ${location}`)
@@ -68,8 +76,8 @@ export async function openPostgresStorage(url: string, options: PostgresOptions)
  * stores unchecked and sorts as bytes) the ones it cannot hold; then one name would fail its whole
  * batch. Only UTF8 can hold every name, so any other encoding is refused before anything is written.
  */
-async function checkEncoding(sql: Database, location: string): Promise<void> {
-  const [row] = (await sql`SELECT current_setting('server_encoding') AS encoding`) as { encoding: string }[]
+async function checkEncoding(tx: SQL, location: string): Promise<void> {
+  const [row] = (await tx`SELECT current_setting('server_encoding') AS encoding`) as { encoding: string }[]
   if (row!.encoding !== 'UTF8')
     throw new StorageOpenError(
       `the database at ${location} uses the ${row!.encoding} encoding, which cannot hold every pet name; ` +
@@ -78,11 +86,9 @@ async function checkEncoding(sql: Database, location: string): Promise<void> {
 }
 
 /** Reads the schema version without creating or changing anything. */
-async function checkCurrent(sql: Database, location: string): Promise<void> {
-  const version = await sql.begin(async (tx) => {
-    const [row] = (await tx`SELECT to_regclass('petstore_schema') IS NOT NULL AS present`) as { present: boolean }[]
-    return row!.present ? await versionOf(tx) : 0
-  })
+async function checkCurrent(tx: SQL, location: string): Promise<void> {
+  const [row] = (await tx`SELECT to_regclass('petstore_schema') IS NOT NULL AS present`) as { present: boolean }[]
+  const version = row!.present ? await versionOf(tx) : 0
   refuseNewer(version, location)
   if (version < MIGRATIONS.length) throw olderSchemaRefused(`the database at ${location}`, version, MIGRATIONS.length)
 }
@@ -101,20 +107,16 @@ function refuseNewer(version: number, location: string): void {
     )
 }
 
-async function migrate(sql: Database, location: string): Promise<void> {
-  await sql.begin(async (tx) => {
-    // An instance starting beside another waits out that one's migration, however long the host takes
-    // (the serving lock_timeout and statement_timeout would end the wait and the start).
-    await tx`SELECT set_config('lock_timeout', ${`${MIGRATION_MS}ms`}, true), set_config('statement_timeout', ${`${MIGRATION_MS}ms`}, true)`
-    await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
-    await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
-    const version = await versionOf(tx)
-    refuseNewer(version, location)
-    for (let next = version; next < MIGRATIONS.length; next++) {
-      await tx.unsafe(MIGRATIONS[next]!)
-      await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`
-    }
-  }, MIGRATION_MS)
+/** Under an advisory lock, so that instances starting together migrate once. */
+async function migrate(tx: SQL, location: string): Promise<void> {
+  await tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
+  await tx`CREATE TABLE IF NOT EXISTS petstore_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
+  const version = await versionOf(tx)
+  refuseNewer(version, location)
+  for (let next = version; next < MIGRATIONS.length; next++) {
+    await tx.unsafe(MIGRATIONS[next]!)
+    await tx`INSERT INTO petstore_schema (version) VALUES (${next + 1})`
+  }
 }
 
 export class PostgresStorage implements Storage {
