@@ -100,7 +100,7 @@ export class Server {
       await jobs.load()
       if (bound.redisUrl && !(await waitFor(() => petstore.limiter.ping(), REDIS_WAIT_MS)))
         warn(
-          `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet; ` +
+          `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet${petstore.limiter.failure ? ` (${petstore.limiter.failure})` : ''}; ` +
             (bound.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
         )
       server.listen(arrival, warn)

@@ -49,6 +49,8 @@ export interface LimiterBackend {
   forget(subject: Subject, seq?: number): void | Promise<void>
   /** Whether the backend answers now, within `patienceMs` (default: a request's own bound). */
   ping(patienceMs?: number): Promise<boolean>
+  /** Why the last attempt to reach a shared backend failed, in words for an operator; null when it did not. */
+  readonly failure?: string | null
   close(): void | Promise<void>
 }
 

@@ -174,6 +174,11 @@ export class RateLimiter {
     return this.backend.ping()
   }
 
+  /** Why a shared backend could not be reached last, when it could not; see LimiterBackend.failure. */
+  get failure(): string | null {
+    return this.backend.failure ?? null
+  }
+
   /**
    * Asks the backend whether it answers within a second and notes a change as a request would: called
    * twice a second by the jobs, so an idle instance reports an outage as a busy one does.

@@ -7,11 +7,11 @@
  * instance: one line when it stops answering, one when it is back, nothing more, with no request at all.
  */
 import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
-import { eventually } from '../support/binary'
+import { eventually, type Server, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { postgresForSuite } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
-import { auth, killSpawned, postPet, startWithConsole } from './helpers'
+import { auth, killSpawned, postPet, startWithConsole, unusedPort } from './helpers'
 
 setDefaultTimeout(60_000)
 afterAll(killSpawned)
@@ -121,5 +121,32 @@ describeWithEngines(['redis-server'], 'a Redis outage under an idle instance', (
     expect(answered.status).toBe(200)
     expect(lines()).toHaveLength(2)
     await server.stop()
+  })
+})
+
+describeWithEngines(['redis-server'], 'a Redis the start cannot use', () => {
+  let redis: RedisServer | undefined
+  afterAll(() => redis?.destroy())
+
+  test("the start's warning says why: Redis's own refusal, or what a closed connection means", async () => {
+    redis = await startRedis()
+    const warning = (server: Server) =>
+      server
+        .stderr()
+        .split('\n')
+        .find((line) => line.includes('does not answer yet'))
+    // A database number Redis does not have: its own words, not only "does not answer".
+    const wrongDb = await startServer({ args: ['--no-access-log', '--redis-url', `${redis.url}/99`] })
+    expect(warning(wrongDb)).toMatch(
+      /^petstore: Redis at redis:\/\/\S+\/99 does not answer yet \(ERR DB index is out of range\); API requests answer 503 until it does$/,
+    )
+    expect((await fetch(`${wrongDb.base}/pets`, { headers: auth(wrongDb.bootstrapKey!) })).status).toBe(503)
+    expect(await wrongDb.stop()).toBe(0)
+    // Nothing listening: Bun's client says only that the connection closed, as for a refused password.
+    const nobody = await startServer({ args: ['--no-access-log', '--redis-url', `redis://127.0.0.1:${await unusedPort()}`] })
+    expect(warning(nobody)).toContain(
+      '(the connection closed while connecting: nothing listens there, or Redis refused the user or password in the URL)',
+    )
+    expect(await nobody.stop()).toBe(0)
   })
 })

@@ -107,6 +107,7 @@ export class RedisLimiterBackend implements SharedBackend {
   private hasConnected = false
   private lastReconnect = -Infinity
   private closed = false
+  failure: string | null = null
 
   constructor(
     private readonly rule: BanRule,
@@ -359,7 +360,13 @@ export class RedisLimiterBackend implements SharedBackend {
     if (this.closed || this.reconnecting || at - this.lastReconnect < this.reconnectEveryMs) return
     this.lastReconnect = at
     this.reconnecting = this.connect()
-      .catch(() => {}) // the next failing call tries again
+      .then(() => {
+        this.failure = null
+      })
+      // The next failing call tries again; meanwhile readiness and the start's warning say why.
+      .catch((error) => {
+        this.failure = connectFailure(error)
+      })
       .finally(() => {
         this.reconnecting = null
       })
@@ -421,4 +428,15 @@ export class RedisLimiterBackend implements SharedBackend {
       this.offsetMeasuredAt = receivedAt
     }
   }
+}
+
+/** Why a connect failed, for an operator: the URL, which may hold a password, is never part of it. */
+function connectFailure(error: unknown): string {
+  if (error instanceof LimiterUnavailableError) return error.message
+  const { code, message } = error as { code?: string; message?: string }
+  // Bun's client says only this for a refused port and for a user or password Redis refused alike.
+  if (code === 'ERR_REDIS_CONNECTION_CLOSED')
+    return 'the connection closed while connecting: nothing listens there, or Redis refused the user or password in the URL'
+  // Redis's own refusals (ERR DB index is out of range, NOPERM, …) say what is wrong.
+  return message ?? String(error)
 }
