@@ -8,6 +8,8 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, tempDir } from '../support/binary'
+import { describeWithEngines } from '../support/engines'
+import { redisForSuite } from '../support/redis'
 import { auth, killSpawned, type RawServer, spawnServe } from './helpers'
 
 afterAll(killSpawned)
@@ -15,10 +17,10 @@ setDefaultTimeout(60_000)
 
 const BAN_SECONDS = 600
 
-const serve = (dataFile: string) =>
+const serve = (dataFile: string, more: string[] = []) =>
   spawnServe([
     ...['--port', '0', '--host', '127.0.0.1', '--data', dataFile, '--no-access-log', '--console-address', 'off'],
-    ...['--ban-after', '3', '--ban-seconds', String(BAN_SECONDS), '--trust-proxy', 'loopback'],
+    ...['--ban-after', '3', '--ban-seconds', String(BAN_SECONDS), '--trust-proxy', 'loopback', ...more],
   ])
 
 const from = (address: string, headers: Record<string, string> = {}) => ({ ...headers, 'x-forwarded-for': address })
@@ -181,5 +183,21 @@ describe('a plain restart on the data file', () => {
     expect(left.keys[`key:${key.id}`]!.bannedUntil).toBeUndefined()
     expect(Object.keys(left.addresses)).toEqual(['ip:203.0.113.6'])
     expect(left.addresses['ip:203.0.113.6']!.bannedUntil).toBeUndefined()
+  })
+})
+
+describeWithEngines(['redis-server'], 'a plain restart with --redis-url', () => {
+  const redis = redisForSuite()
+
+  test('leaves nothing beside the data file: the ban is in Redis, and holds', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = tinyKey(dataFile, 'banned')
+    let server = await serve(dataFile, ['--redis-url', redis.url])
+    await banKey(server, key.secret)
+    expect(await stopWith(server, 'SIGTERM')).toBe(0)
+    expect(existsSync(`${dataFile}.handover`)).toBe(false)
+    server = await serve(dataFile, ['--redis-url', redis.url])
+    expect(await answer(server, auth(key.secret, from('198.51.100.1')))).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(await stopWith(server, 'SIGTERM')).toBe(0)
   })
 })
