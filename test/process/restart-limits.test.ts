@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { cli, createKeyWithCli, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { redisForSuite } from '../support/redis'
-import { auth, killSpawned, type RawServer, spawnServe } from './helpers'
+import { auth, killSpawned, type RawServer, serveExpectingFailure, spawnServe } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -156,6 +156,25 @@ describe('a plain restart on the data file', () => {
     const left = leftState(dataFile).keys
     expect(Object.keys(left).sort()).toEqual([reset.id, kept.id].map((id) => `key:${id}`).sort())
     expect(left[`key:${reset.id}`]!.bannedUntil).toBeUndefined()
+  })
+
+  test('a start that fails after reading the state (its port is taken) leaves it for the next one', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = tinyKey(dataFile, 'banned')
+    let server = await serve(dataFile)
+    await banKey(server, key.secret)
+    expect(await stopWith(server, 'SIGTERM')).toBe(0)
+    const taken = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response() })
+    try {
+      const args = ['--port', String(taken.port), '--host', '127.0.0.1', '--data', dataFile, '--console-address', 'off']
+      const refused = await serveExpectingFailure([...args, '--ban-after', '3', '--ban-seconds', String(BAN_SECONDS)])
+      expect({ code: refused.code, listened: refused.listened }).toEqual({ code: 1, listened: false })
+    } finally {
+      taken.stop(true)
+    }
+    server = await serve(dataFile)
+    expect(await answer(server, auth(key.secret, from('198.51.100.1')))).toMatchObject({ status: 429, code: 'key_banned' })
+    expect(await stopWith(server, 'SIGTERM')).toBe(0)
   })
 
   test('a state left for a day: bans that ended are over, buckets are full, and what nobody used since is not carried on', async () => {
