@@ -87,7 +87,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
         : undefined,
     dataFile: storage,
-    handedOver: ofActiveKeys(takeHandover(file), storage.keys.list()),
+    handedOver: ofActiveKeys(takeHandover(file), () => storage.keys.list()),
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
     async close() {
@@ -99,8 +99,13 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
 }
 
 /** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
-function ofActiveKeys(state: LimiterHandover, keys: ApiKeyRecord[]): LimiterHandover {
-  const active = new Set(keys.filter((key) => key.revokedAt === null).map((key) => keySubject(key.id).name))
+function ofActiveKeys(state: LimiterHandover, keys: () => ApiKeyRecord[]): LimiterHandover {
+  if (state.keys.size === 0) return state
+  const active = new Set(
+    keys()
+      .filter((key) => key.revokedAt === null)
+      .map((key) => keySubject(key.id).name),
+  )
   for (const name of state.keys.keys()) if (!active.has(name)) state.keys.delete(name)
   return state
 }
