@@ -12,10 +12,12 @@ import { RedisLimiterBackend } from './limiter/redis/backend'
 import type { BanRule, SharedBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './storage/sqlite/data-file-lock'
-import { dropDeadClaim, takeHandover } from './storage/sqlite/handover'
+import { dropDeadClaim, takeHandover, writeHandover } from './storage/sqlite/handover'
 import { openSqliteStorage, prepareDataFolder, readOnlyBecause, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
+import type { ApiKeyRecord } from './domain/api-key'
 import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } from './domain/repositories'
+import { keySubject } from './domain/subject'
 
 /** The storage a server runs on, with what only that kind of storage needs. */
 export interface StorageBackend {
@@ -25,8 +27,10 @@ export interface StorageBackend {
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void
-  /** Rate-limit state the server before this one left beside the data file (takeover.ts). */
+  /** Rate-limit state the server before this one left beside the data file at its stop. */
   handedOver?: LimiterHandover
+  /** Leaves the in-process limiter's state for the next server on the data file; absent elsewhere. */
+  leave?(state: LimiterHandover): void
 }
 
 export interface OpenOptions {
@@ -83,13 +87,27 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
         : undefined,
     dataFile: storage,
-    handedOver: takeHandover(file),
+    handedOver: ofActiveKeys(takeHandover(file), () => storage.keys.list()),
+    // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
+    leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
     async close() {
       storage.close()
       lock?.release()
     },
     undo: () => created.undo(),
   }
+}
+
+/** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
+function ofActiveKeys(state: LimiterHandover, keys: () => ApiKeyRecord[]): LimiterHandover {
+  if (state.keys.size === 0) return state
+  const active = new Set(
+    keys()
+      .filter((key) => key.revokedAt === null)
+      .map((key) => keySubject(key.id).name),
+  )
+  for (const name of state.keys.keys()) if (!active.has(name)) state.keys.delete(name)
+  return state
 }
 
 /** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */

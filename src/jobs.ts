@@ -47,7 +47,11 @@ export class Jobs {
     private readonly options: JobOptions,
   ) {}
 
-  /** Reads what the poll compares against: the keys, and the pets' generation. Before listening. */
+  /**
+   * Reads what the poll compares against: the keys, and the pets' generation. Before listening. In
+   * process, limit resets asked for while no server ran are applied here, so the state the last server
+   * left never answers a request after them (with Redis, the first poll applies them there).
+   */
   async load(): Promise<void> {
     await Promise.all([
       this.petstore.keys.reload(),
@@ -55,6 +59,7 @@ export class Jobs {
         this.petsGeneration = generation
       }),
     ])
+    if (!this.petstore.limiter.shared) await this.applyLimitResets()
   }
 
   start(): void {
@@ -122,18 +127,23 @@ export class Jobs {
       const generation = await storage.pets.generation()
       if (generation !== this.petsGeneration) petstore.pets.dropCaches()
       this.petsGeneration = generation
-      if (storage.writable) for (const { keyId, seq } of await storage.keys.takeLimitResets()) this.unappliedResets.set(keyId, seq)
-      // A reset is kept until the limiter has applied it (Redis may be away right now).
-      for (const [id, seq] of this.unappliedResets) {
-        await petstore.limiter.forget(keySubject(id), seq ?? undefined)
-        this.unappliedResets.delete(id)
-      }
+      await this.applyLimitResets()
       if (this.pollFailing) options.warn('storage answers the change poll again')
       this.pollFailing = false
     } catch (error) {
       // Tried again at the next poll; said once, not four times a second.
       if (!this.pollFailing) options.warn(`could not check storage for changes made by other processes: ${(error as Error).message}`)
       this.pollFailing = true
+    }
+  }
+
+  private async applyLimitResets(): Promise<void> {
+    const { petstore, storage } = this
+    if (storage.writable) for (const { keyId, seq } of await storage.keys.takeLimitResets()) this.unappliedResets.set(keyId, seq)
+    // A reset is kept until the limiter has applied it (Redis may be away right now).
+    for (const [id, seq] of this.unappliedResets) {
+      await petstore.limiter.forget(keySubject(id), seq ?? undefined)
+      this.unappliedResets.delete(id)
     }
   }
 

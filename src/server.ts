@@ -131,15 +131,16 @@ export class Server {
 
   /**
    * Stops in reverse: the listener drains (up to `graceMs`), the writes it started finish, then the jobs
-   * stop (their last save after the last request), `leave` writes what a successor takes over, storage
-   * closes. False when storage did not finish by the drain's end (at least STOP_SAVE_MS after it).
+   * stop (their last save after the last request), the limiter's state is left for the next server on
+   * the data file (a takeover's or a plain restart's), storage closes. False when storage did not finish
+   * by the drain's end (at least STOP_SAVE_MS after it).
    */
-  stop(graceMs = 0, leave?: () => void): Promise<boolean> {
-    this.stopped ??= this.teardown(graceMs, leave)
+  stop(graceMs = 0): Promise<boolean> {
+    this.stopped ??= this.teardown(graceMs)
     return this.stopped
   }
 
-  private async teardown(graceMs: number, leave: (() => void) | undefined): Promise<boolean> {
+  private async teardown(graceMs: number): Promise<boolean> {
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {
@@ -151,7 +152,7 @@ export class Server {
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
-      leave?.()
+      this.leaveLimiterState()
       await this.petstore.close()
       await this.backend.close()
       return true
@@ -162,6 +163,15 @@ export class Server {
       timer = setTimeout(() => resolve(false), Math.max(drainEnds - Date.now(), STOP_SAVE_MS))
     })
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
+  }
+
+  /** Before the lock goes: the next start on the file reads it. One that cannot be written costs a warning, not the stop. */
+  private leaveLimiterState(): void {
+    try {
+      this.backend.leave?.(this.petstore.limiter.handover())
+    } catch (error) {
+      this.warn(`could not leave the rate-limit state for the next start: ${(error as Error).message}`)
+    }
   }
 
   /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */

@@ -12,7 +12,7 @@ import { StorageOpenError } from './domain/repositories'
 import { errorResponse, unavailable } from './http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, type Server, STOP_SAVE_MS } from './server'
 import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress, writeHandover } from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from './storage/sqlite/handover'
 
 /**
  * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
@@ -162,7 +162,7 @@ export async function handOver(server: Server, givenUp: () => boolean): Promise<
     warn('the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
     return 'withdrawn'
   }
-  if (!(await server.stop(config.shutdownGraceMs, () => writeHandover(file, petstore.limiter.handover())))) return 'storage late'
+  if (!(await server.stop(config.shutdownGraceMs))) return 'storage late'
   if (await successorLives(file, claimant, givenUp)) return 'handed over'
   warn('the server taking over died before it served: serving again')
   return 'successor died'

@@ -1,5 +1,5 @@
 /**
- * The in-process limiter's state handed over in a takeover, through the file the data file's folder
+ * The in-process limiter's state handed over in a takeover or a restart, through the file the data file's folder
  * holds (handover.ts), on an injected clock: bans, the rejections toward one, and addresses' buckets
  * arrive as they left; the console lists the bans; a file from a petstore that handed over only the
  * keys' minute buckets is still read. The binary's takeover is tested in test/process/takeover.test.ts.
@@ -49,6 +49,22 @@ describe('limiter hand-over', () => {
     // 100 s on, the address seen once has refilled its day's one token (1,000 a day): as a new one.
     clock.now += 100_000
     expect([...old.handover().addresses.keys()]).toEqual(['ip:203.0.113.5'])
+  })
+
+  test('what would be as a new subject is not handed on: a key whose minute refilled, an unused one whose ban ended', async () => {
+    const clock = { now: T0 }
+    const old = make(clock)
+    for (let i = 0; i < 6; i++) await old.check(named('key:a'), TINY)
+    await old.check(named('key:b'), FREE)
+    clock.now += 500
+    expect([...old.handover().keys.keys()].sort()).toEqual(['key:a', 'key:b'])
+    // key:b's minute is full a minute on; key:a's ban still holds, so it is handed on unused.
+    clock.now += 60_000
+    const next = make(clock, old.handover())
+    expect([...next.handover().keys.keys()]).toEqual(['key:a'])
+    // Its ban over, with nothing in the last minute, it goes.
+    clock.now += 600_000
+    expect(next.handover()).toEqual({ keys: new Map(), addresses: new Map() })
   })
 
   test('a file from a petstore that handed over only minute buckets gives those; a damaged one gives nothing', async () => {

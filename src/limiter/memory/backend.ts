@@ -16,7 +16,7 @@ import {
   type SubjectReader,
   type TakeResult,
 } from '../backend'
-import { MINUTE_MS } from '../../domain/time'
+import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
@@ -144,24 +144,30 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   }
 
   /**
-   * For the server taking over: keys' minute buckets, bans and rejections (day buckets are in storage),
-   * addresses' state unless it is as a new one's, and what was handed to this one and not used yet.
+   * For the next server on the data file: keys' minute buckets, bans and rejections (day buckets are in
+   * storage), addresses' state, and what was handed to this one and not used yet; each unless it is as
+   * a new subject's by now, so subjects never seen again are not carried from stop to stop.
    */
   handover(now: number = Date.now()): LimiterHandover {
-    const keys = new Map(this.handedOver.keys)
-    const addresses = new Map(this.handedOver.addresses)
-    for (const [id, subject] of this.keys) keys.set(id, this.handed(subject, false, now))
+    const keys = new Map<string, HandedSubject>()
+    const addresses = new Map<string, HandedSubject>()
+    for (const [unused, into] of [
+      [this.handedOver.keys, keys],
+      [this.handedOver.addresses, addresses],
+    ] as const)
+      for (const [id, handed] of unused) if (!lapsed(handed, now)) into.set(id, handed)
+    const keep = (into: Map<string, HandedSubject>, id: string, subject: State, withDay: boolean) => {
+      const handed = this.handed(subject, withDay, now)
+      const fresh =
+        handed.minute.tokens >= subject.limits.rpm &&
+        (handed.day?.tokens ?? Infinity) >= subject.limits.rpd &&
+        !handed.bannedUntil &&
+        !handed.rejections
+      if (!fresh) into.set(id, handed)
+    }
+    for (const [id, subject] of this.keys) keep(keys, id, subject, false)
     for (const generation of [this.previousAddresses, this.currentAddresses])
-      for (const [id, subject] of generation) {
-        const handed = this.handed(subject, true, now)
-        const fresh =
-          handed.minute.tokens >= subject.limits.rpm &&
-          handed.day!.tokens >= subject.limits.rpd &&
-          !handed.bannedUntil &&
-          !handed.rejections
-        if (fresh) addresses.delete(id)
-        else addresses.set(id, handed)
-      }
+      for (const [id, subject] of generation) keep(addresses, id, subject, true)
     return { keys, addresses }
   }
 
@@ -253,6 +259,16 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     subject.rejections.fill(-Infinity)
     return true
   }
+}
+
+/** Handed over and never used since: its ban over, its buckets full again whatever its limits, its rejections out of the minute. */
+function lapsed(handed: HandedSubject, now: number): boolean {
+  return (
+    !((handed.bannedUntil ?? 0) > now) &&
+    now - handed.minute.updatedAt >= MINUTE_MS &&
+    (handed.day === undefined || now - handed.day.updatedAt >= DAY_MS) &&
+    !handed.rejections?.some((at) => now - at < MINUTE_MS)
+  )
 }
 
 /** A bucket saved by an earlier run: never above the key's current limit, never dated in the future. */

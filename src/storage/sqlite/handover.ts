@@ -1,7 +1,8 @@
 /**
  * What `serve --takeover` needs from the data file besides its lock: a check, before the running server
  * is asked to hand over, that this binary can serve the file; the claim; and the rate-limit state that
- * lives only in memory, handed over in `FILE.handover` (keys' day buckets are saved in the file itself).
+ * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
+ * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
@@ -29,10 +30,12 @@ export function checkServable(file: string): void {
 }
 
 /**
- * Written by the stopping server after its last answer, before it releases the lock. `minutes` repeats
- * the keys' minute buckets for a petstore from before bans were handed over (a rollback by takeover).
+ * Written by the stopping server after its last answer, before it releases the lock; not at all when
+ * there is nothing to hand over. `minutes` repeats the keys' minute buckets for a petstore from before
+ * bans were handed over (a rollback by takeover).
  */
 export function writeHandover(file: string, state: LimiterHandover): void {
+  if (state.keys.size === 0 && state.addresses.size === 0) return
   const path = handoverFileOf(file)
   const minutes = Object.fromEntries([...state.keys].map(([id, subject]) => [id, subject.minute]))
   const text = JSON.stringify({ minutes, keys: Object.fromEntries(state.keys), addresses: Object.fromEntries(state.addresses) })
