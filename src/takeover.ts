@@ -1,7 +1,8 @@
 /**
  * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and port,
  * refusing no request; both listen with SO_REUSEPORT, and SIGUSR2 is the whole protocol. takeOver is how
- * the new one arrives, handOver how the old one leaves, each serving on if the other dies first.
+ * the new one arrives, handOver how the old one leaves, each serving on if the other dies first
+ * (servingAgain: how the old one comes back once it has let go).
  * server.ts knows none of it. Steps in docs/upgrading.md.
  */
 import { existsSync } from 'node:fs'
@@ -138,8 +139,8 @@ function holdRequests(config: Config): Holding {
     port: config.port,
     reusePort: true,
     development: false,
-    // They may wait longer than Bun's default of 10 s, which would reset them (the old server answers
-    // its in-flight requests for up to its grace period first); the wait is bounded by lockWaitMs.
+    // They may wait longer than Bun's default of 10 s, which would reset them (an old server answers
+    // its in-flight requests for up to its grace period first); the wait is bounded by the start's.
     idleTimeout: 0,
     // Each answer closes its connection, so the client's next request goes to the app's own listener.
     async fetch(request) {

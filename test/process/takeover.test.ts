@@ -229,11 +229,11 @@ function windowAfter(outcomes: Timed[], killedAt: number) {
  * `serve --takeover` whose parent never reaps it (a shell that forks it and becomes `sleep`): once it
  * dies it stays a zombie, as under a PID 1 that reaps late. Its stderr goes to a file.
  */
-function spawnUnreapedTaker(args: string[]) {
+async function spawnUnreapedTaker(args: string[]) {
   const dir = tempDir()
   const command = [BINARY, 'serve', ...args, '--takeover'].map((word) => `'${word}'`).join(' ')
   const parent = killedAtEnd(
-    Bun.spawn(['sh', '-c', `${command} 2>"$1/stderr" & echo $! >"$1/pid"; exec sleep 600`, 'sh', dir], {
+    Bun.spawn(['sh', '-c', `${command} 2>"$1/stderr" & echo $! >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 600`, 'sh', dir], {
       env: cleanEnv(),
       stdin: 'ignore',
       stdout: 'ignore',
@@ -241,8 +241,8 @@ function spawnUnreapedTaker(args: string[]) {
     }),
   )
   const read = (name: string) => (existsSync(join(dir, name)) ? readFileSync(join(dir, name), 'utf8') : '')
-  const pid = Bun.spawnSync(['sh', '-c', `until [ -s "$1/pid" ]; do sleep 0.01; done; cat "$1/pid"`, 'sh', dir]).stdout.toString()
-  return { parent, pid: Number(pid.trim()), stderr: () => read('stderr') }
+  await until(() => read('pid') !== '')
+  return { parent, pid: Number(read('pid').trim()), stderr: () => read('stderr') }
 }
 
 /** The state letter /proc/PID/stat gives (Z: a zombie); '' when there is no such process. */
@@ -518,7 +518,7 @@ describe('serve --takeover', () => {
   test('a server taking over killed after the old one let go, left a zombie by a parent that does not reap it: it counts as dead, and the old one serves again at once', async () => {
     const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     const stream = requestStream(port, key, 32)
-    const taker = spawnUnreapedTaker(serveArgs(port, dataFile))
+    const taker = await spawnUnreapedTaker(serveArgs(port, dataFile))
     try {
       const { killedAt } = await killAfterLetGo(old, dataFile, taker.stderr, taker.pid, 5_000)
       expect(processState(taker.pid)).toBe('Z')
