@@ -242,6 +242,8 @@ async function spawnUnreapedTaker(args: string[]) {
   )
   const read = (name: string) => (existsSync(join(dir, name)) ? readFileSync(join(dir, name), 'utf8') : '')
   await until(() => read('pid') !== '')
+  // Once the shell is `sleep`, nothing reaps the taker (the shell itself could).
+  await until(() => existsSync(`/proc/${parent.pid}/comm`) && readFileSync(`/proc/${parent.pid}/comm`, 'utf8') === 'sleep\n')
   return { parent, pid: Number(read('pid').trim()), stderr: () => read('stderr') }
 }
 

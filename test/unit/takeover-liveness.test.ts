@@ -10,22 +10,39 @@ import { join } from 'node:path'
 import { claimantOf, takeoverProgress } from '../../src/storage/sqlite/handover'
 import { tempDir } from '../support/binary'
 
-// A shell that starts a child which exits at once, prints its pid, and becomes `sleep`, which never reaps it.
-const parent = Bun.spawn(['sh', '-c', 'sh -c "exit 0" & echo $!; exec sleep 60'], { stdin: 'ignore', stdout: 'pipe', stderr: 'ignore' })
+// A shell that starts a child, prints its pid and becomes `sleep`, which never reaps it: the child,
+// killed once the shell is `sleep`, stays a zombie (killed before, the shell could reap it).
+const parent = Bun.spawn(['sh', '-c', 'sleep 60 & echo $!; exec sleep 60'], { stdin: 'ignore', stdout: 'pipe', stderr: 'ignore' })
 afterAll(() => parent.kill('SIGKILL'))
 
+function read(path: string): string {
+  try {
+    return readFileSync(path, 'latin1')
+  } catch {
+    return ''
+  }
+}
+
 function stateOf(pid: number): string {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+  const stat = read(`/proc/${pid}/stat`)
   return stat.charAt(stat.lastIndexOf(')') + 2)
 }
 
-async function zombie(): Promise<number> {
-  const { value } = await parent.stdout.getReader().read()
-  const pid = Number(new TextDecoder().decode(value).trim())
-  for (let tries = 0; stateOf(pid) !== 'Z'; tries++) {
-    if (tries > 500) throw new Error(`process ${pid} did not become a zombie`)
+async function until(check: () => boolean): Promise<void> {
+  for (let tries = 0; !check(); tries++) {
+    if (tries > 500) throw new Error('condition not met in time')
     await Bun.sleep(10)
   }
+}
+
+async function zombie(): Promise<number> {
+  let text = ''
+  const reader = parent.stdout.getReader()
+  while (!text.includes('\n')) text += new TextDecoder().decode((await reader.read()).value)
+  const pid = Number(text.trim())
+  await until(() => read(`/proc/${parent.pid}/comm`) === 'sleep\n')
+  process.kill(pid, 'SIGKILL')
+  await until(() => stateOf(pid) === 'Z')
   return pid
 }
 
