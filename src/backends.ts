@@ -13,6 +13,7 @@ import type { BanRule, SharedBackend } from './limiter/backend'
 import { openPostgresStorage } from './storage/postgres'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './storage/sqlite/data-file-lock'
 import { dropDeadClaim, takeHandover, writeHandover } from './storage/sqlite/handover'
+import { identityOf } from './storage/sqlite/open'
 import { openSqliteStorage, prepareDataFolder, readOnlyBecause, type SqliteStorage } from './storage/sqlite'
 import { WorkerPetWriter } from './storage/sqlite/writer'
 import type { ApiKeyRecord } from './domain/api-key'
@@ -31,11 +32,18 @@ export interface StorageBackend {
   handedOver?: LimiterHandover
   /** Leaves the in-process limiter's state for the next server on the data file; absent elsewhere. */
   leave?(state: LimiterHandover): void
+  /** The data file this backend checked whole, or took as checked (OpenOptions.checked): its device and inode. */
+  checked?: string
 }
 
 export interface OpenOptions {
   /** Wait up to this long for another server to release the data file (a takeover's Arrival), instead of refusing. */
   lockWaitMs?: number
+  /**
+   * The data file this process checked whole and held until a moment ago (StorageBackend.checked): while
+   * the path still names that file it is not read whole again (takeover.ts, serving again). Its schema is.
+   */
+  checked?: string
 }
 
 /** Where the limiter keeps its state when shared (Redis); undefined keeps it in this process. */
@@ -67,7 +75,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
   if (lock) dropDeadClaim(file)
   let storage: SqliteStorage | undefined
   try {
-    storage = openSqliteStorage(config.dataFile, { verify: true })
+    storage = openSqliteStorage(config.dataFile, { verify: options.checked === undefined || identityOf(file) !== options.checked })
     if (storage.readOnly && storage.keys.list().length === 0)
       throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
   } catch (error) {
@@ -90,6 +98,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     handedOver: ofActiveKeys(takeHandover(file), () => storage.keys.list()),
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
+    checked: identityOf(file) ?? undefined,
     async close() {
       storage.close()
       lock?.release()

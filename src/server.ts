@@ -27,6 +27,8 @@ export interface ServerOptions extends Partial<Pick<AppDeps, 'now' | 'logSink' |
 export interface Arrival {
   /** How long opening the data file waits for another server to release it, instead of refusing. */
   lockWaitMs?: number
+  /** The data file as this process checked it and held it until a moment ago: not read whole again (serving again). */
+  checked?: string
   /** Before the API listens with SO_REUSEPORT: afresh nothing may listen there (two data files would split traffic). */
   checkPort(host: string, port: number): void
   /** The API listens, but /metrics' or the console's `listener` cannot (`reason`): afresh the start fails. */
@@ -73,7 +75,7 @@ export class Server {
     let backend: StorageBackend | undefined
     let server: Server | undefined
     try {
-      backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: arrival.lockWaitMs }))
+      backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: arrival.lockWaitMs, checked: arrival.checked }))
       if (config.database && !config.redisUrl)
         warn('rate limits are per instance: with several instances, give them --redis-url to share them')
       const bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config

@@ -1,7 +1,8 @@
 /**
  * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and port,
  * refusing no request; both listen with SO_REUSEPORT, and SIGUSR2 is the whole protocol. takeOver is how
- * the new one arrives, handOver how the old one leaves, each serving on if the other dies first.
+ * the new one arrives, handOver how the old one leaves, each serving on if the other dies first
+ * (servingAgain: how the old one comes back once it has let go).
  * server.ts knows none of it. Steps in docs/upgrading.md.
  */
 import { existsSync } from 'node:fs'
@@ -23,6 +24,8 @@ const QUIET_MS = 50
 const CLOSE_CONNECTIONS_MS = 500
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
+/** How often it looks (a read of the claim and of /proc/PID/stat): while it waits, a death leaves the port unserved until then. */
+const SUCCESSOR_POLL_MS = 5
 
 /**
  * Steps 1 and 2, as the new server's Arrival; throws, with one line, while the old server is untouched.
@@ -60,28 +63,9 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
       `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
     )
   const dropClaim = orRefused(() => claimTakeover(file, pid))
-  let letThrough: (petstore: PetstoreApp | null) => void = () => {}
-  const ready = new Promise<PetstoreApp | null>((settle) => (letThrough = settle))
-  let holding: ReturnType<typeof Bun.serve>
+  let holding: Holding
   try {
-    holding = Bun.serve({
-      hostname: config.host,
-      port: config.port,
-      reusePort: true,
-      development: false,
-      // They may wait longer than Bun's default of 10 s, which would reset them (the old server answers
-      // its in-flight requests for up to its grace period first); the wait is bounded by lockWaitMs.
-      idleTimeout: 0,
-      // Requests that reach this server before it can serve wait for it; each answer then closes its
-      // connection, so the client's next request goes to the app's own listener.
-      async fetch(request) {
-        const petstore = await ready
-        if (!petstore) return errorResponse(unavailable('The server is restarting; try again.'))
-        const response: Response = await petstore.app.fetch(request)
-        response.headers.set('connection', 'close')
-        return response
-      },
-    })
+    holding = holdRequests(config)
   } catch (error) {
     dropClaim()
     throw refused(
@@ -93,7 +77,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
     process.kill(pid, 'SIGUSR2')
   } catch (error) {
     dropClaim()
-    holding.stop(true)
+    void holding.fail()
     throw refused(`cannot signal process ${pid}: ${(error as Error).message}`)
   }
   warn(`taking over ${file} from process ${pid}`)
@@ -108,13 +92,70 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
     },
     // Serving: the claim goes, which tells the old server that this one made it.
     ready(petstore) {
-      letThrough(petstore)
-      void holding.stop(false)
+      holding.ready(petstore)
       dropClaim()
     },
-    // The held requests' 503s are sent before the process ends, rather than reset with it. The claim
-    // stays until this process is gone: the old server, if it let go, then sees a dead claimant and
-    // serves again, where a claim dropped by a live process would read as "the new one serves".
+    // The claim stays until this process is gone: the old server, if it let go, then sees a dead
+    // claimant and serves again, where a claim dropped by a live process would read as "the new one serves".
+    fail: () => holding.fail(),
+  }
+}
+
+/**
+ * How a server that handed over serves again once its successor died before serving: the port at once,
+ * requests held until it serves (as a taker holds them), and the file it checked whole at its own start
+ * and held since is not read whole again (its schema is: a successor that got as far as a newer schema
+ * step is refused). See docs/upgrading.md.
+ */
+export function servingAgain(previous: Server): (config: Config, warn: (message: string) => void) => Arrival {
+  return (config, warn) => {
+    const holding = holdRequests(config)
+    return {
+      checked: previous.backend.checked,
+      checkPort() {},
+      // Served a moment ago: serving without /metrics or the console beats not serving.
+      without(listener, reason) {
+        warn(`${reason}; serving without ${listener}`)
+      },
+      ready: (petstore) => holding.ready(petstore),
+      fail: () => holding.fail(),
+    }
+  }
+}
+
+interface Holding {
+  /** The app serves: the held requests go to it, and the holding listener closes. */
+  ready(petstore: PetstoreApp): void
+  /** The start failed: the held requests get 503s, sent before the process ends rather than reset with it. */
+  fail(): Promise<void>
+}
+
+/** A listener beside (SO_REUSEPORT) whatever serves the port, whose requests wait until the app serves. */
+function holdRequests(config: Config): Holding {
+  let letThrough: (petstore: PetstoreApp | null) => void = () => {}
+  const ready = new Promise<PetstoreApp | null>((settle) => (letThrough = settle))
+  const holding = Bun.serve({
+    hostname: config.host,
+    port: config.port,
+    reusePort: true,
+    development: false,
+    // They may wait longer than Bun's default of 10 s, which would reset them (an old server answers
+    // its in-flight requests for up to its grace period first); the wait is bounded by the start's.
+    idleTimeout: 0,
+    // Each answer closes its connection, so the client's next request goes to the app's own listener.
+    async fetch(request) {
+      const petstore = await ready
+      if (!petstore) return errorResponse(unavailable('The server is restarting; try again.'))
+      const response: Response = await petstore.app.fetch(request)
+      response.headers.set('connection', 'close')
+      return response
+    },
+  })
+  return {
+    ready(petstore) {
+      letThrough(petstore)
+      void holding.stop(false)
+    },
     async fail() {
       letThrough(null)
       await Promise.race([holding.stop(false), Bun.sleep(CLOSE_CONNECTIONS_MS)])
@@ -182,13 +223,16 @@ async function letConnectionsGo(petstore: PetstoreApp, claimed: () => boolean): 
   }
 }
 
-/** False when the successor died before it served; true once it serves, or when the wait ends. */
+/**
+ * False when the successor died before it served; true once it serves, or when the wait ends. Nothing
+ * listens on the port from the successor's death until this notices it: hence the short step.
+ */
 async function successorLives(file: string, pid: number, givenUp: () => boolean): Promise<boolean> {
   const deadline = Date.now() + SUCCESSOR_WAIT_MS
   for (;;) {
     const progress = takeoverProgress(file, pid)
     if (progress !== 'starting') return progress === 'serving'
     if (Date.now() > deadline || givenUp()) return true
-    await Bun.sleep(20)
+    await Bun.sleep(SUCCESSOR_POLL_MS)
   }
 }

@@ -7,7 +7,7 @@ import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../
 import { redactedUrl } from '../domain/redacted-url'
 import { isLoopbackHost } from '../http/client-address'
 import { Server, type ServerOptions } from '../server'
-import { handOver, takeOver } from '../takeover'
+import { handOver, servingAgain, takeOver } from '../takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, flagLines, help, parse, UsageError } from './options'
@@ -102,7 +102,7 @@ export async function serve(args: string[]): Promise<number> {
     if (outcome === 'unclaimed' || outcome === 'withdrawn') return serveOn()
     if (outcome !== 'successor died') return exit(outcome === 'handed over', 0)
     try {
-      server = await Server.start(server.config, options)
+      server = await Server.start(server.config, { ...options, arrive: servingAgain(server) })
     } catch (error) {
       console.error(`petstore: cannot serve again: ${(error as Error).message}`)
       process.exit(1)

@@ -6,7 +6,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, collect, createKeyWithCli, tempDir } from '../support/binary'
@@ -99,10 +99,11 @@ function spawnTaker(args: string[]) {
 
 const UNLIMITED = ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000']
 
-/** A data file with one key, made with `keyFlags`, and the server to take over: on it, at a free port. */
-async function oldServer(keyFlags: string[]) {
+/** A data file with one key, made with `keyFlags` (and whatever `fill` adds), and the server to take over: on it, at a free port. */
+async function oldServer(keyFlags: string[], fill: (dataFile: string) => void = () => {}) {
   const dataFile = join(tempDir(), 'petstore.db')
   const key = createKeyWithCli(dataFile, keyFlags)
+  fill(dataFile)
   const port = await unusedPort()
   const old = await spawnServe(serveArgs(port, dataFile))
   return { dataFile, key, port, old }
@@ -120,6 +121,153 @@ async function until(check: () => boolean, ms = 30_000): Promise<void> {
   while (!check()) {
     if (Date.now() > deadline) throw new Error('condition not met in time')
     await Bun.sleep(20)
+  }
+}
+
+/**
+ * Pets, 400,000 at a time, until `PRAGMA quick_check` of the file takes at least 500 ms on this machine
+ * (about 1.2 million pets, 130 MB, on the 2-core one): what serving again used to spend before listening.
+ */
+function bigFile(dataFile: string): number {
+  const db = new Database(dataFile)
+  try {
+    for (let step = 0; step < 10; step++) {
+      db.run(
+        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000)
+         INSERT INTO pets (name, category_id, status, created_at)
+         SELECT printf('pet %d, named at length to make the file big', i), 1, 'available', 0 FROM n`,
+      )
+      const started = performance.now()
+      db.query('PRAGMA quick_check').get()
+      const quickCheckMs = Math.round(performance.now() - started)
+      if (quickCheckMs >= 500) return quickCheckMs
+    }
+    throw new Error('PRAGMA quick_check stays under 500 ms on 4 million pets')
+  } finally {
+    db.close()
+  }
+}
+
+interface Timed {
+  sentAt: number
+  doneAt: number
+  /** The status, or how the connection failed: refused (nothing listens) or reset (closed unanswered). */
+  outcome: number | 'refused' | 'reset'
+}
+
+/** `clients` clients, each sending GET /v1/pets on a new connection after the last answer, until stopped. */
+function requestStream(port: number, key: string, clients: number) {
+  const outcomes: Timed[] = []
+  let running = true
+  let sent = 0
+  const once = () =>
+    new Promise<void>((resolve) => {
+      const sentAt = performance.now()
+      sent++
+      let text = ''
+      let refused = false
+      const socket = connect(port, '127.0.0.1', () =>
+        socket.write(
+          `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
+        ),
+      )
+      socket.on('data', (chunk) => (text += chunk.toString()))
+      socket.on('error', (error: NodeJS.ErrnoException) => (refused = error.code === 'ECONNREFUSED'))
+      socket.on('close', () => {
+        const outcome = parseRawResponse(text)?.status ?? (refused ? 'refused' : 'reset')
+        outcomes.push({ sentAt, doneAt: performance.now(), outcome })
+        resolve()
+      })
+    })
+  const loops = Array.from({ length: clients }, async () => {
+    while (running) await once()
+  })
+  return {
+    outcomes,
+    sent: () => sent,
+    async stop() {
+      running = false
+      await Promise.all(loops)
+    },
+  }
+}
+
+/**
+ * The taker stopped once it says it takes over; once the old server has let the file go (its hand-over
+ * written), `kill -9`. Resolves when the old server says it listens again.
+ */
+/**
+ * Whether `pid` holds a lock on the data file's lock file (/proc/locks names the file's inode): the old
+ * server lets go of it as its last act. The hand-over file is no sign: with nothing to keep, none is written.
+ */
+function holdsLock(pid: number, dataFile: string): boolean {
+  const inode = statSync(`${dataFile}.lock`).ino
+  return readFileSync('/proc/locks', 'utf8')
+    .split('\n')
+    .some((line) => {
+      const fields = line.trim().split(/\s+/)
+      return fields.includes(String(pid)) && fields.some((field) => field.endsWith(`:${inode}`))
+    })
+}
+
+async function killAfterLetGo(old: RawServer, dataFile: string, takerStderr: () => string, takerPid: number, servedWithinMs = 30_000) {
+  await until(() => takerStderr().includes('taking over'))
+  process.kill(takerPid, 'SIGSTOP')
+  // Now only the stopped taker listens: every client waits on it, and is reset by the kill.
+  await until(() => !holdsLock(old.proc.pid, dataFile))
+  const killedAt = performance.now()
+  process.kill(takerPid, 'SIGKILL')
+  await until(() => old.stderr().includes('serving again') && old.stderr().split('listening on').length === 3, servedWithinMs)
+  return { killedAt, servedAgainAt: performance.now() }
+}
+
+/**
+ * Of the requests sent after the kill: when the first was answered (ms after the kill), how many were
+ * refused and over how long, and any that failed after the first answer (none may).
+ */
+function windowAfter(outcomes: Timed[], killedAt: number) {
+  const after = outcomes.filter((o) => o.sentAt >= killedAt)
+  const firstServed = Math.min(...after.filter((o) => o.outcome === 200).map((o) => o.doneAt))
+  const refused = after.filter((o) => o.outcome === 'refused')
+  return {
+    servedAfterMs: Math.round(firstServed - killedAt),
+    refused: refused.length,
+    refusedForMs: refused.length ? Math.round(refused.at(-1)!.sentAt - refused[0]!.sentAt) : 0,
+    reset: after.filter((o) => o.outcome === 'reset').length,
+    answered: after.filter((o) => o.outcome === 200).length,
+    failedOnceServing: after.filter((o) => o.sentAt > firstServed && o.outcome !== 200),
+  }
+}
+
+/**
+ * `serve --takeover` whose parent never reaps it (a shell that forks it and becomes `sleep`): once it
+ * dies it stays a zombie, as under a PID 1 that reaps late. Its stderr goes to a file.
+ */
+async function spawnUnreapedTaker(args: string[]) {
+  const dir = tempDir()
+  const command = [BINARY, 'serve', ...args, '--takeover'].map((word) => `'${word}'`).join(' ')
+  const parent = killedAtEnd(
+    Bun.spawn(['sh', '-c', `${command} 2>"$1/stderr" & echo $! >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 600`, 'sh', dir], {
+      env: cleanEnv(),
+      stdin: 'ignore',
+      stdout: 'ignore',
+      stderr: 'ignore',
+    }),
+  )
+  const read = (name: string) => (existsSync(join(dir, name)) ? readFileSync(join(dir, name), 'utf8') : '')
+  await until(() => read('pid') !== '')
+  // Once the shell is `sleep`, nothing reaps the taker (the shell itself could).
+  await until(() => existsSync(`/proc/${parent.pid}/comm`) && readFileSync(`/proc/${parent.pid}/comm`, 'utf8') === 'sleep\n')
+  return { parent, pid: Number(read('pid').trim()), stderr: () => read('stderr') }
+}
+
+/** The state letter /proc/PID/stat gives (Z: a zombie); '' when there is no such process. */
+function processState(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+    return stat.charAt(stat.lastIndexOf(')') + 2)
+  } catch {
+    return ''
   }
 }
 
@@ -362,6 +510,63 @@ describe('serve --takeover', () => {
     expect(more).toBeLessThan(30)
     expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
     expect(await old.stop()).toBe(0)
+  })
+
+  test('a server taking over killed after the old one let go, on a file that takes long to check whole: under 32 clients the old one serves again within 300 ms, and refuses almost nothing', async () => {
+    let quickCheckMs = 0
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED, (file) => (quickCheckMs = bigFile(file)))
+    const stream = requestStream(port, key, 32)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    const { killedAt, servedAgainAt } = await killAfterLetGo(old, dataFile, () => taker.stderr(), taker.proc.pid)
+    await until(() => stream.sent() > 200 && stream.outcomes.some((o) => o.sentAt > servedAgainAt + 100))
+    await stream.stop()
+    const figures = windowAfter(stream.outcomes, killedAt)
+    console.log(`serving again (quick_check of the file: ${quickCheckMs} ms):`, figures)
+    // Before: it checked the whole file again and listened only then (about 600 ms with quick_check at
+    // 480 ms), refusing every connection meanwhile (about 5,000 here).
+    expect(figures.servedAfterMs).toBeLessThan(300)
+    expect(figures.refusedForMs).toBeLessThan(50)
+    expect(figures.failedOnceServing).toEqual([])
+    expect([existsSync(`${dataFile}.takeover`), existsSync(`${dataFile}.handover`)]).toEqual([false, false])
+    expect(await old.stop()).toBe(0)
+  })
+
+  test('a server taking over killed after the old one let go, left a zombie by a parent that does not reap it: it counts as dead, and the old one serves again at once', async () => {
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
+    const stream = requestStream(port, key, 32)
+    const taker = await spawnUnreapedTaker(serveArgs(port, dataFile))
+    try {
+      const { killedAt } = await killAfterLetGo(old, dataFile, taker.stderr, taker.pid, 5_000)
+      expect(processState(taker.pid)).toBe('Z')
+      await until(() => stream.sent() > 200)
+      await stream.stop()
+      const figures = windowAfter(stream.outcomes, killedAt)
+      console.log('serving again after a zombie:', figures)
+      // Before: kill(pid, 0) found the zombie alive, so the old server waited 30 s, then exited 0.
+      expect(figures.servedAfterMs).toBeLessThan(300)
+      expect(figures.failedOnceServing).toEqual([])
+      expect(await old.stop()).toBe(0)
+    } finally {
+      taker.parent.kill('SIGKILL')
+    }
+  })
+
+  test('a server taking over that migrated the file to a newer schema before it died: the old one refuses to serve it again, in one line, exits 1, and answers nothing but 200 or 503', async () => {
+    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
+    const stream = requestStream(port, key, 32)
+    const taker = spawnTaker(serveArgs(port, dataFile))
+    await until(() => taker.stderr().includes('taking over'))
+    taker.proc.kill('SIGSTOP')
+    await until(() => !holdsLock(old.proc.pid, dataFile))
+    // What a newer binary does once it holds the file: a schema step.
+    const db = new Database(dataFile)
+    db.run('PRAGMA user_version = 999')
+    db.close()
+    taker.proc.kill('SIGKILL')
+    expect(await old.proc.exited).toBe(1)
+    await stream.stop()
+    expect(old.stderr()).toMatch(/^petstore: cannot serve again: .* was written by a newer petstore \(schema 999, .*$/m)
+    expect(stream.outcomes.filter((o) => typeof o.outcome === 'number' && o.outcome !== 200 && o.outcome !== 503)).toEqual([])
   })
 
   test('a claim and a half-written hand-over left by killed processes are removed at the next start', async () => {

@@ -4,7 +4,7 @@
  * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
-import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
@@ -157,13 +157,40 @@ function claimedBy(file: string): number | null {
   }
 }
 
+/**
+ * kill(pid, 0) counts a zombie (dead, not yet reaped by its parent, which may be a PID 1 that reaps
+ * late or never) as alive; on Linux its state in /proc says `Z`. Only a /proc of this process's own
+ * PID namespace is read; where there is none, kill(pid, 0) alone decides.
+ */
 function isAlive(pid: number): boolean {
+  if (ownProc() && ['Z', 'X'].includes(procState(pid))) return false
   try {
     process.kill(pid, 0)
     return true
   } catch (error) {
     // EPERM: alive, under another user.
     return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+let procIsOwn: boolean | undefined
+function ownProc(): boolean {
+  if (procIsOwn === undefined)
+    try {
+      procIsOwn = readlinkSync('/proc/self') === String(process.pid)
+    } catch {
+      procIsOwn = false
+    }
+  return procIsOwn
+}
+
+/** The state letter of /proc/PID/stat (after the command's name, which may hold spaces and parentheses); '' when unreadable. */
+function procState(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+    return stat.charAt(stat.lastIndexOf(')') + 2)
+  } catch {
+    return ''
   }
 }
 
