@@ -12,6 +12,7 @@ import {
   lstatSync,
   mkdirSync,
   readFileSync,
+  readdirSync,
   readlinkSync,
   rmSync,
   statSync,
@@ -156,6 +157,34 @@ export function openPetCommitter(file: string): { pets: SqlitePets; close(): voi
   }
 }
 
+/** A copy untouched this long, by a process that is gone, was abandoned (a backup killed while writing it). */
+const ABANDONED_AFTER_MS = 10 * 60_000
+
+/**
+ * Removes what backups killed while copying left in `folder` (`.NAME.partial-PID` and its -journal, tens
+ * of MB each): their process cannot, and rotations that match backups by name never see them. A copy
+ * still being written changes by the second; one whose process this one cannot see (another container
+ * sharing the folder) is left while it does.
+ */
+function removeAbandonedCopies(folder: string): void {
+  for (const name of readdirSync(folder)) {
+    const pid = Number(/^\..+\.partial-(\d+)(?:-journal)?$/.exec(name)?.[1])
+    if (!pid || pid === process.pid || processExists(pid)) continue
+    const path = join(folder, name)
+    const changed = statSync(path, { throwIfNoEntry: false })?.mtimeMs
+    if (changed !== undefined && Date.now() - changed > ABANDONED_AFTER_MS) rmSync(path, { force: true })
+  }
+}
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
 export class SqliteStorage implements Storage {
   readonly pets: SqlitePets
   readonly keys: SqliteKeys
@@ -233,6 +262,7 @@ export class SqliteStorage implements Storage {
     if (!existsSync(dirname(file)))
       throw new StorageOpenError(`cannot write the backup to ${file}: the folder ${dirname(file)} does not exist`)
     const partial = join(dirname(file), `.${basename(file)}.partial-${process.pid}`)
+    removeAbandonedCopies(dirname(file))
     try {
       rmSync(partial, { force: true })
       this.db.query('VACUUM INTO ?').run(partial)
@@ -252,7 +282,7 @@ export class SqliteStorage implements Storage {
       const reason = (error as { code?: string }).code === 'EEXIST' ? 'it appeared while the copy was made' : (error as Error).message
       throw new StorageOpenError(`cannot write the backup to ${file}: ${reason}`)
     } finally {
-      rmSync(partial, { force: true })
+      for (const path of [partial, `${partial}-journal`]) rmSync(path, { force: true })
     }
   }
 
