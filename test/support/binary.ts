@@ -146,7 +146,10 @@ export async function spawnListening(
 export async function startServer(options: StartOptions = {}): Promise<Server> {
   const dataFile = options.dataFile ?? join(tempDir(), 'petstore.db')
   const storage = options.databaseUrl ? ['--database-url', options.databaseUrl] : ['--data', dataFile]
-  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...storage, ...(options.args ?? [])]
+  const given = options.args ?? []
+  // A flag given twice is refused: the test's own --port or --host replaces the default.
+  const unless = (flag: string, value: string) => (given.includes(flag) ? [] : [flag, value])
+  const args = ['serve', ...unless('--port', '0'), ...unless('--host', '127.0.0.1'), ...storage, ...given]
   const cwd = options.cwd ?? (options.databaseUrl ? tempDir() : undefined)
   return { ...(await spawnListening([BINARY, ...args], { ...options, cwd })), dataFile }
 }
