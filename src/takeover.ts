@@ -13,7 +13,15 @@ import { StorageOpenError } from './domain/repositories'
 import { errorResponse, unavailable } from './http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, type Server, STOP_SAVE_MS } from './server'
 import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from './storage/sqlite/handover'
+import {
+  checkServable,
+  claimantOf,
+  claimTakeover,
+  dropDeadClaim,
+  handoverFileOf,
+  takeoverProgress,
+  writeHandover,
+} from './storage/sqlite/handover'
 
 /**
  * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
@@ -24,6 +32,8 @@ const QUIET_MS = 50
 const CLOSE_CONNECTIONS_MS = 500
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
+/** How long serving again waits for a dead successor's lock to go (it goes as the kernel ends the process: milliseconds). */
+const SERVE_AGAIN_LOCK_WAIT_MS = 2_000
 /** How often it looks (a read of the claim and of /proc/PID/stat): while it waits, a death leaves the port unserved until then. */
 const SUCCESSOR_POLL_MS = 5
 
@@ -110,7 +120,18 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
 export function servingAgain(previous: Server): (config: Config, warn: (message: string) => void) => Arrival {
   return (config, warn) => {
     const holding = holdRequests(config)
+    // The successor may have taken the rate-limit state this server left, and died with it: this server,
+    // which has answered nothing since, leaves it again from memory.
+    const file = resolve(config.dataFile)
+    if (!existsSync(handoverFileOf(file)))
+      try {
+        writeHandover(file, previous.petstore.limiter.handover())
+      } catch (error) {
+        warn(`could not keep the rate-limit state for serving again: ${(error as Error).message}`)
+      }
     return {
+      // A successor killed a moment ago may still hold the lock while the kernel ends it.
+      lockWaitMs: SERVE_AGAIN_LOCK_WAIT_MS,
       checked: previous.backend.checked,
       checkPort() {},
       // Served a moment ago: serving without /metrics or the console beats not serving.
