@@ -5,7 +5,7 @@
  * keys' minute buckets is still read. The binary's takeover is tested in test/process/takeover.test.ts.
  */
 import { describe, expect, test } from 'bun:test'
-import { writeFileSync } from 'node:fs'
+import { symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Limits } from '../../src/domain/plans'
 import { RateLimiter } from '../../src/limiter/limiter'
@@ -76,5 +76,44 @@ describe('limiter hand-over', () => {
     expect(await make(clock, state).check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'rate_limited' })
     writeFileSync(`${file}.handover`, '{"minutes":')
     expect(takeHandover(file)).toEqual({ keys: new Map(), addresses: new Map() })
+  })
+
+  test('restarts do not add up addresses: a hand-over holds at most the cap, the ones served first, then the newest handed', async () => {
+    const clock = { now: T0 }
+    const capped = (handedOver?: ReturnType<RateLimiter['handover']>) =>
+      new RateLimiter({ banAfter: 3, banSeconds: 600, maxAddresses: 3, now: () => clock.now }, new Map(), handedOver)
+    const first = capped()
+    for (const address of ['ip:10.0.0.1', 'ip:10.0.0.2', 'ip:10.0.0.3']) await first.check(named(address), FREE)
+    clock.now += 1_000
+    const second = capped(first.handover())
+    // Two others are served after the restart: they are kept, with the newest handed one beside them.
+    await second.check(named('ip:10.0.0.8'), FREE)
+    clock.now += 1_000
+    await second.check(named('ip:10.0.0.9'), FREE)
+    const handed = second.handover()
+    expect(handed.addresses.size).toBe(3)
+    expect([...handed.addresses.keys()].sort()).toEqual(['ip:10.0.0.3', 'ip:10.0.0.8', 'ip:10.0.0.9'])
+  })
+
+  test('only a regular file of a sane size is read, and values no server writes are brought within what one could', () => {
+    const file = join(tempDir(), 'petstore.db')
+    const none = { keys: new Map(), addresses: new Map() }
+    // A FIFO would hang the start; a link to /dev/zero would fill its memory.
+    Bun.spawnSync(['mkfifo', `${file}.handover`])
+    expect(takeHandover(file, T0)).toEqual(none)
+    symlinkSync('/dev/zero', `${file}.handover`)
+    expect(takeHandover(file, T0)).toEqual(none)
+    writeFileSync(
+      `${file}.handover`,
+      JSON.stringify({
+        keys: { 'key:a': { minute: { tokens: -1e300, updatedAt: T0 + 9e12 }, bannedUntil: 1e300, rejections: [T0 + 9e12] } },
+        addresses: {},
+      }),
+    )
+    expect(takeHandover(file, T0).keys.get('key:a')).toEqual({
+      minute: { tokens: 0, updatedAt: T0 },
+      bannedUntil: T0 + 31_536_000_000,
+      rejections: [T0],
+    })
   })
 })

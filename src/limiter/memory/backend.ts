@@ -65,7 +65,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   ) {
     if (options.maxAddresses < 1) throw new RangeError('maxAddresses must be positive')
     this.saved = options.saved ?? new Map()
-    this.handedOver = options.handedOver ?? { keys: new Map(), addresses: new Map() }
+    const handedOver = options.handedOver ?? { keys: new Map(), addresses: new Map() }
+    this.handedOver = { keys: handedOver.keys, addresses: newest(handedOver.addresses, options.maxAddresses) }
   }
 
   get trackedAddresses(): number {
@@ -151,11 +152,6 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   handover(now: number = Date.now()): LimiterHandover {
     const keys = new Map<string, HandedSubject>()
     const addresses = new Map<string, HandedSubject>()
-    for (const [unused, into] of [
-      [this.handedOver.keys, keys],
-      [this.handedOver.addresses, addresses],
-    ] as const)
-      for (const [id, handed] of unused) if (!lapsed(handed, now)) into.set(id, handed)
     const keep = (into: Map<string, HandedSubject>, id: string, subject: State, withDay: boolean) => {
       const handed = this.handed(subject, withDay, now)
       const fresh =
@@ -165,9 +161,14 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
         !handed.rejections
       if (!fresh) into.set(id, handed)
     }
+    for (const [id, handed] of this.handedOver.keys) if (!lapsed(handed, now)) keys.set(id, handed)
     for (const [id, subject] of this.keys) keep(keys, id, subject, false)
-    for (const generation of [this.previousAddresses, this.currentAddresses])
-      for (const [id, subject] of generation) keep(addresses, id, subject, true)
+    // As many addresses as this server may track, the ones it served first: restarts must not add up
+    // what one server would have forgotten (its cap, maxAddresses).
+    for (const generation of [this.currentAddresses, this.previousAddresses])
+      for (const [id, subject] of generation) if (addresses.size < this.options.maxAddresses) keep(addresses, id, subject, true)
+    for (const [id, handed] of newest(this.handedOver.addresses, this.options.maxAddresses - addresses.size))
+      if (!lapsed(handed, now) && !addresses.has(id)) addresses.set(id, handed)
     return { keys, addresses }
   }
 
@@ -262,6 +263,12 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
 }
 
 /** Handed over and never used since: its ban over, its buckets full again whatever its limits, its rejections out of the minute. */
+/** The `count` subjects whose minute bucket changed last. */
+function newest(subjects: Map<string, HandedSubject>, count: number): Map<string, HandedSubject> {
+  if (subjects.size <= count) return subjects
+  return new Map([...subjects].sort(([, a], [, b]) => b.minute.updatedAt - a.minute.updatedAt).slice(0, Math.max(0, count)))
+}
+
 function lapsed(handed: HandedSubject, now: number): boolean {
   return (
     !((handed.bannedUntil ?? 0) > now) &&

@@ -4,7 +4,8 @@
  * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
-import { existsSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, lstatSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { BAN_SECONDS } from '../../domain/ban-rule'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
@@ -46,17 +47,26 @@ export function writeHandover(file: string, state: LimiterHandover): void {
   renameSync(`${path}.tmp`, path)
 }
 
-/** The state a stopped server handed over, read once and removed; none when absent or unreadable. */
-export function takeHandover(file: string): LimiterHandover {
+/** Far above what 100,000 addresses and as many keys take (about 15 MB): anything larger was not written by a server. */
+const MAX_HANDOVER_BYTES = 64 * 1024 * 1024
+
+/**
+ * The state a stopped server handed over, read once and removed; none when absent or unreadable. Only a
+ * regular file of a sane size is read (a FIFO would hang the start, a link to /dev/zero fill its memory),
+ * and values no server writes are brought within what one could.
+ */
+export function takeHandover(file: string, now: number = Date.now()): LimiterHandover {
   const path = handoverFileOf(file)
   const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })
   removeIfPossible(`${path}.tmp`)
-  if (!existsSync(path)) return none()
+  const stat = lstatSync(path, { throwIfNoEntry: false })
+  if (!stat) return none()
   try {
+    if (!stat.isFile() || stat.size > MAX_HANDOVER_BYTES) return none()
     const parsed = JSON.parse(readFileSync(path, 'utf8')) as { minutes?: unknown; keys?: unknown; addresses?: unknown }
     // A file from a petstore that handed over only the keys' minute buckets has `minutes` alone.
-    const keys = parsed.keys !== undefined ? subjects(parsed.keys) : subjects(mapValues(parsed.minutes, (minute) => ({ minute })))
-    return { keys, addresses: subjects(parsed.addresses) }
+    const keys = parsed.keys !== undefined ? parsed.keys : mapValues(parsed.minutes, (minute) => ({ minute }))
+    return { keys: subjects(keys, now), addresses: subjects(parsed.addresses, now) }
   } catch {
     return none()
   } finally {
@@ -69,17 +79,26 @@ function mapValues(record: unknown, f: (value: unknown) => unknown): Record<stri
   return Object.fromEntries(Object.entries(record).map(([id, value]) => [id, f(value)]))
 }
 
-/** The entries that are whole: anything else in the file is dropped, never trusted. */
-function subjects(record: unknown): Map<string, HandedSubject> {
+/** The longest ban --ban-seconds allows: a ban handed over never ends later than one could. */
+const LONGEST_BAN_MS = BAN_SECONDS.max * 1000
+
+/**
+ * The entries that are whole, within what a server writes: tokens not below zero, times not in the
+ * future, a ban no longer than the longest (a Retry-After of 1e300 is no header). Anything else in the
+ * file is dropped, never trusted.
+ */
+function subjects(record: unknown, now: number): Map<string, HandedSubject> {
   const out = new Map<string, HandedSubject>()
   if (typeof record !== 'object' || record === null) return out
+  const bucket = (saved: SavedBucket) => ({ tokens: Math.max(0, saved.tokens), updatedAt: Math.min(saved.updatedAt, now) })
   for (const [id, value] of Object.entries(record)) {
     const entry = value as Partial<HandedSubject> | null
     if (!isBucket(entry?.minute)) continue
-    const subject: HandedSubject = { minute: { tokens: entry.minute.tokens, updatedAt: entry.minute.updatedAt } }
-    if (isBucket(entry.day)) subject.day = { tokens: entry.day.tokens, updatedAt: entry.day.updatedAt }
-    if (Number.isFinite(entry.bannedUntil)) subject.bannedUntil = entry.bannedUntil
-    if (Array.isArray(entry.rejections) && entry.rejections.every(Number.isFinite)) subject.rejections = entry.rejections
+    const subject: HandedSubject = { minute: bucket(entry.minute) }
+    if (isBucket(entry.day)) subject.day = bucket(entry.day)
+    if (Number.isFinite(entry.bannedUntil)) subject.bannedUntil = Math.min(entry.bannedUntil!, now + LONGEST_BAN_MS)
+    if (Array.isArray(entry.rejections) && entry.rejections.every(Number.isFinite))
+      subject.rejections = entry.rejections.map((at: number) => Math.min(at, now))
     out.set(id, subject)
   }
   return out
