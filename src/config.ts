@@ -279,11 +279,15 @@ const secretUrl =
     } catch {}
     if (!schemes.includes(protocol))
       throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
-    // The clients decode the user name and password themselves, and a bad escape there is an uncaught URIError.
-    if (/%(?![0-9A-Fa-f]{2})/.test(value))
+    // The clients decode the user name and password themselves, and a bad escape there (not two hex
+    // digits, or bytes that are not UTF-8) is an uncaught URIError.
+    try {
+      decodeURIComponent(value)
+    } catch {
       throw new ConfigError(
-        `${name} has a % that is not followed by two hex digits: write a % in a password as %25 (the value is not shown)`,
+        `${name} has a % escape that is not valid: write a % in a password as %25, and other characters as their UTF-8 bytes (the value is not shown)`,
       )
+    }
     return value
   }
 

@@ -408,12 +408,14 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     // A password with a bare % (it must be written %25 in a URL) is a flag error, not an unexpected one.
     for (const [flag, args] of [
       ['--database-url', ['--database-url', 'postgres://user:s3cret%zz@localhost/db']],
+      // Two hex digits each, but not UTF-8.
+      ['--database-url', ['--database-url', 'postgres://u%ff:s3cret%C3%28@localhost/db']],
       ['--redis-url', ['--database-url', databaseUrl, '--redis-url', 'redis://:s3cret%@localhost:6379']],
     ] as const) {
       const refused = cli(['keys', 'list', ...args])
       expect([refused.code, reasonLine(refused.stderr)]).toEqual([
         2,
-        `petstore: ${flag} has a % that is not followed by two hex digits: write a % in a password as %25 (the value is not shown)`,
+        `petstore: ${flag} has a % escape that is not valid: write a % in a password as %25, and other characters as their UTF-8 bytes (the value is not shown)`,
       ])
       expect(refused.stderr).not.toContain('s3cret')
     }
