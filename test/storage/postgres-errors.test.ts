@@ -6,6 +6,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { SQL } from 'bun'
 import { createServer, type Server } from 'node:net'
 import { guarded } from '../../src/storage/postgres/failures'
+import { openDatabase } from '../../src/storage/postgres/pool'
 import { StorageUnavailableError } from '../../src/domain/repositories'
 import { describeWithEngines } from '../support/engines'
 import { eventually } from '../support/binary'
@@ -170,6 +171,22 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
     const used = await cluster.createDatabase('in_use')
     await client(used)`SELECT 1`
     expect(await classify(() => client()`DROP DATABASE in_use`)).toMatchObject({ answer: 503, errno: '55006' })
+  })
+
+  test('a query past our own deadline says so, not the "Connection closed" of the pool closed behind it', async () => {
+    const db = openDatabase(cluster.url, { max: 1 }, { queryMs: 300, transactionMs: 300 })
+    try {
+      for (const late of [() => db`SELECT pg_sleep(3)`, () => db.begin((tx) => tx`SELECT pg_sleep(3)`)]) {
+        const error = await late().then(
+          () => null,
+          (failure: unknown) => failure,
+        )
+        expect(error).toBeInstanceOf(StorageUnavailableError)
+        expect((error as Error).message).toBe('the database did not answer within 300 ms')
+      }
+    } finally {
+      await db.close()
+    }
   })
 
   test('a bug stays a 500: a syntax error, a constraint, a number out of range, a missing table, a failed transaction, an unsafe BEGIN', async () => {

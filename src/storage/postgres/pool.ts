@@ -48,11 +48,12 @@ export function openDatabase(url: string, options: Omit<SQL.PostgresOrMySQLOptio
     let timer: ReturnType<typeof setTimeout> | undefined
     const missed = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        // Said first: closing the pool fails the query at once, and its "Connection closed" would win the race.
+        reject(new StorageUnavailableError('timeout', `the database did not answer within ${ms} ms`, true))
         if (pool === used) {
           pool = new SQL(url, options)
           void used.close({ timeout: 0 }).catch(() => {})
         }
-        reject(new StorageUnavailableError('timeout', `the database did not answer within ${ms} ms`, true))
       }, ms)
     })
     try {
