@@ -95,24 +95,29 @@ function stepByStep(file: string, plan: Plan, steps: () => string[]): string[] {
     const moved = COMPANIONS.some((suffix) => existsSync(plan.kept + suffix))
     if (!existsSync(restorePlanOf(file)) && !existsSync(temporary))
       throw new StorageOpenError(`${plan.backup} was restored into ${file}, but syncing its folder failed (${why}); check the disk`)
-    if (existsSync(temporary) && !moved && undo(file, temporary))
-      throw new StorageOpenError(`cannot restore ${plan.backup} into ${file} (${why}); nothing was changed`)
+    if (existsSync(temporary) && !moved) {
+      undo(file, temporary)
+      // Without a plan nothing refuses the data file, which is as it was; what could not be removed is named.
+      if (!existsSync(restorePlanOf(file))) {
+        const left = [temporary, `${restorePlanOf(file)}.partial`].filter((path) => existsSync(path))
+        throw new StorageOpenError(
+          `cannot restore ${plan.backup} into ${file} (${why}); nothing was changed${left.length ? ` (remove ${left.join(' and ')})` : ''}`,
+        )
+      }
+    }
     throw new StorageOpenError(
       `the restore of ${plan.backup} into ${file} stopped half way (${why}); once that is fixed, run petstore restore again to finish it`,
     )
   }
 }
 
-/** Removes the plan and the checked copy of a restore that has moved nothing yet; false when that fails too. */
-function undo(file: string, temporary: string): boolean {
+/** Removes the plan and the checked copy of a restore that has moved nothing yet, as far as it can. */
+function undo(file: string, temporary: string): void {
   try {
     for (const path of [restorePlanOf(file), `${restorePlanOf(file)}.partial`]) rmSync(path, { force: true })
     fsyncPath(dirname(file))
     removeTemporary(temporary)
-    return true
-  } catch {
-    return false
-  }
+  } catch {}
 }
 
 /** `.petstore.db.restoring`, beside the data file so that the last rename stays on one file system. */
