@@ -186,7 +186,8 @@ export async function readJsonBody(request: Request, maxBytes: number, budget: B
   }
   // Bun hands the body over as sent: a compressed one would be read as if it were the JSON itself.
   const coding = request.headers.get('content-encoding')
-  if (coding !== null && coding.trim().toLowerCase() !== 'identity') throw unsupportedContentCoding()
+  // HTTP's own white space only: String.trim would also take a no-break space for it.
+  if (coding !== null && !/^[ \t]*identity[ \t]*$/i.test(coding)) throw unsupportedContentCoding()
   let bytes: Uint8Array
   try {
     bytes = await readCapped(request, maxBytes, budget)

@@ -155,7 +155,7 @@ export function routedPath(url: string): string | ApiError {
   let start = routableOrigin.length - 1
   if (!url.startsWith(routableOrigin)) {
     const routable = ROUTABLE_URL.exec(url)
-    if (routable === null || Number(routable[1] ?? 0) > 65535) return BAD_HOST
+    if (routable === null || (routable[1] !== undefined && !(Number(routable[1]) >= 1 && Number(routable[1]) <= 65535))) return BAD_HOST
     start = url.indexOf('/', url.charCodeAt(4) === 0x73 /* s */ ? 8 : 7)
     if (start < ROUTER_PATH_SEARCH_FROM) return SHORT_HOST
     if (url.charCodeAt(url.indexOf('//') + 2) === 0x5b /* [ */ && !isIPv6(url.slice(url.indexOf('[') + 1, url.indexOf(']'))))

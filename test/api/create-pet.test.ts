@@ -317,6 +317,7 @@ describe('POST /pets body format', () => {
       ['gzip', Bun.gzipSync(json)],
       ['gzip', json], // labelled gzip but plain: still not what it says it is
       ['br, gzip', json],
+      ['identity\u00a0', json], // a no-break space is not HTTP's white space
     ] as const) {
       const res = await postRaw(body, { 'content-type': 'application/json', 'content-encoding': coding })
       expect([coding, res.status, res.headers.get('accept-encoding')]).toEqual([coding, 415, 'identity'])

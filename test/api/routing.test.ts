@@ -115,7 +115,8 @@ describe('the Host header', () => {
     for (const host of ['x:8080', 'abcd', 'abc:81']) expect([host, (await withHost(host)).status]).toEqual([host, 200])
   })
 
-  test('a port above 65535 is not a port: 400', async () => {
+  test('a port above 65535, or 0, is not a port: 400', async () => {
+    for (const host of ['example.com:0', 'example.com:00000']) expect([host, (await withHost(host)).status]).toEqual([host, 400])
     const answer = await withHost('example.com:65536')
     expect(await jsonOf(answer)).toEqual({
       code: 'invalid_request',
