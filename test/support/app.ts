@@ -127,8 +127,9 @@ export async function startApp(input: ConfigInput = {}, options: { realClock?: b
           hostname: '127.0.0.1',
           port: 0,
           fetch: async (request) => {
-            const url = new URL(request.url)
-            const target = `http://127.0.0.1:${ports[turn++ % ports.length]}${url.pathname}${url.search}`
+            // Sliced, not parsed: a Host no URL can hold (a port above 65535) must reach the server as sent.
+            const { url } = request
+            const target = `http://127.0.0.1:${ports[turn++ % ports.length]}${url.startsWith('/') ? url : url.slice(url.indexOf('/', url.indexOf('//') + 2))}`
             const body = request.method === 'GET' || request.method === 'HEAD' ? undefined : await request.arrayBuffer()
             return fetch(target, { method: request.method, headers: request.headers, body, redirect: 'manual', decompress: false })
           },
