@@ -74,10 +74,13 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
   if (lock) dropDeadClaim(file)
   let storage: SqliteStorage | undefined
+  let handedOver: LimiterHandover
   try {
     storage = openSqliteStorage(config.dataFile, { verify: options.checked === undefined || identityOf(file) !== options.checked })
     if (storage.readOnly && storage.keys.list().length === 0)
       throw new StorageOpenError(`${readOnlyBecause(config.dataFile)} and holds no API keys, so no request could be served`)
+    const opened = storage
+    handedOver = ofActiveKeys(takeHandover(file), () => opened.keys.list())
   } catch (error) {
     storage?.close()
     lock?.release()
@@ -95,7 +98,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
         ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
         : undefined,
     dataFile: storage,
-    handedOver: ofActiveKeys(takeHandover(file), () => storage.keys.list()),
+    handedOver,
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
     checked: identityOf(file) ?? undefined,

@@ -273,16 +273,16 @@ const secretUrl =
   (...schemes: string[]) =>
   (value: string, name: string): string | null => {
     if (value === '') return null
-    let protocol = ''
+    let url: URL | undefined
     try {
-      protocol = new URL(value).protocol
+      url = new URL(value)
     } catch {}
-    if (!schemes.includes(protocol))
+    if (!url || !schemes.includes(url.protocol))
       throw new ConfigError(`${name} must be a ${schemes.map((scheme) => `${scheme}//`).join(' or ')} URL (the value is not shown)`)
-    // The clients decode the user name and password themselves, and a bad escape there (not two hex
-    // digits, or bytes that are not UTF-8) is an uncaught URIError.
+    // The clients decode the user name, password and database themselves, and a bad escape there (not
+    // two hex digits, or bytes that are not UTF-8) is an uncaught URIError.
     try {
-      decodeURIComponent(value)
+      for (const part of [url.username, url.password, url.pathname]) decodeURIComponent(part)
     } catch {
       throw new ConfigError(
         `${name} has a % escape that is not valid: write a % in a password as %25, and other characters as their UTF-8 bytes (the value is not shown)`,

@@ -7,6 +7,7 @@ import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
 import { redactedUrl } from './domain/redacted-url'
+import type { LimiterHandover } from './domain/repositories'
 import { errorResponse, notFound } from './http/api-errors'
 import type { AnyElysia } from './http/openapi'
 import { Jobs, type JobOptions } from './jobs'
@@ -113,6 +114,8 @@ export class Server {
     } catch (error) {
       // Nothing is served half started: what the start made goes (the listeners too), and it fails with one line.
       await arrival.fail()
+      // A server leaves the rate-limit state at its stop; before there is one, what was read goes back as it was.
+      if (!server && backend?.handedOver) leaveAgain(backend, backend.handedOver, warn)
       await (server ? server.stop() : backend?.close())
       backend?.undo()
       throw error
@@ -167,13 +170,9 @@ export class Server {
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
   }
 
-  /** Before the lock goes: the next start on the file reads it. One that cannot be written costs a warning, not the stop. */
+  /** Before the lock goes: the next start on the file reads it. */
   private leaveLimiterState(): void {
-    try {
-      this.backend.leave?.(this.petstore.limiter.handover())
-    } catch (error) {
-      this.warn(`could not leave the rate-limit state for the next start: ${(error as Error).message}`)
-    }
+    leaveAgain(this.backend, this.petstore.limiter.handover(), this.warn)
   }
 
   /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */
@@ -265,4 +264,13 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
     await Bun.sleep(50)
   }
   return true
+}
+
+/** Leaves the rate-limit state for the next start on the data file; one that cannot be written costs a warning, not the stop. */
+function leaveAgain(backend: StorageBackend, state: LimiterHandover, warn: (message: string) => void): void {
+  try {
+    backend.leave?.(state)
+  } catch (error) {
+    warn(`could not leave the rate-limit state for the next start: ${(error as Error).message}`)
+  }
 }

@@ -13,15 +13,7 @@ import { StorageOpenError } from './domain/repositories'
 import { errorResponse, unavailable } from './http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, type Server, STOP_SAVE_MS } from './server'
 import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import {
-  checkServable,
-  claimantOf,
-  claimTakeover,
-  dropDeadClaim,
-  handoverFileOf,
-  takeoverProgress,
-  writeHandover,
-} from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, handoverFileOf, takeoverProgress } from './storage/sqlite/handover'
 
 /**
  * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
@@ -122,10 +114,9 @@ export function servingAgain(previous: Server): (config: Config, warn: (message:
     const holding = holdRequests(config)
     // The successor may have taken the rate-limit state this server left, and died with it: this server,
     // which has answered nothing since, leaves it again from memory.
-    const file = resolve(config.dataFile)
-    if (!existsSync(handoverFileOf(file)))
+    if (!existsSync(handoverFileOf(resolve(config.dataFile))))
       try {
-        writeHandover(file, previous.petstore.limiter.handover())
+        previous.backend.leave?.(previous.petstore.limiter.handover())
       } catch (error) {
         warn(`could not keep the rate-limit state for serving again: ${(error as Error).message}`)
       }

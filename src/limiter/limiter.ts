@@ -83,8 +83,8 @@ export class RateLimiter {
     this.tries = new TryCounter(shared ?? new MemoryTryStore(), shared && local ? new MemoryTryStore() : null, options.now)
     // The console lists the bans handed over (to the in-process backend) as it lists its own.
     const now = options.now?.() ?? Date.now()
-    for (const subjects of shared ? [] : [handedOver?.keys, handedOver?.addresses])
-      for (const [name, { bannedUntil }] of subjects ?? []) {
+    for (const subjects of this.memory ? [this.memory.unusedHandover.keys, this.memory.unusedHandover.addresses] : [])
+      for (const [name, { bannedUntil }] of subjects) {
         const subject = subjectNamed(name)
         if (subject && bannedUntil !== undefined && bannedUntil > now) this.banLog.note(subject, bannedUntil, now)
       }

@@ -133,9 +133,9 @@ const ROUTABLE_URL = /^https?:\/\/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]
 /** Elysia's router skips the URL's first eleven characters unread: a shorter `http://` + host would route wrong. */
 const ROUTER_PATH_SEARCH_FROM = 11
 const BAD_HOST = badRequest('Host: is not a host name, IP address or [IPv6] literal with an optional port (1 to 65535)')
-// Bun drops a default port from the URL it builds (x:80 becomes http://x/), so the port that helps is another.
+// Bun drops a default port from the URL it builds (x:80 becomes http://x/), so what counts is what is left.
 const SHORT_HOST = badRequest(
-  'Host: a host name of three characters or fewer needs a port other than 80 or 443 (for example x:8080), or a longer name',
+  'Host: a host of fewer than four characters, its port included, cannot be routed (x:80 counts as x); use a longer name or another port, such as x:8080',
 )
 
 /**

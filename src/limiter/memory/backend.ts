@@ -69,6 +69,11 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     this.handedOver = { keys: handedOver.keys, addresses: newest(handedOver.addresses, options.maxAddresses) }
   }
 
+  /** What was handed to this backend and is not used yet, within its cap: the console lists its bans. */
+  get unusedHandover(): LimiterHandover {
+    return this.handedOver
+  }
+
   get trackedAddresses(): number {
     return this.currentAddresses.size + this.previousAddresses.size
   }
@@ -163,7 +168,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     }
     for (const [id, handed] of this.handedOver.keys) if (!lapsed(handed, now)) keys.set(id, handed)
     for (const [id, subject] of this.keys) keep(keys, id, subject, false)
-    // As many addresses as this server may track, the ones it served first: restarts must not add up
+    // As many addresses as this server may track, the ones it saw last first: restarts must not add up
     // what one server would have forgotten (its cap, maxAddresses).
     for (const generation of [this.currentAddresses, this.previousAddresses])
       for (const [id, subject] of generation) if (addresses.size < this.options.maxAddresses) keep(addresses, id, subject, true)
@@ -262,13 +267,13 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   }
 }
 
-/** Handed over and never used since: its ban over, its buckets full again whatever its limits, its rejections out of the minute. */
 /** The `count` subjects whose minute bucket changed last. */
 function newest(subjects: Map<string, HandedSubject>, count: number): Map<string, HandedSubject> {
   if (subjects.size <= count) return subjects
   return new Map([...subjects].sort(([, a], [, b]) => b.minute.updatedAt - a.minute.updatedAt).slice(0, Math.max(0, count)))
 }
 
+/** Handed over and never used since: its ban over, its buckets full again whatever its limits, its rejections out of the minute. */
 function lapsed(handed: HandedSubject, now: number): boolean {
   return (
     !((handed.bannedUntil ?? 0) > now) &&

@@ -4,7 +4,18 @@
  * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
-import { existsSync, lstatSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  constants as fs,
+  fstatSync,
+  openSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { BAN_SECONDS } from '../../domain/ban-rule'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
@@ -59,17 +70,25 @@ export function takeHandover(file: string, now: number = Date.now()): LimiterHan
   const path = handoverFileOf(file)
   const none = (): LimiterHandover => ({ keys: new Map(), addresses: new Map() })
   removeIfPossible(`${path}.tmp`)
-  const stat = lstatSync(path, { throwIfNoEntry: false })
-  if (!stat) return none()
+  let fd: number
   try {
+    // Never through a link, never waiting on a FIFO: what is opened is what is checked.
+    fd = openSync(path, fs.O_RDONLY | fs.O_NOFOLLOW | fs.O_NONBLOCK)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') removeIfPossible(path)
+    return none()
+  }
+  try {
+    const stat = fstatSync(fd)
     if (!stat.isFile() || stat.size > MAX_HANDOVER_BYTES) return none()
-    const parsed = JSON.parse(readFileSync(path, 'utf8')) as { minutes?: unknown; keys?: unknown; addresses?: unknown }
+    const parsed = JSON.parse(readFileSync(fd, 'utf8')) as { minutes?: unknown; keys?: unknown; addresses?: unknown }
     // A file from a petstore that handed over only the keys' minute buckets has `minutes` alone.
     const keys = parsed.keys !== undefined ? parsed.keys : mapValues(parsed.minutes, (minute) => ({ minute }))
     return { keys: subjects(keys, now), addresses: subjects(parsed.addresses, now) }
   } catch {
     return none()
   } finally {
+    closeSync(fd)
     removeIfPossible(path)
   }
 }
@@ -181,7 +200,7 @@ function claimedBy(file: string): number | null {
  * late or never) as alive; on Linux its state in /proc says `Z`. Only a /proc of this process's own
  * PID namespace is read; where there is none, kill(pid, 0) alone decides.
  */
-function isAlive(pid: number): boolean {
+export function isAlive(pid: number): boolean {
   if (ownProc() && ['Z', 'X'].includes(procState(pid))) return false
   try {
     process.kill(pid, 0)

@@ -24,6 +24,7 @@ import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
 import { classified, damagedCode } from './failures'
+import { isAlive } from './handover'
 import { SqliteKeys } from './keys'
 import { checkHeader, damagedFile, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
 import { SqlitePets } from './pets'
@@ -167,21 +168,19 @@ const ABANDONED_AFTER_MS = 10 * 60_000
  * sharing the folder) is left while it does.
  */
 function removeAbandonedCopies(folder: string): void {
-  for (const name of readdirSync(folder)) {
-    const pid = Number(/^\..+\.partial-(\d+)(?:-journal)?$/.exec(name)?.[1])
-    if (!pid || pid === process.pid || processExists(pid)) continue
-    const path = join(folder, name)
-    const changed = statSync(path, { throwIfNoEntry: false })?.mtimeMs
-    if (changed !== undefined && Date.now() - changed > ABANDONED_AFTER_MS) rmSync(path, { force: true })
-  }
-}
-
-function processExists(pid: number): boolean {
+  // Tidying only: a folder that cannot be listed, or a copy that cannot be removed, stops no backup.
+  let names: string[] = []
   try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
+    names = readdirSync(folder)
+  } catch {}
+  for (const name of names) {
+    const pid = Number(/^\..+\.partial-(\d+)(?:-journal)?$/.exec(name)?.[1])
+    if (!pid || pid === process.pid || isAlive(pid)) continue
+    const path = join(folder, name)
+    try {
+      const stat = lstatSync(path)
+      if (stat.isFile() && Date.now() - stat.mtimeMs > ABANDONED_AFTER_MS) rmSync(path)
+    } catch {}
   }
 }
 

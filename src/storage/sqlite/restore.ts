@@ -113,11 +113,15 @@ function stepByStep(file: string, plan: Plan, steps: () => string[]): string[] {
 
 /** Removes the plan and the checked copy of a restore that has moved nothing yet, as far as it can. */
 function undo(file: string, temporary: string): void {
-  try {
-    for (const path of [restorePlanOf(file), `${restorePlanOf(file)}.partial`]) rmSync(path, { force: true })
-    fsyncPath(dirname(file))
-    removeTemporary(temporary)
-  } catch {}
+  const step = (work: () => void) => {
+    try {
+      work()
+    } catch {}
+  }
+  for (const path of [restorePlanOf(file), `${restorePlanOf(file)}.partial`]) step(() => rmSync(path, { force: true }))
+  step(() => fsyncPath(dirname(file)))
+  // A plan still there keeps the copy it names: the next restore finishes from it.
+  if (!existsSync(restorePlanOf(file))) step(() => removeTemporary(temporary))
 }
 
 /** `.petstore.db.restoring`, beside the data file so that the last rename stays on one file system. */
