@@ -157,7 +157,8 @@ export class Server {
     const finished = async () => {
       await this.petstore.finishWrites()
       await this.jobs.stop()
-      this.leaveLimiterState()
+      // Before the lock goes: the next start on the file reads it.
+      leaveAgain(this.backend, this.petstore.limiter.handover(), this.warn)
       await this.petstore.close()
       await this.backend.close()
       return true
@@ -168,11 +169,6 @@ export class Server {
       timer = setTimeout(() => resolve(false), Math.max(drainEnds - Date.now(), STOP_SAVE_MS))
     })
     return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
-  }
-
-  /** Before the lock goes: the next start on the file reads it. */
-  private leaveLimiterState(): void {
-    leaveAgain(this.backend, this.petstore.limiter.handover(), this.warn)
   }
 
   /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */
@@ -267,7 +263,7 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
 }
 
 /** Leaves the rate-limit state for the next start on the data file; one that cannot be written costs a warning, not the stop. */
-function leaveAgain(backend: StorageBackend, state: LimiterHandover, warn: (message: string) => void): void {
+export function leaveAgain(backend: StorageBackend, state: LimiterHandover, warn: (message: string) => void): void {
   try {
     backend.leave?.(state)
   } catch (error) {

@@ -11,9 +11,9 @@ import type { PetstoreApp } from './app'
 import { type Config, ConfigError, hostInUrl } from './config'
 import { StorageOpenError } from './domain/repositories'
 import { errorResponse, unavailable } from './http/api-errors'
-import { AFRESH, type Arrival, bindUnshared, type Server, STOP_SAVE_MS } from './server'
+import { AFRESH, type Arrival, bindUnshared, leaveAgain, type Server, STOP_SAVE_MS } from './server'
 import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, handoverFileOf, takeoverProgress } from './storage/sqlite/handover'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from './storage/sqlite/handover'
 
 /**
  * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
@@ -113,13 +113,8 @@ export function servingAgain(previous: Server): (config: Config, warn: (message:
   return (config, warn) => {
     const holding = holdRequests(config)
     // The successor may have taken the rate-limit state this server left, and died with it: this server,
-    // which has answered nothing since, leaves it again from memory.
-    if (!existsSync(handoverFileOf(resolve(config.dataFile))))
-      try {
-        previous.backend.leave?.(previous.petstore.limiter.handover())
-      } catch (error) {
-        warn(`could not keep the rate-limit state for serving again: ${(error as Error).message}`)
-      }
+    // which has answered nothing since, leaves the same state again from memory.
+    leaveAgain(previous.backend, previous.petstore.limiter.handover(), warn)
     return {
       // A successor killed a moment ago may still hold the lock while the kernel ends it.
       lockWaitMs: SERVE_AGAIN_LOCK_WAIT_MS,

@@ -8,7 +8,7 @@ import { afterAll, expect, test } from 'bun:test'
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { claimantOf, takeoverProgress } from '../../src/storage/sqlite/handover'
-import { tempDir } from '../support/binary'
+import { eventually, tempDir } from '../support/binary'
 
 // A shell that starts a child, prints its pid and becomes `sleep`, which never reaps it: the child,
 // killed once the shell is `sleep`, stays a zombie (killed before, the shell could reap it).
@@ -28,21 +28,14 @@ function stateOf(pid: number): string {
   return stat.charAt(stat.lastIndexOf(')') + 2)
 }
 
-async function until(check: () => boolean): Promise<void> {
-  for (let tries = 0; !check(); tries++) {
-    if (tries > 500) throw new Error('condition not met in time')
-    await Bun.sleep(10)
-  }
-}
-
 async function zombie(): Promise<number> {
   let text = ''
   const reader = parent.stdout.getReader()
   while (!text.includes('\n')) text += new TextDecoder().decode((await reader.read()).value)
   const pid = Number(text.trim())
-  await until(() => read(`/proc/${parent.pid}/comm`) === 'sleep\n')
+  await eventually(() => read(`/proc/${parent.pid}/comm`) === 'sleep\n')
   process.kill(pid, 'SIGKILL')
-  await until(() => stateOf(pid) === 'Z')
+  await eventually(() => stateOf(pid) === 'Z')
   return pid
 }
 

@@ -363,7 +363,7 @@ export class RedisLimiterBackend implements SharedBackend {
       .then(() => {
         this.failure = null
       })
-      // The next failing call tries again; meanwhile readiness and the start's warning say why.
+      // The next failing call tries again; meanwhile the start's warning says why.
       .catch((error) => {
         this.failure = connectFailure(error)
       })

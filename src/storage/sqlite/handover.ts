@@ -22,7 +22,7 @@ import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { checkHeader, checkSchema, openReadOnly } from './open'
 
-export function handoverFileOf(file: string): string {
+function handoverFileOf(file: string): string {
   return `${file}.handover`
 }
 
