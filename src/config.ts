@@ -418,7 +418,7 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
   banAfter: option({
     flag: 'ban-after',
     value: 'N',
-    help: `429s within a minute before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max}; default 50)`,
+    help: `429s within a minute, each sent before the wait the last one named, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max}; default 50)`,
     parse: integer(BAN_AFTER),
     default: () => 50,
   }),

@@ -87,6 +87,8 @@ export interface HandedSubject {
   bannedUntil?: number
   /** Times (ms) of its recent rejections, oldest first: the count toward a ban. */
   rejections?: number[]
+  /** The time its last refusal told it to wait for (ms); absent when passed. */
+  retryAt?: number
 }
 
 export interface LimiterHandover {

@@ -17,7 +17,7 @@ import {
   type TakeResult,
 } from './backend'
 import { TryCounter } from './tries'
-import { fullBucket, msUntilFull, msUntilToken } from './token-bucket'
+import { fullBucket, msUntilFull, msUntilTokens } from './token-bucket'
 import { BAN_AFTER } from '../domain/ban-rule'
 import type { Limits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
@@ -210,31 +210,26 @@ export class RateLimiter {
     if (taken.bannedNow && subject) this.banLog.note(subject, taken.bannedUntil, now)
     if (taken.allowed) return { allowed: true, quota: quotaOf(taken, shape, now) }
     // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
-    const wait = msUntilTokens(taken, shape)
-    if (!taken.bannedNow && taken.bannedUntil > now) {
+    const wait = msUntilTokens(taken.minute, taken.day, shape)
+    if (taken.bannedUntil > now) {
+      // The refusal that starts a ban says so, as every later one does.
       const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedUntil - now, wait) / 1000))
-      return { allowed: false, reason: 'key_banned', retryAfter, quota: bannedQuota(taken, shape, now, retryAfter), bannedNow: false }
+      return {
+        allowed: false,
+        reason: 'key_banned',
+        retryAfter,
+        quota: bannedQuota(taken, shape, now, retryAfter),
+        bannedNow: taken.bannedNow,
+      }
     }
-    // The rejection that starts a ban is still a plain 429; its Retry-After already covers the ban.
-    const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedNow ? this.options.banSeconds * 1000 : 0, wait) / 1000))
-    return {
-      allowed: false,
-      reason: 'rate_limited',
-      retryAfter,
-      quota: taken.bannedNow ? bannedQuota(taken, shape, now, retryAfter) : quotaOf(taken, shape, now),
-      bannedNow: taken.bannedNow,
-    }
+    const retryAfter = Math.max(1, Math.ceil(wait / 1000))
+    return { allowed: false, reason: 'rate_limited', retryAfter, quota: quotaOf(taken, shape, now), bannedNow: false }
   }
 }
 
 /** While banned nothing is left: Remaining is 0 and Reset says the same time as Retry-After. */
 function bannedQuota(taken: TakeResult, shape: LimitShapes, now: number, retryAfter: number): Quota {
   return { ...quotaOf(taken, shape, now), remaining: 0, resetAt: Math.ceil(now / 1000) + retryAfter, resetIn: retryAfter }
-}
-
-/** Milliseconds until both buckets hold a whole token. */
-function msUntilTokens(taken: TakeResult, shape: LimitShapes): number {
-  return Math.max(msUntilToken(taken.minute, shape.minute), msUntilToken(taken.day, shape.day))
 }
 
 function quotaOf(taken: Pick<TakeResult, 'minute' | 'day'>, shape: LimitShapes, now: number): Quota {

@@ -31,6 +31,11 @@ export function msUntilToken(bucket: Bucket, shape: BucketShape): number {
   return ((1 - bucket.tokens) * shape.windowMs) / shape.capacity
 }
 
+/** Milliseconds until both a minute and a day bucket hold a whole token: the honest wait after a refusal. */
+export function msUntilTokens(minute: Bucket, day: Bucket, shape: { minute: BucketShape; day: BucketShape }): number {
+  return Math.max(msUntilToken(minute, shape.minute), msUntilToken(day, shape.day))
+}
+
 export function msUntilFull(bucket: Bucket, shape: BucketShape): number {
   return ((shape.capacity - bucket.tokens) * shape.windowMs) / shape.capacity
 }

@@ -82,15 +82,20 @@ export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: fal
     const headers = { 'retry-after': String(retryAfter) }
     error =
       code === 'key_banned'
-        ? new ApiError(429, code, `Too many requests after being rate limited; banned for ${retryAfter} s.`, headers)
+        ? new ApiError(429, code, `Banned for ${retryAfter} s: too many requests were sent before the time their 429 named.`, headers)
         : code === 'address_banned'
           ? new ApiError(
               429,
               code,
-              `Your address is banned for ${retryAfter} s after too many requests without a valid key were rate limited.`,
+              `Your address is banned for ${retryAfter} s: too many requests without a valid key were sent before the time their 429 named.`,
               headers,
             )
-          : new ApiError(429, code, `Rate limit exceeded; retry after ${retryAfter} s.`, headers)
+          : new ApiError(
+              429,
+              code,
+              `Rate limit exceeded; retry after ${retryAfter} s (requests sent before then count toward a ban).`,
+              headers,
+            )
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
   }

@@ -75,7 +75,11 @@ describe('the hot answers, whole', () => {
     expect(await answer(res)).toEqual({
       status: 429,
       fields: [...ALWAYS, ...DEPRECATION, 'retry-after'].sort(),
-      body: JSON.stringify({ code: 'rate_limited', message: `Rate limit exceeded; retry after ${retryAfter} s.`, status: 429 }),
+      body: JSON.stringify({
+        code: 'rate_limited',
+        message: `Rate limit exceeded; retry after ${retryAfter} s (requests sent before then count toward a ban).`,
+        status: 429,
+      }),
     })
   })
 })

@@ -37,7 +37,8 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     const { limiter, start } = make()
     const address = addressSubject('192.0.2.7')
     const limits = { rpm: 1, rpd: 1000 }
-    for (let i = 0; i < 3; i++) await limiter.check(address, limits)
+    // One allowed, a refusal naming the wait, then two early ones: the second starts the ban (banAfter 1).
+    for (let i = 0; i < 4; i++) await limiter.check(address, limits)
     expect(limiter.admin.bans(start)).toEqual([{ subject: address, until: start + 600_000 }])
     expect(await limiter.admin.inspect(address, limits)).toEqual({ dayLeft: 999, bannedUntil: start + 600_000 })
     await limiter.admin.liftAddress(address)

@@ -107,24 +107,26 @@ function conformance(makeLimiter: () => Make) {
   describe('bans', () => {
     const limits = { rpm: 1, rpd: 1000 }
 
+    /** The bucket emptied, then the first refusal, which names the wait and counts toward nothing. */
     async function exhausted(banAfter = 3, banSeconds = 10) {
       const made = make({ banAfter, banSeconds })
       expect((await made.check('key:a', limits)).allowed).toBe(true)
+      expect(await made.check('key:a', limits)).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 60 })
       return made
     }
 
-    test('banAfter rejections within a minute do not ban', async () => {
+    test('banAfter early rejections within a minute do not ban', async () => {
       const { check, run, advance } = await exhausted()
       expect((await run(3, 'key:a', limits)).every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
       advance(60_000)
       expect((await check('key:a', limits)).allowed).toBe(true)
     })
 
-    test('banAfter + 1 rejections within a minute ban, and Retry-After covers the ban', async () => {
+    test('banAfter + 1 early rejections within a minute ban, the refusal that starts it says so, and Retry-After covers it', async () => {
       const { check, run, advance } = await exhausted()
       await run(3, 'key:a', limits)
       advance(59_999)
-      expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 10 })
+      expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: true, retryAfter: 10 })
       expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
       advance(9_001)
       expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', retryAfter: 1 })
@@ -143,7 +145,7 @@ function conformance(makeLimiter: () => Make) {
     test('a ban shorter than the wait for a token says the longer wait', async () => {
       const { check, advance } = await exhausted(1, 5)
       await check('key:a', limits)
-      expect(await check('key:a', limits)).toMatchObject({ reason: 'rate_limited', bannedNow: true, retryAfter: 60 })
+      expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', bannedNow: true, retryAfter: 60 })
       advance(1_000)
       expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', retryAfter: 59 })
       advance(59_000)
@@ -157,6 +159,20 @@ function conformance(makeLimiter: () => Make) {
       advance(60_000)
       expect((await check('key:a', limits)).allowed).toBe(true)
       expect(await check('key:a', limits)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+    })
+
+    test('a refusal at or after the time the last one named counts toward nothing', async () => {
+      const { check, run, advance } = make({ banAfter: 1, banSeconds: 600 })
+      const two = { rpm: 2, rpd: 1000 }
+      await run(2, 'key:a', two)
+      for (let i = 0; i < 5; i++) {
+        expect(await check('key:a', two)).toMatchObject({ reason: 'rate_limited', bannedNow: false, retryAfter: 30 })
+        advance(30_000)
+        expect((await check('key:a', two)).allowed).toBe(true)
+      }
+      await check('key:a', two)
+      expect(await check('key:a', two)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+      expect(await check('key:a', two)).toMatchObject({ reason: 'key_banned', bannedNow: true })
     })
 
     test('addresses are banned the same way as keys', async () => {

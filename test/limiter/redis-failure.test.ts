@@ -75,9 +75,10 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(await pttl('s:key:a')).toBeGreaterThan(86_400)
     expect(await pttl('s:key:a')).toBeLessThanOrEqual(87_401)
 
-    // A rejection is remembered for a minute.
+    // A rejection sent before the wait named (a minute here) is remembered for a minute.
     const minuteOnly = { rpm: 1, rpd: 86_400_000 }
     await made.check(named('key:r'), minuteOnly)
+    expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, retryAfter: 60 })
     expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, bannedNow: false })
     for (const key of ['s:key:r', 'r:key:r']) {
       expect(await pttl(key)).toBeGreaterThan(60_000)

@@ -308,7 +308,7 @@ describe('console on its own listener', () => {
     const { key, secret } = (await (
       await call(server.console, cookie, 'POST', '/api/keys', { plan: 'enterprise', rpm: 2, rpd: 1000, name: 'noisy' })
     ).json()) as any
-    // Two allowed, then 429s: with --ban-after 1, the second rejection starts the ban.
+    // Two allowed, then 429s: the first names the wait; with --ban-after 1, the second sent before it starts the ban.
     const statuses: number[] = []
     for (let i = 0; i < 5; i++) statuses.push((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status)
     expect(statuses).toEqual([200, 200, 429, 429, 429])
@@ -326,7 +326,7 @@ describe('console on its own listener', () => {
     // An address with no key: the Free plan's 60 a minute (earlier tests spent a few), then a ban.
     let noKey = 0
     while ((await fetch(`${server.base}/pets`)).status !== 429) expect(++noKey).toBeLessThanOrEqual(60)
-    // The second rejection within a minute starts the ban (--ban-after 1); the next is refused by it.
+    // The first refusal names the wait; the second sent before it starts the ban (--ban-after 1), and says so.
     expect((await fetch(`${server.base}/pets`)).status).toBe(429)
     expect(((await (await fetch(`${server.base}/pets`)).json()) as any).code).toBe('address_banned')
 

@@ -43,7 +43,7 @@ function tinyKey(dataFile: string, name: string): { id: string; secret: string }
   return { id: listed.find((key) => key.name === name)!.id, secret }
 }
 
-/** Its 2, then 429s until the fourth starts its ban (--ban-after 3). */
+/** Its 2, a 429 naming the wait, then 429s until the fourth sent before it starts its ban (--ban-after 3). */
 async function banKey(server: RawServer, secret: string): Promise<void> {
   const codes: string[] = []
   while (codes.at(-1) !== 'key_banned' && codes.length < 10) codes.push((await answer(server, auth(secret, from('198.51.100.1')))).code)

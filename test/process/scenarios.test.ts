@@ -97,7 +97,7 @@ async function tenFloodsSpareAVictim(args: string[], refusedTries: number): Prom
  * value, a fail under an Idempotency-Key), the limiter's refusal comes first, as for any request.
  */
 async function refusedKeysGetNoScenario(args: string[]): Promise<void> {
-  // Two a minute, banned at the second rejection within a minute.
+  // Two a minute, banned at the second refusal sent before the wait the first one named.
   const { server, keys } = await staging({ key: 2 }, ['--ban-after', '1', ...args])
   const get = (value?: string, extra: Record<string, string> = {}) =>
     fetch(`${server.base}/pets/1`, { headers: value === undefined ? auth(keys.key!) : prefer(keys.key!, value, extra) })
@@ -110,7 +110,8 @@ async function refusedKeysGetNoScenario(args: string[]): Promise<void> {
     const body = (await response.json()) as { code: string }
     return `${value} → ${response.status} ${body.code} ${response.headers.get('preference-applied')}`
   }
-  // Spent: refused as any request is; the second rejection within a minute starts the ban (still rate_limited).
+  // Spent: refused as any request is; the first refusal names the wait, and the second one sent before it
+  // starts the ban (--ban-after 1), which that answer already says.
   expect(await answer('code=404')).toBe('code=404 → 429 rate_limited null')
   expect(await answer('code=abc')).toBe('code=abc → 429 rate_limited null')
   for (const value of ['code=404', 'code=500', 'code=503', 'code=abc', 'delay=-1', 'fail=1; code=503', 'code=404, delay=10'])
@@ -148,7 +149,7 @@ describe('scenarios: on in staging, off in production, and said so at startup', 
 
 describe('forced answers look like real ones and cost nothing', () => {
   test('code=429: as a real 429 from a spent key, header by header; no token taken, no ban started', async () => {
-    // --ban-after 1: two real 429s within a minute would ban; many forced ones must not.
+    // --ban-after 1: a real 429 and two more before its wait would ban; many forced ones must not.
     const { server, keys } = await staging({ tiny: 1, other: 1, counted: 10 }, ['--ban-after', '1'])
     expect((await fetch(`${server.base}/pets`, { headers: auth(keys.tiny!) })).status).toBe(200)
     const real = await fetch(`${server.base}/pets`, { headers: auth(keys.tiny!) })

@@ -321,7 +321,7 @@ describe('serve --takeover', () => {
       const body = (await response.json()) as { code?: string }
       return { status: response.status, code: body.code ?? 'ok', retryAfter: Number(response.headers.get('retry-after') ?? 0) }
     }
-    // The key: its 2 a minute, then 429s until the fourth starts the ban.
+    // The key: its 2 a minute, a 429 naming the wait, then 429s until the fourth sent before it starts the ban.
     const bannedAt = Date.now()
     const keyCodes: string[] = []
     while (keyCodes.at(-1) !== 'key_banned' && keyCodes.length < 10)

@@ -25,11 +25,12 @@ describe('limiter hand-over', () => {
   test('bans, rejections toward a ban and address buckets arrive as they left, through the file', async () => {
     const clock = { now: T0 }
     const old = make(clock)
-    // The key: 2 allowed, then the fourth refusal starts its ban.
-    for (let i = 0; i < 6; i++) await old.check(named('key:a'), TINY)
+    // The key: 2 allowed, a refusal naming the wait, then the fourth early one starts its ban.
+    for (let i = 0; i < 7; i++) await old.check(named('key:a'), TINY)
     expect(await old.check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'key_banned' })
-    // One address spends its 60 and is refused twice: two of the four refusals a ban needs.
-    for (let i = 0; i < 62; i++) await old.check(named('ip:203.0.113.5'), FREE)
+    // One address spends its 60 and is refused three times: the first names the wait, the other two
+    // are two of the four early refusals a ban needs (the time the last one named is handed over too).
+    for (let i = 0; i < 63; i++) await old.check(named('ip:203.0.113.5'), FREE)
     // Another address is seen once: handed over until its buckets are full again.
     await old.check(named('ip:203.0.113.9'), FREE)
     clock.now += 500
@@ -41,7 +42,7 @@ describe('limiter hand-over', () => {
     const next = make(clock, state)
     expect(next.admin.bans(clock.now)).toEqual([{ subject: named('key:a'), until: T0 + 600_000 }])
     expect(await next.check(named('key:a'), TINY)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 600 })
-    // Two more refusals make four within the minute: the ban starts on the second.
+    // Two more early refusals make four within the minute: the ban starts on the second.
     expect(await next.check(named('ip:203.0.113.5'), FREE)).toMatchObject({ allowed: false, bannedNow: false })
     expect(await next.check(named('ip:203.0.113.5'), FREE)).toMatchObject({ allowed: false, bannedNow: true })
     // The file is read once.
@@ -54,7 +55,7 @@ describe('limiter hand-over', () => {
   test('what would be as a new subject is not handed on: a key whose minute refilled, an unused one whose ban ended', async () => {
     const clock = { now: T0 }
     const old = make(clock)
-    for (let i = 0; i < 6; i++) await old.check(named('key:a'), TINY)
+    for (let i = 0; i < 7; i++) await old.check(named('key:a'), TINY)
     await old.check(named('key:b'), FREE)
     clock.now += 500
     expect([...old.handover().keys.keys()].sort()).toEqual(['key:a', 'key:b'])

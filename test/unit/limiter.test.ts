@@ -115,13 +115,15 @@ describe('RateLimiter buckets', () => {
 describe('RateLimiter bans', () => {
   const limits = { rpm: 1, rpd: 1000 }
 
+  /** The bucket emptied, then the first refusal, which names the wait and counts toward nothing. */
   async function exhausted(banAfter = 3, banSeconds = 10) {
     const made = make({ banAfter, banSeconds })
     expect((await made.limiter.check(named('key:a'), limits)).allowed).toBe(true)
+    expect(await made.limiter.check(named('key:a'), limits)).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 60 })
     return made
   }
 
-  test('exactly banAfter rejections within a minute do not ban', async () => {
+  test('exactly banAfter rejections sent before the named wait, within a minute, do not ban', async () => {
     const { limiter, advance } = await exhausted()
     const refused = await run(limiter, 3, 'key:a', limits)
     expect(refused.every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
@@ -129,19 +131,59 @@ describe('RateLimiter bans', () => {
     expect((await limiter.check(named('key:a'), limits)).allowed).toBe(true)
   })
 
-  test('banAfter + 1 rejections within a minute ban for banSeconds', async () => {
+  test('banAfter + 1 rejections sent before the named wait, within a minute, ban for banSeconds, and that refusal says so', async () => {
     const { limiter, advance } = await exhausted()
     await run(limiter, 3, 'key:a', limits)
     advance(59_999)
-    // The bucket has refilled almost one token, still none whole: the 4th rejection, within 60 s of the 1st.
+    // The bucket has refilled almost one token, still none whole: the 4th early rejection, within 60 s of the 1st.
     const fourth = await limiter.check(named('key:a'), limits)
-    expect(fourth).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 10 })
+    expect(fourth).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: true, retryAfter: 10 })
     const banned = await limiter.check(named('key:a'), limits)
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
     advance(9_001)
     expect(await limiter.check(named('key:a'), limits)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
     advance(999)
     expect((await limiter.check(named('key:a'), limits)).allowed).toBe(true)
+  })
+
+  test('a refusal at or after the time the last refusal named counts toward nothing, however many', async () => {
+    const { limiter, advance } = make({ banAfter: 1, banSeconds: 600 })
+    const fast = { rpm: 2, rpd: 1000 }
+    await run(limiter, 2, 'key:a', fast)
+    for (let i = 0; i < 50; i++) {
+      // At the named time, or right after the token it names was taken: never early.
+      const refused = await limiter.check(named('key:a'), fast)
+      expect(refused).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: false, retryAfter: 30 })
+      advance(30_000)
+      expect((await limiter.check(named('key:a'), fast)).allowed).toBe(true)
+    }
+    // One sent before the named time is early; with --ban-after 1, the second early one bans.
+    await limiter.check(named('key:a'), fast)
+    expect(await limiter.check(named('key:a'), fast)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+    expect(await limiter.check(named('key:a'), fast)).toMatchObject({ reason: 'key_banned', bannedNow: true })
+  })
+
+  test('a client that waits out every Retry-After is never banned, and its request after each wait is let through', async () => {
+    const { limiter, advance } = make({ banAfter: 1, banSeconds: 600 })
+    let afterWait = 0
+    let allowedAfterWait = 0
+    let refusals = 0
+    for (let elapsed = 0; elapsed < 10 * 60_000; ) {
+      const decision = await limiter.check(named('key:a'), FREE)
+      if (decision.allowed) {
+        advance(7) // as fast as it is let
+        elapsed += 7
+        continue
+      }
+      expect(decision).toMatchObject({ reason: 'rate_limited', bannedNow: false })
+      refusals++
+      advance(decision.retryAfter * 1000)
+      elapsed += decision.retryAfter * 1000
+      afterWait++
+      if ((await limiter.check(named('key:a'), FREE)).allowed) allowedAfterWait++
+    }
+    expect(refusals).toBeGreaterThan(100)
+    expect(allowedAfterWait).toBe(afterWait)
   })
 
   test('rejections spread over more than a minute do not ban', async () => {
@@ -157,7 +199,7 @@ describe('RateLimiter bans', () => {
 
   test('requests while banned do not extend the ban or count as new rejections', async () => {
     const { limiter, advance } = await exhausted(1, 60)
-    await run(limiter, 2, 'key:a', limits) // the 2nd rejection starts a 60 s ban
+    await run(limiter, 2, 'key:a', limits) // the 2nd early rejection starts a 60 s ban
     await run(limiter, 100, 'key:a', limits)
     advance(60_000)
     expect((await limiter.check(named('key:a'), limits)).allowed).toBe(true)
@@ -167,7 +209,7 @@ describe('RateLimiter bans', () => {
     const { limiter, advance } = await exhausted(1, 5)
     await run(limiter, 1, 'key:a', limits)
     const start = await limiter.check(named('key:a'), limits)
-    expect(start).toMatchObject({ allowed: false, reason: 'rate_limited', bannedNow: true, retryAfter: 60 })
+    expect(start).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: true, retryAfter: 60 })
     advance(1_000)
     const banned = await limiter.check(named('key:a'), limits)
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 59 })
@@ -179,17 +221,18 @@ describe('RateLimiter bans', () => {
     const { limiter, advance } = await exhausted(3, 10)
     await run(limiter, 4, 'key:a', limits) // banned now
     advance(10_000)
-    expect((await limiter.check(named('key:a'), limits)).allowed).toBe(false) // bucket still empty: a plain 429
+    // Still before the 60 s the last refusal named: an early one, the first of a new count.
+    expect((await limiter.check(named('key:a'), limits)).allowed).toBe(false)
     const next = await run(limiter, 2, 'key:a', limits)
     expect(next.every((d) => !d.allowed && d.reason === 'rate_limited' && !d.bannedNow)).toBe(true)
   })
 
-  test('the default ban is after more than 50 rejections', async () => {
+  test('the default ban is after more than 50 early rejections', async () => {
     const { limiter } = make()
     await limiter.check(named('key:a'), limits)
-    const refused = await run(limiter, 51, 'key:a', limits)
-    expect(refused.slice(0, 50).some((d) => !d.allowed && d.bannedNow)).toBe(false)
-    expect(refused[50]).toMatchObject({ bannedNow: true, retryAfter: 600 })
+    const refused = await run(limiter, 52, 'key:a', limits)
+    expect(refused.slice(0, 51).some((d) => !d.allowed && d.bannedNow)).toBe(false)
+    expect(refused[51]).toMatchObject({ reason: 'key_banned', bannedNow: true, retryAfter: 600 })
   })
 
   test('addresses are banned the same way as keys', async () => {

@@ -17,7 +17,7 @@ import {
   type TakeResult,
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
-import { type Bucket, fullBucket, refill } from '../token-bucket'
+import { type Bucket, fullBucket, msUntilTokens, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -36,6 +36,8 @@ interface State {
   rejections: Float64Array | null
   nextRejection: number
   bannedUntil: number
+  /** The time the last refusal told the client to wait for (ms): a request before it counts toward a ban. */
+  retryAt: number
   dayDirty: boolean
 }
 
@@ -97,7 +99,13 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
         subject.day.tokens -= 1
         subject.dayDirty = who.kind === 'key'
         result.allowed = true
-      } else result.bannedNow = this.recordRejection(subject, now)
+      } else {
+        // Only a request sent before the time the last refusal named counts toward a ban: a client that
+        // waits out every Retry-After is refused now and then, and never banned for it.
+        const early = now < subject.retryAt
+        subject.retryAt = now + msUntilTokens(subject.minute, subject.day, shape)
+        if (early) result.bannedNow = this.recordRejection(subject, now)
+      }
     }
     result.bannedUntil = subject.bannedUntil
     return result
@@ -187,6 +195,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       refill(handed.day, shape.day, now)
     }
     if (subject.bannedUntil > now) handed.bannedUntil = subject.bannedUntil
+    if (subject.retryAt > now) handed.retryAt = subject.retryAt
     const recent = subject.rejections ? [...subject.rejections].filter((at) => now - at < MINUTE_MS).sort((a, b) => a - b) : []
     if (recent.length) handed.rejections = recent
     return handed
@@ -216,6 +225,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       rejections: null,
       nextRejection: 0,
       bannedUntil: handed?.bannedUntil ?? 0,
+      retryAt: handed?.retryAt ?? 0,
       dayDirty: false,
     }
     if (handed?.rejections?.length) {
@@ -277,6 +287,7 @@ function newest(subjects: Map<string, HandedSubject>, count: number): Map<string
 function lapsed(handed: HandedSubject, now: number): boolean {
   return (
     !((handed.bannedUntil ?? 0) > now) &&
+    !((handed.retryAt ?? 0) > now) &&
     now - handed.minute.updatedAt >= MINUTE_MS &&
     (handed.day === undefined || now - handed.day.updatedAt >= DAY_MS) &&
     !handed.rejections?.some((at) => now - at < MINUTE_MS)

@@ -60,6 +60,9 @@ type Answer = [
   now: string,
   clock: string,
   generation: string,
+  counted: string,
+  namedBefore: string,
+  named: string,
 ]
 
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
@@ -260,10 +263,9 @@ export class RedisLimiterBackend implements SharedBackend {
    */
   private undo({ result, name, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
-    const [allowed, bannedNow, , , , , bannedUntil, now, , generation] = reply
-    this.evaluate(UNDO_SCRIPT, this.keysOf(name), [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter)]).catch(
-      () => {},
-    )
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, namedBefore, named] = reply
+    const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, namedBefore, named]
+    this.evaluate(UNDO_SCRIPT, this.keysOf(name), args).catch(() => {})
   }
 
   /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */

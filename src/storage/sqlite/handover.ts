@@ -17,6 +17,7 @@ import {
   writeFileSync,
 } from 'node:fs'
 import { BAN_SECONDS } from '../../domain/ban-rule'
+import { DAY_MS } from '../../domain/time'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
@@ -118,6 +119,8 @@ function subjects(record: unknown, now: number): Map<string, HandedSubject> {
     if (Number.isFinite(entry.bannedUntil)) subject.bannedUntil = Math.min(entry.bannedUntil!, now + LONGEST_BAN_MS)
     if (Array.isArray(entry.rejections) && entry.rejections.every(Number.isFinite))
       subject.rejections = entry.rejections.map((at: number) => Math.min(at, now))
+    // A refusal's wait is at most a day's token: what a server writes.
+    if (Number.isFinite(entry.retryAt)) subject.retryAt = Math.min(entry.retryAt!, now + DAY_MS)
     out.set(id, subject)
   }
   return out
