@@ -51,6 +51,12 @@ export interface LimiterBackend {
   ping(patienceMs?: number): Promise<boolean>
   /** Why the last attempt to reach a shared backend failed, in words for an operator; null when it did not. */
   readonly failure?: string | null
+  /**
+   * A shared backend's count of subjects forgotten (bans lifted, limits reset) by any instance, as last
+   * read: a change tells this process that a ban it holds in memory may be over.
+   */
+  readonly lifts?: string
+
   close(): void | Promise<void>
 }
 

@@ -17,7 +17,7 @@ import {
   type TakeResult,
 } from './backend'
 import { TryCounter } from './tries'
-import { fullBucket, msUntilFull, msUntilTokens } from './token-bucket'
+import { fullBucket, msUntilFull, msUntilTokens, refill } from './token-bucket'
 import { BAN_AFTER } from '../domain/ban-rule'
 import type { Limits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
@@ -25,6 +25,20 @@ import { type Subject, subjectNamed } from '../domain/subject'
 
 /** How long the watch (RateLimiter.watch) waits for the backend before it counts as not answering. */
 const WATCH_PATIENCE_MS = 1_000
+
+/** Most bans of a shared backend answered from this process's memory at once; the oldest are let go first. */
+export const MAX_HELD_BANS = 10_000
+
+/** A ban a shared backend answered, held here until it ends: its buckets as they were, on the backend's clock. */
+interface HeldBan {
+  rpm: number
+  rpd: number
+  taken: TakeResult
+  /** performance.now() when the answer came, to move the backend's clock on without asking it. */
+  at: number
+  /** The backend's count of lifts then: any lift since, on any instance, lets every held ban go. */
+  lifts: string | undefined
+}
 
 export interface LimiterOptions {
   banAfter: number
@@ -63,6 +77,12 @@ export class RateLimiter {
   private readonly local: MemoryLimiterBackend | null
   private storeUnavailable = false
   private readonly banLog = new BanLog()
+  /**
+   * With a shared backend, the bans it answered, by subject: refused from memory until they end, so a
+   * banned flood costs no Redis call (rate-limiter-flexible's inMemoryBlockOnConsumed). A lift on any
+   * instance changes the backend's count of lifts, which it reads twice a second, and lets them all go.
+   */
+  private readonly heldBans: Map<string, HeldBan> | null
   readonly admin: LimiterAdmin
   readonly tries: TryCounter
 
@@ -89,6 +109,7 @@ export class RateLimiter {
         if (subject && bannedUntil !== undefined && bannedUntil > now) this.banLog.note(subject, bannedUntil, now)
       }
     this.local = local ? new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses }) : null
+    this.heldBans = shared ? new Map() : null
   }
 
   /** Whether decisions come from the local fallback because the backend is unavailable. */
@@ -106,6 +127,8 @@ export class RateLimiter {
    * fallback is 'closed'. Async for both backends: awaiting the in-process answer costs about 0.1 µs.
    */
   async check(subject: Subject, limits: Limits): Promise<Decision> {
+    const held = this.heldBans && this.heldBan(subject, limits)
+    if (held) return this.decide(held, limits, subject)
     const now = this.options.now?.()
     let taken: TakeResult
     try {
@@ -117,7 +140,32 @@ export class RateLimiter {
       return this.decideLocally(error, subject, limits, now)
     }
     if (this.storeUnavailable) this.noteUnavailable(false)
+    if (this.heldBans && taken.bannedUntil > taken.now) this.holdBan(subject, limits, taken)
     return this.decide(taken, limits, subject)
+  }
+
+  /** The held ban of a subject as a take would find it now, or null when none holds (ended, lifted, other limits). */
+  private heldBan(subject: Subject, limits: Limits): TakeResult | null {
+    const held = this.heldBans!.get(subject.name)
+    if (!held) return null
+    const now = this.options.now?.() ?? held.taken.now + (performance.now() - held.at)
+    if (held.lifts !== this.backend.lifts) this.heldBans!.clear()
+    else if (held.taken.bannedUntil > now && held.rpm === limits.rpm && held.rpd === limits.rpd) {
+      const shape = shapesOf(limits)
+      const minute = { ...held.taken.minute }
+      const day = { ...held.taken.day }
+      refill(minute, shape.minute, now)
+      refill(day, shape.day, now)
+      return { allowed: false, minute, day, bannedUntil: held.taken.bannedUntil, bannedNow: false, now }
+    } else this.heldBans!.delete(subject.name)
+    return null
+  }
+
+  private holdBan(subject: Subject, limits: Limits, taken: TakeResult): void {
+    const bans = this.heldBans!
+    if (bans.size >= MAX_HELD_BANS && !bans.has(subject.name)) bans.delete(bans.keys().next().value!)
+    const copy = { ...taken, minute: { ...taken.minute }, day: { ...taken.day } }
+    bans.set(subject.name, { rpm: limits.rpm, rpd: limits.rpd, taken: copy, at: performance.now(), lifts: this.backend.lifts })
   }
 
   /** The subject's quota, nothing taken; rejects with LimiterUnavailableError when a shared backend does not answer. */
@@ -160,6 +208,7 @@ export class RateLimiter {
   /** Forgets a subject's buckets, rejections and ban; `seq` numbers a key's reset (see LimiterBackend.forget). */
   forget(subject: Subject, seq?: number): void | Promise<void> {
     this.banLog.drop(subject)
+    this.heldBans?.delete(subject.name)
     this.local?.forget(subject)
     return this.backend.forget(subject, seq)
   }

@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import type { Limits } from '../../src/domain/plans'
+import type { AddressSubject } from '../../src/domain/subject'
 import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { type RedisServer, startRedis } from '../support/redis'
@@ -196,6 +197,40 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
 
   // Decisions, not deadlines, are what these tests check: a loaded host must not turn a slow answer into a failure.
   conformance(() => (settings) => redisLimiter(redis.url, settings, { timeoutMs: 2_000 }))
+
+  test('a ban is answered from memory until it ends, with no script call; a lift on one instance reaches the other within a second', async () => {
+    const prefix = uniquePrefix()
+    // The real clock: the held ban ends by it. Health checks (and with them the count of lifts) every 100 ms.
+    const make = () => redisLimiter(redis.url, { banAfter: 1, banSeconds: 600 }, { prefix, timeoutMs: 2_000, reconnectEveryMs: 100 })
+    const [one, other] = [make(), make()]
+    const limits = { rpm: 1, rpd: 1000 }
+    const address = named('ip:198.51.100.77')
+    try {
+      const first = await Promise.all([1, 2, 3, 4].map(() => one.check(address, limits)))
+      expect(first.map((d) => (d.allowed ? 'allowed' : d.reason))).toEqual(['allowed', 'rate_limited', 'rate_limited', 'key_banned'])
+      // The other instance learns of the ban with one call.
+      expect(await other.check(address, limits)).toMatchObject({ reason: 'key_banned' })
+      const scriptCalls = async () => {
+        const stats = (await redis.admin.send('INFO', ['commandstats'])) as string
+        return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0) + Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0)
+      }
+      const before = await scriptCalls()
+      const refusals = await Promise.all(Array.from({ length: 400 }, (_, i) => (i % 2 ? one : other).check(address, limits)))
+      expect(refusals.every((d) => !d.allowed && d.reason === 'key_banned' && d.retryAfter > 590)).toBe(true)
+      expect((await scriptCalls()) - before).toBe(0)
+
+      // Lifted through one instance (the console's address lift): the other lets its held ban go.
+      await one.admin.liftAddress(address as AddressSubject)
+      const liftedAt = performance.now()
+      while (!(await other.check(address, limits)).allowed) {
+        expect(performance.now() - liftedAt).toBeLessThan(1_000)
+        await Bun.sleep(10)
+      }
+    } finally {
+      one.close()
+      other.close()
+    }
+  })
 
   test('two instances sharing Redis decide one subject exactly, however their requests interleave', async () => {
     const { clock } = futureClock()

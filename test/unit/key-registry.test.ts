@@ -74,8 +74,9 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
   expect((await registry.findLate(late.secret))?.id).toBe(late.record.id)
   expect(counted.reads).toBe(1)
 
-  // A hundred different invented tokens at once: one read between them, not a hundred.
-  const guesses = Array.from({ length: 100 }, (_, i) => `psk_guess_${i}`)
+  // A hundred different invented tokens shaped like secrets made before the checksum, at once: one read
+  // between them, not a hundred.
+  const guesses = Array.from({ length: 100 }, (_, i) => `psk_guess_${i}`.padEnd(47, 'x'))
   expect(await Promise.all(guesses.map((guess) => registry.findLate(guess)))).toEqual(Array(100).fill(undefined))
   expect(counted.reads).toBe(2)
   // Remembered: asking again costs no read.
@@ -88,6 +89,25 @@ test('a token not in memory is found by a catch-up read; unknown tokens share re
   storage.keys.insert({ ...late.record, id: 'key_made_after', secretHash: hashSecret(guesses[1]!) })
   await registry.reload()
   expect(registry.find(guesses[1]!)?.id).toBe('key_made_after')
+  storage.close()
+})
+
+test('a token that cannot be a secret (its shape, or a checksum that fails) is no key at once: no hash, no read, nothing remembered', async () => {
+  const counted = await loadedRegistry()
+  const { storage, registry } = counted
+  const { secret } = await createKey(storage.keys, { plan: 'pro' }, NOW)
+  expect(secret).toMatch(/^psk_[0-9A-Za-z]{49}$/)
+  // One character changed in the random part, or in the checksum: the checksum fails.
+  const swap = (at: number) => secret.slice(0, at) + (secret[at] === 'a' ? 'b' : 'a') + secret.slice(at + 1)
+  const madeUp = [swap(10), swap(secret.length - 1), 'nope', `${secret}x`, 'psk_short', secret.slice(0, -1)]
+  for (const token of madeUp) {
+    expect(registry.find(token)).toBeUndefined()
+    expect(registry.findLate(token)).toBeUndefined()
+  }
+  expect(counted.reads).toBe(0)
+  // The real one, not in memory yet, is read for.
+  expect((await registry.findLate(secret))?.plan).toBe('pro')
+  expect(counted.reads).toBe(1)
   storage.close()
 })
 

@@ -111,6 +111,8 @@ export class RedisLimiterBackend implements SharedBackend {
   private lastReconnect = -Infinity
   private closed = false
   failure: string | null = null
+  /** See LimiterBackend.lifts: read with every health check. */
+  lifts: string | undefined = undefined
 
   constructor(
     private readonly rule: BanRule,
@@ -164,7 +166,7 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
   forget({ name }: Subject, seq?: number): Promise<void> {
-    const keys = [...this.keysOf(name), `${this.prefix}resets`]
+    const keys = [...this.keysOf(name), `${this.prefix}resets`, `${this.prefix}lifts`]
     return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]).then(() => undefined)
   }
 
@@ -268,11 +270,20 @@ export class RedisLimiterBackend implements SharedBackend {
     this.evaluate(UNDO_SCRIPT, this.keysOf(name), args).catch(() => {})
   }
 
-  /** Checks that Redis answers, reconnecting when it does not: a failed PING starts a reconnect. */
+  /**
+   * Checks that Redis answers, reconnecting when it does not: a failed check starts a reconnect. The
+   * check reads the count of lifts, so a ban lifted on another instance is let go here within it.
+   */
   private checkHealth(): void {
     if (this.reconnecting) return
     if (!this.client.connected || this.offset === null) this.reconnect()
-    else this.bounded(this.client.send('PING', []), performance.now() + this.connectTimeoutMs).catch(() => {})
+    else
+      this.bounded(this.client.send('GET', [`${this.prefix}lifts`]), performance.now() + this.connectTimeoutMs).then(
+        (count) => {
+          this.lifts = String(count ?? 0)
+        },
+        () => {},
+      )
   }
 
   private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {

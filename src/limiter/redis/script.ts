@@ -233,10 +233,11 @@ return n
 `
 
 /**
- * A key's limit reset: drops the subject's keys, once per reset however many instances apply it.
+ * A key's limit reset, or a lift: drops the subject's keys, once per reset however many instances apply
+ * it, and counts the change, so every instance lets go of the bans it holds in memory.
  * KEYS: the subject's hash, its rejection list, the list its last ban set aside, the hash of resets
- * applied (subject -> seq). ARGV: subject, seq ('' to drop unconditionally). Answers 1 when it dropped
- * the state, else 0.
+ * applied (subject -> seq), the count of lifts. ARGV: subject, seq ('' to drop unconditionally).
+ * Answers 1 when it dropped the state, else 0.
  */
 export const FORGET_SCRIPT = `
 if ARGV[2] ~= '' then
@@ -245,5 +246,6 @@ if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('INCR', KEYS[5])
 return 1
 `

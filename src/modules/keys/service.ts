@@ -2,7 +2,7 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import { type ActiveKey, type ApiKeyRecord, hashSecret, type KeyLookup, makeKey } from '../../domain/api-key'
+import { type ActiveKey, type ApiKeyRecord, hashSecret, type KeyLookup, makeKey, mayBeSecret } from '../../domain/api-key'
 import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
 import { type KeyChanges, type KeyRepository, type Storage, StorageUnavailableError } from '../../domain/repositories'
@@ -96,18 +96,19 @@ export class KeyRegistry implements KeyLookup {
   find(secret: string): ActiveKey | undefined {
     const known = this.verified.get(secret)
     if (known) return known
-    if (this.misses.has(secret)) return undefined
+    if (this.misses.has(secret) || !mayBeSecret(secret)) return undefined
     const key = this.byHash.get(hashSecret(secret))
     if (key && this.verified.size < this.byHash.size) this.verified.set(secret, key)
     return key
   }
 
   /**
-   * See KeyLookup.findLate: the read begins after the call. Misses share reads, at most one per
+   * See KeyLookup.findLate: the read begins after the call. A token that cannot be a secret (its shape,
+   * or its checksum) is no key without a read or a note. Misses share reads, at most one per
    * CATCH_UP_GAP_MS, so invented keys do not flood storage; a token still unknown is remembered.
    */
   findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
-    if (this.misses.has(secret)) return undefined
+    if (this.misses.has(secret) || !mayBeSecret(secret)) return undefined
     // Requests carrying the same token (a new key's first burst) share its look-up while that look-up's
     // read has not begun; a later one waits for the next read, which a key made meanwhile is in.
     const read = this.catchUp()
