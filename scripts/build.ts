@@ -5,12 +5,12 @@
  * Two entry points: the server, and the commit worker it starts as a thread. The binary must not read
  * `.env` or `bunfig.toml` from wherever it is started, and is not minified: Elysia reads hooks' source
  * text to decide which context fields to build (see test/api/binary.test.ts, which reads its log line).
- * `--version` names the commit and the build time, given here with `--define` (src/build-info.ts).
+ * `--version` names the commit and the build time, given here with `--define` (src/server/build-info.ts).
  */
 import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { gitCommit } from '../src/build-info'
+import { gitCommit } from '../src/server/build-info'
 
 const ROOT = join(import.meta.dir, '..')
 const ENTRIES = ['src/index.ts', 'src/storage/sqlite/commit-worker.ts']

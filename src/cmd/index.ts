@@ -3,7 +3,7 @@
  * variables; every mistake ends with a one-line reason (last, where a terminal leaves it in view) and a
  * non-zero exit.
  */
-import { versionLine } from '../build-info'
+import { versionLine } from '../server/build-info'
 import { ConfigError } from '../config'
 import { StorageOpenError, StorageUnavailableError } from '../domain/repositories'
 import * as backup from './backup'

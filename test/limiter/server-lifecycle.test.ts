@@ -1,11 +1,11 @@
 /**
- * The server lifecycle (src/server.ts) with the limiter in Redis, in process: every way out of a start,
+ * The server lifecycle (src/server/server.ts) with the limiter in Redis, in process: every way out of a start,
  * failed or stopped, goes through one teardown, which closes the limiter's Redis connection.
  */
 import { expect, test } from 'bun:test'
-import type { StorageBackend } from '../../src/backends'
+import type { StorageBackend } from '../../src/server/backends'
 import { resolveConfig } from '../../src/config'
-import { Server } from '../../src/server'
+import { Server } from '../../src/server/server'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { describeWithEngines } from '../support/engines'
 import { redisForSuite } from '../support/redis'

@@ -10,12 +10,12 @@
  * Redis are started once per run, when a combination needs them.
  */
 import { afterEach } from 'bun:test'
-import type { PetstoreApp } from '../../src/app'
-import type { LimiterBackendFactory } from '../../src/backends'
+import type { PetstoreApp } from '../../src/server/app'
+import type { LimiterBackendFactory } from '../../src/server/backends'
 import { type ConfigInput, resolveConfig } from '../../src/config'
 import { RedisLimiterBackend } from '../../src/limiter/redis/backend'
 import { makeKey } from '../../src/domain/api-key'
-import { Server } from '../../src/server'
+import { Server } from '../../src/server/server'
 import { openPostgresStorage } from '../../src/storage/postgres'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import type { Storage } from '../../src/domain/repositories'

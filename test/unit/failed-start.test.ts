@@ -8,7 +8,7 @@ import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { CONFIG_FLAGS, ConfigError, resolveConfig } from '../../src/config'
 import { BAN_AFTER } from '../../src/domain/ban-rule'
-import { Server } from '../../src/server'
+import { Server } from '../../src/server/server'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { tempDir } from '../support/binary'
 

@@ -35,7 +35,7 @@ test('the rules catch wrong arrows, a ring and a file in no layer', async () => 
   expect(lines).toContain('domain-at-the-ground: src/domain/pet.ts -> src/storage/rows.ts')
   expect(lines.some((line) => line.startsWith('no-circular: src/plugins/a.ts'))).toBe(true)
   expect(lines).toContain('every-file-in-a-layer: src/stray.ts')
-  expect(lines).toContain('nothing-below-reaches-the-server: src/modules/pets/service.ts -> src/readiness.ts')
+  expect(lines).toContain('nothing-below-reaches-the-server: src/modules/pets/service.ts -> src/server/readiness.ts')
   expect(lines).toContain('controllers-never-reach-the-gate: src/modules/pets/index.ts -> src/plugins/gate.ts')
   expect(lines).toContain('plugins-below-the-modules: src/plugins/gate.ts -> src/modules/keys/service.ts')
   expect(lines).toContain('services-never-see-http: src/modules/pets/group-commit.ts -> src/plugins/b.ts')

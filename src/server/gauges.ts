@@ -1,9 +1,9 @@
 /** The values /metrics reads from the parts that keep them, at the moment it is asked: wiring, so it sits beside app.ts. */
-import type { RateLimiter } from './limiter/limiter'
-import type { KeyRegistry } from './modules/keys/service'
-import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from './modules/pets/service'
-import type { AccessLog } from './observability/access-log'
-import { processFigures } from './observability/process-metrics'
+import type { RateLimiter } from '../limiter/limiter'
+import type { KeyRegistry } from '../modules/keys/service'
+import { MAX_PAGE_UNITS, MAX_PET_UNITS, type PetService } from '../modules/pets/service'
+import type { AccessLog } from '../observability/access-log'
+import { processFigures } from '../observability/process-metrics'
 
 export function gauges(parts: {
   limiter: Pick<RateLimiter, 'trackedAddresses' | 'degraded'>

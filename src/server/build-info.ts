@@ -3,7 +3,10 @@
  * that scripts/build.ts bakes into the binary with `--define`. Run from a checkout (`bun src/index.ts`)
  * there is no build: the line says so, with the commit git reports, so a bug report still names one.
  */
-import { VERSION } from './app'
+import pkg from '../../package.json'
+
+/** The server's version: package.json's, so a release's files say the version they are. */
+export const VERSION: string = pkg.version
 
 // Replaced by string literals in a build (scripts/build.ts); never defined when run from the sources.
 declare const PETSTORE_BUILD_COMMIT: string

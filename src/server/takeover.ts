@@ -8,12 +8,12 @@
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import type { PetstoreApp } from './app'
-import { type Config, ConfigError, hostInUrl } from './config'
-import { StorageOpenError } from './domain/repositories'
-import { errorResponse, unavailable } from './http/api-errors'
+import { type Config, ConfigError, hostInUrl } from '../config'
+import { StorageOpenError } from '../domain/repositories'
+import { errorResponse, unavailable } from '../http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, leaveAgain, type Server, STOP_SAVE_MS } from './server'
-import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from './storage/sqlite/handover'
+import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from '../storage/sqlite/data-file-lock'
+import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from '../storage/sqlite/handover'
 
 /**
  * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass

@@ -3,15 +3,16 @@
  * load its state, listen, start the jobs; stop in reverse, through the same teardown as a failed start.
  * How a start comes by the data file and the port (an Arrival) is given: AFRESH, or takeover.ts's.
  */
-import { createApp, type AppDeps, type PetstoreApp, VERSION } from './app'
+import { createApp, type AppDeps, type PetstoreApp } from './app'
+import { VERSION } from './build-info'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
-import { type Config, ConfigError, hostInUrl, withBoundPort } from './config'
-import { redactedUrl } from './domain/redacted-url'
-import type { LimiterHandover } from './domain/repositories'
-import { errorResponse, notFound } from './http/api-errors'
-import type { AnyElysia } from './http/openapi'
+import { type Config, ConfigError, hostInUrl, withBoundPort } from '../config'
+import { redactedUrl } from '../domain/redacted-url'
+import type { LimiterHandover } from '../domain/repositories'
+import { errorResponse, notFound } from '../http/api-errors'
+import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'
-import { consoleModule } from './modules/console'
+import { consoleModule } from '../modules/console'
 
 export interface ServerOptions extends Partial<Pick<AppDeps, 'now' | 'logSink' | 'warn'>>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */

@@ -3,8 +3,8 @@
  * found damaged, nothing it serves or takes can be trusted until a restart: the fault holds, readiness
  * and creates say so, and the log says it once.
  */
-import type { RateLimiter } from './limiter/limiter'
-import type { MaybePromise, Storage } from './domain/repositories'
+import type { RateLimiter } from '../limiter/limiter'
+import type { MaybePromise, Storage } from '../domain/repositories'
 
 /** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
 export interface DataFileWatch {

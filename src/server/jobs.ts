@@ -5,13 +5,13 @@
  */
 import type { PetstoreApp } from './app'
 import type { DataFileWatch } from './readiness'
-import { IDEMPOTENCY_TTL_MS } from './domain/idempotency'
-import type { MaybePromise, Storage } from './domain/repositories'
-import { DAY_MS, HOUR_MS, MINUTE_MS } from './domain/time'
-import { USAGE_WRITE_MS } from './domain/usage'
-import { keySubject } from './domain/subject'
-import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from './domain/operators'
-import type { UsageRetention } from './config'
+import { IDEMPOTENCY_TTL_MS } from '../domain/idempotency'
+import type { MaybePromise, Storage } from '../domain/repositories'
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/time'
+import { USAGE_WRITE_MS } from '../domain/usage'
+import { keySubject } from '../domain/subject'
+import { REFUSED_SIGN_IN_RETENTION_MS, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from '../domain/operators'
+import type { UsageRetention } from '../config'
 
 const KEY_POLL_MS = 250
 const STATE_SAVE_MS = 5_000
