@@ -40,6 +40,8 @@ export interface KeyRepository {
   /** Inserts the record only when there is no key at all (the bootstrap key); false when there was one. */
   insertIfNone(record: ApiKeyRecord): MaybePromise<boolean>
   list(): MaybePromise<ApiKeyRecord[]>
+  /** One key, revoked or not; null when there is none. */
+  get(id: string): MaybePromise<ApiKeyRecord | null>
   /** Marks a key revoked, telling whether this call did: a key already revoked keeps its time. */
   revoke(id: string, now: number): MaybePromise<Revocation>
   /** Moves a key that is not revoked to another plan, taking a change number; false when none or revoked. */
@@ -107,8 +109,8 @@ export interface LimiterStateRepository {
 export interface UsageRepository {
   /** Adds each minute row to its minute, and to its hour (summed), in one transaction. */
   add(minutes: UsageRow[]): MaybePromise<void>
-  /** Per key (NO_KEY included), the sums of the buckets that start at `from` or later. */
-  totals(resolution: Resolution, from: number): MaybePromise<KeyTotals[]>
+  /** Per key (NO_KEY included), or of one key, the sums of the buckets that start at `from` or later. */
+  totals(resolution: Resolution, from: number, keyId?: string): MaybePromise<KeyTotals[]>
   /** The non-empty buckets from `from` on, oldest first: of one key, or of all summed (keyId NO_KEY). */
   series(resolution: Resolution, from: number, keyId?: string): MaybePromise<UsageRow[]>
   /** Deletes the buckets that start before `before`; how many went. */

@@ -211,7 +211,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   /** Recent answers as the API gives them: ISO times, the key's name beside its id. */
   const recentRows = async (filter: Parameters<RecentRequests['list']>[0]) => {
     const requests = options.recent.list(filter)
-    const names = new Map((await options.storage.keys.list()).map((key) => [key.id, key.name]))
+    // One key's rows need its name alone, however many keys there are.
+    const keys = filter.keyId
+      ? [await options.storage.keys.get(filter.keyId)].filter((key) => key !== null)
+      : await options.storage.keys.list()
+    const names = new Map(keys.map((key) => [key.id, key.name]))
     return requests.map((entry) => ({
       ...entry,
       time: new Date(entry.time).toISOString(),

@@ -102,41 +102,15 @@ export class UsageService {
 
   /** Every key, and the keyless bucket when it has requests, with its figures; `sinceMs` sets the window. */
   async keys(sinceMs = DAY_MS): Promise<KeyUsage[]> {
-    const now = this.now()
-    const [records, today, window, day, week] = await Promise.all([
-      this.storage.keys.list(),
-      this.totals('hour', utcDayStart(now)),
-      this.totalsSince(now - sinceMs),
-      this.totals('minute', bucketStart(now - DAY_MS, 'minute')),
-      this.totals('hour', bucketStart(now - 7 * DAY_MS, 'hour')),
-    ])
-    const figures = (keyId: string, record: ApiKeyRecord | undefined): KeyUsage => {
-      const dayTotals = day.get(keyId)
-      const weekTotals = week.get(keyId)
-      return {
-        keyId: record?.id ?? null,
-        name: record?.name ?? null,
-        plan: record?.plan ?? null,
-        rpm: record?.rpm ?? null,
-        rpd: record?.rpd ?? null,
-        revoked: record ? record.revokedAt !== null : false,
-        today: outcomes(today.get(keyId)?.counts),
-        window: outcomes(window.get(keyId)?.counts),
-        lastUsed: record ? record.lastUsedAt : (dayTotals?.lastAt ?? weekTotals?.lastAt ?? null),
-        deprecated: {
-          day: dayTotals?.counts[DEPRECATED] ?? 0,
-          week: weekTotals?.counts[DEPRECATED] ?? 0,
-          last: dayTotals?.lastDeprecatedAt ?? weekTotals?.lastDeprecatedAt ?? null,
-        },
-      }
-    }
-    const keyless = [NO_KEY].filter((id) => [today, window, week].some((totals) => totals.has(id)))
-    return [...records.map((record) => figures(record.id, record)), ...keyless.map((id) => figures(id, undefined))]
+    const [records, totals] = await Promise.all([this.storage.keys.list(), this.windows(sinceMs)])
+    const keyless = [NO_KEY].filter((id) => [totals.today, totals.window, totals.week].some((sums) => sums.has(id)))
+    return [...records.map((record) => figures(record.id, record, totals)), ...keyless.map((id) => figures(id, undefined, totals))]
   }
 
-  /** One key's figures; null when there is no such key. */
+  /** One key's figures, from its own rows alone; null when there is no such key. */
   async key(id: string, sinceMs = DAY_MS): Promise<KeyUsage | null> {
-    return (await this.keys(sinceMs)).find((usage) => usage.keyId === id) ?? null
+    const [record, totals] = await Promise.all([this.storage.keys.get(id), this.windows(sinceMs, id)])
+    return record ? figures(id, record, totals) : null
   }
 
   /**
@@ -170,13 +144,46 @@ export class UsageService {
     return { activeKeysToday, hour: hour!, day: day!, week: week! }
   }
 
-  private async totals(resolution: Resolution, from: number): Promise<Map<string, KeyTotals>> {
-    return new Map((await this.storage.usage.totals(resolution, from)).map((totals) => [totals.keyId, totals]))
+  /** The sums each figure is made of, per key (of one key, `keyId`): today, the window, the last day and week. */
+  private async windows(sinceMs: number, keyId?: string): Promise<Windows> {
+    const now = this.now()
+    const fromWindow = now - sinceMs
+    const windowResolution: Resolution = sinceMs <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
+    const [today, window, day, week] = await Promise.all([
+      this.totals('hour', utcDayStart(now), keyId),
+      this.totals(windowResolution, bucketStart(fromWindow, windowResolution), keyId),
+      this.totals('minute', bucketStart(now - DAY_MS, 'minute'), keyId),
+      this.totals('hour', bucketStart(now - 7 * DAY_MS, 'hour'), keyId),
+    ])
+    return { today: today!, window: window!, day: day!, week: week! }
   }
 
-  private totalsSince(from: number): Promise<Map<string, KeyTotals>> {
-    const resolution: Resolution = this.now() - from <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
-    return this.totals(resolution, bucketStart(from, resolution))
+  private async totals(resolution: Resolution, from: number, keyId?: string): Promise<Map<string, KeyTotals>> {
+    return new Map((await this.storage.usage.totals(resolution, from, keyId)).map((totals) => [totals.keyId, totals]))
+  }
+}
+
+type Windows = Record<'today' | 'window' | 'day' | 'week', Map<string, KeyTotals>>
+
+/** A key's figures (or the keyless bucket's, without a record) from the sums of every window. */
+function figures(keyId: string, record: ApiKeyRecord | undefined, { today, window, day, week }: Windows): KeyUsage {
+  const dayTotals = day.get(keyId)
+  const weekTotals = week.get(keyId)
+  return {
+    keyId: record?.id ?? null,
+    name: record?.name ?? null,
+    plan: record?.plan ?? null,
+    rpm: record?.rpm ?? null,
+    rpd: record?.rpd ?? null,
+    revoked: record ? record.revokedAt !== null : false,
+    today: outcomes(today.get(keyId)?.counts),
+    window: outcomes(window.get(keyId)?.counts),
+    lastUsed: record ? record.lastUsedAt : (dayTotals?.lastAt ?? weekTotals?.lastAt ?? null),
+    deprecated: {
+      day: dayTotals?.counts[DEPRECATED] ?? 0,
+      week: weekTotals?.counts[DEPRECATED] ?? 0,
+      last: dayTotals?.lastDeprecatedAt ?? weekTotals?.lastDeprecatedAt ?? null,
+    },
   }
 }
 

@@ -31,6 +31,10 @@ const CHANGES_PAGE = 10_000
 
 const optional = (value: string | null) => (value === null ? null : exactInteger(value))
 
+function toRecord(row: KeyRow): ApiKeyRecord {
+  return { ...toChange(row), name: row.name, createdAt: exactInteger(row.created_at), lastUsedAt: optional(row.last_used_at) }
+}
+
 function toChange(row: ChangeRow): KeyChange {
   return {
     id: row.id,
@@ -66,14 +70,13 @@ export class PostgresKeys implements KeyRepository {
   }
 
   list(): Promise<ApiKeyRecord[]> {
+    return guarded(async () => ((await this.sql`SELECT * FROM api_keys ORDER BY created_at, id`) as KeyRow[]).map(toRecord))
+  }
+
+  get(id: string): Promise<ApiKeyRecord | null> {
     return guarded(async () => {
-      const rows = (await this.sql`SELECT * FROM api_keys ORDER BY created_at, id`) as KeyRow[]
-      return rows.map((row) => ({
-        ...toChange(row),
-        name: row.name,
-        createdAt: exactInteger(row.created_at),
-        lastUsedAt: optional(row.last_used_at),
-      }))
+      const [row] = (await this.sql`SELECT * FROM api_keys WHERE id = ${id}`) as KeyRow[]
+      return row ? toRecord(row) : null
     })
   }
 

@@ -64,9 +64,9 @@ export function rowValues(rows: readonly { at: number; keyId: string; counts: nu
 export const SUMS = COUNTER_COLUMNS.map((column, i) => `sum(${column}) AS c${i}`).join(', ')
 
 /** Per-key totals from `at` on (one parameter, the start). */
-export function totalsSql(table: string, param: string): string {
+export function totalsSql(table: string, param: string, key: string | null): string {
   return `SELECT key_id, max(at) AS last_at, max(CASE WHEN deprecated > 0 THEN at END) AS last_deprecated_at, ${SUMS}
-          FROM ${table} WHERE at >= ${param} GROUP BY key_id ORDER BY key_id`
+          FROM ${table} WHERE at >= ${param}${key ? ` AND key_id = ${key}` : ''} GROUP BY key_id ORDER BY key_id`
 }
 
 /** Buckets from `at` on, summed over every key (one parameter) or for one key (two: the start, the key). */

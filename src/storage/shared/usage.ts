@@ -26,9 +26,14 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
     })
   }
 
-  totals(resolution: Resolution, from: number): Answer<M, KeyTotals[]> {
+  totals(resolution: Resolution, from: number, keyId?: string): Answer<M, KeyTotals[]> {
     return this.db.read(function* () {
-      const found = yield* rows<SumsRow>(built((param) => totalsSql(USAGE_TABLES[resolution], param(1)), [from]))
+      const table = USAGE_TABLES[resolution]
+      const statement =
+        keyId === undefined
+          ? built((param) => totalsSql(table, param(1), null), [from])
+          : built((param) => totalsSql(table, param(1), param(2)), [from, keyId])
+      const found = yield* rows<SumsRow>(statement)
       return found.map((row) => ({
         keyId: row.key_id as string,
         counts: countsOf(row, exactInteger),

@@ -21,6 +21,7 @@ type ChangeRow = KeyChange & { change: number }
 export class SqliteKeys implements KeyRepository {
   private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number, number]>
   private readonly listKeys: Statement<ApiKeyRecord, []>
+  private readonly getKey: Statement<ApiKeyRecord, [string]>
   private readonly revokeKey: Statement<unknown, [number, number, string]>
   private readonly touchKey: Statement<unknown, [number, string]>
   private readonly changedKeys: Statement<ChangeRow, [number]>
@@ -31,6 +32,7 @@ export class SqliteKeys implements KeyRepository {
       'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
     )
     this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
+    this.getKey = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`)
     this.revokeKey = db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?')
     this.touchKey = db.query('UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?')
     this.changedKeys = db.query(KEY_CHANGES_SQL)
@@ -53,6 +55,10 @@ export class SqliteKeys implements KeyRepository {
 
   list(): ApiKeyRecord[] {
     return this.listKeys.all()
+  }
+
+  get(id: string): ApiKeyRecord | null {
+    return this.getKey.get(id)
   }
 
   /** A key already revoked keeps its time and takes no change number. */
