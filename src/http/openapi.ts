@@ -6,6 +6,21 @@
 import type { TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
 import { INT64_MAX, INT64_MIN } from '../domain/pet'
+import {
+  addressBanned,
+  badRequest,
+  idempotencyConflict,
+  internalError,
+  keyBanned,
+  notImplemented,
+  payloadTooLarge,
+  petNotFound,
+  rateLimited,
+  requestTimeout,
+  storageUnavailable,
+  unsupportedMediaType,
+} from './api-errors'
+import { MISSING_KEY } from './bearer-token'
 import { BODY_DEADLINE_MS } from './json-body'
 import { REQUEST_ID_RULE } from './request-id'
 
@@ -159,24 +174,33 @@ export function withInt64Bounds<T>(value: T): T {
   return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
 }
 
-/** What each error code's example says; the first status that uses a code shows it. */
-const ERROR_EXAMPLES: Record<string, [number, string]> = {
-  invalid_request: [400, 'limit: must be an integer from 1 to 100'],
-  unauthorized: [401, 'An API key is required: send Authorization: Bearer <key>.'],
-  not_found: [404, 'No pet with id 42.'],
-  request_timeout: [408, `The request body did not arrive within ${BODY_DEADLINE_MS / 1000} s.`],
-  idempotency_conflict: [409, 'Idempotency-Key was already used with a different request body.'],
-  payload_too_large: [413, 'Request body is larger than 65536 bytes.'],
-  unsupported_media_type: [415, 'Content-Type must be application/json.'],
-  rate_limited: [429, 'Rate limit exceeded; retry after 1 s (requests sent before then count toward a ban).'],
-  key_banned: [429, 'Banned for 600 s: too many requests were sent before the time their 429 named.'],
-  address_banned: [
-    429,
-    'Your address is banned for 600 s: too many requests without a valid key were sent before the time their 429 named.',
-  ],
-  internal_error: [500, 'The server failed to handle this request.'],
-  not_implemented: [501, 'GET /store/orders is not implemented by this server.'],
-  unavailable: [503, 'Storage does not answer now; try again shortly.'],
+/** What the error examples depend on: the settings the server runs with. */
+export interface ExampleSettings {
+  banSeconds: number
+  maxBodyBytes: number
+}
+
+/**
+ * Each error code's example, made by the builder the server answers with and the settings it runs with
+ * (a ban says --ban-seconds), as the document's `components.examples`; the error answers refer to them.
+ */
+export function errorExamples({ banSeconds, maxBodyBytes }: ExampleSettings): Record<string, object> {
+  const answers = [
+    badRequest('limit: must be an integer from 1 to 100'),
+    MISSING_KEY,
+    petNotFound('42'),
+    requestTimeout(BODY_DEADLINE_MS / 1000),
+    idempotencyConflict(),
+    payloadTooLarge(maxBodyBytes),
+    unsupportedMediaType(),
+    rateLimited(1),
+    keyBanned(banSeconds),
+    addressBanned(banSeconds),
+    internalError(),
+    notImplemented('GET /store/orders'),
+    storageUnavailable(true),
+  ]
+  return Object.fromEntries(answers.map(({ code, message, status }) => [code, { summary: code, value: { code, message, status } }]))
 }
 
 /**
@@ -196,12 +220,7 @@ export function components(errorSchema: object, scenarios = false) {
     content: {
       'application/json': {
         schema: errorSchema,
-        examples: Object.fromEntries(
-          codes.map((code) => {
-            const [status, message] = ERROR_EXAMPLES[code]!
-            return [code, { summary: code, value: { code, message, status } }]
-          }),
-        ),
+        examples: Object.fromEntries(codes.map((code) => [code, ref('examples', code)])),
       },
     },
   })

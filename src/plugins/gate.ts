@@ -5,7 +5,7 @@
  * every answer carries the rate-limit fields of the bucket in force.
  */
 import { Elysia } from 'elysia'
-import { ApiError, LIMITER_DOWN } from '../http/api-errors'
+import { addressBanned, type ApiError, keyBanned, LIMITER_DOWN, rateLimited } from '../http/api-errors'
 import { type Limits, PLAN_LIMITS } from '../domain/plans'
 import { DAY_MS, MINUTE_MS } from '../domain/time'
 import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
@@ -73,29 +73,15 @@ export async function standingFields(
   }
 }
 
+const REFUSALS = { rate_limited: rateLimited, key_banned: keyBanned, address_banned: addressBanned }
+
 /** A refusal; `byAddress` when the request was limited as its client address (no valid key). */
 export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
   const code = reason === 'key_banned' && byAddress ? 'address_banned' : reason
   const id = `${code} ${retryAfter}`
   let error = refusals.get(id)
   if (!error) {
-    const headers = { 'retry-after': String(retryAfter) }
-    error =
-      code === 'key_banned'
-        ? new ApiError(429, code, `Banned for ${retryAfter} s: too many requests were sent before the time their 429 named.`, headers)
-        : code === 'address_banned'
-          ? new ApiError(
-              429,
-              code,
-              `Your address is banned for ${retryAfter} s: too many requests without a valid key were sent before the time their 429 named.`,
-              headers,
-            )
-          : new ApiError(
-              429,
-              code,
-              `Rate limit exceeded; retry after ${retryAfter} s (requests sent before then count toward a ban).`,
-              headers,
-            )
+    error = REFUSALS[code](retryAfter)
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
   }

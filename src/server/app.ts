@@ -232,6 +232,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         notReady,
         metrics: config.metricsAddress ? null : metricsBesideApi(answerMetrics, config.metricsToken),
         scenarios: config.scenarios,
+        examples: { banSeconds: config.banSeconds, maxBodyBytes: config.maxBodyBytes },
       }),
     )
     .use(api)

@@ -136,13 +136,35 @@ describe('OpenAPI document', () => {
         const media = resolve(response).content?.['application/json']
         if (Number(status) >= 400) {
           expect(resolve(media.schema)).toBe(resolve(schemas.Error))
-          for (const example of Object.values<Json>(media.examples)) expect(example.value.status).toBe(Number(status))
+          for (const example of Object.values<Json>(media.examples)) expect(resolve(example).value.status).toBe(Number(status))
         }
       }
     }
     // getPet's deprecation fields are on every answer it gives, so every response documents them.
     for (const response of Object.values<Json>(operation('/pets/{petId}', 'get').responses))
       for (const header of ['Deprecation', 'Sunset', 'Link']) expect(Object.keys(resolve(response).headers)).toContain(header)
+  })
+
+  test("the error examples are the server's own answers, with the settings it runs with", async () => {
+    const banning = await startApp({ banAfter: '1', banSeconds: '60' })
+    try {
+      const examples = ((await (await fetch(`${banning.origin}/openapi.json`)).json()) as Json).components.examples
+      expect(examples.key_banned.value).toEqual({
+        code: 'key_banned',
+        message: 'Banned for 60 s: too many requests were sent before the time their 429 named.',
+        status: 429,
+      })
+      // What a request refused for lack of a key gets, word for word.
+      const refused = await fetch(`${banning.base}/pets`)
+      expect(examples.unauthorized.value).toEqual(await refused.json())
+      // A key banned on this server says what its example says.
+      const key = await banning.key('enterprise', { rpm: 1, rpd: 1000 })
+      const answers = []
+      for (let i = 0; i < 4; i++) answers.push(await (await fetch(`${banning.base}/pets`, { headers: auth(key) })).json())
+      expect(answers.at(-1)).toEqual(examples.key_banned.value)
+    } finally {
+      await banning.stop()
+    }
   })
 
   test('declares the HTTP bearer scheme and requires it for every operation', () => {

@@ -14,7 +14,9 @@ import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import {
   type AnyElysia,
   components,
+  errorExamples,
   errorResponses,
+  type ExampleSettings,
   KEY_HINT,
   REQUEST_ID_PARAMETER,
   schemaComponents,
@@ -36,6 +38,8 @@ export interface OpsModuleOptions {
   metrics: ((request: Request, client: string) => Response) | null
   /** Whether requests may force answers with Prefer: then every operation describes the header. */
   scenarios: boolean
+  /** The settings the error examples are made with. */
+  examples: ExampleSettings
 }
 
 const INFO = {
@@ -110,6 +114,7 @@ export function buildDocument(options: OpsModuleOptions) {
     paths: withoutIds(paths),
     components: {
       ...components({ $ref: '#/components/schemas/Error' }, options.scenarios),
+      examples: errorExamples(options.examples),
       schemas: withoutIds(schemaComponents({ ...PetModel, PetStatus: PetStatusSchema, maxPets: LIMIT_MAX })),
     },
   }
