@@ -293,8 +293,13 @@ export class ConsoleService {
     return this.resetLimits(operator, id, 'ban.lift')
   }
 
-  /** The audit log names the address. */
+  /**
+   * Idempotent: an address that is not banned is left as it is, and no audit entry says it was lifted.
+   * The audit log names the address.
+   */
   async liftAddressBan(operator: string, subject: AddressSubject): Promise<void> {
+    const { bannedUntil } = await this.deps.limiter.inspect(subject, PLAN_LIMITS.free)
+    if (bannedUntil === null) return
     await this.deps.limiter.liftAddress(subject)
     await this.audit(operator, 'ban.lift', subject.address)
   }
