@@ -160,7 +160,7 @@ function keyRuleMessage({ field, rule, given }: KeyInputError): string {
     'limits-needed': 'an enterprise key needs its own limits: --rpm N --rpd N',
     'limits-only-enterprise': '--rpm and --rpd are only for --plan enterprise',
     'limit-range': `--${field} must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
-    name: `--name must be at most ${KEY_NAME_MAX} characters with no control characters`,
+    name: `--name must be at most ${KEY_NAME_MAX} characters with no control or bidirectional formatting characters`,
   }
   return sentences[rule]
 }

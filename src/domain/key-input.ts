@@ -19,7 +19,13 @@ export type KeyField = keyof CreateKeyInput
 /** An enterprise key's own limits, per minute and per day. */
 export const CUSTOM_LIMIT: Range = { min: 1, max: 1_000_000_000 }
 export const KEY_NAME_MAX = 200
-const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`)
+/**
+ * Characters no key name may hold: the controls, and the bidirectional formatting characters (ALM, LRM,
+ * RLM, the embeddings and overrides, the isolates), which would turn `keys list` and the console's rows
+ * around (U+202E shows the rest of a line right to left), as a pattern's class.
+ */
+export const KEY_NAME_FORBIDDEN = `${CONTROL_CHARACTERS}\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069`
+const FORBIDDEN = new RegExp(`[${KEY_NAME_FORBIDDEN}]`)
 
 /** The rules a key's input can break; each adapter phrases them in its own words. */
 export type KeyRule = 'unknown-plan' | 'limits-needed' | 'limits-only-enterprise' | 'limit-range' | 'name'
@@ -50,6 +56,6 @@ export function limitsFor(input: CreateKeyInput): Limits {
 }
 
 export function checkKeyName(name = ''): string {
-  if (name.length > KEY_NAME_MAX || CONTROL.test(name)) throw new KeyInputError('name', 'name')
+  if (name.length > KEY_NAME_MAX || FORBIDDEN.test(name)) throw new KeyInputError('name', 'name')
   return name
 }

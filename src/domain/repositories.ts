@@ -155,6 +155,11 @@ export interface OperatorRepository {
    * of the one whose leaving frees a place.
    */
   reserveSignIn(name: string, at: number, since: number, limit: number): MaybePromise<number | null>
+  /**
+   * What reserveSignIn would refuse with, read without a write (a name already throttled is answered
+   * from it): with `limit` attempts after `since`, the time of the one whose leaving frees a place, else null.
+   */
+  signInBlocked(name: string, since: number, limit: number): MaybePromise<number | null>
   /** Forgets the reservation made at `at` (the sign-in succeeded). */
   releaseSignIn(name: string, at: number): MaybePromise<void>
   /** Counts a sign-in as an unknown name in the one UNKNOWN_NAMES_ACTOR entry since `since`: one entry a day. */

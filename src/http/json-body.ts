@@ -73,6 +73,13 @@ function strictValues(this: unknown, key: string, value: unknown, context?: { so
 
 /** How long a body may take to arrive once its read begins; a client that stalls is cut off then. */
 export const BODY_DEADLINE_MS = 5_000
+export interface BodyBudgetOptions {
+  /** The most of `bytes` one client address may hold, so that one client cannot spend them all. */
+  perAddress?: number
+  /** How long a body may take to arrive once its read begins; BODY_DEADLINE_MS unless said. */
+  deadlineMs?: number
+}
+
 /**
  * The bytes of bodies being received at once (declared length, else the cap); beyond it a body gets 503
  * and its connection closes, so half-sent bodies cannot grow memory. Each listener has its own budget,
@@ -80,17 +87,39 @@ export const BODY_DEADLINE_MS = 5_000
  */
 export class BodyBudget {
   private inFlight = 0
-  constructor(readonly bytes: number) {}
+  /**
+   * Bytes held by each client address with a body of some bytes in flight: an entry per such body at
+   * most, so the map is bounded by the budget itself.
+   */
+  private readonly byAddress = new Map<string, number>()
+  readonly deadlineMs: number
 
-  /** Holds `size` bytes until `give` hands them back; false, holding nothing, when they do not fit. */
-  take(size: number): boolean {
+  constructor(
+    readonly bytes: number,
+    private readonly options: BodyBudgetOptions = {},
+  ) {
+    this.deadlineMs = options.deadlineMs ?? BODY_DEADLINE_MS
+  }
+
+  /** Holds `size` bytes (for `address`) until `give` hands them back; false, holding nothing, when they do not fit. */
+  take(size: number, address?: string): boolean {
     if (this.inFlight + size > this.bytes) return false
+    const { perAddress } = this.options
+    if (perAddress !== undefined && address !== undefined && size > 0) {
+      const held = this.byAddress.get(address) ?? 0
+      if (held + size > perAddress) return false
+      this.byAddress.set(address, held + size)
+    }
     this.inFlight += size
     return true
   }
 
-  give(size: number): void {
+  give(size: number, address?: string): void {
     this.inFlight -= size
+    const held = address === undefined ? undefined : this.byAddress.get(address)
+    if (held === undefined) return
+    if (held > size) this.byAddress.set(address!, held - size)
+    else this.byAddress.delete(address!)
   }
 }
 
@@ -109,22 +138,22 @@ export function bodyUnread(request: Request): boolean {
   return (length !== null && length !== '0') || request.headers.has('transfer-encoding')
 }
 
-async function readCapped(request: Request, maxBytes: number, budget: BodyBudget): Promise<Uint8Array> {
+async function readCapped(request: Request, maxBytes: number, budget: BodyBudget, address?: string): Promise<Uint8Array> {
   const declared = request.headers.get('content-length')
   if (declared !== null && Number(declared) > maxBytes) throw payloadTooLarge(maxBytes)
   const reserved = declared === null ? maxBytes : Number(declared)
-  if (!budget.take(reserved)) throw BUSY
+  if (!budget.take(reserved, address)) throw BUSY
   let timer: ReturnType<typeof setTimeout> | undefined
   try {
     // With a declared length within the cap, Bun holds at most that much: read it in one go.
     const read = declared === null ? readChunks(request, maxBytes) : request.bytes()
     const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(requestTimeout(BODY_DEADLINE_MS / 1000)), BODY_DEADLINE_MS)
+      timer = setTimeout(() => reject(requestTimeout(budget.deadlineMs / 1000)), budget.deadlineMs)
     })
     return await Promise.race([read, late])
   } finally {
     clearTimeout(timer)
-    budget.give(reserved)
+    budget.give(reserved, address)
   }
 }
 
@@ -178,7 +207,13 @@ export function duplicateKey(text: string): string | null {
   return null
 }
 
-export async function readJsonBody(request: Request, maxBytes: number, budget: BodyBudget = API_BODIES): Promise<unknown> {
+/** `address` is the client's, for a budget with a share per address. */
+export async function readJsonBody(
+  request: Request,
+  maxBytes: number,
+  budget: BodyBudget = API_BODIES,
+  address?: string,
+): Promise<unknown> {
   const contentType = request.headers.get('content-type')
   if (!isJsonMediaType(contentType)) {
     if (contentType === null && request.headers.get('content-length') === '0') throw badRequest('body: is required (a JSON object)')
@@ -190,7 +225,7 @@ export async function readJsonBody(request: Request, maxBytes: number, budget: B
   if (coding !== null && !/^[ \t]*identity[ \t]*$/i.test(coding)) throw unsupportedContentCoding()
   let bytes: Uint8Array
   try {
-    bytes = await readCapped(request, maxBytes, budget)
+    bytes = await readCapped(request, maxBytes, budget, address)
   } catch (error) {
     if (error instanceof ApiError) throw error
     // The client went away before its body arrived: its own doing, not the server's.

@@ -2,7 +2,8 @@
  * Answers on request, so a client's retry, backoff and timeout code can be tried (docs/scenarios.md):
  * `Prefer: code=N, delay=MS, fail=N` (RFC 7240; Prism's `code`). The gate calls it after finding the key
  * and before the limiter: a forced answer, built as real ones are, spends no token and counts toward no
- * ban. A key the limiter would refuse now gets the limiter's refusal instead.
+ * ban. A key the limiter would refuse now gets the limiter's refusal instead; when the limiter does not
+ * answer in time, the scenario answers its 503, never with the real operation.
  */
 import { ApiError, badRequest, ClientClosedError, internalError, LIMITER_DOWN, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
@@ -109,16 +110,6 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
   })
 }
 
-/** What the limiter answers, or undefined when a shared one does not (the scenario stands aside for the gate). */
-async function unlessLimiterDown<T>(work: T | Promise<T>): Promise<T | undefined> {
-  try {
-    return await work
-  } catch (error) {
-    if (error instanceof LimiterUnavailableError) return undefined
-    throw error
-  }
-}
-
 /** A scenario's own bound is reached: a 503 to retry in `seconds`. */
 const busy = (message: string, seconds: number) => new ApiError(503, 'unavailable', message, { 'retry-after': String(seconds) })
 
@@ -147,23 +138,24 @@ export function scenarios(options: ScenarioOptions) {
     }
   }
 
-  /** `error` as the answer with the key's rate-limit fields, nothing taken; undefined when the limiter cannot say them. */
-  async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
-    const quota = await unlessLimiterDown(limiter.peek(key.subject, key.limits))
-    if (quota === undefined) return undefined
-    rateLimitHeaders(set.headers, key.limits, quota)
+  /** `error` as the answer with the key's rate-limit fields, nothing taken; rejects like the limiter's peek. */
+  async function withQuota(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string> {
+    rateLimitHeaders(set.headers, key.limits, await limiter.peek(key.subject, key.limits))
     return answerWith(set, info, error)
   }
 
   /** A scenario's own refusal (a bad Prefer, its bounds), answered like every error: with the key's rate-limit fields, or thrown without them. */
   async function refuse(error: ApiError, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string> {
-    const body = await withQuota(error, key, set, info)
-    if (body === undefined) throw error
-    return body
+    try {
+      return await withQuota(error, key, set, info)
+    } catch (down) {
+      if (down instanceof LimiterUnavailableError) throw error
+      throw down
+    }
   }
 
-  /** The real answer of that status, with the fields a real one carries; undefined when they cannot be read. */
-  function forced(status: number, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string | undefined> | string {
+  /** The real answer of that status, with the fields a real one carries; rejects when they cannot be read. */
+  function forced(status: number, key: ActiveKey, set: AnswerSet, info: RequestInfo): Promise<string> | string {
     // The limiter does not answer: no rate-limit fields, Retry-After 1.
     if (status === 503) return answerWith(set, info, LIMITER_DOWN)
     if (status === 429) {
@@ -174,7 +166,27 @@ export function scenarios(options: ScenarioOptions) {
     return withQuota(status === 404 ? petNotFound(info.path.slice(info.path.lastIndexOf('/') + 1)) : internalError(), key, set, info)
   }
 
+  /**
+   * A scenario whose limiter does not answer in time (a refusal to read, tries to count) gets the 503 of a
+   * limiter that does not answer. Never the real operation: a client that asked for a failure must not
+   * get a real create, and the gate's own take may well be answered a moment later.
+   */
   async function run(key: ActiveKey, request: Request, header: string, set: AnswerSet, info: RequestInfo): Promise<string | undefined> {
+    try {
+      return await answerFor(key, request, header, set, info)
+    } catch (error) {
+      if (!(error instanceof LimiterUnavailableError)) throw error
+      return answerWith(set, info, LIMITER_DOWN)
+    }
+  }
+
+  async function answerFor(
+    key: ActiveKey,
+    request: Request,
+    header: string,
+    set: AnswerSet,
+    info: RequestInfo,
+  ): Promise<string | undefined> {
     const operationId = routes.operationAt(request.method, info.path)
     if (operationId === undefined) return undefined
     let plan: Plan | undefined
@@ -188,7 +200,7 @@ export function scenarios(options: ScenarioOptions) {
     // A Prefer naming nothing known here changes nothing, and costs no look at the limiter.
     if (!plan && !refusal) return undefined
     // A key the limiter would refuse (spent or banned) gets that refusal from the gate, whatever it prefers.
-    if ((await unlessLimiterDown(limiter.refuses(key.subject, key.limits))) !== false) return undefined
+    if (await limiter.refuses(key.subject, key.limits)) return undefined
     info.key = key
     // A Prefer that cannot be honoured is answered like every 400; it spends no token.
     if (refusal) return refuse(refusal, key, set, info)
@@ -202,23 +214,21 @@ export function scenarios(options: ScenarioOptions) {
     let code = plan.code
     if (plan.fail) {
       // Counted with the rate limits (in Redis, shared by every instance, when they are there).
-      let tried: number | undefined
+      let tried: number
       try {
-        tried = await unlessLimiterDown(tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS))
+        tried = await tries.countTry(key.id, plan.fail.idempotencyKey, TRIES_KEPT_MS)
       } catch (error) {
         if (!(error instanceof TriesFullError)) throw error
         // The in-process count of tries is at its bound: a new Idempotency-Key is refused, never another key's count forgotten.
         const message = `Too many tries (Prefer: fail) are being counted at once; retry in ${error.retryAfter} s, when the oldest are forgotten.`
         return refuse(busy(message, error.retryAfter), key, set, info)
       }
-      if (tried === undefined) return undefined
       applied.push(`fail=${plan.fail.tries}`)
       if (tried > plan.fail.tries) code = undefined
     }
     let body: string | undefined
     if (code !== undefined) {
       body = await forced(code, key, set, info)
-      if (body === undefined) return undefined
       applied.push(`code=${code}`)
     }
     if (applied.length) set.headers['preference-applied'] = applied.join(', ')

@@ -223,6 +223,7 @@ export class Server {
       storage: backend.storage,
       keys: petstore.keys,
       limiter: petstore.limiter.admin,
+      addressLimiter: petstore.limiter,
       recent: petstore.recent,
       now: Date.now,
       trustProxy: config.trustProxy,

@@ -58,12 +58,13 @@ describe('one refused row in a batch, on the data file', () => {
   test('the other creates sent with it are created and answered 201', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, UNLIMITED)
+    const server = await startServer({ dataFile, args: ['--no-access-log'] })
+    // Planted once the server has opened the file, which refuses a trigger it does not make.
     const db = new Database(dataFile)
     db.run(
       `CREATE TRIGGER refuse_poison BEFORE INSERT ON pets WHEN NEW.name = '${POISON}' BEGIN SELECT RAISE(ABORT, 'this name is refused'); END`,
     )
     db.close()
-    const server = await startServer({ dataFile, args: ['--no-access-log'] })
     await createsAroundARefusedRow(server.base, key)
     expect(server.stderr()).toContain('this name is refused')
     expect(await server.stop()).toBe(0)

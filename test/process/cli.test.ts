@@ -290,11 +290,12 @@ describe('keys', () => {
   test('a failed save of last-used times is reported as that, and the rate-limit state is saved all the same', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const secret = cli(['keys', 'create', '--plan', 'pro', '--name', 'used', '--data', dataFile]).stdout.trim()
-    // A trigger refuses exactly the last-used update, as a fault confined to that write would.
+    const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', dataFile, '--no-access-log'])
+    // A trigger refuses exactly the last-used update, as a fault confined to that write would; planted once
+    // the server has opened the file, which refuses a trigger it does not make.
     const db = new Database(dataFile)
     db.run("CREATE TRIGGER refuse_last_used BEFORE UPDATE OF last_used_at ON api_keys BEGIN SELECT RAISE(ABORT, 'last-used refused'); END")
     db.close()
-    const server = await spawnServe(['--port', '0', '--host', '127.0.0.1', '--data', dataFile, '--no-access-log'])
     expect((await fetch(`${server.base}/pets`, { headers: auth(secret) })).status).toBe(200)
     // Stopping saves both, once more.
     expect(await server.stop()).toBe(0)

@@ -402,7 +402,8 @@ test("sign-in bodies half sent to the console hold the console's own budget: the
   const server = await startWithConsole()
   const held: import('node:net').Socket[] = []
   try {
-    // More declared sign-in bytes than the API's whole 16 MiB of bodies in flight, each stopping at its first byte.
+    // 2,100 sign-ins of the largest body taken (1 KiB), each stopping at its first byte: sign-in's budget,
+    // and this address's share of it, are spent.
     const { connect } = await import('node:net')
     const head = (n: number) =>
       `POST /api/session HTTP/1.1\r\nHost: 127.0.0.1:${server.consolePort}\r\nOrigin: http://127.0.0.1:${server.consolePort}\r\n` +
@@ -412,7 +413,7 @@ test("sign-in bodies half sent to the console hold the console's own budget: the
         { length: 2_100 },
         () =>
           new Promise<void>((resolve, reject) => {
-            const socket = connect(server.consolePort, '127.0.0.1', () => socket.write(head(8192), () => resolve()))
+            const socket = connect(server.consolePort, '127.0.0.1', () => socket.write(head(1024), () => resolve()))
             socket.on('error', reject)
             held.push(socket)
           }),

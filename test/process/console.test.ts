@@ -140,12 +140,17 @@ describe('console on its own listener', () => {
       ['POST', '/api/keys', { plan: 'pro', rpm: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
       ['POST', '/api/keys', { plan: 'free', rpm: 5, rpd: 5 }, 'rpm: only an enterprise key has its own rpm and rpd'],
       ['POST', '/api/keys', { plan: 'enterprise' }, 'rpm: an enterprise key needs rpm and rpd'],
-      ['POST', '/api/keys', { plan: 'free', name: 'a\tb' }, 'name: must be a string of at most 200 characters, with no control characters'],
+      [
+        'POST',
+        '/api/keys',
+        { plan: 'free', name: 'a\tb' },
+        'name: must be a string of at most 200 characters, with no control or bidirectional formatting characters',
+      ],
       [
         'POST',
         '/api/keys',
         { plan: 'free', name: 'x'.repeat(201) },
-        'name: must be a string of at most 200 characters, with no control characters',
+        'name: must be a string of at most 200 characters, with no control or bidirectional formatting characters',
       ],
       ['PUT', '/api/keys/key_x/plan', { plan: 'enterprise', rpm: 5 }, 'rpm: an enterprise key needs rpm and rpd'],
       ['POST', '/api/keys', { plan: 'pro', colour: 'red' }, 'colour: is not a known property; allowed are plan, name, rpm, rpd'],
@@ -367,6 +372,7 @@ describe('console on its own listener', () => {
     await call(server.console, cookie, 'PUT', `/api/keys/${key.id}/plan`, { plan: 'business' })
     await call(server.console, cookie, 'POST', `/api/keys/${key.id}/reset-limits`)
     await call(server.console, cookie, 'DELETE', `/api/bans/keys/${key.id}`)
+    // Not banned: lifting changes nothing, and writes nothing.
     await call(server.console, cookie, 'DELETE', '/api/bans/addresses/10.0.0.9')
     await call(server.console, cookie, 'DELETE', `/api/keys/${key.id}`)
     await fetch(`${server.console}/api/session`, {
@@ -378,13 +384,12 @@ describe('console on its own listener', () => {
     expect((await call(server.console, other, 'DELETE', '/api/session')).status).toBe(204)
     expect((await call(server.console, other, 'GET', '/api/me')).status).toBe(401)
 
-    const entries = ((await (await call(server.console, cookie, 'GET', '/api/audit?limit=9')).json()) as any).entries.reverse()
+    const entries = ((await (await call(server.console, cookie, 'GET', '/api/audit?limit=8')).json()) as any).entries.reverse()
     expect(entries.map((entry: { action: string; target: string; actor: string }) => [entry.actor, entry.action, entry.target])).toEqual([
       ['admin', 'key.create', key.id],
       ['admin', 'key.set-plan', `${key.id} business`],
       ['admin', 'key.reset-limits', key.id],
       ['admin', 'ban.lift', key.id],
-      ['admin', 'ban.lift', '10.0.0.9'],
       ['admin', 'key.revoke', key.id],
       ['admin', 'operator.sign-in-refused', ''],
       ['admin', 'operator.sign-in', ''],

@@ -9,12 +9,24 @@ import { Database } from 'bun:sqlite'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { auth, cliAsync, killSpawned, listAll, looksLikeStackTrace, type PetBody, postPet, reasonLine } from './helpers'
+import {
+  auth,
+  cliAsync,
+  killSpawned,
+  listAll,
+  looksLikeStackTrace,
+  type PetBody,
+  postPet,
+  reasonLine,
+  serveExpectingFailure,
+} from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
 
 const PARTS = ['', '-wal', '-shm']
+/** What a backup from elsewhere could hold (issue 30): run by SQLite at the server's next create. */
+const PLANTED_TRIGGER = 'CREATE TRIGGER raise_limits AFTER INSERT ON pets BEGIN UPDATE api_keys SET rpm = 999999999; END'
 
 interface Row {
   id: number
@@ -215,6 +227,18 @@ describe('petstore restore', () => {
       },
       /is an SQLite database that petstore did not create/,
     ],
+    [
+      'planted with code (a trigger, a view) and a table of its own',
+      (file) => {
+        copyFileSync(backup, file)
+        const db = new Database(file)
+        db.run(PLANTED_TRIGGER)
+        db.run('CREATE VIEW all_hashes AS SELECT secret_hash FROM api_keys')
+        db.run('CREATE TABLE notes (text TEXT)')
+        db.close()
+      },
+      /holds what petstore does not create \(table "notes", trigger "raise_limits", view "all_hashes"\); refusing to use it: restore a backup made with petstore backup, or remove them with the sqlite3 shell$/,
+    ],
   ]
   for (const [kind, make, reason] of badBackups)
     test(`refuses a backup that is ${kind}, with one line, and leaves the data file and its -wal untouched`, async () => {
@@ -232,6 +256,20 @@ describe('petstore restore', () => {
       expect(snapshot(dir)).toEqual({ ...before, 'live.db.lock': expect.any(String) })
       expectHoldsAcknowledged(file)
     })
+
+  test('a data file with a trigger planted in it is refused at the start, naming it; nothing runs it', async () => {
+    const dir = join(root, 'planted')
+    const file = copyParts(backup, dir)
+    const db = new Database(file)
+    db.run(PLANTED_TRIGGER)
+    db.close()
+    const result = await serveExpectingFailure(['--data', file, '--port', '0'])
+    console.log(`serve on a data file with a planted trigger: exit ${result.code}; ${reasonLine(result.stderr)}`)
+    expect(result.listened).toBe(false)
+    expect(result.code).not.toBe(0)
+    expect(reasonLine(result.stderr)).toMatch(/holds what petstore does not create \(trigger "raise_limits"\); refusing to use it/)
+    expect(looksLikeStackTrace(result.stderr)).toBe(false)
+  })
 
   test('with PostgreSQL, points to pg_restore and exits 2', () => {
     const result = cli(['restore', backup, '--database-url', 'postgres://petstore@127.0.0.1:1/petstore'])

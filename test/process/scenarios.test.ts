@@ -13,6 +13,7 @@ import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } 
 import { describeWithEngines } from '../support/engines'
 import { postgresForSuite } from '../support/postgres'
 import { type RedisServer, redisForSuite, startRedis } from '../support/redis'
+import { startRelay } from '../support/relay'
 import { auth, killSpawned, listAll, postPet, serveExpectingFailure, spawnServe } from './helpers'
 
 setDefaultTimeout(60_000)
@@ -453,6 +454,36 @@ describeWithEngines(['redis-server'], 'scenarios with the rate limits in Redis',
     try {
       await refusedKeysGetNoScenario(['--redis-url', own.url])
     } finally {
+      await own.destroy()
+    }
+  })
+
+  test('a try Redis counts too late is the 503 of a limiter that does not answer, never the real create', async () => {
+    const own = await startRedis()
+    const relay = startRelay(own.port)
+    try {
+      const { server, keys } = await staging({ key: 100 }, ['--redis-url', `redis://127.0.0.1:${relay.port}`])
+      // Only the count of tries (an integer reply) comes late: 150 ms, past the 100 ms the server waits for
+      // Redis; the gate's take, sent when it gave up, is answered right after it, within its own 100 ms.
+      let late = 0
+      relay.answerDelayMs = (chunk) => (chunk[0] === 0x3a /* : */ ? (late++, 150) : 0)
+      const answer = await postPet(
+        server.base,
+        keys.key!,
+        { name: 'Never', categoryId: 1 },
+        { prefer: 'fail=5; code=503', 'idempotency-key': 'late-count' },
+      )
+      relay.answerDelayMs = () => 0
+      console.log(
+        `a fail=5 try whose count came ${late} time(s) late: ${answer.status}, Preference-Applied ${answer.headers.get('preference-applied')}`,
+      )
+      expect(late).toBe(1)
+      expect(answer.status).toBe(503)
+      expect(answer.headers.get('retry-after')).toBe('1')
+      expect(answer.headers.has('preference-applied')).toBe(false)
+      expect(await listAll(server.base, keys.key!)).toEqual([])
+    } finally {
+      relay.close()
       await own.destroy()
     }
   })

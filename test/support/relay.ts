@@ -7,8 +7,8 @@ export interface Relay {
   port: number
   /** While true, nothing is forwarded and new connections are left unanswered. */
   silent: boolean
-  /** How long each chunk the target sends back is held, in milliseconds; chunks keep their order. */
-  answerDelayMs: () => number
+  /** How long each chunk the target sends back (given) is held, in milliseconds; chunks keep their order. */
+  answerDelayMs: (chunk: Uint8Array) => number
   /** Chunks held back right now, over every connection. */
   held(): number
   close(): void
@@ -38,7 +38,7 @@ export function startRelay(targetPort: number): Relay {
           socket: {
             data: (_, chunk) => {
               if (relay.silent) return
-              held.push({ at: performance.now() + Math.max(0, relay.answerDelayMs()), chunk: Uint8Array.from(chunk) })
+              held.push({ at: performance.now() + Math.max(0, relay.answerDelayMs(chunk)), chunk: Uint8Array.from(chunk) })
               heldChunks++
               if (held.length === 1) release()
             },

@@ -57,12 +57,12 @@ describe("a key's input rules: one rule, phrased by each adapter in its own word
     expect(refusal(() => limitsFor(input))).toEqual({ field, cli, console })
   })
 
-  test('a name of more than 200 characters, or with a control character', () => {
-    for (const name of ['x'.repeat(201), 'a\u0007b'])
+  test('a name of more than 200 characters, or with a control or bidirectional formatting character', () => {
+    for (const name of ['x'.repeat(201), 'a\u0007b', 'a\u202eb', 'a\u061cb', 'a\u2069b'])
       expect(refusal(() => checkKeyName(name))).toEqual({
         field: 'name',
-        cli: '--name must be at most 200 characters with no control characters',
-        console: 'name: must be a string of at most 200 characters, with no control characters',
+        cli: '--name must be at most 200 characters with no control or bidirectional formatting characters',
+        console: 'name: must be a string of at most 200 characters, with no control or bidirectional formatting characters',
       })
     expect(checkKeyName('x'.repeat(200))).toBe('x'.repeat(200))
   })

@@ -21,7 +21,7 @@ import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadT
 import { AllowedHosts } from '../../http/allowed-hosts'
 import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
-import { clientSubject, normaliseAddress, type TrustedProxies } from '../../http/client-address'
+import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../../http/client-address'
 import { BodyBudget, bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
 import { type RouteInfo, RouteTable } from '../../http/routes'
@@ -30,8 +30,12 @@ import { KEY_ID } from '../../domain/api-key'
 import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
+import { PLAN_LIMITS } from '../../domain/plans'
 import { MINUTE_MS } from '../../domain/time'
+import { LimiterUnavailableError } from '../../limiter/backend'
+import type { RateLimiter } from '../../limiter/limiter'
 import { errorHandler } from '../../plugins/error-answers'
+import { refusal } from '../../plugins/gate'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { consoleDocument, done, HEADERS, json, operation, THIS_DOCUMENT, UNDOCUMENTED } from './document'
 import {
@@ -56,6 +60,8 @@ import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
 
 export interface ConsoleOptions extends ConsoleServiceDeps {
+  /** The API's rate limiter: requests without a valid credential are limited per client address, as the API's without a key. */
+  addressLimiter: Pick<RateLimiter, 'check' | 'refuses'>
   recent: RecentRequests
   /** Proxies whose X-Forwarded-Proto and X-Forwarded-Host are believed (the API's --trust-proxy). */
   trustProxy: TrustedProxies
@@ -109,12 +115,23 @@ const NO_SUCH_KEY = notFound('No key with this id: a key id is key_ followed by 
 
 /** Console bodies of 8 KiB received at once, per budget (1 MiB). */
 const BODIES_IN_FLIGHT = 128
+/** A sign-in's body at most: a real one (a name of up to 64 characters, a generated password) is under 200 bytes. */
+const SIGN_IN_MAX_BYTES = 1024
+/** Sign-in bodies received at once (128 KiB), and from one client address (4 KiB). */
+const SIGN_IN_BODIES = 128
+const SIGN_IN_BODIES_PER_ADDRESS = 4
+/** How long a sign-in's body may take: a browser sends its few bytes with the headers. */
+const SIGN_IN_DEADLINE_MS = 2_000
 
 export function consoleModule(options: ConsoleOptions): AnyElysia {
   const service = new ConsoleService(options)
   // Bodies half-sent to this listener hold budgets of its own, never the API's: sign-in's (anyone may
   // send one) apart from the operators', so a flood of the first cannot stop keys being made.
-  const signInBodies = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
+  // One address may hold a few sign-ins' bytes, so that a client stalling bodies cannot lock operators out.
+  const signInBodies = new BodyBudget(SIGN_IN_BODIES * SIGN_IN_MAX_BYTES, {
+    perAddress: SIGN_IN_BODIES_PER_ADDRESS * SIGN_IN_MAX_BYTES,
+    deadlineMs: SIGN_IN_DEADLINE_MS,
+  })
   const operatorBodies = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
   const routes = new RouteTable()
   const server = (): Server<unknown> | null => app.server
@@ -127,6 +144,14 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     return normal ? options.trustProxy.has(normal) : false
   }
   const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
+  /** The client's limiter subject, as the API finds it: the peer, or the client a trusted proxy names. */
+  const clientOf = (request: Request) => {
+    const socket = server()?.requestIP(request)?.address
+    const peer = (socket && normaliseAddress(socket)) || 'unknown'
+    const header = options.trustProxy.has(peer) ? request.headers.get('x-forwarded-for') : null
+    const address = header ? forwardedClient(peer, header, options.trustProxy) : peer
+    return clientSubject(address === 'unknown' ? address : (normaliseAddress(address) ?? address))
+  }
   const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
 
   /** A request that changes something with the session cookie must come from this console's page. */
@@ -159,10 +184,47 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   /** The operator behind the request: a token for scripts, else the session cookie. */
   const operator = async (request: Request): Promise<Who> => {
     const token = bearerToken(request.headers.get('authorization'))
-    if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
-    const credential = await session(request)
-    if (!SAFE_METHODS.has(request.method)) checkOrigin(request)
-    return credential
+    const subject = clientOf(request)
+    // Storage is asked about a secret it has not refused before only while the client's address has
+    // requests left: made-up secrets cost each address the API's keyless limit, not a read per request.
+    const asks =
+      token !== undefined
+        ? !service.knownMiss(token, 'token')
+        : sessionCookies(request.headers.get('cookie')).some((secret) => !service.knownMiss(secret, 'session'))
+    // Refused by the peek, the request is refused by its take (which counts toward a ban), unless a token came back meanwhile.
+    const taken = asks && (await limited(() => options.addressLimiter.refuses(subject, PLAN_LIMITS.free)))
+    if (taken) await keyless(subject)
+    try {
+      if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
+      const credential = await session(request)
+      if (!SAFE_METHODS.has(request.method)) checkOrigin(request)
+      return credential
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401 && !taken) await keyless(subject)
+      throw error
+    }
+  }
+
+  /** The limiter's answer; false when it does not answer: the console stays open to operators while Redis is away. */
+  const limited = async (ask: () => Promise<boolean>): Promise<boolean> => {
+    try {
+      return await ask()
+    } catch (error) {
+      if (error instanceof LimiterUnavailableError) return false
+      throw error
+    }
+  }
+
+  /** A request without a valid credential takes from its address's bucket, as the API's do; refused, a 429 (or the ban's). */
+  const keyless = async (subject: AddressSubject): Promise<void> => {
+    let decision: Awaited<ReturnType<RateLimiter['check']>>
+    try {
+      decision = await options.addressLimiter.check(subject, PLAN_LIMITS.free)
+    } catch (error) {
+      if (error instanceof LimiterUnavailableError) return
+      throw error
+    }
+    if (!decision.allowed) throw refusal(decision, true)
   }
 
   /** What every request passes first (see the header): the host name, then the declared body's size. */
@@ -265,7 +327,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           '/api/session',
           async ({ request, set }): Promise<Model<'Operator'>> => {
             checkOrigin(request)
-            const input = signInValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, signInBodies))
+            const input = signInValidator.parse(await readJsonBody(request, SIGN_IN_MAX_BYTES, signInBodies, clientOf(request).name))
             const { secret, operator: name } = await service.signIn(input.name, input.password)
             set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
             return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / MINUTE_MS }

@@ -6,9 +6,8 @@
  */
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
-import { CUSTOM_LIMIT, KEY_NAME_MAX } from '../../domain/key-input'
+import { CUSTOM_LIMIT, KEY_NAME_FORBIDDEN, KEY_NAME_MAX } from '../../domain/key-input'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
-import { CONTROL_CHARACTERS } from '../../domain/pet'
 import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
 
@@ -55,12 +54,12 @@ export const PlanChange = Type.Object({ plan: Plan, rpm: Type.Optional(Rpm), rpd
 /**
  * A body with a plan as the document states it: the validator's object (which names a wrong field in
  * its 400) with the rules the domain then applies: enterprise needs rpm and rpd, the other plans take
- * neither (limitsFor), and a key's name has no control characters (checkKeyName). One alternative per
+ * neither (limitsFor), and a key's name has no control or bidirectional formatting characters (checkKeyName). One alternative per
  * kind of plan, told apart by `plan`.
  */
 function byPlan<T extends TObject>(object: T, description: string) {
   const { plan: _, rpm: __, rpd: ___, ...properties } = object.properties
-  const rest = properties.name ? { ...properties, name: { ...properties.name, pattern: `^[^${CONTROL_CHARACTERS}]*$` } } : properties
+  const rest = properties.name ? { ...properties, name: { ...properties.name, pattern: `^[^${KEY_NAME_FORBIDDEN}]*$` } } : properties
   const fixed = PLANS.filter((plan) => plan !== CUSTOM_PLAN)
   return Type.Unsafe<Static<T>>({
     description,
@@ -82,7 +81,7 @@ function byPlan<T extends TObject>(object: T, description: string) {
 
 /** What each field must be, for the 400 that names it (the validator's, and the domain's rules as the console words them). */
 export const FIELD_RULES: Record<string, string> = {
-  name: `must be a string of at most ${KEY_NAME_MAX} characters, with no control characters`,
+  name: `must be a string of at most ${KEY_NAME_MAX} characters, with no control or bidirectional formatting characters`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
   rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,

@@ -77,10 +77,19 @@ function keyInputError(error: unknown): never {
   throw badRequest(keyRuleMessage(error))
 }
 
+/** Secrets remembered as no credential at most; past it the memory starts afresh. */
+const MAX_REMEMBERED_MISSES = 10_000
+
 export class ConsoleService {
   private readonly usage: UsageService
   /** Credentials whose last use is being written now: one write at a time each. */
   private readonly touching = new Set<string>()
+  /**
+   * Hashes of secrets storage found to be no credential of their kind (made up, ended, idle too long), so
+   * a client repeating one costs no read: a secret is made by the server once, so none becomes one later.
+   * Holds at most MAX_REMEMBERED_MISSES, and is emptied when full.
+   */
+  private readonly misses = new Set<string>()
 
   constructor(private readonly deps: ConsoleServiceDeps) {
     this.usage = new UsageService(deps.storage, deps.now)
@@ -95,7 +104,11 @@ export class ConsoleService {
   async signIn(name: string, password: string): Promise<{ secret: string; operator: string }> {
     const { storage, now } = this.deps
     const at = now()
-    const blocking = await storage.operators.reserveSignIn(name, at, at - THROTTLE_WINDOW_MS, THROTTLE_FAILURES)
+    const since = at - THROTTLE_WINDOW_MS
+    // A name already throttled is answered from a read: a flood of its sign-ins writes nothing.
+    const blocking =
+      (await storage.operators.signInBlocked(name, since, THROTTLE_FAILURES)) ??
+      (await storage.operators.reserveSignIn(name, at, since, THROTTLE_FAILURES))
     if (blocking !== null) {
       const retryAfter = Math.max(1, Math.ceil((blocking + THROTTLE_WINDOW_MS - at) / 1000))
       throw new ApiError(429, 'rate_limited', `Too many failed sign-ins for this name; try again in ${retryAfter} s.`, {
@@ -126,11 +139,12 @@ export class ConsoleService {
     const { storage, now } = this.deps
     const at = now()
     const hash = hashCredential(secret)
+    if (this.misses.has(`${kind} ${hash}`)) throw UNAUTHORIZED
     const found = await storage.operators.credential(hash)
-    if (!found || found.kind !== kind) throw UNAUTHORIZED
+    if (!found || found.kind !== kind) throw this.miss(kind, hash)
     if (kind === 'session' && found.lastSeenAt < at - SESSION_IDLE_MS) {
       await storage.operators.endCredential(hash)
-      throw UNAUTHORIZED
+      throw this.miss(kind, hash)
     }
     if (found.lastSeenAt < at - LAST_SEEN_WRITE_MS && !this.touching.has(hash)) {
       this.touching.add(hash)
@@ -145,6 +159,17 @@ export class ConsoleService {
       })
     }
     return found
+  }
+
+  /** Whether the secret is remembered as no credential of that kind: asking storage again would be in vain. */
+  knownMiss(secret: string, kind: CredentialKind): boolean {
+    return this.misses.has(`${kind} ${hashCredential(secret)}`)
+  }
+
+  private miss(kind: CredentialKind, hash: string): ApiError {
+    if (this.misses.size >= MAX_REMEMBERED_MISSES) this.misses.clear()
+    this.misses.add(`${kind} ${hash}`)
+    return UNAUTHORIZED
   }
 
   async signOut(operator: string, secret: string): Promise<void> {
@@ -293,8 +318,13 @@ export class ConsoleService {
     return this.resetLimits(operator, id, 'ban.lift')
   }
 
-  /** The audit log names the address. */
+  /**
+   * Idempotent: an address that is not banned is left as it is, and no audit entry says it was lifted.
+   * The audit log names the address.
+   */
   async liftAddressBan(operator: string, subject: AddressSubject): Promise<void> {
+    const { bannedUntil } = await this.deps.limiter.inspect(subject, PLAN_LIMITS.free)
+    if (bannedUntil === null) return
     await this.deps.limiter.liftAddress(subject)
     await this.audit(operator, 'ban.lift', subject.address)
   }

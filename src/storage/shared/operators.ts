@@ -121,6 +121,15 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
+  signInBlocked(name: string, since: number, limit: number): Answer<M, number | null> {
+    return this.db.read(function* () {
+      const times = (yield* rows<{ at: Integer }>(
+        sql`SELECT at FROM sign_in_failures WHERE name = ${name} AND at > ${since} ORDER BY at DESC LIMIT ${limit}`,
+      )).map((row) => exactInteger(row.at))
+      return times.length >= limit ? times[limit - 1]! : null
+    })
+  }
+
   releaseSignIn(name: string, at: number): Answer<M, void> {
     return this.db.write(function* () {
       yield* changes(

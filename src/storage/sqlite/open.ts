@@ -127,7 +127,58 @@ export function checkSchema(db: Database, file: string): number {
         'run that newer petstore, or go back to this version by restoring the backup taken before the upgrade ' +
         '(petstore restore BACKUP, the server stopped; see docs/upgrading.md)',
     )
+  checkObjects(db, file, version)
   return version
+}
+
+/** What SQLite itself may add to a file of ours: AUTOINCREMENT's counters, ANALYZE's statistics. */
+const SQLITE_OWN_TABLES = /^sqlite_(sequence|stat[1-4])$/
+
+/** The tables and indexes (`type name`) the first `version` migrations make, found by making them in memory once. */
+const knownObjects = new Map<number, Set<string>>()
+function objectsOf(version: number): Set<string> {
+  let known = knownObjects.get(version)
+  if (!known) {
+    const db = new Database(':memory:')
+    try {
+      for (const step of MIGRATIONS.slice(0, version)) db.run(step)
+      known = new Set(
+        db
+          .query<{ object: string }, []>("SELECT type || ' ' || name AS object FROM sqlite_schema")
+          .all()
+          .map((row) => row.object),
+      )
+    } finally {
+      db.close()
+    }
+    knownObjects.set(version, known)
+  }
+  return known
+}
+
+/**
+ * Refuses a file holding what its schema version does not make: a trigger or a view (code a backup could
+ * plant, run by the server at its next write or read), or a table or index petstore does not know. Its
+ * own tables and indexes are found by name, so a file made by any earlier petstore (whose statements
+ * read alike but may be spaced otherwise) passes.
+ */
+function checkObjects(db: Database, file: string, version: number): void {
+  const known = objectsOf(version)
+  const foreign = db
+    .query<{ type: string; name: string }, []>('SELECT type, name FROM sqlite_schema ORDER BY type, name')
+    .all()
+    .filter(({ type, name }) => {
+      if (known.has(`${type} ${name}`)) return false
+      if (type === 'table' && SQLITE_OWN_TABLES.test(name)) return false
+      // The index SQLite makes for a table's UNIQUE or PRIMARY KEY constraint, which holds no statement of its own.
+      return !(type === 'index' && name.startsWith('sqlite_autoindex_'))
+    })
+  if (foreign.length === 0) return
+  const listed = foreign.slice(0, 5).map(({ type, name }) => `${type} ${JSON.stringify(name.slice(0, 64))}`)
+  throw new StorageOpenError(
+    `${file} holds what petstore does not create (${listed.join(', ')}${foreign.length > 5 ? `, and ${foreign.length - 5} more` : ''}); ` +
+      'refusing to use it: restore a backup made with petstore backup, or remove them with the sqlite3 shell',
+  )
 }
 
 export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
