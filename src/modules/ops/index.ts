@@ -28,7 +28,7 @@ export interface OpsModuleOptions {
   /** The app whose routes the OpenAPI document describes. */
   api: () => AnyElysia
   basePath: string
-  servers: Readonly<{ production: string; staging: string }>
+  servers: Readonly<{ production: string | null; staging: string | null }>
   version: string
   /** Why the server cannot serve now (storage or the limiter does not answer), or null when it can. */
   notReady: () => Promise<string | null>
@@ -99,8 +99,9 @@ export function buildDocument(options: OpsModuleOptions) {
     // out works at whatever address the page was opened (no cross-origin call).
     servers: [
       { url: options.basePath, description: 'this server' },
-      { url: servers.production, description: 'production' },
-      { url: servers.staging, description: 'staging' },
+      ...(['production', 'staging'] as const).flatMap((name) =>
+        servers[name] === null ? [] : [{ url: servers[name], description: name }],
+      ),
     ],
     security: [{ bearerAuth: [] }],
     tags: [
