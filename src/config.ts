@@ -46,8 +46,8 @@ export interface Config {
   readonly basePath: string
   /** True when no base URL was given on loopback: it then follows the port bound (`--port 0`: see withBoundPort). */
   readonly baseUrlFollowsPort: boolean
-  /** Base URLs of both environments, for the OpenAPI document's `servers`. */
-  readonly servers: Readonly<{ production: string; staging: string }>
+  /** Base URLs of both environments, for the OpenAPI document's `servers`; null: the other one is not listed. */
+  readonly servers: Readonly<{ production: string | null; staging: string | null }>
   readonly corsOrigins: string[]
   /** Where /metrics is served instead of the API's listener; null to serve it beside the API. */
   readonly metricsAddress: { host: string; port: number } | null
@@ -502,10 +502,6 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
 
   const redisUrl = resolveRedisUrl(input, environment)
   const database = resolveDatabase(input, environment)
-  const servers = {
-    production: variable(environment, 'PETSTORE_BASE_URL') ?? ENVIRONMENTS.production.baseUrl,
-    staging: variable(environment, 'PETSTORE_STAGING_BASE_URL') ?? ENVIRONMENTS.staging.baseUrl,
-  }
   const host = read.value('host')!
   const explicitBase = input.baseUrl ?? variable(environment, defaults.baseUrlVariable)
   const linksFollowPort = !explicitBase && isLoopbackHost(host)
@@ -514,9 +510,17 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     : parseBaseUrl('base URL', `http://localhost:${port}${new URL(defaults.baseUrl).pathname}`)
   const { basePath } = parsed
   const baseUrl = explicitBase || linksFollowPort ? parsed.baseUrl : basePath
+  // The other environment: its variable's URL, or its default on this machine. A server reached from
+  // other machines with relative links (no base URL) leaves that default out: localhost there is the
+  // reader's own machine.
+  const servers: Record<EnvName, string | null> = { production: null, staging: null }
   servers[env] = baseUrl
-  for (const name of ['production', 'staging'] as const)
-    if (name !== env) servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, servers[name]).baseUrl
+  for (const name of ['production', 'staging'] as const) {
+    if (name === env) continue
+    const other = variable(environment, ENVIRONMENTS[name].baseUrlVariable)
+    if (other !== undefined) servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, other).baseUrl
+    else if (!baseUrl.startsWith('/')) servers[name] = parseBaseUrl('base URL', ENVIRONMENTS[name].baseUrl).baseUrl
+  }
 
   const fallback = read.given('limiterFallback')
   if (fallback.given && redisUrl === null) throw new ConfigError(`${fallback.name} applies only with --redis-url`)

@@ -64,7 +64,7 @@ export async function main(argv: string[]): Promise<number> {
 
 async function run(argv: string[]): Promise<number> {
   const [command, ...rest] = argv
-  if (isBare(command)) return bareUsage(command, USAGE)
+  if (isBare(command)) return bareUsage(command, USAGE, `no command given; commands are ${Object.keys(COMMANDS).join(', ')}`)
   if (command === '--version' || command === '-v') {
     console.log(versionLine())
     return 0

@@ -94,7 +94,7 @@ export function parseSub<T extends FlagTable, S extends string>(
   subs: readonly S[],
 ): { sub: S; values: Values<T>; positionals: string[] } | number {
   const [sub, ...rest] = args
-  if (isBare(sub)) return bareUsage(sub, usage)
+  if (isBare(sub)) return bareUsage(sub, usage, `${command} needs a command: ${subs.join(', ')}`)
   const { values, positionals } = parse(rest, table, usage)
   if (values.help) return help(usage)
   if (!subs.includes(sub as S)) throw new UsageError(`unknown ${command} command "${sub}"`, usage)
@@ -170,10 +170,14 @@ export function isBare(word: string | undefined): word is undefined | '--help' |
   return word === undefined || word === '--help' || word === '-h'
 }
 
-/** The usage for a bare command line: a success when asked for, a failure when nothing was said. */
-export function bareUsage(word: undefined | '--help' | '-h', usage: string): number {
+/**
+ * The usage for a bare command line: asked for (`--help`), on stdout and a success; nothing said
+ * (`petstore keys` alone), a usage error like any other: the usage and the reason on stderr, exit 2.
+ */
+export function bareUsage(word: undefined | '--help' | '-h', usage: string, missing: string): number {
+  if (word === undefined) throw new UsageError(missing, usage)
   console.log(usage)
-  return word === undefined ? 2 : 0
+  return 0
 }
 
 export function help(usage: string): number {

@@ -3,9 +3,10 @@
  * signal does: every signal commonly sent is handled, so none ends the process without its drain and
  * last save. See docs/operations.md#signals.
  */
+import { networkInterfaces } from 'node:os'
 import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import { isLoopbackHost } from '../http/client-address'
+import { isLoopbackHost, normaliseAddress } from '../http/client-address'
 import { Server, type ServerOptions } from '../server/server'
 import { handOver, servingAgain, takeOver } from '../server/takeover'
 import { bootstrapKey } from './bootstrap-key'
@@ -137,6 +138,15 @@ function hints(config: Config): string[] {
         'with --base-url for absolute links, and --metrics-address or --metrics-token for /metrics (beside the API it answers only this machine)',
     ]
   const lines: string[] = []
+  const addresses = machineAddresses(config.host)
+  if (addresses)
+    lines.push(
+      `${hostInUrl(config.host)} stands for every ${normaliseAddress(config.host) === '0.0.0.0' ? 'IPv4 ' : ''}address of this machine: ` +
+        (addresses.length > 0
+          ? `clients elsewhere reach it at ${addresses.map((address) => `http://${hostInUrl(address)}:${config.port}`).join(', ')}`
+          : 'it has none but loopback now') +
+        ', or at the host name of --base-url',
+    )
   if (config.baseUrl.startsWith('/'))
     lines.push(
       `no --base-url: links are relative (${config.baseUrl}/pets/42); --base-url https://pets.example.com${config.basePath} makes them absolute`,
@@ -144,6 +154,23 @@ function hints(config: Config): string[] {
   if (!config.metricsAddress && !config.metricsToken)
     lines.push('/metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it')
   return lines
+}
+
+/**
+ * For a wildcard bind (0.0.0.0: every IPv4 address, ::: every address), the machine's own addresses a
+ * client elsewhere can use (not loopback, not link-local), at most eight; undefined for any other bind.
+ */
+function machineAddresses(host: string): string[] | undefined {
+  const bound = normaliseAddress(host)
+  if (bound !== '0.0.0.0' && bound !== '::') return undefined
+  return Object.values(networkInterfaces())
+    .flatMap((entries) => entries ?? [])
+    .filter((entry) => !entry.internal)
+    .filter((entry) => (entry.family === 'IPv4' ? true : bound === '::' && !/^fe[89ab]/i.test(entry.address)))
+    .sort((a, b) => (a.family === b.family ? 0 : a.family === 'IPv4' ? -1 : 1))
+    .map((entry) => entry.address)
+    .filter((address, index, all) => all.indexOf(address) === index)
+    .slice(0, 8)
 }
 
 function consoleUrl(server: Server): string | undefined {

@@ -281,7 +281,10 @@ export function components(errorSchema: object, scenarios = false) {
     responses: {
       BadRequest: error(
         'The request is malformed; the message names the field and why (`Host:` for a Host header the server cannot read, ' +
-          'answered before routing with the rate-limit fields of the bucket the request would be counted in, nothing taken).',
+          'answered before routing with the rate-limit fields of the bucket the request would be counted in, nothing taken). ' +
+          'A request the HTTP parser itself cannot read (a header with a control character such as 0x01 in its value, a ' +
+          "malformed request line) is refused by the parser before any of the server's code runs: a bare 400 with " +
+          '`Connection: close` and nothing else, no body, no `X-Request-Id` and no rate-limit fields.',
         ['invalid_request'],
       ),
       Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),

@@ -265,7 +265,10 @@ export function preferParameter(documented: number[], takesIdempotencyKey: boole
         ? ', `fail=N; code=503` fails the first N tries under the same `Idempotency-Key` (needed: without one it is a 400)'
         : '') +
       '. The answer names what it applied in `Preference-Applied`. Preferences not known here are ignored; a known one ' +
-      `with a bad value is a 400. Leave it empty for the normal answer. Examples: ${examples.map((choice) => `\`${choice}\``).join(', ')}.`,
+      'with a bad value is a 400, and so is a value that is not a list of preferences as RFC 7240 writes them ' +
+      '(`token[=value]`, each with optional `; parameter[=value]`, separated by commas; a value with spaces in double quotes), ' +
+      'such as `code=` or `=503`: `Prefer: is not a list of preferences as RFC 7240 writes them (at character N)`. ' +
+      `Leave it empty for the normal answer. Examples: ${examples.map((choice) => `\`${choice}\``).join(', ')}.`,
     schema: { type: 'string' },
   }
 }

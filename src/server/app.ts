@@ -93,8 +93,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     if (warnedUnforwarded || typeof path !== 'string' || !isApi(path)) return
     warnedUnforwarded = true
     warn(
-      `a request from the trusted proxy ${proxy} carried no X-Forwarded-For, so its clients share one address ` +
-        'bucket and ban; have the proxy set it (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
+      `a request from ${proxy}, a trusted proxy (--trust-proxy), carried no X-Forwarded-For: it may be a client on that ` +
+        'machine reaching the server directly (a local curl), limited as that address, which is fine; if it came through ' +
+        'the proxy, every client of the proxy shares one address bucket and ban: have the proxy set it ' +
+        '(nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
     )
   }
   let closingConnections = false

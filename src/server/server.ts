@@ -197,7 +197,7 @@ export class Server {
         const { host, port } = config.consoleAddress
         binding = `${hostInUrl(host)}:${port}`
         listener = 'the console'
-        flag = "; it is the console's address (--console-address)"
+        flag = ", the console's address (--console-address)"
         try {
           this.console = this.buildConsole().listen({ hostname: host, port, reusePort: false, development: false })
         } catch (error) {
@@ -211,7 +211,7 @@ export class Server {
         }
       }
     } catch (error) {
-      const reason = `cannot listen on ${binding}: ${(error as Error).message}${flag}`
+      const reason = `cannot listen on ${binding}${flag}: ${(error as Error).message}`
       if (!petstore.app.server) throw new ConfigError(reason)
       arrival.without(listener, reason)
     }

@@ -393,3 +393,73 @@ describe('/docs', () => {
     expect(res.headers.get('content-security-policy')).toBe("frame-ancestors 'none'")
   })
 })
+
+describe('what an outside fuzzer reads from the document', () => {
+  // The document as served, fetched afresh (the tests above read theirs through the contract checker).
+  const listParameter = (document: Json, name: string): Json => document.paths['/pets'].get.parameters.find((p: Json) => p.name === name)
+
+  test('cursor: the pattern of the cursors the server issues; one that fits it but was not issued is a 400', async () => {
+    const { schema, description } = listParameter(await jsonOf(await fetch(`${app.origin}/openapi.json`)), 'cursor')
+    expect([schema.type, typeof schema.pattern, typeof schema.minLength, typeof schema.maxLength]).toEqual([
+      'string',
+      'string',
+      'number',
+      'number',
+    ])
+    expect(description).toContain('Only a cursor this server issued is accepted')
+    const pattern = new RegExp(schema.pattern)
+    const key = await app.key('pro')
+    for (const name of ['a', 'b']) expect((await postPet(app.base, key, { name, categoryId: 1 })).status).toBe(201)
+    const page = await fetch(`${app.base}/pets?limit=1`, { headers: auth(key) })
+    const issued = new URL(/<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')![1]!, app.origin).searchParams.get('cursor')!
+    expect(issued).toMatch(pattern)
+    expect(issued.length).toBeGreaterThanOrEqual(schema.minLength)
+    expect(issued.length).toBeLessThanOrEqual(schema.maxLength)
+    // Fitting the pattern is not enough (the document says so): an id no cursor was made from.
+    const forged = `${issued.slice(0, 4)}AAAA`
+    expect(forged).toMatch(pattern)
+    const refused = await fetch(`${app.base}/pets?cursor=${forged}`, { headers: auth(key) })
+    expect(refused.status).toBe(400)
+    expect((await jsonOf(refused)).message).toStartWith('cursor: ')
+  })
+
+  test('Prefer (staging): a value that is not an RFC 7240 list is a 400, as the parameter says', async () => {
+    const staging = await startApp({ env: 'staging' })
+    try {
+      const document = await jsonOf(await fetch(`${staging.origin}/openapi.json`))
+      const prefer = listParameter(document, 'Prefer')
+      expect(prefer.description).toContain('a value that is not a list of preferences as RFC 7240 writes them')
+      expect(prefer.description).toContain('is a 400')
+      expect(Object.keys(document.paths['/pets'].get.responses)).toContain('400')
+      const answer = await fetch(`${staging.base}/pets`, { headers: auth(await staging.key('pro'), { prefer: '=503' }) })
+      expect(answer.status).toBe(400)
+      expect((await jsonOf(answer)).message).toBe('Prefer: is not a list of preferences as RFC 7240 writes them (at character 1)')
+    } finally {
+      staging.stop()
+    }
+  })
+
+  test("a header with a control byte: the 400 answer says the HTTP parser's bare 400 comes before the server's code, and it does", async () => {
+    const badRequest = (await jsonOf(await fetch(`${app.origin}/openapi.json`))).components.responses.BadRequest
+    expect(badRequest.description).toContain('a header with a control character')
+    expect(badRequest.description).toContain('a bare 400 with `Connection: close` and nothing else, no body')
+    const { connect } = await import('node:net')
+    const { port } = new URL(app.origin)
+    const raw = await new Promise<string>((done, fail) => {
+      const socket = connect(Number(port), '127.0.0.1', () =>
+        socket.write(`GET ${new URL(app.base).pathname}/pets HTTP/1.1\r\nHost: localhost\r\nX-Fuzz: a\x01b\r\n\r\n`),
+      )
+      let text = ''
+      socket.on('data', (chunk) => {
+        text += chunk.toString('latin1')
+      })
+      socket.on('end', () => done(text))
+      socket.on('error', fail)
+    })
+    const [head, body] = raw.split('\r\n\r\n')
+    expect(head!.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request')
+    expect(body).toBe('')
+    expect(head!.toLowerCase()).not.toContain('x-ratelimit')
+    expect(head!.toLowerCase()).not.toContain('x-request-id')
+  })
+})

@@ -136,6 +136,19 @@ describeWithEngines(['chromium'], '/docs in a browser', () => {
       await authorize(page, server.bootstrapKey!)
       for (const operation of ['createPet', 'listPets', 'getPet']) await tryItOut(page, operation)
       expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390)
+      // Each response body's Copy and Download buttons sit below its last line, not over it: the
+      // text's bottom (the pre's content box, scrolled to its end) is above the buttons' top.
+      const overlaps = await page.evaluate<
+        number[]
+      >(`[...document.querySelectorAll('.live-responses-table .highlight-code')].map((code) => {
+        const pre = code.querySelector('pre')
+        pre.scrollTop = pre.scrollHeight
+        const textBottom = pre.getBoundingClientRect().bottom - Number.parseFloat(getComputedStyle(pre).paddingBottom)
+        const buttons = [...code.querySelectorAll('.copy-to-clipboard, .download-contents')]
+        return textBottom - Math.min(...buttons.map((button) => button.getBoundingClientRect().top))
+      })`)
+      expect(overlaps.length).toBeGreaterThan(0)
+      for (const overlap of overlaps) expect(overlap).toBeLessThanOrEqual(0)
     } finally {
       await page.close()
     }

@@ -124,6 +124,10 @@ describe('--trust-proxy ADDR|CIDR', () => {
     for (let i = 0; i < 2; i++) expect((await fetch(`${server.base}/pets`)).status).toBe(401)
     await expectLoggedClients(server, ['198.51.100.1', '198.51.100.7', '127.0.0.1', '127.0.0.1'])
     expect(server.stderr().match(/carried no X-Forwarded-For/g)).toHaveLength(1)
+    // With loopback trusted, a local curl sends no header either: the warning says it may be that.
+    expect(server.stderr()).toContain(
+      'petstore: a request from 127.0.0.1, a trusted proxy (--trust-proxy), carried no X-Forwarded-For: it may be a client on that machine reaching the server directly (a local curl)',
+    )
     expect(await server.stop()).toBe(0)
   })
 

@@ -88,6 +88,11 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
   // [args, what the reason line must mention, the usage that must follow]
   const cases: [string[], RegExp, string][] = [
     [['frobnicate'], /unknown command.*frobnicate/i, 'Usage: petstore COMMAND'],
+    // Nothing said is a mistake like the others (only --help asks for the usage on stdout).
+    [[], /^petstore: no command given; commands are serve, keys, /, 'Usage: petstore COMMAND'],
+    [['keys'], /^petstore: keys needs a command: create, list, revoke, reset-limits, set-plan, usage$/, 'Usage: petstore keys'],
+    [['operators'], /^petstore: operators needs a command: add, list, /, 'Usage: petstore operators'],
+    [['pets'], /^petstore: pets needs a command: seed, reset$/, 'Usage: petstore pets'],
     [['--bogus'], /--bogus/, 'Usage: petstore COMMAND'],
     [['serve', '--bogus'], /--bogus/, 'Usage: petstore serve'],
     [['keys', 'list', '--bogus'], /--bogus/, 'Usage: petstore keys'],

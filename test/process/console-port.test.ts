@@ -62,7 +62,9 @@ test("the console's default address taken: the API serves without it, and one li
     expect(explicit.listened).toBe(false)
     expect(explicit.code).toBe(1)
     expect(reasonLine(explicit.stderr)).toMatch(
-      new RegExp(`^petstore: cannot listen on 127\\.0\\.0\\.1:${CONSOLE_PORT}: .+; it is the console's address \\(--console-address\\)$`),
+      new RegExp(
+        `^petstore: cannot listen on 127\\.0\\.0\\.1:${CONSOLE_PORT}, the console's address \\(--console-address\\): .+ in use\\?$`,
+      ),
     )
   } finally {
     held.stop(true)

@@ -731,7 +731,7 @@ describe('--console-address', () => {
       ])
       expect(result.listened).toBe(false)
       expect(result.code).toBe(1)
-      expect(result.stderr).toContain(`petstore: cannot listen on 127.0.0.1:${taken.port}:`)
+      expect(result.stderr).toContain(`petstore: cannot listen on 127.0.0.1:${taken.port}, the console's address (--console-address): `)
       expect(existsSync(join(dir, 'petstore-console-password.txt'))).toBe(false)
     } finally {
       taken.stop(true)

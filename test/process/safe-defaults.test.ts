@@ -67,8 +67,22 @@ describe('serve listens on loopback unless told otherwise', () => {
     expect(stderr).toContain(
       'petstore: /metrics beside the API answers clients on this machine alone; --metrics-address or --metrics-token opens it',
     )
+    // http://0.0.0.0:PORT is no address to give a client: the lines name the machine's own.
+    const reachable =
+      /^petstore: 0\.0\.0\.0 stands for every IPv4 address of this machine: clients elsewhere reach it at (.+), or at the host name of --base-url$/m.exec(
+        stderr,
+      )?.[1]
+    expect(reachable?.split(', ')).toContain(`http://${outside}:${server.port}`)
+    expect(reachable).not.toContain('127.0.0.1')
     // A client on another machine, as the network address makes it.
     const remote = `http://${outside}:${server.port}`
+    // The document's servers: this one (relative) and no other environment's localhost default, which
+    // would be the reader's own machine.
+    const doc = (await (await fetch(`${remote}/openapi.json`)).json()) as { servers: { url: string; description: string }[] }
+    expect(doc.servers).toEqual([
+      { url: '/v1', description: 'this server' },
+      { url: '/v1', description: 'production' },
+    ])
     const key = { authorization: `Bearer ${server.bootstrapKey}` }
     const pets = []
     for (const name of ['a', 'b']) {

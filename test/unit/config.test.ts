@@ -79,6 +79,15 @@ describe('resolveConfig precedence', () => {
     expect(resolveConfig({}, env).servers.staging).toBe('https://stage.example/v1')
   })
 
+  test('beyond loopback without a base URL, links are relative and the other environment is listed only from its variable', () => {
+    expect(resolveConfig({ host: '0.0.0.0' }, {}).servers).toEqual({ production: '/v1', staging: null })
+    expect(resolveConfig({ host: '::', env: 'staging' }, {}).servers).toEqual({ production: null, staging: '/v1' })
+    const named = resolveConfig({ host: '0.0.0.0' }, { PETSTORE_STAGING_BASE_URL: 'https://stage.example/v1' })
+    expect(named.servers).toEqual({ production: '/v1', staging: 'https://stage.example/v1' })
+    // With a base URL of its own it is absolute, and the other environment's default is kept.
+    expect(resolveConfig({ host: '0.0.0.0', baseUrl: 'https://pets.example/v1' }, {}).servers.staging).toBe('http://localhost:8081/v1')
+  })
+
   test('the base URL is normalised: trailing slash dropped, path kept as the mount point', () => {
     const config = resolveConfig({ baseUrl: 'https://api.example.com/petstore/v1/' }, {})
     expect(config.baseUrl).toBe('https://api.example.com/petstore/v1')

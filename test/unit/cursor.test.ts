@@ -2,7 +2,7 @@
  * The keyset cursor codec: opaque, round-trips, and refuses anything it did not issue.
  */
 import { describe, expect, test } from 'bun:test'
-import { decodeCursor, encodeCursor } from '../../src/modules/pets/cursor'
+import { CURSOR_MAX_LENGTH, CURSOR_MIN_LENGTH, CURSOR_PATTERN, decodeCursor, encodeCursor } from '../../src/modules/pets/cursor'
 
 const b64 = (text: string) => Buffer.from(text, 'latin1').toString('base64url')
 
@@ -12,6 +12,16 @@ describe('cursor codec', () => {
       const cursor = encodeCursor(id)
       expect(decodeCursor(cursor)).toBe(id)
     }
+  })
+
+  test('every cursor fits the pattern and lengths the OpenAPI document gives', () => {
+    for (const id of [1, 2, 35, 36, 1295, 1296, 123_456_789, 2 ** 32 + 1, Number.MAX_SAFE_INTEGER]) {
+      const cursor = encodeCursor(id)
+      expect(cursor).toMatch(new RegExp(CURSOR_PATTERN))
+      expect(cursor.length).toBeGreaterThanOrEqual(CURSOR_MIN_LENGTH)
+      expect(cursor.length).toBeLessThanOrEqual(CURSOR_MAX_LENGTH)
+    }
+    expect([encodeCursor(1).length, encodeCursor(Number.MAX_SAFE_INTEGER).length]).toEqual([CURSOR_MIN_LENGTH, CURSOR_MAX_LENGTH])
   })
 
   test('is URL-safe and short', () => {

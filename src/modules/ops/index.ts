@@ -30,7 +30,7 @@ export interface OpsModuleOptions {
   /** The app whose routes the OpenAPI document describes. */
   api: () => AnyElysia
   basePath: string
-  servers: Readonly<{ production: string; staging: string }>
+  servers: Readonly<{ production: string | null; staging: string | null }>
   version: string
   /** Why the server cannot serve now (storage or the limiter does not answer), or null when it can. */
   notReady: () => Promise<string | null>
@@ -103,8 +103,9 @@ export function buildDocument(options: OpsModuleOptions) {
     // out works at whatever address the page was opened (no cross-origin call).
     servers: [
       { url: options.basePath, description: 'this server' },
-      { url: servers.production, description: 'production' },
-      { url: servers.staging, description: 'staging' },
+      ...(['production', 'staging'] as const).flatMap((name) =>
+        servers[name] === null ? [] : [{ url: servers[name], description: name }],
+      ),
     ],
     security: [{ bearerAuth: [] }],
     tags: [
@@ -140,9 +141,13 @@ const DOCS_HEADERS = { 'content-type': 'text/html; charset=utf-8', ...noFraming(
 /**
  * Swagger UI's tables are as wide as a desktop at any width: on a phone an expanded operation scrolled
  * sideways. Narrow screens drop the Links column (the document defines no links) and stack each
- * response header's name, description and type.
+ * response header's name, description and type. At any width, a code block (a response body, an
+ * example) keeps room below its last line for the Copy and Download buttons Swagger UI sets over its
+ * bottom right corner, which on a phone covered that line (`!important`: the highlighter sets the
+ * block's padding inline).
  */
 const NARROW_SCREENS = `<style>
+.swagger-ui .highlight-code > pre { padding-bottom: 48px !important }
 @media (max-width: 600px) {
   .swagger-ui .response-col_links { display: none }
   .swagger-ui table.headers thead { display: none }

@@ -5,6 +5,14 @@
 
 const PREFIX = 'p1.'
 
+/**
+ * What every cursor this server issues looks like, for the OpenAPI document: `p1.` is `cDEu` in
+ * base64url, then an id of 1 to 11 base-36 digits (up to 2^53 − 1) is 2 to 15 characters more.
+ */
+export const CURSOR_PATTERN = '^cDEu[A-Za-z0-9_-]{2,15}$'
+export const CURSOR_MIN_LENGTH = 6
+export const CURSOR_MAX_LENGTH = 19
+
 export function encodeCursor(afterId: number): string {
   return Buffer.from(PREFIX + afterId.toString(36)).toString('base64url')
 }

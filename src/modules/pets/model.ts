@@ -5,6 +5,7 @@
  */
 import { Type } from '@sinclair/typebox'
 import { CONTROL_CHARACTERS, DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, PET_STATUSES } from '../../domain/pet'
+import { CURSOR_MAX_LENGTH, CURSOR_MIN_LENGTH, CURSOR_PATTERN } from './cursor'
 
 export const LIMIT_MIN = 1
 export const LIMIT_MAX = 100
@@ -78,9 +79,12 @@ export const PetModel = {
     status: Type.Optional({ ...PetStatus, description: 'Filters by availability.' }),
     cursor: Type.Optional(
       Type.String({
-        minLength: 1,
-        maxLength: 64,
-        description: 'Opaque position of the next page; take it from the `Link: rel="next"` URL. Leave it out for the first page.',
+        pattern: CURSOR_PATTERN,
+        minLength: CURSOR_MIN_LENGTH,
+        maxLength: CURSOR_MAX_LENGTH,
+        description:
+          'Opaque position of the next page; take it from the `Link: rel="next"` URL. Leave it out for the first page. ' +
+          'Only a cursor this server issued is accepted: any other, even one that fits the pattern, is a 400.',
       }),
     ),
   }),
