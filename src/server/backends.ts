@@ -1,8 +1,6 @@
 /**
  * The backends a server runs on, chosen once from the config: storage (the data file or PostgreSQL) and
  * the limiter's store (this process or Redis). Tests hand the server their own (see ServerOptions).
- * It sits in src/ on purpose: in the binary every import.meta.url is the binary, and the commit worker's
- * entry is stored relative to src/, so only a module here resolves it alike from sources and binary.
  */
 import { existsSync, rmSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
@@ -21,6 +19,16 @@ import { type LimiterHandover, StorageOpenError, type PetWriter, type Storage } 
 import { keySubject } from '../domain/subject'
 
 /** The storage a server runs on, with what only that kind of storage needs. */
+/**
+ * The commit worker's entry. In the binary every import.meta.url is the binary itself, and the entries
+ * are stored under their paths relative to src/ (scripts/build.ts); from the sources this file is in
+ * src/server/.
+ */
+const COMMIT_WORKER = new URL(
+  import.meta.url.endsWith('.ts') ? '../storage/sqlite/commit-worker.ts' : './storage/sqlite/commit-worker.ts',
+  import.meta.url,
+)
+
 export interface StorageBackend {
   storage: Storage
   petWriter?: PetWriter
@@ -93,10 +101,7 @@ async function openEmbeddedBackend(config: Config, options: OpenOptions): Promis
     )
   return {
     storage,
-    petWriter:
-      storage.file !== null && !storage.readOnly
-        ? new WorkerPetWriter(new URL('./storage/sqlite/commit-worker.ts', import.meta.url), storage.file)
-        : undefined,
+    petWriter: storage.file !== null && !storage.readOnly ? new WorkerPetWriter(COMMIT_WORKER, storage.file) : undefined,
     dataFile: storage,
     handedOver,
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.

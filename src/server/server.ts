@@ -12,7 +12,11 @@ import type { LimiterHandover } from '../domain/repositories'
 import { errorResponse, notFound } from '../http/api-errors'
 import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'
-import { consoleModule } from '../modules/console'
+import { consoleModule, type KeylessLimits } from '../modules/console'
+import { PLAN_LIMITS } from '../domain/plans'
+import { LimiterUnavailableError } from '../limiter/backend'
+import type { RateLimiter } from '../limiter/limiter'
+import { refusal } from '../plugins/gate'
 
 export interface ServerOptions extends Partial<Pick<AppDeps, 'now' | 'logSink' | 'warn'>>, Pick<JobOptions, 'onDataFileChanged'> {
   /** The storage to serve from; by default opened from the config (backends.ts). Tests bring their own. */
@@ -223,7 +227,7 @@ export class Server {
       storage: backend.storage,
       keys: petstore.keys,
       limiter: petstore.limiter.admin,
-      addressLimiter: petstore.limiter,
+      keyless: keylessLimits(petstore.limiter),
       recent: petstore.recent,
       now: Date.now,
       trustProxy: config.trustProxy,
@@ -270,5 +274,25 @@ export function leaveAgain(backend: StorageBackend, state: LimiterHandover, warn
     backend.leave?.(state)
   } catch (error) {
     warn(`could not leave the rate-limit state for the next start: ${(error as Error).message}`)
+  }
+}
+
+/** The API's limits for requests without a valid key, for the console (see KeylessLimits). */
+function keylessLimits(limiter: RateLimiter): KeylessLimits {
+  const answering = async <T>(ask: () => Promise<T>, otherwise: T): Promise<T> => {
+    try {
+      return await ask()
+    } catch (error) {
+      if (error instanceof LimiterUnavailableError) return otherwise
+      throw error
+    }
+  }
+  return {
+    refuses: (subject) => answering(() => limiter.refuses(subject, PLAN_LIMITS.free), false),
+    take: (subject) =>
+      answering(async () => {
+        const decision = await limiter.check(subject, PLAN_LIMITS.free)
+        return decision.allowed ? undefined : refusal(decision, true)
+      }, undefined),
   }
 }

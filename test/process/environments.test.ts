@@ -276,11 +276,19 @@ describe('no autoloaded configuration from the working directory', () => {
       ['--port', '0', '--host', '127.0.0.1', '--data', join(project, 'state', 'petstore.db'), '--console-address', 'off'],
       { cwd: project, command: [process.execPath, 'run', 'start'] },
     )
+    // A durable create from the sources: the commit worker is found from there as from the binary.
+    const key = readFileSync(join(project, 'state', 'petstore-bootstrap-key.txt'), 'utf8').trim()
+    const durable = await fetch(`${server.base}/pets`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Rex', categoryId: 1 }),
+    }).then(async (answer) => `${answer.status} ${await answer.text()}`)
     // Stopped before any assertion: `bun run` forwards SIGTERM to the server it started, while the SIGKILL
     // of the clean-up after a failed test would leave that server running.
     const stopped = await server.stop()
     expect(server.env).toBe('production')
     expect(stopped).toBe(0)
+    expect(durable).toBe('201 {"id":1,"name":"Rex","categoryId":1,"status":"available"}')
 
     // The hints name the sources as the folder they were started from reaches them: from the project's own
     // folder `src/index.ts`, from any other the whole path, which works from there.

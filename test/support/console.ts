@@ -10,7 +10,7 @@ const app = consoleModule({
   storage: {} as never,
   keys: {} as never,
   limiter: {} as never,
-  addressLimiter: {} as never,
+  keyless: {} as never,
   recent: {} as never,
   now: Date.now,
   trustProxy: new TrustedProxies([]),

@@ -30,12 +30,8 @@ import { KEY_ID } from '../../domain/api-key'
 import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import type { Credential } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
-import { PLAN_LIMITS } from '../../domain/plans'
 import { MINUTE_MS } from '../../domain/time'
-import { LimiterUnavailableError } from '../../limiter/backend'
-import type { RateLimiter } from '../../limiter/limiter'
 import { errorHandler } from '../../plugins/error-answers'
-import { refusal } from '../../plugins/gate'
 import type { RecentRequests } from '../../observability/recent-requests'
 import { consoleDocument, done, HEADERS, json, operation, THIS_DOCUMENT, UNDOCUMENTED } from './document'
 import {
@@ -59,9 +55,21 @@ import {
 import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
 
+/**
+ * The API's limits for requests without a valid key (server/server.ts wires them): the Free plan's per
+ * client address. While the limiter does not answer they refuse nothing: the console stays open to
+ * operators while Redis is away.
+ */
+export interface KeylessLimits {
+  /** Whether the address's next request would be refused; nothing is taken. */
+  refuses(subject: AddressSubject): Promise<boolean>
+  /** Takes one request from the address's bucket: the refusal to give when refused, else undefined. */
+  take(subject: AddressSubject): Promise<ApiError | undefined>
+}
+
 export interface ConsoleOptions extends ConsoleServiceDeps {
-  /** The API's rate limiter: requests without a valid credential are limited per client address, as the API's without a key. */
-  addressLimiter: Pick<RateLimiter, 'check' | 'refuses'>
+  /** The API's limits for requests without a valid key: the console's without a valid credential share them. */
+  keyless: KeylessLimits
   recent: RecentRequests
   /** Proxies whose X-Forwarded-Proto and X-Forwarded-Host are believed (the API's --trust-proxy). */
   trustProxy: TrustedProxies
@@ -192,7 +200,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         ? !service.knownMiss(token, 'token')
         : sessionCookies(request.headers.get('cookie')).some((secret) => !service.knownMiss(secret, 'session'))
     // Refused by the peek, the request is refused by its take (which counts toward a ban), unless a token came back meanwhile.
-    const taken = asks && (await limited(() => options.addressLimiter.refuses(subject, PLAN_LIMITS.free)))
+    const taken = asks && (await options.keyless.refuses(subject))
     if (taken) await keyless(subject)
     try {
       if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
@@ -205,26 +213,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     }
   }
 
-  /** The limiter's answer; false when it does not answer: the console stays open to operators while Redis is away. */
-  const limited = async (ask: () => Promise<boolean>): Promise<boolean> => {
-    try {
-      return await ask()
-    } catch (error) {
-      if (error instanceof LimiterUnavailableError) return false
-      throw error
-    }
-  }
-
   /** A request without a valid credential takes from its address's bucket, as the API's do; refused, a 429 (or the ban's). */
   const keyless = async (subject: AddressSubject): Promise<void> => {
-    let decision: Awaited<ReturnType<RateLimiter['check']>>
-    try {
-      decision = await options.addressLimiter.check(subject, PLAN_LIMITS.free)
-    } catch (error) {
-      if (error instanceof LimiterUnavailableError) return
-      throw error
-    }
-    if (!decision.allowed) throw refusal(decision, true)
+    const refused = await options.keyless.take(subject)
+    if (refused) throw refused
   }
 
   /** What every request passes first (see the header): the host name, then the declared body's size. */
