@@ -135,10 +135,10 @@ export class Server {
   }
 
   /**
-   * Stops in reverse: the listener drains (up to `graceMs`), the writes it started finish, then the jobs
-   * stop (their last save after the last request), the limiter's state is left for the next server on
-   * the data file (a takeover's or a plain restart's), storage closes. False when storage did not finish
-   * by the drain's end (at least STOP_SAVE_MS after it).
+   * Stops in reverse: delayed answers end (503), the listener drains (up to `graceMs`), the writes it
+   * started finish, then the jobs stop (their last save after the last request), the limiter's state is
+   * left for the next server on the data file (a takeover's or a plain restart's), storage closes. False
+   * when storage did not finish by the drain's end (at least STOP_SAVE_MS after it).
    */
   stop(graceMs = 0): Promise<boolean> {
     this.stopped ??= this.teardown(graceMs)
@@ -146,6 +146,7 @@ export class Server {
   }
 
   private async teardown(graceMs: number): Promise<boolean> {
+    this.petstore.stopBegins()
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {
