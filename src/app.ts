@@ -68,8 +68,8 @@ export interface PetstoreApp {
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
-   * From now on every answer carries `Connection: close`, so that a server handing over lets kept-alive
-   * clients go (takeover.ts). `quietMs`: since a request last arrived; `keep` undoes it.
+   * From now on every answer carries `Connection: close`, so that a stopping server lets kept-alive
+   * clients go (server.ts letConnectionsGo). `quietMs`: since a request last arrived; `keep` undoes it.
    */
   closeConnections(): { quietMs(): number; keep(): void }
   /** A stop begins: delayed answers (Prefer: delay), waiting or asked from now on, end at once with a 503 (scenarios.ts). */

@@ -2,14 +2,15 @@
  * Signals over the compiled binary, under load: each signal a process manager, a terminal or a stray
  * `kill` commonly sends either stops the server as SIGTERM does (the request in flight answered, every
  * answered request in `keys usage` after a restart, the day quota spent before the signal still
- * spent), or leaves it serving; SIGHUP, logrotate's, leaves it serving and is said each time. And the
- * shipped systemd units never send a signal that stops it for a reload. See docs/operations.md#signals.
+ * spent, and no request sent on a kept-alive connection reset), or leaves it serving; SIGHUP,
+ * logrotate's, leaves it serving and is said each time. And the shipped systemd units never send a
+ * signal that stops it for a reload. See docs/operations.md#signals.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { copyFileSync, readdirSync, readFileSync, truncateSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cli, createKeyWithCli, eventually, type Server, spawnListening, startServer, tempDir } from '../support/binary'
-import { auth, cliAsync, killSpawned, startSlowPost } from './helpers'
+import { auth, cliAsync, keptAliveClients, killSpawned, startSlowPost } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -101,6 +102,30 @@ describe('signals', () => {
       expect(response.headers.get('x-ratelimit-limit')).toBe(String(DAY_LIMIT))
       expect(Number(response.headers.get('x-ratelimit-remaining'))).toBe(DAY_LIMIT - answered - 1)
       expect(await again.stop()).toBe(0)
+    },
+  )
+
+  test.each(['SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGXCPU'] as const)(
+    '%s under 32 kept-alive clients: no request sent on a kept-alive connection is reset, as in a takeover',
+    async (signal) => {
+      const dataFile = join(tempDir(), 'petstore.db')
+      const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000'])
+      const server = await startServer({ dataFile, args })
+      const clients = keptAliveClients(server.port, key, 32)
+      await eventually(() => clients.outcomes.length >= 300)
+      server.proc.kill(signal)
+      expect(await server.proc.exited).toBe(0)
+      await clients.done
+      const tally = clients.tally()
+      // Every answer is a 200, and each client ends refused (nothing listens): none of its requests was
+      // cut on a connection it was told it could keep. (One sent on a connection opened as the socket
+      // closes can still be reset: docs/operations.md#shutdown.)
+      expect({ signal, answers: Object.keys(tally).filter((outcome) => /^\d/.test(outcome)), ...tally }).toMatchObject({
+        signal,
+        answers: ['200'],
+        refused: 32,
+      })
+      expect({ signal, reset: tally['reset on a kept-alive connection'] ?? 0 }).toEqual({ signal, reset: 0 })
     },
   )
 
