@@ -28,11 +28,18 @@ export const USAGE = `Usage: petstore serve [options]
 ${flagLines(FLAGS)}`
 
 /**
- * Signals that stop the server as SIGTERM does: drain, save, exit 0 (1 when storage was late). SIGHUP too:
- * nothing could be reloaded (the log is stdout) and a closing terminal means stop, so the systemd units
- * have no ExecReload. SIGQUIT is Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL.
+ * Signals that stop the server as SIGTERM does: drain, save, exit 0 (1 when storage was late). SIGQUIT is
+ * Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL. Not SIGHUP (below).
  */
-const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGXCPU'] as const
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGXCPU'] as const
+/**
+ * SIGHUP is what logrotate's `postrotate kill -HUP` and a reload send, and a stop on it exits 0, which
+ * `Restart=on-failure` leaves down: so it never stops the server. There is nothing to reopen (petstore
+ * writes no log file of its own: the access log is stdout, messages stderr), so it is only said, each
+ * time, as the operator who sent it expects something.
+ */
+const SIGHUP_NOTICE = 'SIGHUP received: still serving (petstore reopens nothing: its logs are stdout and stderr; SIGTERM stops it)'
+
 /**
  * Signals petstore has no use for, whose default would end the process at once: the server keeps
  * serving and says so once per signal. (SIGPIPE, a reader gone, Bun already ignores: each write
@@ -53,6 +60,7 @@ export async function serve(args: string[]): Promise<number> {
   let onSigusr2 = () => stop('SIGUSR2 received: handing over to the server taking over')
   for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
   process.on('SIGUSR2', () => onSigusr2())
+  process.on('SIGHUP', () => console.error(`petstore: ${SIGHUP_NOTICE}`))
   const heard = new Set<string>()
   for (const signal of IGNORED_SIGNALS)
     process.on(signal, () => {

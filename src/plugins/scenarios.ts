@@ -33,6 +33,8 @@ export interface ScenarioOptions {
   tries: TryCounter
   /** Filled before the server listens; tells the operation of a request and what it documents. */
   routes: Pick<RouteTable, 'operationAt' | 'documentedStatuses'>
+  /** Aborted when the server's stop begins: delays waiting then end at once (STOPPING). */
+  stopping: AbortSignal
 }
 
 /** What one request's Prefer asks of this operation, checked. */
@@ -94,19 +96,25 @@ function planOf(header: string, operationId: string, documented: number[], idemp
   return { code: codeFor(operationId, documented, failCode), delayMs, fail: { tries, idempotencyKey } }
 }
 
-/** Waits `ms`; rejects with ClientClosedError as soon as the client goes. */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
+/**
+ * Waits `ms`, or until the server's stop begins ('stopped'); rejects with ClientClosedError as soon as the
+ * client goes.
+ */
+function pause(ms: number, signal: AbortSignal, stopping: AbortSignal): Promise<'waited' | 'stopped'> {
+  return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(new ClientClosedError())
-    const gone = () => {
+    if (stopping.aborted) return resolve('stopped')
+    const settle = (outcome: () => void) => {
       clearTimeout(timer)
-      reject(new ClientClosedError())
-    }
-    const timer = setTimeout(() => {
       signal.removeEventListener('abort', gone)
-      resolve()
-    }, ms)
+      stopping.removeEventListener('abort', stopped)
+      outcome()
+    }
+    const gone = () => settle(() => reject(new ClientClosedError()))
+    const stopped = () => settle(() => resolve('stopped'))
+    const timer = setTimeout(() => settle(() => resolve('waited')), ms)
     signal.addEventListener('abort', gone, { once: true })
+    stopping.addEventListener('abort', stopped, { once: true })
   })
 }
 
@@ -119,18 +127,25 @@ const TOO_MANY_DELAYS = busy(
 )
 
 /**
+ * A delay waiting when a stop begins ends at once with this: the longest delay is as long as the drain's
+ * grace, so a delayed create would race the drain's end and could be committed with its 201 never sent
+ * (the connection cut). Nothing was done, so the retry, on the server that comes next, is safe.
+ */
+const STOPPING = busy('The server is stopping; retry in a moment.', 1)
+
+/**
  * The scenario the gate runs for a request with a valid key: undefined at once without Prefer, else a
  * promise of the forced body, or of undefined for the request to go on. A Prefer it cannot honour is a 400.
  */
 export function scenarios(options: ScenarioOptions) {
-  const { limiter, tries, routes } = options
+  const { limiter, tries, routes, stopping } = options
   const waiting = new Map<string, number>()
 
-  /** Waits `ms`, counted among the key's waiting delays (run checks the bound first). */
-  async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<void> {
+  /** Waits `ms` (or until the stop begins), counted among the key's waiting delays (run checks the bound first). */
+  async function delayed(key: ActiveKey, ms: number, signal: AbortSignal): Promise<'waited' | 'stopped'> {
     waiting.set(key.id, (waiting.get(key.id) ?? 0) + 1)
     try {
-      await pause(ms, signal)
+      return await pause(ms, signal, stopping)
     } finally {
       const left = waiting.get(key.id)! - 1
       if (left === 0) waiting.delete(key.id)
@@ -208,7 +223,7 @@ export function scenarios(options: ScenarioOptions) {
     const applied: string[] = []
     if (plan.delayMs !== undefined) {
       if ((waiting.get(key.id) ?? 0) >= DELAYS_PER_KEY) return refuse(TOO_MANY_DELAYS, key, set, info)
-      await delayed(key, plan.delayMs, request.signal)
+      if ((await delayed(key, plan.delayMs, request.signal)) === 'stopped') return refuse(STOPPING, key, set, info)
       applied.push(`delay=${plan.delayMs}`)
     }
     let code = plan.code

@@ -65,10 +65,12 @@ export interface PetstoreApp {
   /** The /metrics answer, for a listener of its own (--metrics-address). */
   answerMetrics: (request: Request) => Response
   /**
-   * From now on every answer carries `Connection: close`, so that a server handing over lets kept-alive
-   * clients go (takeover.ts). `quietMs`: since a request last arrived; `keep` undoes it.
+   * From now on every answer carries `Connection: close`, so that a stopping server lets kept-alive
+   * clients go (server.ts letConnectionsGo). `quietMs`: since a request last arrived; `keep` undoes it.
    */
   closeConnections(): { quietMs(): number; keep(): void }
+  /** A stop begins: delayed answers (Prefer: delay), waiting or asked from now on, end at once with a 503 (scenarios.ts). */
+  stopBegins(): void
   /** Waits for the creates being committed, then closes the pet writer. */
   finishWrites(): Promise<void>
   /** Closes the limiter (a shared one's connection) and the access log; after the last request. */
@@ -99,6 +101,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         '(nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
     )
   }
+  const stopping = new AbortController()
   let closingConnections = false
   let lastRequestAt = 0
   const metrics = new Metrics()
@@ -184,7 +187,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         corsEnabled: config.corsOrigins.length > 0,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
-        scenario: config.scenarios ? scenarios({ limiter, tries: limiter.tries, routes }) : undefined,
+        scenario: config.scenarios ? scenarios({ limiter, tries: limiter.tries, routes, stopping: stopping.signal }) : undefined,
       }),
     )
     .use(
@@ -261,6 +264,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         },
       }
     },
+    stopBegins: () => stopping.abort(),
     finishWrites: () => pets.close(),
     async close() {
       await limiter.close()

@@ -54,6 +54,16 @@ export const AFRESH: Arrival = {
   async fail() {},
 }
 
+/**
+ * Before its listener closes, a stopping server (a plain stop, or a hand-over) answers with `Connection:
+ * close` until QUIET_MS pass without a request (at most CLOSE_CONNECTIONS_MS): a request sent on a
+ * kept-alive connection as Bun closes it would be reset unanswered, where after `Connection: close` its
+ * client sends it on a new connection, to this server while it listens, then to the server taking over,
+ * or refused (never sent) once nothing listens. A new connection whose request Bun has not read yet as
+ * the listener closes is still cut: Bun closes it as idle.
+ */
+const QUIET_MS = 50
+export const CLOSE_CONNECTIONS_MS = 500
 /** What stopping gives storage to take the last writes and the rate-limit state, even after a full drain. */
 export const STOP_SAVE_MS = 1_000
 /** How long a start waits for a shared limiter (Redis) before it says that it does not answer. */
@@ -64,6 +74,8 @@ export class Server {
   /** The operators' console, on its own listener (--console-address). */
   private console: AnyElysia | undefined
   private stopped: Promise<boolean> | undefined
+  /** Kept-alive clients were let go (letConnectionsGo): the stop after a hand-over does not ask them again. */
+  private connectionsLet = false
 
   private constructor(
     /** The config the app was built from: with `--port 0`, the port bound. */
@@ -140,10 +152,31 @@ export class Server {
   }
 
   /**
-   * Stops in reverse: the listener drains (up to `graceMs`), the writes it started finish, then the jobs
-   * stop (their last save after the last request), the limiter's state is left for the next server on
-   * the data file (a takeover's or a plain restart's), storage closes. False when storage did not finish
-   * by the drain's end (at least STOP_SAVE_MS after it).
+   * Asks kept-alive clients to leave (see QUIET_MS) until they are quiet. False, connections kept, as soon
+   * as `wanted` says the stop is off (a hand-over whose successor died first).
+   */
+  async letConnectionsGo(wanted: () => boolean = () => true): Promise<boolean> {
+    if (this.connectionsLet || !this.petstore.app.server) return true
+    const closing = this.petstore.closeConnections()
+    const deadline = Date.now() + CLOSE_CONNECTIONS_MS
+    for (;;) {
+      if (!wanted()) {
+        closing.keep()
+        return false
+      }
+      if (closing.quietMs() >= QUIET_MS || Date.now() >= deadline) break
+      await Bun.sleep(10)
+    }
+    this.connectionsLet = true
+    return true
+  }
+
+  /**
+   * Stops in reverse: delayed answers end (503), kept-alive clients are let go (with a grace), the
+   * listener drains (up to `graceMs`), the writes it started finish, then the jobs stop (their last save
+   * after the last request), the limiter's state is left for the next server on the data file (a
+   * takeover's or a plain restart's), storage closes. False when storage did not finish by the drain's
+   * end (at least STOP_SAVE_MS after it).
    */
   stop(graceMs = 0): Promise<boolean> {
     this.stopped ??= this.teardown(graceMs)
@@ -151,6 +184,9 @@ export class Server {
   }
 
   private async teardown(graceMs: number): Promise<boolean> {
+    this.petstore.stopBegins()
+    // Without a grace (a start that failed, a test's server) what is in flight is cut anyway.
+    if (graceMs > 0) await this.letConnectionsGo()
     const drainEnds = Date.now() + graceMs
     const listener = this.petstore.app.server
     if (listener) {

@@ -11,17 +11,10 @@ import type { PetstoreApp } from './app'
 import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
-import { AFRESH, type Arrival, bindUnshared, leaveAgain, type Server, STOP_SAVE_MS } from './server'
+import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, type Server, STOP_SAVE_MS } from './server'
 import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from '../storage/sqlite/data-file-lock'
 import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from '../storage/sqlite/handover'
 
-/**
- * Before its listener closes, a server handing over answers with `Connection: close` until QUIET_MS pass
- * without a request (at most CLOSE_CONNECTIONS_MS): a request sent on a kept-alive connection as Bun
- * closes it would be lost, where after `Connection: close` its client connects to the new server.
- */
-const QUIET_MS = 50
-const CLOSE_CONNECTIONS_MS = 500
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
 /** How long serving again waits for a dead successor's lock to go (it goes as the kernel ends the process: milliseconds). */
@@ -197,7 +190,7 @@ export type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over
  * also after SUCCESSOR_WAIT_MS or once `givenUp`) or dies first ('successor died': serve again).
  */
 export async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
-  const { config, petstore, warn } = server
+  const { config, warn } = server
   const file = resolve(config.dataFile)
   const claimant = config.database ? null : claimantOf(file)
   if (claimant === null) {
@@ -205,7 +198,7 @@ export async function handOver(server: Server, givenUp: () => boolean): Promise<
     return 'unclaimed'
   }
   warn('SIGUSR2 received: handing over to the server taking over, finishing in-flight requests')
-  if (petstore.app.server && !(await letConnectionsGo(petstore, () => claimantOf(file) === claimant))) {
+  if (!(await server.letConnectionsGo(() => claimantOf(file) === claimant))) {
     dropDeadClaim(file)
     warn('the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
     return 'withdrawn'
@@ -214,20 +207,6 @@ export async function handOver(server: Server, givenUp: () => boolean): Promise<
   if (await successorLives(file, claimant, givenUp)) return 'handed over'
   warn('the server taking over died before it served: serving again')
   return 'successor died'
-}
-
-/** Asks kept-alive clients to leave until quiet (QUIET_MS); false, connections kept, once the claimant is gone. */
-async function letConnectionsGo(petstore: PetstoreApp, claimed: () => boolean): Promise<boolean> {
-  const closing = petstore.closeConnections()
-  const deadline = Date.now() + CLOSE_CONNECTIONS_MS
-  for (;;) {
-    if (!claimed()) {
-      closing.keep()
-      return false
-    }
-    if (closing.quietMs() >= QUIET_MS || Date.now() >= deadline) return true
-    await Bun.sleep(10)
-  }
 }
 
 /**

@@ -6,7 +6,7 @@
 import { afterAll } from 'bun:test'
 import type { Subprocess } from 'bun'
 import { readFileSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { BINARY, type CliResult, cleanEnv, collect, type Listening, type Server, spawnListening, startServer } from '../support/binary'
 
 const running = new Set<Subprocess>()
@@ -257,4 +257,84 @@ export async function startWithConsole(options: Parameters<typeof startServer>[0
   if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
   const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]
   return { ...server, consolePort: port, console: `http://127.0.0.1:${port}`, password: file ? readFileSync(file, 'utf8').trim() : '' }
+}
+
+/** What became of one request of keptAliveClients: its status, or how its connection failed. */
+export type KeptAliveOutcome =
+  | number
+  /** Sent on a connection that had carried an answer already, and closed unanswered. */
+  | 'reset on a kept-alive connection'
+  /** Sent as the first request of a new connection, and closed unanswered. */
+  | 'reset on a new connection'
+  /** The connection was refused: nothing listens, nothing was sent. */
+  | 'refused'
+
+/**
+ * `clients` clients sending `GET /v1/pets?limit=1` one after the other on one kept-alive connection
+ * each, the next as soon as an answer is read, as a proxy's connection pool does; a new connection
+ * only after `Connection: close` or a connection closed. Each ends at its first refused connection.
+ */
+export function keptAliveClients(port: number, key: string, clients: number) {
+  const outcomes: KeptAliveOutcome[] = []
+  interface Connection {
+    socket: Socket
+    text: string
+    closed: boolean
+    answered: number
+    wake: () => void
+  }
+  const open = () =>
+    new Promise<Connection | 'refused'>((resolve) => {
+      const connection: Connection = {
+        socket: connect(port, '127.0.0.1', () => resolve(connection)),
+        text: '',
+        closed: false,
+        answered: 0,
+        wake: () => {},
+      }
+      connection.socket.on('data', (chunk) => {
+        connection.text += chunk.toString()
+        connection.wake()
+      })
+      connection.socket.on('error', (error: NodeJS.ErrnoException) => {
+        if (error.code === 'ECONNREFUSED') resolve('refused')
+      })
+      connection.socket.on('close', () => {
+        connection.closed = true
+        connection.wake()
+      })
+    })
+  const client = async () => {
+    let connection: Connection | undefined
+    for (;;) {
+      if (!connection || connection.closed) {
+        const opened = await open()
+        if (opened === 'refused') return void outcomes.push('refused')
+        connection = opened
+      }
+      const current = connection
+      current.text = ''
+      current.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\n\r\n`)
+      while (!parseRawResponse(current.text) && !current.closed) await new Promise<void>((resolve) => (current.wake = resolve))
+      const response = parseRawResponse(current.text)
+      if (!response) {
+        outcomes.push(current.answered ? 'reset on a kept-alive connection' : 'reset on a new connection')
+        continue
+      }
+      outcomes.push(response.status)
+      current.answered++
+      if (response.headers.connection === 'close') {
+        current.socket.destroy()
+        connection = undefined
+      }
+    }
+  }
+  const done = Promise.all(Array.from({ length: clients }, client))
+  return {
+    outcomes,
+    /** Resolves once every client has met a refused connection. */
+    done,
+    /** How many of each outcome. */
+    tally: () => Object.fromEntries([...new Set(outcomes)].map((outcome) => [outcome, outcomes.filter((o) => o === outcome).length])),
+  }
 }
