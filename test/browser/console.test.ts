@@ -64,6 +64,10 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
       // Signed out: the page shows the sign-in form and nothing else.
       await page.locator('#sign-in').waitFor()
       expect(await page.locator('#signed-in').isHidden()).toBe(true)
+      // A first-time operator is told where the first password is, never the password.
+      const hint = await page.locator('#sign-in .first-sign-in').innerText()
+      expect(hint).toContain('petstore-console-password.txt')
+      expect(hint).not.toContain(password)
       await page.screenshot({ path: join(SCREENSHOTS, 'sign-in-1280.png'), fullPage: true })
       await signIn(page)
       expect(await page.locator('#who').innerText()).toBe('Signed in as admin')
