@@ -2,13 +2,13 @@
 /**
  * CPU profile of the server under one benchmark scenario:
  *
- *   bun test/bench/profile.ts --scenario list-20 --duration 10
- *   bun test/bench/profile.ts --scenario get-by-id --backend postgres
+ *   bun test/bench/profile.ts --scenario list --duration 10
+ *   bun test/bench/profile.ts --scenario get --backend postgres
  *   bun test/bench/profile.ts --analyze FILE.cpuprofile
  *
  * Runs `bun --cpu-prof src/index.ts serve` (the sources, not the binary, so frames keep their names and
  * files) on a freshly seeded data file, or on a throwaway PostgreSQL + Redis (`--backend postgres`, the
- * test suite's harness), drives the scenario with wrk (autocannon without it), stops the
+ * test suite's harness), drives the scenario with wrk, stops the
  * server with SIGTERM so the profile is written, and prints the hottest functions: self time by origin
  * (our code, Elysia, other packages, the runtime), then by function, then inclusive time of our code
  * and Elysia's.
@@ -17,9 +17,9 @@ import { mkdtempSync, openSync, closeSync, readdirSync, readFileSync } from 'nod
 import os from 'node:os'
 import { join, relative, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
-import { runLoad, toolAvailable } from './lib/load'
+import { runWrk, wrkAvailable } from './lib/load'
 import { cleanEnv, installExitHandlers, runCleanups, stop, StreamTail, track } from './lib/procs'
-import { SCENARIOS, type BenchContext } from './lib/scenarios'
+import { banClient, randomTokenPrefix, SCENARIOS } from './lib/scenarios'
 import { seed, seedPostgres } from './lib/seed'
 
 const ROOT = resolve(import.meta.dir, '..', '..')
@@ -179,11 +179,11 @@ export function summaryMarkdown(summary: ProfileSummary): string {
 }
 
 async function profileScenario(values: Record<string, string | boolean | undefined>): Promise<void> {
-  const scenario = SCENARIOS.find((s) => s.name === (values.scenario ?? 'list-20'))
+  const scenario = SCENARIOS.find((s) => s.name === (values.scenario ?? 'list'))
   if (!scenario) throw new Error(`unknown scenario; known: ${SCENARIOS.map((s) => s.name).join(', ')}`)
   const durationS = Number(values.duration ?? 10)
   const connections = Number(values.connections ?? 64)
-  const pets = Number(values.pets ?? 10_000)
+  const pets = Number(values.pets ?? 2_000)
   const interval = Number(values.interval ?? 250)
   const dir = (values.dir as string | undefined) ?? mkdtempSync(join(os.tmpdir(), 'petstore-profile-'))
   const bun = process.execPath
@@ -191,19 +191,18 @@ async function profileScenario(values: Record<string, string | boolean | undefin
   const backend = values.backend ?? 'sqlite'
   if (backend !== 'sqlite' && backend !== 'postgres') throw new Error('--backend must be sqlite or postgres')
   let storageArgs: string[]
-  let keys: { key: string; exhaustedKey: string }
+  let key: string
   if (backend === 'postgres') {
     const { databaseUrl, redisUrl } = await startShared()
     console.error(`profile: seeding ${pets} pets into PostgreSQL; rate limits in Redis`)
-    keys = await seedPostgres([bun, entry], databaseUrl, pets)
+    key = await seedPostgres([bun, entry], databaseUrl, pets)
     storageArgs = ['--database-url', databaseUrl, '--redis-url', redisUrl]
   } else {
     const dataFile = join(dir, 'petstore.db')
     console.error(`profile: seeding ${pets} pets in ${dir}`)
-    keys = seed([bun, entry], dataFile, pets)
+    key = seed([bun, entry], dataFile, pets)
     storageArgs = ['--data', dataFile]
   }
-  const { key, exhaustedKey } = keys
 
   const logFd = openSync(join(dir, 'access.log'), 'a')
   const args = [
@@ -221,29 +220,20 @@ async function profileScenario(values: Record<string, string | boolean | undefin
     ...storageArgs,
     '--trust-proxy',
     'loopback',
-    '--ban-after',
-    '100000',
-    '--ban-seconds',
-    '0',
   ]
   const server = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(server.stderr)
   const port = Number((await stderr.waitFor(LISTENING, 30_000, server.exited))[1])
   const origin = `http://127.0.0.1:${port}`
-  await (await fetch(`${origin}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${exhaustedKey}` } })).arrayBuffer()
-  const first = await fetch(`${origin}/v1/pets?limit=20`, { headers: { authorization: `Bearer ${key}` } })
-  await first.arrayBuffer()
-  const next = new URL(/<([^>]+)>/.exec(first.headers.get('link') ?? '')![1]!)
-  const ctx: BenchContext = { key, exhaustedKey, cursorPath: next.pathname + next.search, pets }
-  const tool = toolAvailable('wrk') ? 'wrk' : 'autocannon'
-  console.error(`profile: ${scenario.name} for ${durationS} s with ${tool}, ${connections} connections, server pid ${server.pid}`)
-  const result = await runLoad({
-    tool,
+  if (scenario.banned) await banClient(origin)
+  if (!wrkAvailable()) throw new Error('wrk is not installed (apt-get install -y wrk)')
+  console.error(`profile: ${scenario.name} for ${durationS} s with wrk, ${connections} connections, server pid ${server.pid}`)
+  const result = await runWrk({
     port,
     connections,
     threads: 1,
     durationS,
-    spec: scenario.load(ctx),
+    spec: scenario.load({ key, pets, tokenPrefix: randomTokenPrefix() }),
     workDir: dir,
     offset: 0,
   })
@@ -285,7 +275,7 @@ async function main(): Promise<void> {
                                 [--connections N] [--pets N] [--interval MICROSECONDS] [--dir DIR] [--top N] [--md]
        bun test/bench/profile.ts --analyze FILE.cpuprofile [--top N]
 
-Scenarios: ${SCENARIOS.map((s) => s.name).join(', ')} (default list-20; 10 s, 64 connections, 250 µs sampling).
+Scenarios: ${SCENARIOS.map((s) => s.name).join(', ')} (default list; 10 s, 64 connections, 250 µs sampling).
 --backend postgres starts a throwaway PostgreSQL and Redis (Debian's postgresql and redis-server) for the run.`)
     return
   }

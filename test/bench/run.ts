@@ -1,39 +1,37 @@
 #!/usr/bin/env bun
 /**
- * The Pet Store benchmark: `bun run bench` (see test/bench/README.md).
- *
- * Builds or reuses dist/petstore, seeds a fresh data file and, where PostgreSQL and Redis are installed,
- * a throwaway PostgreSQL + Redis, starts a server on each (access log on, written to a file) and a bare
- * Bun.serve baseline that replays the server's own answers, then drives them with the same load
- * generator, interleaved, and reports medians and server CPU per request as markdown tables and a JSON
- * document.
+ * The Pet Store benchmark: `bun run bench` (see test/bench/README.md). It measures as the project's
+ * yardstick does (../shared/bench/yardstick.ts): the compiled binary against a bare Bun.serve that replays
+ * the same status, header fields and body (baseline.ts), with wrk, adjacent pairs (petstore, then the bare
+ * server at once), the median of the pair ratios, and each server's CPU per request from /proc. It does so
+ * for the yardstick's five scenarios in both modes, the data file and PostgreSQL + Redis (started for the
+ * run), the modes taking turns pair by pair, and prints markdown tables and writes a JSON document.
  * It is a benchmark, not a test: a missed goal is printed, never an exit code.
  */
 import {
+  closeSync,
   existsSync,
+  fstatSync,
+  ftruncateSync,
   mkdirSync,
   mkdtempSync,
   openSync,
-  closeSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
   writeFileSync,
-  ftruncateSync,
-  fstatSync,
 } from 'node:fs'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import type { Subprocess } from 'bun'
 import type { Captured, Captures } from './baseline'
-import { runLoad, toolAvailable, toolVersion, type LoadResult, type Tool } from './lib/load'
+import { runWrk, wrkAvailable, wrkVersion, type LoadResult } from './lib/load'
 import {
   cleanEnv,
   cpuSecondsOf,
   installExitHandlers,
-  systemBusySeconds,
   median,
   memoryOf,
   onCleanup,
@@ -41,19 +39,24 @@ import {
   runCleanups,
   stop,
   StreamTail,
+  systemBusySeconds,
   track,
 } from './lib/procs'
 import {
   comparison,
   markdown,
+  MODE_TITLE,
   RESULT_VERSION,
   type BenchResult,
+  type Mode,
+  type ModeFigures,
+  type ModeSummary,
+  type Pair,
   type RunFigures,
   type ScenarioResult,
-  type TargetSummary,
 } from './lib/report'
 import { countPets, countPostgresPets, seed, seedPostgres } from './lib/seed'
-import { concrete, SCENARIOS, type BenchContext, type LoadSpec, type RequestShape, type Scenario } from './lib/scenarios'
+import { banClient, concrete, randomTokenPrefix, SCENARIOS, type LoadSpec, type RequestShape, type Scenario } from './lib/scenarios'
 import { postgresBinaries } from '../support/postgres'
 import { redisBinary } from '../support/redis'
 
@@ -61,53 +64,44 @@ const ROOT = resolve(import.meta.dir, '..', '..')
 const BINARY = join(ROOT, 'dist', 'petstore')
 const DEFAULT_OUT = join(import.meta.dir, 'results', 'latest.json')
 const LISTENING = /listening on http:\/\/(?:\[[^\]]+\]|[^\s:/]+):(\d+)/
-const GOALS = { startupMs: 150, rssMb: 150, rssAfterSprayMb: 200 }
 /** Headers Bun.serve writes itself: the baseline must not send them twice. */
 const NOT_REPLAYED = new Set(['date', 'content-length', 'transfer-encoding', 'connection', 'keep-alive'])
+/** Each run's new clients start this far from the previous run's: no address or token is sent twice. */
+const CLIENTS_PER_RUN = 10_000_000
 
 const USAGE = `Usage: bun run bench [options]
        bun run bench compare BEFORE.json AFTER.json
 
-  --quick              tiny configuration for a smoke run (1 run × 1 s, 16 connections, 1,000 pets, 3 starts)
-  --runs N             measured runs per target and scenario (default 3)
-  --duration S         seconds per run (default 5)
-  --warmup S           seconds of unmeasured load per target before a scenario's runs (default 2)
+  --rounds N           rounds (default 1); each runs every scenario in both modes, which take turns
+                       pair by pair and go first in turn from round to round
+  --pairs N            adjacent pairs (petstore, then the bare server) per scenario, mode and round (default 3)
+  --duration S         seconds per wrk run (default 4)
+  --warmup S           seconds of unmeasured load on each target before a scenario in a round (default 1; 0: none)
   --connections N      concurrent connections (default 64)
-  --threads N          load generator threads (wrk only; default 1, leaving the other core to the server)
-  --tool wrk|autocannon  load generator (default wrk when installed, else autocannon)
-  --scenarios A,B      only these scenarios (names: ${SCENARIOS.map((s) => s.name).join(', ')})
-  --pets N             pets seeded into the data file (default 10000)
-  --starts N           starts timed for exec → first /healthz 200 (default 10)
-  --out FILE           JSON result (default test/bench/results/latest.json; a .md copy of the table is written beside it)
+  --threads N          wrk threads (default 1, leaving the other core to the server)
+  --scenarios A,B      only these scenarios (${SCENARIOS.map((s) => s.name).join(', ')})
+  --mode both|embedded|shared  the data file, PostgreSQL + Redis started for the run, or both (the default
+                       where Debian's postgresql and redis-server are installed, else embedded)
+  --pets N             pets seeded (default 2000; get picks a random id among them)
+  --out FILE           JSON result (default test/bench/results/latest.json; the table is written beside it as .md)
   --compare FILE       also print a comparison with an earlier JSON result
   --build              rebuild dist/petstore first (default: build only when missing)
-  --keep               keep the temporary directory (data file, access log, scripts)
-  --backend both|sqlite|postgres  both (the default where Debian's postgresql and redis-server are
-                       installed, else sqlite): the embedded data file and PostgreSQL + Redis started for
-                       the run, measured interleaved, with server CPU per request side by side; or one of
-                       them alone (default out file for postgres: results/latest-postgres.json)
-  --instances N        with PostgreSQL: instances sharing it (default 1); the load is split evenly
-                       between them, and the figures are their sums
-  --strict             also measure the stricter baseline, which replays Headers built once at start`
+  --keep               keep the temporary directory (data file, access logs, wrk scripts)`
 
 interface Options {
-  quick: boolean
-  runs: number
+  rounds: number
+  pairs: number
   durationS: number
   warmupS: number
   connections: number
   threads: number
-  tool: Tool
   scenarios: Scenario[]
+  modes: Mode[]
   pets: number
-  starts: number
   out: string
   compare?: string
   build: boolean
   keep: boolean
-  backend: 'sqlite' | 'postgres' | 'both'
-  instances: number
-  strict: boolean
 }
 
 function parseOptions(argv: string[]): Options | null {
@@ -116,23 +110,19 @@ function parseOptions(argv: string[]): Options | null {
     allowPositionals: true,
     strict: true,
     options: {
-      quick: { type: 'boolean' },
-      runs: { type: 'string' },
+      rounds: { type: 'string' },
+      pairs: { type: 'string' },
       duration: { type: 'string' },
       warmup: { type: 'string' },
       connections: { type: 'string' },
       threads: { type: 'string' },
-      tool: { type: 'string' },
       scenarios: { type: 'string' },
+      mode: { type: 'string' },
       pets: { type: 'string' },
-      starts: { type: 'string' },
       out: { type: 'string' },
       compare: { type: 'string' },
       build: { type: 'boolean' },
       keep: { type: 'boolean' },
-      backend: { type: 'string' },
-      instances: { type: 'string' },
-      strict: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   })
@@ -141,19 +131,13 @@ function parseOptions(argv: string[]): Options | null {
     return null
   }
   if (positionals.length) throw new Error(`unexpected argument "${positionals[0]}"`)
-  const quick = values.quick === true
   const number = (name: string, text: string | undefined, fallback: number, min: number, max: number) => {
     if (text === undefined) return fallback
     const value = Number(text)
-    if (!Number.isFinite(value) || value < min || value > max) throw new Error(`--${name} must be a number from ${min} to ${max}`)
+    if (!Number.isInteger(value) || value < min || value > max) throw new Error(`--${name} must be a whole number from ${min} to ${max}`)
     return value
   }
-  let tool: Tool
-  if (values.tool === undefined) tool = toolAvailable('wrk') ? 'wrk' : 'autocannon'
-  else if (values.tool === 'wrk' || values.tool === 'autocannon') tool = values.tool
-  else throw new Error('--tool must be wrk or autocannon')
-  if (!toolAvailable(tool))
-    throw new Error(tool === 'wrk' ? 'wrk is not installed (apt-get install -y wrk)' : 'autocannon is missing (bun install)')
+  if (!wrkAvailable()) throw new Error('wrk is not installed (apt-get install -y wrk)')
   let scenarios = SCENARIOS
   if (values.scenarios !== undefined) {
     const names = values.scenarios
@@ -163,37 +147,27 @@ function parseOptions(argv: string[]): Options | null {
     for (const name of names)
       if (!SCENARIOS.some((s) => s.name === name))
         throw new Error(`unknown scenario "${name}"; known: ${SCENARIOS.map((s) => s.name).join(', ')}`)
-    // Always in the canonical order: the spray runs last so the RSS before it means something.
     scenarios = SCENARIOS.filter((s) => names.includes(s.name))
   }
-  const connections = Math.round(number('connections', values.connections, quick ? 16 : 64, 1, 10_000))
-  const backend = values.backend ?? (postgresBinaries() !== null && redisBinary() !== null ? 'both' : 'sqlite')
-  if (backend !== 'sqlite' && backend !== 'postgres' && backend !== 'both') throw new Error('--backend must be both, sqlite or postgres')
-  if (values.backend === undefined && backend === 'sqlite')
+  const installed = postgresBinaries() !== null && redisBinary() !== null
+  const mode = values.mode ?? (installed ? 'both' : 'embedded')
+  if (mode !== 'both' && mode !== 'embedded' && mode !== 'shared') throw new Error('--mode must be both, embedded or shared')
+  if (values.mode === undefined && !installed)
     log('PostgreSQL or Redis is not installed (apt-get install -y postgresql redis-server): measuring the data file alone')
-  const instances = Math.round(number('instances', values.instances, 1, 1, 8))
-  if (backend === 'sqlite' && instances !== 1) throw new Error('--instances needs PostgreSQL (one server per data file)')
   return {
-    quick,
-    runs: Math.round(number('runs', values.runs, quick ? 1 : 3, 1, 100)),
-    durationS: Math.round(number('duration', values.duration, quick ? 1 : 5, 1, 3600)),
-    warmupS: Math.round(number('warmup', values.warmup, quick ? 0 : 2, 0, 600)),
-    connections,
-    threads: Math.round(number('threads', values.threads, 1, 1, 64)),
-    tool,
+    rounds: number('rounds', values.rounds, 1, 1, 100),
+    pairs: number('pairs', values.pairs, 3, 1, 100),
+    durationS: number('duration', values.duration, 4, 1, 3600),
+    warmupS: number('warmup', values.warmup, 1, 0, 600),
+    connections: number('connections', values.connections, 64, 1, 10_000),
+    threads: number('threads', values.threads, 1, 1, 64),
     scenarios,
-    pets: Math.round(number('pets', values.pets, quick ? 1_000 : 10_000, 100, 10_000_000)),
-    starts: Math.round(number('starts', values.starts, quick ? 3 : 10, 1, 100)),
-    out: resolve(
-      values.out ??
-        (backend === 'postgres' ? DEFAULT_OUT.replace(/\.json$/, `-postgres${instances > 1 ? `-${instances}` : ''}.json`) : DEFAULT_OUT),
-    ),
-    backend,
-    instances,
+    modes: mode === 'both' ? ['embedded', 'shared'] : [mode],
+    pets: number('pets', values.pets, 2_000, 100, 10_000_000),
+    out: resolve(values.out ?? DEFAULT_OUT),
     compare: values.compare,
     build: values.build === true,
     keep: values.keep === true,
-    strict: values.strict === true,
   }
 }
 
@@ -231,7 +205,6 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
   if (stale) log('warning: dist/petstore is older than src/; measuring it anyway (pass --build to rebuild)')
   return {
     path: BINARY,
-    sizeBytes: stat.size,
     sizeMb: round(stat.size / 1024 / 1024, 1),
     built,
     staleVsSources: stale,
@@ -243,65 +216,8 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
-/** Where a server keeps its data: `--data FILE`, or `--database-url URL --redis-url URL`. */
-const serveArgs = (storageArgs: string[]) => [BINARY, 'serve', '--host', '127.0.0.1', '--port', '0', ...storageArgs]
-
-/** Exec to the first 200 on /healthz, in ms; the server is stopped afterwards. */
-async function timeStart(storageArgs: string[]): Promise<number> {
-  const started = performance.now()
-  const proc = track(Bun.spawn(serveArgs(storageArgs), { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }))
-  try {
-    const stderr = new StreamTail(proc.stderr)
-    const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
-    for (;;) {
-      try {
-        const res = await fetch(`http://127.0.0.1:${port}/healthz`, { headers: { connection: 'close' } })
-        await res.arrayBuffer()
-        if (res.status === 200) return performance.now() - started
-      } catch {}
-      if (performance.now() - started > 15_000) throw new Error('no 200 from /healthz within 15 s')
-      await Bun.sleep(1)
-    }
-  } finally {
-    await stop(proc, 'SIGTERM')
-  }
-}
-
-interface Petstore {
-  proc: Subprocess<'ignore', number, 'pipe'>
-  port: number
-  stderr: StreamTail
-  args: string[]
-}
-
-async function startPetstore(storageArgs: string[], logFd: number): Promise<Petstore> {
-  // --trust-proxy: the 401 and spray scenarios send X-Forwarded-For. A huge --ban-after with a zero
-  // --ban-seconds keeps the exhausted key on rate_limited instead of key_banned. Neither touches the
-  // path of requests with a valid key.
-  const extra = ['--trust-proxy', 'loopback', '--ban-after', '100000', '--ban-seconds', '0']
-  const args = [...serveArgs(storageArgs), ...extra]
-  const proc = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
-  const stderr = new StreamTail(proc.stderr)
-  const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
-  return { proc, port, stderr, args: ['serve', ...args.slice(2)] }
-}
-
-/** The baseline process: its per-request listener (the yardstick) and its prebuilt one (stricter). */
-async function startBaseline(capturesFile: string): Promise<{ proc: Subprocess; port: number; prebuiltPort: number }> {
-  const proc = track(
-    Bun.spawn([process.execPath, join(import.meta.dir, 'baseline.ts'), capturesFile], {
-      env: cleanEnv(),
-      stdin: 'ignore',
-      stdout: 'pipe',
-      stderr: 'pipe',
-    }),
-  )
-  const stdout = new StreamTail(proc.stdout)
-  void new StreamTail(proc.stderr)
-  const port = Number((await stdout.waitFor(/baseline per-request listening on http:\/\/[^\s:/]+:(\d+)/, 15_000, proc.exited))[1])
-  const prebuiltPort = Number((await stdout.waitFor(/baseline prebuilt listening on http:\/\/[^\s:/]+:(\d+)/, 15_000, proc.exited))[1])
-  return { proc, port, prebuiltPort }
-}
+/** The flags of every server: behind a trusted proxy, so the made-up scenario can name its client. */
+const SERVE_FLAGS = ['serve', '--host', '127.0.0.1', '--port', '0', '--trust-proxy', 'loopback']
 
 /** The server's access log: truncated before a measured run, counted by status after it. */
 class AccessLogWindow {
@@ -332,6 +248,75 @@ class AccessLogWindow {
   }
 }
 
+/** One server under test, with what it was seeded with and what it answered. */
+interface Server {
+  mode: Mode
+  proc: Subprocess<'ignore', number, 'pipe'>
+  port: number
+  stderr: StreamTail
+  accessLog: AccessLogWindow
+  countRows: () => Promise<number>
+  specs: Map<string, LoadSpec>
+  created201: number
+  idleRssMb: number | null
+}
+
+/** Seeds the mode's storage (PostgreSQL and Redis started for the run) and starts one server on it. */
+async function startServer(mode: Mode, options: Options, dir: string): Promise<Server> {
+  let storageArgs: string[]
+  let countRows: () => Promise<number>
+  let key: string
+  if (mode === 'shared') {
+    const shared = await startShared()
+    storageArgs = ['--database-url', shared.databaseUrl, '--redis-url', shared.redisUrl]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into PostgreSQL; rate limits in Redis`)
+    key = await seedPostgres([BINARY], shared.databaseUrl, options.pets)
+    countRows = () => countPostgresPets(shared.databaseUrl)
+  } else {
+    const dataFile = join(dir, 'petstore.db')
+    storageArgs = ['--data', dataFile]
+    log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
+    key = seed([BINARY], dataFile, options.pets)
+    countRows = async () => countPets(dataFile)
+  }
+  const logPath = join(dir, `access-${mode}.log`)
+  const logFd = openSync(logPath, 'a')
+  onCleanup(() => closeSync(logFd))
+  const proc = track(
+    Bun.spawn([BINARY, ...SERVE_FLAGS, ...storageArgs], { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }),
+  )
+  const stderr = new StreamTail(proc.stderr)
+  const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
+  log(`petstore on the ${MODE_TITLE[mode]} (pid ${proc.pid}) on port ${port}, access log → ${logPath}`)
+  const ctx = { key, pets: options.pets, tokenPrefix: randomTokenPrefix() }
+  const specs = new Map(options.scenarios.map((s) => [s.name, s.load(ctx)]))
+  return { mode, proc, port, stderr, accessLog: new AccessLogWindow(logPath, logFd), countRows, specs, created201: 0, idleRssMb: null }
+}
+
+async function startBaseline(capturesFile: string): Promise<{ proc: Subprocess; port: number }> {
+  const proc = track(
+    Bun.spawn([process.execPath, join(import.meta.dir, 'baseline.ts'), capturesFile], {
+      env: cleanEnv(),
+      stdin: 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+    }),
+  )
+  const stdout = new StreamTail(proc.stdout)
+  void new StreamTail(proc.stderr)
+  const port = Number((await stdout.waitFor(/baseline listening on http:\/\/[^\s:/]+:(\d+)/, 15_000, proc.exited))[1])
+  return { proc, port }
+}
+
+/** PostgreSQL and Redis for the run, from the test suite's harness; stopped by the cleanups. */
+async function startShared(): Promise<{ databaseUrl: string; redisUrl: string }> {
+  const [{ startPostgres }, { startRedis }] = await Promise.all([import('../support/postgres'), import('../support/redis')])
+  const [cluster, redis] = await Promise.all([startPostgres(), startRedis()])
+  onCleanup(() => void cluster.destroy())
+  onCleanup(() => void redis.destroy())
+  return { databaseUrl: await cluster.createDatabase('bench'), redisUrl: redis.url }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Capturing the server's answers
 
@@ -357,436 +342,241 @@ function errorCode(body: string): string | undefined {
 // ---------------------------------------------------------------------------------------------------
 // Measuring
 
-function summarise(runs: RunFigures[]): TargetSummary {
-  return {
-    rps: round(median(runs.map((r) => r.rps)), 0),
-    p50Ms: round(median(runs.map((r) => r.p50Ms)), 3),
-    p99Ms: round(median(runs.map((r) => r.p99Ms)), 3),
-    targetCpuPct: round(median(runs.map((r) => r.targetCpuPct)), 0),
-    cpuUsPerRequest: round(median(runs.map((r) => r.cpuUsPerRequest)), 1),
-    generatorCpuPct: round(median(runs.map((r) => r.generatorCpuPct)), 0),
-    otherCpuPct: round(median(runs.map((r) => r.otherCpuPct)), 0),
-    requests: runs.reduce((sum, r) => sum + r.requests, 0),
-    unexpected: runs.reduce((sum, r) => sum + r.unexpected, 0),
-    runs,
-  }
-}
-
 function unexpectedOf(statuses: Record<string, number>, expected: number[]): number {
   let count = 0
   for (const [status, n] of Object.entries(statuses)) if (!expected.includes(Number(status))) count += n
   return count
 }
 
-/** Unexpected answers as the generator saw them (the baseline has no access log). */
-function unexpectedFromGenerator(load: LoadResult, expected: number[]): number {
-  if (load.statuses) return unexpectedOf(load.statuses, expected) + load.socketErrors
-  // wrk counts only statuses of 400 and more; with one expected class that is enough.
-  const errorStatuses = load.errorStatuses ?? 0
-  const expectsErrors = expected.every((s) => s >= 400)
-  return (expectsErrors ? load.requests - errorStatuses : errorStatuses) + load.socketErrors
-}
-
 function figures(load: LoadResult, unexpected: number, targetCpuS: number, busyS: number, statuses?: Record<string, number>): RunFigures {
   return {
     requests: load.requests,
     rps: round(load.rps, 0),
-    p50Ms: round(load.p50Ms, 3),
     p99Ms: round(load.p99Ms, 3),
-    maxMs: round(load.maxMs, 3),
     socketErrors: load.socketErrors,
     unexpected,
     ...(statuses ? { statuses } : {}),
-    targetCpuPct: round((targetCpuS / load.durationS) * 100, 0),
     cpuUsPerRequest: load.requests > 0 ? round((targetCpuS / load.requests) * 1e6, 1) : NaN,
-    generatorCpuPct: round((load.generatorCpuS / load.durationS) * 100, 0),
     otherCpuPct: round(Math.max(0, (busyS - targetCpuS - load.generatorCpuS) / load.durationS) * 100, 0),
   }
 }
 
-// ---------------------------------------------------------------------------------------------------
-
-/** One storage under test: the embedded data file, or PostgreSQL + Redis with its instances. */
-interface Store {
-  backend: 'sqlite' | 'postgres'
-  countRows: () => Promise<number>
-  key: string
-  exhaustedKey: string
-  startSamplesMs: number[]
-  petstores: Petstore[]
-  accessLog: AccessLogWindow
-  specs: Map<string, LoadSpec>
-  created201: number
-}
-
-/** Seeds the storage, times its starts, then starts the server(s) measured on it. */
-async function prepareStore(backend: Store['backend'], options: Options, dir: string, notes: string[]): Promise<Store> {
-  let storageArgs: string[]
-  let countRows: () => Promise<number>
-  let keys: { key: string; exhaustedKey: string }
-  if (backend === 'postgres') {
-    const shared = await startShared()
-    storageArgs = ['--database-url', shared.databaseUrl, '--redis-url', shared.redisUrl]
-    log(`seeding ${options.pets.toLocaleString('en')} pets into PostgreSQL; rate limits in Redis`)
-    keys = await seedPostgres([BINARY], shared.databaseUrl, options.pets)
-    countRows = () => countPostgresPets(shared.databaseUrl)
-    notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with ${options.instances} instance(s).`)
-  } else {
-    const dataFile = join(dir, 'petstore.db')
-    storageArgs = ['--data', dataFile]
-    log(`seeding ${options.pets.toLocaleString('en')} pets into ${dataFile}`)
-    keys = seed([BINARY], dataFile, options.pets)
-    countRows = async () => countPets(dataFile)
-  }
-  log(`timing ${options.starts} starts on ${backend === 'postgres' ? 'PostgreSQL + Redis' : 'the data file'} (exec → first /healthz 200)`)
-  const startSamplesMs: number[] = []
-  for (let i = 0; i < options.starts; i++) startSamplesMs.push(round(await timeStart(storageArgs), 1))
-  const logPath = join(dir, `access-${backend}.log`)
-  const logFd = openSync(logPath, 'a')
-  onCleanup(() => closeSync(logFd))
-  // Several instances share the access log (appends of whole lines) and split the load evenly.
-  const count = backend === 'postgres' ? options.instances : 1
-  const petstores = await Promise.all(Array.from({ length: count }, () => startPetstore(storageArgs, logFd)))
-  log(
-    `petstore on ${backend} (pid ${petstores.map((p) => p.proc.pid).join(', ')}) on ${petstores.map((p) => p.port).join(', ')}, access log → ${logPath}`,
-  )
+function modeFigures(scenario: Scenario, pairs: Pair[], captured: Captured, rssMbAfter: number[]): ModeFigures {
+  const ratio = round(median(pairs.map((p) => p.ratio)), 2)
   return {
-    backend,
-    countRows,
-    ...keys,
-    startSamplesMs,
-    petstores,
-    accessLog: new AccessLogWindow(logPath, logFd),
-    specs: new Map(),
-    created201: 0,
+    pairs,
+    ratio,
+    cpuRatio: round(median(pairs.map((p) => p.cpuRatio)), 2),
+    rps: round(median(pairs.map((p) => p.petstore.rps)), 0),
+    bareRps: round(median(pairs.map((p) => p.bare.rps)), 0),
+    cpuUsPerRequest: round(median(pairs.map((p) => p.petstore.cpuUsPerRequest)), 1),
+    bareCpuUsPerRequest: round(median(pairs.map((p) => p.bare.cpuUsPerRequest)), 1),
+    p99Ms: round(median(pairs.map((p) => p.petstore.p99Ms)), 3),
+    unexpected: pairs.reduce((sum, p) => sum + p.petstore.unexpected, 0),
+    bareUnexpected: pairs.reduce((sum, p) => sum + p.bare.unexpected, 0),
+    met: ratio >= scenario.goal,
+    captured: { status: captured.status, code: errorCode(captured.body), bytes: Buffer.byteLength(captured.body) },
+    ...(scenario.flood ? { rssMbAfter } : {}),
   }
-}
-
-/** Uses the 1-per-day key once and follows the first page's next link: what the scenarios need. */
-async function contextOf(store: Store, options: Options, notes: string[]): Promise<BenchContext> {
-  const origin = `http://127.0.0.1:${store.petstores[0]!.port}`
-  const first = await fetch(`${origin}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${store.exhaustedKey}` } })
-  await first.arrayBuffer()
-  if (first.status !== 200) notes.push(`${store.backend}: the exhausted key's first request got ${first.status}, not 200.`)
-  const firstPage = await fetch(`${origin}/v1/pets?limit=20`, { headers: { authorization: `Bearer ${store.key}` } })
-  await firstPage.arrayBuffer()
-  const next = /<([^>]+)>;\s*rel="next"/.exec(firstPage.headers.get('link') ?? '')
-  if (!next) throw new Error(`GET /v1/pets?limit=20 gave no Link: rel="next" (status ${firstPage.status})`)
-  const nextUrl = new URL(next[1]!)
-  return { key: store.key, exhaustedKey: store.exhaustedKey, cursorPath: nextUrl.pathname + nextUrl.search, pets: options.pets }
 }
 
 async function bench(options: Options): Promise<BenchResult> {
   const startedAt = new Date().toISOString()
   const loadAvgStart = os.loadavg().map((v) => round(v, 2))
+  log(`load average at start: ${loadAvgStart.join(' ')}`)
   const binary = ensureBinary(options.build)
   const dir = mkdtempSync(join(os.tmpdir(), 'petstore-bench-'))
   if (options.keep) log(`temporary directory kept: ${dir}`)
   else onCleanup(() => rmSync(dir, { recursive: true, force: true }))
   const notes: string[] = []
 
-  // The first store is the one the baseline replays and the main table shows; with both, the embedded one.
-  const backends: Store['backend'][] = options.backend === 'both' ? ['sqlite', 'postgres'] : [options.backend]
-  const stores: Store[] = []
-  for (const backend of backends) stores.push(await prepareStore(backend, options, dir, notes))
-  const main = stores[0]!
-  const shared = stores.length > 1 ? stores[1]! : undefined
-  const petstore = main.petstores[0]!
-  const origin = `http://127.0.0.1:${petstore.port}`
-  await Bun.sleep(200)
-  const idle = memoryOf(petstore.proc.pid)
+  const servers: Server[] = []
+  for (const mode of options.modes) servers.push(await startServer(mode, options, dir))
+  await Bun.sleep(1_000)
+  for (const server of servers) server.idleRssMb = memoryOf(server.proc.pid)?.rssMb ?? null
 
-  for (const store of stores) {
-    const ctx = await contextOf(store, options, notes)
-    for (const s of options.scenarios) store.specs.set(s.name, s.load(ctx))
-  }
-
-  // One real answer per scenario and method: what the baseline will replay.
+  // One real answer per scenario and mode: what the bare server replays beside it.
   const captures: Captures = {}
-  const capturedInfo = new Map<string, ScenarioResult['captured']>()
-  for (const scenario of options.scenarios) {
-    const spec = main.specs.get(scenario.name)!
-    const entry: Captures[string] = {}
-    const info: ScenarioResult['captured'] = []
-    for (const shape of [spec.read, ...(spec.write ? [spec.write.request] : [])]) {
-      const request = concrete(shape, spec, '192.0.2.1', Math.min(42, options.pets))
-      const answer = await capture(petstore.port, request)
-      if (answer.status === 201) main.created201++
-      entry[shape.method] = answer
-      info.push({
-        method: request.method,
-        path: request.path,
-        status: answer.status,
-        code: errorCode(answer.body),
-        bytes: Buffer.byteLength(answer.body),
-      })
-      if (!scenario.expected.includes(answer.status))
-        notes.push(
-          `${scenario.name}: the captured ${request.method} answer was ${answer.status} (${errorCode(answer.body) ?? 'no code'}), expected ${scenario.expected.join('/')}.`,
+  for (const scenario of options.scenarios)
+    for (const server of servers) {
+      const origin = `http://127.0.0.1:${server.port}`
+      if (scenario.banned) log(`${MODE_TITLE[server.mode]}: banned 127.0.0.1 after ${await banClient(origin)} requests with a bad token`)
+      const answer = await capture(server.port, concrete(server.specs.get(scenario.name)!, Math.min(42, options.pets), 0))
+      if (answer.status === 201) server.created201++
+      const code = errorCode(answer.body)
+      if (!scenario.expected.includes(answer.status) || (scenario.code && code !== scenario.code))
+        throw new Error(
+          `${scenario.name} on the ${MODE_TITLE[server.mode]}: the answer was ${answer.status} (${code ?? 'no code'}), expected ${scenario.expected.join('/')}${scenario.code ? ` ${scenario.code}` : ''}`,
         )
+      captures[`${server.mode}/${scenario.name}`] = answer
     }
-    captures[scenario.name] = entry
-    capturedInfo.set(scenario.name, info)
-  }
   const capturesFile = join(dir, 'captures.json')
   writeFileSync(capturesFile, JSON.stringify(captures))
-  const baseline = await startBaseline(capturesFile)
-  log(`baseline (pid ${baseline.proc.pid}) on http://127.0.0.1:${baseline.port} (per-request headers), ${baseline.prebuiltPort} (prebuilt)`)
+  const bare = await startBaseline(capturesFile)
+  log(`bare Bun.serve (pid ${bare.proc.pid}) on port ${bare.port}`)
 
-  const load = (port: number, durationS: number, spec: LoadSpec, connections = options.connections) =>
-    runLoad({
-      tool: options.tool,
+  let runs = 0
+  const load = (port: number, durationS: number, spec: LoadSpec) =>
+    runWrk({
       port,
-      connections,
+      connections: options.connections,
       threads: options.threads,
       durationS,
       spec,
       workDir: dir,
-      offset: Math.floor(Math.random() * 1_000_000),
+      offset: ++runs * CLIENTS_PER_RUN,
     })
-
-  const measureStore = async (store: Store, durationS: number, scenario: Scenario): Promise<RunFigures> => {
-    const spec = store.specs.get(scenario.name)!
-    const serverCpu = () => store.petstores.reduce((sum, p) => sum + cpuSecondsOf(p.proc.pid), 0)
-    store.accessLog.reset()
-    const cpuBefore = serverCpu()
+  const measurePetstore = async (server: Server, scenario: Scenario, durationS: number): Promise<RunFigures> => {
+    server.accessLog.reset()
+    const cpuBefore = cpuSecondsOf(server.proc.pid)
     const busyBefore = systemBusySeconds()
-    const result =
-      store.petstores.length === 1
-        ? await load(store.petstores[0]!.port, durationS, spec)
-        : combined(
-            await Promise.all(
-              store.petstores.map((p) =>
-                load(p.port, durationS, spec, Math.max(1, Math.round(options.connections / store.petstores.length))),
-              ),
-            ),
-          )
-    const cpu = serverCpu() - cpuBefore
+    const result = await load(server.port, durationS, server.specs.get(scenario.name)!)
+    const cpu = cpuSecondsOf(server.proc.pid) - cpuBefore
     const busy = systemBusySeconds() - busyBefore
-    const statuses = await store.accessLog.collect()
-    store.created201 += statuses['201'] ?? 0
+    const statuses = await server.accessLog.collect()
+    server.created201 += statuses['201'] ?? 0
     return figures(result, unexpectedOf(statuses, scenario.expected) + result.socketErrors, cpu, busy, statuses)
   }
-  const measureBaseline = async (port: number, durationS: number, scenario: Scenario): Promise<RunFigures> => {
-    const cpuBefore = cpuSecondsOf(baseline.proc.pid)
+  const measureBare = async (server: Server, scenario: Scenario, durationS: number): Promise<RunFigures> => {
+    const select = await fetch(`http://127.0.0.1:${bare.port}/${server.mode}/${scenario.name}`, { method: 'PUT' })
+    await select.arrayBuffer()
+    if (select.status !== 200) throw new Error(`the bare server has no answer for ${server.mode}/${scenario.name}`)
+    const cpuBefore = cpuSecondsOf(bare.proc.pid)
     const busyBefore = systemBusySeconds()
-    const b = await load(port, durationS, main.specs.get(scenario.name)!)
+    const result = await load(bare.port, durationS, server.specs.get(scenario.name)!)
+    const cpu = cpuSecondsOf(bare.proc.pid) - cpuBefore
     const busy = systemBusySeconds() - busyBefore
-    return figures(b, unexpectedFromGenerator(b, scenario.expected), cpuSecondsOf(baseline.proc.pid) - cpuBefore, busy, b.statuses)
+    // wrk counts only statuses of 400 and more; each scenario expects one class.
+    const refusal = scenario.expected.every((s) => s >= 400)
+    const unexpected = (refusal ? result.requests - result.errorStatuses : result.errorStatuses) + result.socketErrors
+    return figures(result, unexpected, cpu, busy)
   }
 
-  const results: ScenarioResult[] = []
-  let peakBeforeSpray: number | null = null
-  let peakAfterSpray: number | null = null
-  let trackedAddresses: number | null = null
-  for (const scenario of options.scenarios) {
-    if (scenario.name === 'spray') peakBeforeSpray = memoryOf(petstore.proc.pid)?.peakRssMb ?? null
-    for (const port of [baseline.port, baseline.prebuiltPort]) {
-      const select = await fetch(`http://127.0.0.1:${port}/${scenario.name}`, { method: 'PUT' })
-      await select.arrayBuffer()
-      if (select.status !== 200) throw new Error(`baseline refused scenario ${scenario.name}`)
-    }
-    const loadAvg1m = round(os.loadavg()[0]!, 2)
-    const targets = ['baseline', ...(options.strict ? ['prebuilt baseline'] : []), ...stores.map((s) => `petstore (${s.backend})`)]
-    log(
-      `${scenario.name}: ${options.warmupS ? `warm-up ${options.warmupS} s each, then ` : ''}${options.runs} × (${targets.map((t) => `${t} ${options.durationS} s`).join(', ')})`,
-    )
-    if (options.warmupS > 0) {
-      await measureBaseline(baseline.port, options.warmupS, scenario)
-      for (const store of stores) await measureStore(store, options.warmupS, scenario)
-    }
-    const baselineRuns: RunFigures[] = []
-    const prebuiltRuns: RunFigures[] = []
-    const storeRuns = stores.map((): RunFigures[] => [])
-    for (let run = 0; run < options.runs; run++) {
-      baselineRuns.push(await measureBaseline(baseline.port, options.durationS, scenario))
-      if (options.strict) prebuiltRuns.push(await measureBaseline(baseline.prebuiltPort, options.durationS, scenario))
-      // Interleaved, and in turn first: neither storage always follows the other.
-      const order = stores.map((_, i) => i)
-      if (run % 2 === 1) order.reverse()
-      for (const i of order) storeRuns[i]!.push(await measureStore(stores[i]!, options.durationS, scenario))
+  const pairsOf = new Map(servers.map((s) => [s.mode, new Map(options.scenarios.map((sc) => [sc.name, [] as Pair[]]))]))
+  const rssOf = new Map(servers.map((s) => [s.mode, new Map(options.scenarios.map((sc) => [sc.name, [] as number[]]))]))
+  for (let round_ = 0; round_ < options.rounds; round_++) {
+    for (const scenario of options.scenarios) {
       log(
-        `  run ${run + 1}: baseline ${Math.round(baselineRuns[run]!.rps).toLocaleString('en')} req/s, ` +
-          stores
-            .map(
-              (s, i) =>
-                `${s.backend} ${Math.round(storeRuns[i]![run]!.rps).toLocaleString('en')} req/s ${storeRuns[i]![run]!.cpuUsPerRequest} µs CPU/req`,
-            )
-            .join(', '),
+        `round ${round_ + 1}/${options.rounds}, ${scenario.name}: ${options.pairs} × (${servers.map((s) => `${MODE_TITLE[s.mode]}, bare`).join('; ')}), ${options.durationS} s each` +
+          (options.warmupS ? `, after ${options.warmupS} s of warm-up each` : ''),
+      )
+      if (scenario.banned) for (const server of servers) await banClient(`http://127.0.0.1:${server.port}`)
+      if (options.warmupS > 0)
+        for (const server of servers) {
+          await measurePetstore(server, scenario, options.warmupS)
+          await measureBare(server, scenario, options.warmupS)
+        }
+      for (let p = 0; p < options.pairs; p++) {
+        // The modes take turns: neither always follows the other.
+        const order = (round_ + p) % 2 === 0 ? servers : [...servers].reverse()
+        for (const server of order) {
+          const petstore = await measurePetstore(server, scenario, options.durationS)
+          const bareRun = await measureBare(server, scenario, options.durationS)
+          const pair: Pair = {
+            round: round_ + 1,
+            petstore,
+            bare: bareRun,
+            ratio: round(petstore.rps / bareRun.rps, 3),
+            cpuRatio: round(bareRun.cpuUsPerRequest / petstore.cpuUsPerRequest, 3),
+          }
+          pairsOf.get(server.mode)!.get(scenario.name)!.push(pair)
+          log(
+            `  ${MODE_TITLE[server.mode]}: ${Math.round(petstore.rps).toLocaleString('en')} req/s ${petstore.cpuUsPerRequest} µs/req, ` +
+              `bare ${Math.round(bareRun.rps).toLocaleString('en')} req/s ${bareRun.cpuUsPerRequest} µs/req: ratio ${pair.ratio.toFixed(2)}`,
+          )
+        }
+      }
+      if (scenario.flood)
+        for (const server of servers)
+          rssOf
+            .get(server.mode)!
+            .get(scenario.name)!
+            .push(memoryOf(server.proc.pid)?.rssMb ?? NaN)
+    }
+  }
+
+  const scenarios: ScenarioResult[] = options.scenarios.map((scenario) => {
+    const modes: ScenarioResult['modes'] = {}
+    for (const server of servers) {
+      const pairs = pairsOf.get(server.mode)!.get(scenario.name)!
+      modes[server.mode] = modeFigures(
+        scenario,
+        pairs,
+        captures[`${server.mode}/${scenario.name}`]!,
+        rssOf.get(server.mode)!.get(scenario.name)!,
       )
     }
-    const baselineSummary = summarise(baselineRuns)
-    const petstoreSummary = summarise(storeRuns[0]!)
-    const ratio = round(petstoreSummary.rps / baselineSummary.rps, 2)
-    const prebuilt = options.strict ? summarise(prebuiltRuns) : undefined
-    const sharedSummary = shared ? summarise(storeRuns[1]!) : undefined
-    results.push({
+    const embedded = modes.embedded?.pairs
+    const shared = modes.shared?.pairs
+    // Pair by pair: the two modes' runs of the same turn were adjacent.
+    const sharedOverEmbedded =
+      scenario.acrossModes && embedded && shared
+        ? round(median(shared.map((p, i) => p.petstore.cpuUsPerRequest / embedded[i]!.petstore.cpuUsPerRequest)), 2)
+        : undefined
+    return {
       name: scenario.name,
       title: scenario.title,
       describe: scenario.describe,
-      expected: scenario.expected,
-      captured: capturedInfo.get(scenario.name)!,
-      baseline: baselineSummary,
-      petstore: petstoreSummary,
-      ratio,
-      ...(prebuilt ? { prebuiltBaseline: prebuilt, prebuiltRatio: round(petstoreSummary.rps / prebuilt.rps, 2) } : {}),
-      ...(sharedSummary
-        ? {
-            shared: sharedSummary,
-            sharedRatio: round(sharedSummary.rps / baselineSummary.rps, 2),
-            // Median of the interleaved pairs' ratios: a busy moment weighs on both sides of a pair.
-            cpuRatio: round(median(storeRuns[1]!.map((r, i) => r.cpuUsPerRequest / storeRuns[0]![i]!.cpuUsPerRequest)), 2),
-          }
-        : {}),
-      goal: {
-        kind: scenario.goal.kind,
-        ratio: scenario.goal.ratio,
-        met: ratio >= scenario.goal.ratio,
-        ...(scenario.p99GoalMs === undefined ? {} : { p99Ms: scenario.p99GoalMs, p99Met: petstoreSummary.p99Ms <= scenario.p99GoalMs }),
-      },
-      loadAvg1m,
-      peakRssMbAfter: memoryOf(petstore.proc.pid)?.peakRssMb ?? null,
-    })
-    if (scenario.name === 'spray') {
-      peakAfterSpray = memoryOf(petstore.proc.pid)?.peakRssMb ?? null
-      const metrics = await (await fetch(`${origin}/metrics`)).text()
-      const tracked = /^petstore_rate_limiter_tracked_addresses (\d+)/m.exec(metrics)
-      trackedAddresses = tracked ? Number(tracked[1]) : null
+      goal: scenario.goal,
+      modes,
+      ...(sharedOverEmbedded === undefined ? {} : { sharedOverEmbedded }),
     }
-  }
-  const endMemory = memoryOf(petstore.proc.pid)
-  const afterScenarios = peakBeforeSpray ?? endMemory?.peakRssMb ?? null
-  const baselineMemory = memoryOf(baseline.proc.pid)
-  for (const store of stores)
-    for (const p of store.petstores)
-      if (p.proc.exitCode !== null) notes.push(`petstore on ${store.backend} exited early (code ${p.proc.exitCode}).`)
+  })
 
   // Durability: kill without warning; every 201 must already be a row.
-  for (const store of stores) for (const p of store.petstores) await stop(p.proc, 'SIGKILL')
-  await stop(baseline.proc, 'SIGTERM')
-  const durabilityOf = async (store: Store): Promise<BenchResult['durability']> => {
-    const rowsAdded = (await store.countRows()) - options.pets
-    return { created201: store.created201, rowsAdded, ok: rowsAdded >= store.created201, checkedAfter: 'SIGKILL' }
-  }
-  for (const store of stores) {
-    const warnings = store.petstores
-      .flatMap((p) => p.stderr.text.split('\n'))
+  const summaries: BenchResult['modes'] = {}
+  for (const server of servers) {
+    if (server.proc.exitCode !== null) notes.push(`petstore on the ${MODE_TITLE[server.mode]} exited early (code ${server.proc.exitCode}).`)
+    const peakRssMb = memoryOf(server.proc.pid)?.peakRssMb ?? null
+    await stop(server.proc, 'SIGKILL')
+    const rowsAdded = (await server.countRows()) - options.pets
+    const summary: ModeSummary = {
+      idleRssMb: server.idleRssMb,
+      peakRssMb,
+      durability: { created201: server.created201, rowsAdded, ok: rowsAdded >= server.created201 },
+    }
+    summaries[server.mode] = summary
+    const warnings = server.stderr.text
+      .split('\n')
       .filter((line) => /internal error|could not/i.test(line))
       .slice(0, 5)
-    for (const line of warnings) notes.push(`server stderr (${store.backend}): ${line.slice(0, 300)}`)
+    for (const line of warnings) notes.push(`server stderr (${MODE_TITLE[server.mode]}): ${line.slice(0, 300)}`)
   }
+  await stop(bare.proc, 'SIGTERM')
   if (binary.staleVsSources) notes.push('dist/petstore was older than src/ when measured.')
-  if (options.tool === 'autocannon')
-    notes.push(
-      'Measured with autocannon (wrk is not installed): a JavaScript load generator saturates its core before the baseline does, ' +
-        'so ratios are pushed towards 1. Install wrk for figures worth comparing with the goals.',
-    )
-  const generatorBound = results.filter((r) => r.baseline.generatorCpuPct >= 90 && r.baseline.targetCpuPct < 90).map((r) => r.name)
-  if (generatorBound.length)
-    notes.push(
-      `The load generator, not the baseline, was the limit in: ${generatorBound.join(', ')} (generator ≥ 90 % of a core, baseline < 90 %).`,
-    )
-  const noisy = results.filter((r) => Math.max(r.baseline.otherCpuPct, r.petstore.otherCpuPct) >= 10).map((r) => r.name)
-  if (noisy.length)
-    notes.push(
-      `Other processes used ≥ 10 % of a core during: ${noisy.join(', ')} (see otherCpuPct in the JSON); those figures are noisier.`,
-    )
-
-  const startupOf = (store: Store) => {
-    const medianMs = round(median(store.startSamplesMs), 1)
-    return { samplesMs: store.startSamplesMs, medianMs, goalMs: GOALS.startupMs, met: medianMs <= GOALS.startupMs }
-  }
-  const dataFile = join(dir, 'petstore.db')
+  if (options.modes.includes('shared'))
+    notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with the servers and wrk.`)
+  const loadAvgEnd = os.loadavg().map((v) => round(v, 2))
+  log(`load average at end: ${loadAvgEnd.join(' ')}`)
   return {
     version: RESULT_VERSION,
     startedAt,
     finishedAt: new Date().toISOString(),
-    quick: options.quick,
     machine: {
       cpus: os.cpus().length,
       cpuModel: os.cpus()[0]?.model.trim() ?? 'unknown',
-      memoryMb: Math.round(os.totalmem() / 1024 / 1024),
       kernel: os.release(),
       bun: Bun.version,
       loadAvgStart,
-      loadAvgEnd: os.loadavg().map((v) => round(v, 2)),
+      loadAvgEnd,
     },
     config: {
-      tool: options.tool,
-      toolVersion: toolVersion(options.tool),
+      wrk: wrkVersion(),
       connections: options.connections,
-      threads: options.tool === 'wrk' ? options.threads : 1,
+      threads: options.threads,
       durationS: options.durationS,
-      runs: options.runs,
       warmupS: options.warmupS,
+      pairs: options.pairs,
+      rounds: options.rounds,
       pets: options.pets,
-      startSamples: options.starts,
-      serverArgs: petstore.args.map((arg, i, args) =>
-        arg === dataFile
-          ? 'DATA_FILE'
-          : args[i - 1] === '--database-url'
-            ? 'DATABASE_URL'
-            : args[i - 1] === '--redis-url'
-              ? 'REDIS_URL'
-              : arg,
-      ),
-      backend: options.backend,
-      instances: options.instances,
-      baseline: options.strict ? 'per-request headers, and prebuilt' : 'per-request headers',
-      accessLog: 'stdout to a file',
+      modes: options.modes,
+      serverArgs: SERVE_FLAGS,
     },
     binary,
-    startup: startupOf(main),
-    memory: {
-      idleRssMb: idle?.rssMb ?? null,
-      peakRssMbAfterScenarios: afterScenarios,
-      peakRssMbAfterSpray: peakAfterSpray,
-      rssMbEnd: endMemory?.rssMb ?? null,
-      goalMb: GOALS.rssMb,
-      goalAfterSprayMb: GOALS.rssAfterSprayMb,
-      metAfterScenarios: afterScenarios === null ? null : afterScenarios <= GOALS.rssMb,
-      metAfterSpray: peakAfterSpray === null ? null : peakAfterSpray <= GOALS.rssAfterSprayMb,
-      trackedAddressesAfterSpray: trackedAddresses,
-      baselinePeakRssMb: baselineMemory?.peakRssMb ?? null,
-    },
-    durability: await durabilityOf(main),
-    ...(shared ? { shared: { instances: options.instances, startup: startupOf(shared), durability: await durabilityOf(shared) } } : {}),
-    scenarios: results,
+    modes: summaries,
+    scenarios,
     notes,
   }
-}
-
-/** One load split over several instances: requests, rates and CPU add up; latencies are the worst. */
-function combined(results: LoadResult[]): LoadResult {
-  const sum = (pick: (r: LoadResult) => number) => results.reduce((total, r) => total + pick(r), 0)
-  const statuses: Record<string, number> = {}
-  for (const r of results) for (const [status, n] of Object.entries(r.statuses ?? {})) statuses[status] = (statuses[status] ?? 0) + n
-  return {
-    requests: sum((r) => r.requests),
-    durationS: Math.max(...results.map((r) => r.durationS)),
-    rps: sum((r) => r.rps),
-    p50Ms: Math.max(...results.map((r) => r.p50Ms)),
-    p99Ms: Math.max(...results.map((r) => r.p99Ms)),
-    maxMs: Math.max(...results.map((r) => r.maxMs)),
-    socketErrors: sum((r) => r.socketErrors),
-    ...(results.some((r) => r.statuses) ? { statuses } : {}),
-    ...(results.some((r) => r.errorStatuses !== undefined) ? { errorStatuses: sum((r) => r.errorStatuses ?? 0) } : {}),
-    generatorCpuS: sum((r) => r.generatorCpuS),
-  }
-}
-
-/** PostgreSQL and Redis for the run, from the test suite's harness; stopped by the cleanups. */
-async function startShared(): Promise<{ databaseUrl: string; redisUrl: string }> {
-  const [{ startPostgres }, { startRedis }] = await Promise.all([import('../support/postgres'), import('../support/redis')])
-  const [cluster, redis] = await Promise.all([startPostgres(), startRedis()])
-  onCleanup(() => void cluster.destroy())
-  onCleanup(() => void redis.destroy())
-  return { databaseUrl: await cluster.createDatabase('bench'), redisUrl: redis.url }
-}
-
-async function compareFiles(before: string, after: string): Promise<void> {
-  const read = (file: string) => JSON.parse(readFileSync(file, 'utf8')) as BenchResult
-  console.log(comparison(read(before), read(after)))
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -795,7 +585,8 @@ async function main(argv: string[]): Promise<number> {
       console.error(USAGE)
       return 2
     }
-    await compareFiles(argv[1]!, argv[2]!)
+    const read = (file: string) => JSON.parse(readFileSync(file, 'utf8')) as BenchResult
+    console.log(comparison(read(argv[1]!), read(argv[2]!)))
     return 0
   }
   let options: Options | null

@@ -2,125 +2,99 @@
  * The benchmark's result: one JSON document (so two runs can be compared) and the markdown tables made
  * from it. Goals are shown next to the figures; a missed goal is reported, never an error.
  */
-import type { GoalKind } from './scenarios'
 
-/** 2: the baseline builds its headers per request; server CPU per request; both storages in one run. */
-export const RESULT_VERSION = 2
+/** 3: the yardstick's five scenarios, adjacent pairs (petstore, then the bare server), both modes. */
+export const RESULT_VERSION = 3
+
+export type Mode = 'embedded' | 'shared'
+export const MODE_TITLE: Record<Mode, string> = { embedded: 'data file', shared: 'PostgreSQL + Redis' }
+
+/** The goals of the issue beside the scenarios' own (scenarios.ts). */
+export const GOALS = { sharedOverEmbedded: 1.3, idleRssMb: 64 }
 
 export interface RunFigures {
   requests: number
   rps: number
-  p50Ms: number
   p99Ms: number
-  maxMs: number
   socketErrors: number
-  /** Responses with a status outside the scenario's expected ones, plus socket errors. */
+  /** Answers outside the scenario's expected statuses, plus socket errors. */
   unexpected: number
-  /** Exact statuses: from the server's access log for petstore, from autocannon when it is the tool. */
+  /** Exact statuses, from the server's access log (petstore only). */
   statuses?: Record<string, number>
-  /** CPU used by the target during the run, in % of one core. */
-  targetCpuPct: number
-  /** The target's CPU time (user + system, all its threads) divided by the requests answered, µs. */
+  /** The target's CPU time (user + system, all its threads, /proc/PID/stat) over the requests answered, µs. */
   cpuUsPerRequest: number
-  /** CPU used by the load generator during the run, in % of one core. */
-  generatorCpuPct: number
-  /** CPU used by everything else on the machine during the run (noise), in % of one core. */
+  /** CPU used by everything but the target and wrk during the run (noise), in % of one core. */
   otherCpuPct: number
 }
 
-export interface TargetSummary {
-  /** Medians over the runs. */
+/** Petstore, then the bare server at once. */
+export interface Pair {
+  round: number
+  petstore: RunFigures
+  bare: RunFigures
+  /** Petstore's requests/s ÷ the bare server's. */
+  ratio: number
+  /** The bare server's CPU per request ÷ petstore's. */
+  cpuRatio: number
+}
+
+export interface ModeFigures {
+  pairs: Pair[]
+  /** Medians over the pairs. */
+  ratio: number
+  cpuRatio: number
   rps: number
-  p50Ms: number
-  p99Ms: number
-  targetCpuPct: number
+  bareRps: number
   cpuUsPerRequest: number
-  generatorCpuPct: number
-  otherCpuPct: number
-  /** Sums over the runs. */
-  requests: number
+  bareCpuUsPerRequest: number
+  p99Ms: number
+  /** Sums over the pairs: petstore's, the bare server's. */
   unexpected: number
-  runs: RunFigures[]
+  bareUnexpected: number
+  met: boolean
+  /** The answer the bare server replayed. */
+  captured: { status: number; code?: string; bytes: number }
+  /** With a flood: the server's RSS right after the scenario, one per round, MiB. */
+  rssMbAfter?: number[]
 }
 
 export interface ScenarioResult {
   name: string
   title: string
   describe: string
-  expected: number[]
-  /** The server's answer captured for the baseline: status and Error code if any. */
-  captured: { method: string; path: string; status: number; code?: string; bytes: number }[]
-  baseline: TargetSummary
-  petstore: TargetSummary
-  /** petstore requests/s ÷ baseline requests/s (medians); the baseline builds its headers per request. */
-  ratio: number
-  /** With --strict: the baseline replaying prebuilt Headers, and petstore's ratio to it. */
-  prebuiltBaseline?: TargetSummary
-  prebuiltRatio?: number
-  /** With both storages: petstore on PostgreSQL + Redis (`petstore` is then the embedded one). */
-  shared?: TargetSummary
-  /** Its requests/s ÷ the baseline's. */
-  sharedRatio?: number
-  /** Its server CPU per request ÷ the embedded one's: the median over the interleaved pairs of runs. */
-  cpuRatio?: number
-  goal: { kind: GoalKind; ratio: number; met: boolean; p99Ms?: number; p99Met?: boolean }
-  loadAvg1m: number
-  /** The server's peak RSS (VmHWM) once this scenario was done, MiB. */
-  peakRssMbAfter: number | null
+  goal: number
+  modes: Partial<Record<Mode, ModeFigures>>
+  /** PostgreSQL + Redis CPU per request ÷ the data file's, median over adjacent pairs; when compared. */
+  sharedOverEmbedded?: number
+}
+
+export interface ModeSummary {
+  /** RSS once started and seeded, before any load, MiB. */
+  idleRssMb: number | null
+  /** Peak RSS (VmHWM) at the end, MiB. */
+  peakRssMb: number | null
+  durability: { created201: number; rowsAdded: number; ok: boolean }
 }
 
 export interface BenchResult {
   version: number
   startedAt: string
   finishedAt: string
-  quick: boolean
-  machine: { cpus: number; cpuModel: string; memoryMb: number; kernel: string; bun: string; loadAvgStart: number[]; loadAvgEnd: number[] }
+  machine: { cpus: number; cpuModel: string; kernel: string; bun: string; loadAvgStart: number[]; loadAvgEnd: number[] }
   config: {
-    tool: string
-    toolVersion: string
+    wrk: string
     connections: number
     threads: number
     durationS: number
-    runs: number
     warmupS: number
+    pairs: number
+    rounds: number
     pets: number
-    startSamples: number
+    modes: Mode[]
     serverArgs: string[]
-    /** The storage measured: the data file, or PostgreSQL + Redis with this many instances. */
-    backend?: 'sqlite' | 'postgres' | 'both'
-    instances?: number
-    baseline?: string
-    accessLog: string
   }
-  binary: {
-    path: string
-    sizeBytes: number
-    sizeMb: number
-    built: boolean
-    staleVsSources: boolean
-    commit: string
-    dirtySources: boolean
-  }
-  startup: { samplesMs: number[]; medianMs: number; goalMs: number; met: boolean }
-  memory: {
-    idleRssMb: number | null
-    peakRssMbAfterScenarios: number | null
-    peakRssMbAfterSpray: number | null
-    rssMbEnd: number | null
-    goalMb: number
-    goalAfterSprayMb: number
-    metAfterScenarios: boolean | null
-    metAfterSpray: boolean | null
-    trackedAddressesAfterSpray: number | null
-    baselinePeakRssMb: number | null
-  }
-  durability: { created201: number; rowsAdded: number; ok: boolean; checkedAfter: string }
-  /** With both storages: the PostgreSQL + Redis side's starts and durability (the rest is the embedded side's). */
-  shared?: {
-    instances: number
-    startup: BenchResult['startup']
-    durability: BenchResult['durability']
-  }
+  binary: { path: string; sizeMb: number; built: boolean; staleVsSources: boolean; commit: string; dirtySources: boolean }
+  modes: Partial<Record<Mode, ModeSummary>>
   scenarios: ScenarioResult[]
   notes: string[]
 }
@@ -129,103 +103,88 @@ const f = (value: number | null | undefined, digits = 2) =>
   value === null || value === undefined || !Number.isFinite(value) ? 'n/a' : value.toFixed(digits)
 const thousands = (value: number) => (Number.isFinite(value) ? Math.round(value).toLocaleString('en') : 'n/a')
 const mark = (met: boolean | null | undefined) => (met === null || met === undefined ? '' : met ? ' ✅' : ' ❌')
-
-function storageOf(c: BenchResult['config']): string {
-  if (c.backend === 'postgres') return `PostgreSQL + Redis, ${c.instances} instance(s)`
-  if (c.backend === 'both') return `the SQLite data file and PostgreSQL + Redis (${c.instances} instance(s)), interleaved run for run`
-  return 'the SQLite data file'
-}
+const loads = (avg: number[]) => avg.map((v) => v.toFixed(2)).join(' ')
 
 export function markdown(result: BenchResult): string {
   const c = result.config
-  const lines: string[] = []
-  lines.push(
-    `Storage: ${storageOf(c)}. ` +
-      `Load: ${c.toolVersion}, ${c.connections} connections, ${c.threads} thread(s), ${c.runs} run(s) × ${c.durationS} s per target, ` +
-      `baseline and petstore interleaved, medians shown; ${c.pets.toLocaleString('en')} pets; access log on (${c.accessLog}). ` +
-      `The baseline builds its header fields per request${result.scenarios.some((s) => s.prebuiltBaseline) ? '; "ratio, prebuilt" is against one replaying Headers built once' : ''}. ` +
-      `Machine: ${result.machine.cpus} × ${result.machine.cpuModel}, load average ${result.machine.loadAvgStart.map((v) => v.toFixed(2)).join(' ')} at start, ` +
-      `${result.machine.loadAvgEnd.map((v) => v.toFixed(2)).join(' ')} at end. Source tree at ${result.binary.commit}${result.binary.dirtySources ? ' (+ uncommitted src changes)' : ''}.`,
+  const lines: string[] = [
+    `Load average ${loads(result.machine.loadAvgStart)} at start, ${loads(result.machine.loadAvgEnd)} at end ` +
+      `(${result.machine.cpus} × ${result.machine.cpuModel}). ${c.wrk}, ${c.connections} connections, ${c.threads} thread(s); ` +
+      `${c.rounds} round(s) × ${c.pairs} pairs × ${c.durationS} s per scenario and mode (petstore, then the bare \`Bun.serve\` at once), ` +
+      `modes taking turns; ${c.pets.toLocaleString('en')} pets. Binary from ${result.binary.commit}${result.binary.dirtySources ? ' (+ uncommitted src changes)' : ''}.`,
     '',
-    `p50/p99 are petstore's${c.backend === 'both' ? ' on the data file' : ''}; "unexpected" counts answers outside the expected statuses plus socket errors; ` +
-      '"CPU µs/req" is the server\'s CPU time per answered request (all its threads); ' +
-      '"other CPU" is what the rest of the machine used during the runs (noise), in % of one core.',
+    "ratio: petstore req/s ÷ the bare server's, the median of the pair ratios; CPU: the server's µs per request " +
+      '(/proc/PID/stat, all threads), medians; CPU ratio: bare ÷ petstore, median of the pairs.',
     '',
-  )
-  const strict = result.scenarios.some((s) => s.prebuiltBaseline)
-  lines.push(
-    `| scenario | baseline req/s | petstore req/s | ratio | goal |${strict ? ' ratio, prebuilt |' : ''} p50 ms | p99 ms | CPU µs/req | unexpected | other CPU % |`,
-    `|---|--:|--:|--:|---|${strict ? '--:|' : ''}--:|--:|--:|--:|--:|`,
-  )
-  for (const s of result.scenarios) {
-    const p99 = `${f(s.petstore.p99Ms)}${s.goal.p99Ms === undefined ? '' : mark(s.goal.p99Met)}`
-    lines.push(
-      `| ${s.title} | ${thousands(s.baseline.rps)} | ${thousands(s.petstore.rps)} | ${f(s.ratio)} | ≥ ${s.goal.ratio}${mark(s.goal.met)} | ` +
-        `${strict ? `${f(s.prebuiltRatio)} | ` : ''}${f(s.petstore.p50Ms)} | ${p99} | ${f(s.petstore.cpuUsPerRequest, 1)} | ` +
-        `${s.petstore.unexpected}${s.baseline.unexpected ? ` (baseline ${s.baseline.unexpected})` : ''} | ` +
-        `${Math.max(s.baseline.otherCpuPct, s.petstore.otherCpuPct)} |`,
-    )
-  }
-  if (result.scenarios.some((s) => s.shared)) {
-    lines.push(
-      '',
-      `The data file against PostgreSQL + Redis (${c.instances} instance(s)), run for run, interleaved: server CPU per request ` +
-        "(the instances' own; PostgreSQL's and Redis's is in \"other CPU %\", with whatever else the machine ran), " +
-        'and the ratio shared ÷ embedded, the median over the pairs of runs (goal ≤ 1.5).',
-      '',
-      '| scenario | embedded µs/req | shared µs/req | shared ÷ embedded | embedded req/s | shared req/s | ratio, embedded | ratio, shared | shared p99 ms | other CPU % | unexpected |',
-      '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
-    )
-    for (const s of result.scenarios) {
-      if (!s.shared) continue
+    '| scenario | mode | pair ratios | ratio | goal | req/s | bare req/s | CPU µs/req | bare µs/req | CPU ratio | unexpected |',
+    '|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const s of result.scenarios)
+    for (const mode of c.modes) {
+      const m = s.modes[mode]
+      if (!m) continue
       lines.push(
-        `| ${s.title} | ${f(s.petstore.cpuUsPerRequest, 1)} | ${f(s.shared.cpuUsPerRequest, 1)} | ${f(s.cpuRatio)}${mark(s.cpuRatio === undefined ? null : s.cpuRatio <= 1.5)} | ` +
-          `${thousands(s.petstore.rps)} | ${thousands(s.shared.rps)} | ${f(s.ratio)} | ${f(s.sharedRatio)} | ${f(s.shared.p99Ms)} | ${s.shared.otherCpuPct} | ${s.shared.unexpected} |`,
+        `| ${s.title} | ${MODE_TITLE[mode]} | ${m.pairs.map((p) => f(p.ratio)).join(' ')} | ${f(m.ratio)} | ≥ ${s.goal}${mark(m.met)} | ` +
+          `${thousands(m.rps)} | ${thousands(m.bareRps)} | ${f(m.cpuUsPerRequest, 1)} | ${f(m.bareCpuUsPerRequest, 1)} | ${f(m.cpuRatio)} | ` +
+          `${m.unexpected}${m.bareUnexpected ? ` (bare ${m.bareUnexpected})` : ''} |`,
       )
     }
+  const compared = result.scenarios.filter((s) => s.sharedOverEmbedded !== undefined)
+  if (compared.length) {
+    lines.push(
+      '',
+      `PostgreSQL + Redis against the data file: the instance's CPU per request (not PostgreSQL's or Redis's), ` +
+        `median over the adjacent pairs of the two modes (goal ≤ ${GOALS.sharedOverEmbedded}).`,
+      '',
+      '| scenario | data file µs/req | PostgreSQL + Redis µs/req | PG+Redis ÷ data file |',
+      '|---|--:|--:|--:|',
+    )
+    for (const s of compared)
+      lines.push(
+        `| ${s.title} | ${f(s.modes.embedded?.cpuUsPerRequest, 1)} | ${f(s.modes.shared?.cpuUsPerRequest, 1)} | ` +
+          `${f(s.sharedOverEmbedded)}${mark(s.sharedOverEmbedded! <= GOALS.sharedOverEmbedded)} |`,
+      )
   }
-  const m = result.memory
+  const floods = result.scenarios.filter((s) => Object.values(s.modes).some((m) => m?.rssMbAfter))
   lines.push(
     '',
-    '| measure | value | goal |',
-    '|---|--:|---|',
-    `| peak RSS after all scenarios (before the spray) | ${f(m.peakRssMbAfterScenarios, 1)} MB | ≤ ${m.goalMb} MB${mark(m.metAfterScenarios)} |`,
-    `| peak RSS after the spray | ${m.peakRssMbAfterSpray === null ? 'not run' : `${f(m.peakRssMbAfterSpray, 1)} MB`}${m.trackedAddressesAfterSpray === null ? '' : ` (${m.trackedAddressesAfterSpray.toLocaleString('en')} addresses tracked)`} | ≤ ${m.goalAfterSprayMb} MB${mark(m.metAfterSpray)} |`,
-    `| exec → first \`/healthz\` 200 (median of ${result.startup.samplesMs.length}) | ${f(result.startup.medianMs, 1)} ms | ≤ ${result.startup.goalMs} ms${mark(result.startup.met)} |`,
-    `| binary size | ${f(result.binary.sizeMb, 1)} MB | — |`,
-    `| \`POST\` durability (rows after SIGKILL vs 201s sent) | ${result.durability.rowsAdded.toLocaleString('en')} rows / ${result.durability.created201.toLocaleString('en')} × 201 | every 201 a row${mark(result.durability.ok)} |`,
+    `| mode | RSS at idle (goal ≤ ${GOALS.idleRssMb} MB) |${floods.map((s) => ` RSS after ${s.name} |`).join('')} peak RSS | every 201 a row after SIGKILL |`,
+    `|---|--:|${floods.map(() => '--:|').join('')}--:|---|`,
   )
-  const shared = result.shared
-  if (shared)
+  for (const mode of c.modes) {
+    const m = result.modes[mode]
+    if (!m) continue
+    const after = floods.map((s) => {
+      const rss = s.modes[mode]?.rssMbAfter
+      return rss?.length ? ` ${rss.map((v) => f(v, 0)).join(' / ')} MB |` : ' n/a |'
+    })
+    const d = m.durability
     lines.push(
-      `| PostgreSQL + Redis: exec → first \`/healthz\` 200 (median of ${shared.startup.samplesMs.length}) | ${f(shared.startup.medianMs, 1)} ms | ≤ ${shared.startup.goalMs} ms${mark(shared.startup.met)} |`,
-      `| PostgreSQL + Redis: \`POST\` durability | ${shared.durability.rowsAdded.toLocaleString('en')} rows / ${shared.durability.created201.toLocaleString('en')} × 201 | every 201 a row${mark(shared.durability.ok)} |`,
+      `| ${MODE_TITLE[mode]} | ${f(m.idleRssMb, 1)} MB${mark(m.idleRssMb === null ? null : m.idleRssMb <= GOALS.idleRssMb)} |${after.join('')} ` +
+        `${f(m.peakRssMb, 0)} MB | ${d.rowsAdded.toLocaleString('en')} rows / ${d.created201.toLocaleString('en')} × 201${mark(d.ok)} |`,
     )
+  }
   if (result.notes.length) lines.push('', ...result.notes.map((note) => `- ${note}`))
   return `${lines.join('\n')}\n`
 }
 
-/** Side by side: requests/s and ratio of two results, scenario by scenario. */
+/** Two results side by side: ratio and CPU per request, scenario by scenario and mode by mode. */
 export function comparison(before: BenchResult, after: BenchResult): string {
   const lines = [
     `Before: ${before.startedAt} (${before.binary.commit}); after: ${after.startedAt} (${after.binary.commit}).`,
     '',
-    '| scenario | req/s before | req/s after | change | ratio before | ratio after | p99 before | p99 after |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|',
+    '| scenario | mode | ratio before | ratio after | CPU µs/req before | CPU µs/req after | change |',
+    '|---|---|--:|--:|--:|--:|--:|',
   ]
-  for (const s of after.scenarios) {
-    const b = before.scenarios.find((x) => x.name === s.name)
-    const change = b ? `${((s.petstore.rps / b.petstore.rps - 1) * 100).toFixed(1)} %` : 'n/a'
-    lines.push(
-      `| ${s.title} | ${b ? thousands(b.petstore.rps) : 'n/a'} | ${thousands(s.petstore.rps)} | ${change} | ${f(b?.ratio)} | ${f(s.ratio)} | ${f(b?.petstore.p99Ms)} | ${f(s.petstore.p99Ms)} |`,
-    )
-  }
-  const mb = (r: BenchResult) => `${f(r.memory.peakRssMbAfterScenarios, 1)} / ${f(r.memory.peakRssMbAfterSpray, 1)} MB`
-  lines.push(
-    '',
-    `Peak RSS (after scenarios / after spray): ${mb(before)} → ${mb(after)}. ` +
-      `Startup: ${f(before.startup.medianMs, 1)} → ${f(after.startup.medianMs, 1)} ms. ` +
-      `Binary: ${f(before.binary.sizeMb, 1)} → ${f(after.binary.sizeMb, 1)} MB.`,
-  )
+  for (const s of after.scenarios)
+    for (const mode of after.config.modes) {
+      const a = s.modes[mode]
+      const b = before.scenarios.find((x) => x.name === s.name)?.modes[mode]
+      if (!a) continue
+      const change = b ? `${((a.cpuUsPerRequest / b.cpuUsPerRequest - 1) * 100).toFixed(1)} %` : 'n/a'
+      lines.push(
+        `| ${s.title} | ${MODE_TITLE[mode]} | ${f(b?.ratio)} | ${f(a.ratio)} | ${f(b?.cpuUsPerRequest, 1)} | ${f(a.cpuUsPerRequest, 1)} | ${change} |`,
+      )
+    }
   return `${lines.join('\n')}\n`
 }

@@ -1,7 +1,7 @@
 /**
- * What the benchmark sends. A scenario is described once, independent of the load generator: a request
- * shape with optional variable parts (a random pet id, a client address from a pool or unique per
- * request, every Nth request a write). The wrk script and the autocannon runner are both built from it.
+ * What the benchmark sends: the yardstick's five scenarios (../shared/bench/yardstick.ts), each described
+ * once as a request shape with optional variable parts (a random pet id; a new client address and a new
+ * made-up token per request), from which the wrk script is built (load.ts).
  */
 
 export interface RequestShape {
@@ -13,30 +13,24 @@ export interface RequestShape {
 }
 
 export interface LoadSpec {
-  /** The request sent (every request, or the reads of a mix). */
-  read: RequestShape
-  /** A mix: every `every`th request is this one instead. */
-  write?: { every: number; request: RequestShape }
-  /** Replace `{id}` in the read path with a uniformly random id in 1..max. */
+  request: RequestShape
+  /** Replace `{id}` in the path with a uniformly random id in 1..max. */
   randomId?: { max: number }
   /**
-   * Add X-Forwarded-For: 'pool' picks a random address among `size` (172.16.0.0/12), 'unique' walks
-   * through `size` distinct addresses (10.0.0.0/8) so consecutive requests never share one.
+   * A new client per request: `X-Forwarded-For` walks through the /64s of 2001:db8::/32 (the server
+   * trusts the loopback proxy) and `Authorization` carries a new made-up secret, shaped as ours with a wrong checksum.
    */
-  forwardedFor?: { mode: 'pool' | 'unique'; size: number }
+  newClient?: { tokenPrefix: string }
 }
 
 export interface BenchContext {
   /** The Enterprise key whose limits are out of reach. */
   key: string
-  /** An Enterprise key with 1 request per minute and per day, already used once. */
-  exhaustedKey: string
-  /** Path and query of a page reached through a Link: rel="next". */
-  cursorPath: string
+  /** Pets seeded; ids run from 1. */
   pets: number
+  /** 39 base62 characters the made-up secrets start with (a counter fills the last 10). */
+  tokenPrefix: string
 }
-
-export type GoalKind = 'read' | 'refusal' | 'write' | 'mix'
 
 export interface Scenario {
   name: string
@@ -44,132 +38,127 @@ export interface Scenario {
   title: string
   /** Statuses that count as expected; anything else (and any socket error) is reported as unexpected. */
   expected: number[]
-  goal: { kind: GoalKind; ratio: number }
-  /** Reads are held to the p99 goal. */
-  p99GoalMs?: number
+  /** The error code the captured answer must carry, when it is a refusal. */
+  code?: string
+  /** The goal: petstore's requests/s over the bare server's, median of the pair ratios. */
+  goal: number
+  /** A flood: the server's RSS is read after it. */
+  flood?: boolean
+  /** The client must be banned before a run (run.ts calls banClient). */
+  banned?: boolean
+  /** Compared across the two modes (PostgreSQL + Redis CPU per request ÷ embedded). */
+  acrossModes: boolean
   describe: string
   load(ctx: BenchContext): LoadSpec
 }
 
-export const READ_P99_GOAL_MS = 10
-export const BAD_KEY = 'psk_this-key-does-not-exist-0000000000000000000000'
-export const SPRAY_ADDRESSES = 200_000
-/** Addresses the 401 scenario rotates through: enough that none reaches the Free limit of 60/min. */
-export const REFUSAL_POOL = 50_000
+/** A token that is no key, sent by the banned client from 127.0.0.1. */
+export const BAD_TOKEN = 'nope-nope-nope'
 
-const auth = (key: string) => ({ authorization: `Bearer ${key}` })
-export const NEW_PET_BODY = JSON.stringify({ name: 'Bench Rex', categoryId: 7, status: 'available' })
-const createRequest = (key: string): RequestShape => ({
-  method: 'POST',
-  path: '/v1/pets',
-  headers: { ...auth(key), 'content-type': 'application/json' },
-  body: NEW_PET_BODY,
-})
+const auth = (token: string) => ({ authorization: `Bearer ${token}` })
+export const NEW_PET_BODY = JSON.stringify({ name: 'Bench Rex', categoryId: 4, status: 'pending' })
 
 export const SCENARIOS: Scenario[] = [
   {
-    name: 'list-20',
+    name: 'list',
     title: '`GET /pets?limit=20`',
     expected: [200],
-    goal: { kind: 'read', ratio: 0.8 },
-    p99GoalMs: READ_P99_GOAL_MS,
+    goal: 0.9,
+    acrossModes: true,
     describe: 'first page of 20, valid Enterprise key',
-    load: ({ key }) => ({ read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(key) } }),
+    load: ({ key }) => ({ request: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(key) } }),
   },
   {
-    name: 'list-sold-100',
-    title: '`GET /pets?status=sold&limit=100`',
-    expected: [200],
-    goal: { kind: 'read', ratio: 0.6 },
-    p99GoalMs: READ_P99_GOAL_MS,
-    describe: 'first page of 100 sold pets',
-    load: ({ key }) => ({ read: { method: 'GET', path: '/v1/pets?status=sold&limit=100', headers: auth(key) } }),
-  },
-  {
-    name: 'cursor-page',
-    title: 'cursor page (`GET /pets?limit=20&cursor=…`)',
-    expected: [200],
-    goal: { kind: 'read', ratio: 0.6 },
-    p99GoalMs: READ_P99_GOAL_MS,
-    describe: 'second page, URL taken from the first page’s Link: rel="next"',
-    load: ({ key, cursorPath }) => ({ read: { method: 'GET', path: cursorPath, headers: auth(key) } }),
-  },
-  {
-    name: 'get-by-id',
+    name: 'get',
     title: '`GET /pets/{id}` (random ids)',
     expected: [200],
-    goal: { kind: 'read', ratio: 0.7 },
-    p99GoalMs: READ_P99_GOAL_MS,
+    goal: 0.8,
+    acrossModes: true,
     describe: 'a uniformly random id among the seeded pets per request',
-    load: ({ key, pets }) => ({
-      read: { method: 'GET', path: '/v1/pets/{id}', headers: auth(key) },
-      randomId: { max: pets },
-    }),
+    load: ({ key, pets }) => ({ request: { method: 'GET', path: '/v1/pets/{id}', headers: auth(key) }, randomId: { max: pets } }),
   },
   {
     name: 'create',
     title: '`POST /pets` (durable 201)',
-    // 499: creates in flight when the load generator hangs up at the end of a run (logged as such).
+    // 499: creates in flight when wrk hangs up at the end of a run (logged as such).
     expected: [201, 499],
-    goal: { kind: 'write', ratio: 0.35 },
+    goal: 0.4,
+    acrossModes: false,
     describe: 'a new pet per request; every 201 is checked against the rows after a SIGKILL',
-    load: ({ key }) => ({ read: createRequest(key) }),
-  },
-  {
-    name: 'mix-90-10',
-    title: '90/10 mix (`GET /pets?limit=20` / `POST /pets`)',
-    expected: [200, 201, 499],
-    goal: { kind: 'mix', ratio: 0.5 },
-    p99GoalMs: READ_P99_GOAL_MS,
-    describe: 'nine list reads, then one create, repeated',
     load: ({ key }) => ({
-      read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(key) },
-      write: { every: 10, request: createRequest(key) },
+      request: { method: 'POST', path: '/v1/pets', headers: { ...auth(key), 'content-type': 'application/json' }, body: NEW_PET_BODY },
     }),
   },
   {
-    name: 'unauthorized',
-    title: '401 (bad key)',
-    expected: [401],
-    goal: { kind: 'refusal', ratio: 0.7 },
-    describe: `unknown key, X-Forwarded-For from a pool of ${REFUSAL_POOL.toLocaleString('en')} addresses (none reaches the Free plan's 60/min)`,
-    load: () => ({
-      read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(BAD_KEY) },
-      forwardedFor: { mode: 'pool', size: REFUSAL_POOL },
-    }),
-  },
-  {
-    name: 'rate-limited',
-    title: '429 `rate_limited` (exhausted key)',
+    name: 'banned',
+    title: 'one address, bad token: banned',
     expected: [429],
-    goal: { kind: 'refusal', ratio: 0.7 },
+    code: 'address_banned',
+    goal: 0.85,
+    flood: true,
+    banned: true,
+    acrossModes: true,
     describe:
-      'Enterprise key with 1/min and 1/day, used once; server runs with --ban-after 100000 --ban-seconds 0 so it stays rate_limited, never key_banned',
-    load: ({ exhaustedKey }) => ({ read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(exhaustedKey) } }),
+      'one address (127.0.0.1) flooding with a token that is no key: limited after its 60, then banned; measures the banned refusal',
+    load: () => ({ request: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(BAD_TOKEN) } }),
   },
   {
-    name: 'spray',
-    title: `401 spray, ${SPRAY_ADDRESSES.toLocaleString('en')} addresses`,
+    name: 'made-up',
+    title: 'made-up tokens, new addresses',
     expected: [401],
-    goal: { kind: 'refusal', ratio: 0.7 },
-    describe: `unknown key, a new X-Forwarded-For address per request, cycling through ${SPRAY_ADDRESSES.toLocaleString('en')} (--trust-proxy); runs last, for the RSS after the spray`,
-    load: () => ({
-      read: { method: 'GET', path: '/v1/pets?limit=20', headers: auth(BAD_KEY) },
-      forwardedFor: { mode: 'unique', size: SPRAY_ADDRESSES },
+    code: 'unauthorized',
+    goal: 0.7,
+    flood: true,
+    acrossModes: true,
+    describe: 'a new made-up psk_ token per request, each from a new X-Forwarded-For in 2001:db8::/32 (--trust-proxy loopback)',
+    load: ({ tokenPrefix }) => ({
+      request: { method: 'GET', path: '/v1/pets?limit=20', headers: {} },
+      newClient: { tokenPrefix },
     }),
   },
 ]
 
-/** The address of index `i` in a pool (172.16.0.0/12) or the spray (10.0.0.0/8). */
-export function addressOf(mode: 'pool' | 'unique', i: number): string {
-  const first = mode === 'pool' ? 172 : 10
-  const second = (mode === 'pool' ? 16 : 0) + (Math.floor(i / 65536) % 256)
-  return `${first}.${second}.${Math.floor(i / 256) % 256}.${i % 256}`
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+
+/** 39 random base62 characters: with a 10-digit counter, a secret of our shape (psk_ + 49). */
+export function randomTokenPrefix(): string {
+  let out = ''
+  for (let i = 0; i < 39; i++) out += BASE62[Math.floor(Math.random() * 62)]
+  return out
+}
+
+/**
+ * Client number `i`'s address and made-up secret, as the wrk script makes them: each client in a /64 of
+ * its own (the limiter counts IPv6 clients per /64), 2^32 of them before one comes back.
+ */
+export function newClientOf(tokenPrefix: string, i: number): { address: string; token: string } {
+  const hex = (n: number) => n.toString(16)
+  return {
+    address: `2001:db8:${hex(i % 65536)}:${hex(Math.floor(i / 65536) % 65536)}::1`,
+    token: `psk_${tokenPrefix}${String(i % 1e10).padStart(10, '0')}`,
+  }
 }
 
 /** The concrete request used to capture the server's answer for the baseline. */
-export function concrete(shape: RequestShape, spec: LoadSpec, captureAddress: string, id: number): RequestShape {
-  const headers = { ...shape.headers }
-  if (spec.forwardedFor && shape === spec.read) headers['x-forwarded-for'] = captureAddress
-  return { ...shape, path: shape.path.replace('{id}', String(id)), headers }
+export function concrete(spec: LoadSpec, id: number, client: number): RequestShape {
+  const headers = { ...spec.request.headers }
+  if (spec.newClient) {
+    const { address, token } = newClientOf(spec.newClient.tokenPrefix, client)
+    headers['x-forwarded-for'] = address
+    headers.authorization = `Bearer ${token}`
+  }
+  return { ...spec.request, path: spec.request.path.replace('{id}', String(id)), headers }
+}
+
+/**
+ * Floods `origin` from this address with BAD_TOKEN until the answer is `address_banned`: the Free plan's
+ * 60 a minute, then 429s until the ban (--ban-after, default 50). Returns the requests it took.
+ */
+export async function banClient(origin: string, limit = 2_000): Promise<number> {
+  for (let sent = 1; sent <= limit; sent++) {
+    const res = await fetch(`${origin}/v1/pets?limit=20`, { headers: auth(BAD_TOKEN) })
+    const body = await res.text()
+    if (res.status === 429 && body.includes('"address_banned"')) return sent
+  }
+  throw new Error(`${origin}: no address_banned after ${limit} requests with a bad token`)
 }

@@ -1,6 +1,6 @@
 /**
- * A fresh data file for the benchmark: two keys through the petstore CLI (which also creates the
- * schema), then the pets straight into the `pets` table, which is much faster than the API.
+ * A fresh data file for the benchmark: a key through the petstore CLI (which also creates the schema),
+ * then the pets straight into the `pets` table, which is much faster than the API.
  */
 import { Database } from 'bun:sqlite'
 import { cleanEnv } from './procs'
@@ -11,17 +11,17 @@ function createKey(cli: string[], dataFile: string, args: string[], storage = ['
   return result.stdout.toString().trim().split('\n').at(-1)!
 }
 
+const ENTERPRISE = ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000', '--name', 'bench']
 const NAMES = ['Rex', 'Bella', 'Milo', 'Luna', 'Max', 'Daisy', 'Charlie', 'Coco', 'Rocky', 'Nala', 'Ziggy', 'Pépé']
 /** 60 % available, 20 % pending, 20 % sold. */
 const STATUSES = ['available', 'available', 'available', 'available', 'available', 'available', 'pending', 'pending', 'sold', 'sold']
 
 /**
  * `cli` runs the petstore command line, e.g. [dist/petstore] or [bun, src/index.ts]. Returns the secret
- * of an Enterprise key whose limits are out of reach and of one allowing 1 request a minute and a day.
+ * of an Enterprise key whose limits are out of reach.
  */
-export function seed(cli: string[], dataFile: string, pets: number): { key: string; exhaustedKey: string } {
-  const key = createKey(cli, dataFile, ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000', '--name', 'bench'])
-  const exhaustedKey = createKey(cli, dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1', '--name', 'bench-exhausted'])
+export function seed(cli: string[], dataFile: string, pets: number): string {
+  const key = createKey(cli, dataFile, ENTERPRISE)
   const db = new Database(dataFile)
   try {
     db.run('PRAGMA busy_timeout = 5000')
@@ -34,7 +34,7 @@ export function seed(cli: string[], dataFile: string, pets: number): { key: stri
   } finally {
     db.close()
   }
-  return { key, exhaustedKey }
+  return key
 }
 
 export function countPets(dataFile: string): number {
@@ -46,11 +46,9 @@ export function countPets(dataFile: string): number {
   }
 }
 
-/** The same for PostgreSQL: keys through the CLI (which migrates), pets in one multi-row insert per 5,000. */
-export async function seedPostgres(cli: string[], databaseUrl: string, pets: number): Promise<{ key: string; exhaustedKey: string }> {
-  const storage = ['--database-url', databaseUrl]
-  const key = createKey(cli, '', ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000', '--name', 'bench'], storage)
-  const exhaustedKey = createKey(cli, '', ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1', '--name', 'bench-exhausted'], storage)
+/** The same for PostgreSQL: the key through the CLI (which migrates), pets in one multi-row insert per 5,000. */
+export async function seedPostgres(cli: string[], databaseUrl: string, pets: number): Promise<string> {
+  const key = createKey(cli, '', ENTERPRISE, ['--database-url', databaseUrl])
   const sql = new Bun.SQL(databaseUrl, { max: 1 })
   try {
     const now = Date.now()
@@ -71,7 +69,7 @@ export async function seedPostgres(cli: string[], databaseUrl: string, pets: num
   } finally {
     await sql.close()
   }
-  return { key, exhaustedKey }
+  return key
 }
 
 export async function countPostgresPets(databaseUrl: string): Promise<number> {
