@@ -28,12 +28,7 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
 
   totals(resolution: Resolution, from: number, keyId?: string): Answer<M, KeyTotals[]> {
     return this.db.read(function* () {
-      const table = USAGE_TABLES[resolution]
-      const statement =
-        keyId === undefined
-          ? built((param) => totalsSql(table, param(1), null), [from])
-          : built((param) => totalsSql(table, param(1), param(2)), [from, keyId])
-      const found = yield* rows<SumsRow>(statement)
+      const found = yield* rows<SumsRow>(ofKey(USAGE_TABLES[resolution], totalsSql, from, keyId))
       return found.map((row) => ({
         keyId: row.key_id as string,
         counts: countsOf(row, exactInteger),
@@ -45,12 +40,7 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
 
   series(resolution: Resolution, from: number, keyId?: string): Answer<M, UsageRow[]> {
     return this.db.read(function* () {
-      const table = USAGE_TABLES[resolution]
-      const statement =
-        keyId === undefined
-          ? built((param) => seriesSql(table, param(1), null), [from])
-          : built((param) => seriesSql(table, param(1), param(2)), [from, keyId])
-      const found = yield* rows<SumsRow>(statement)
+      const found = yield* rows<SumsRow>(ofKey(USAGE_TABLES[resolution], seriesSql, from, keyId))
       return found.map((row) => ({ at: exactInteger(row.at!), keyId: keyId ?? NO_KEY, counts: countsOf(row, exactInteger) }))
     })
   }
@@ -60,4 +50,11 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
       return yield* changes(built((param) => `DELETE FROM ${USAGE_TABLES[resolution]} WHERE at < ${param(1)}`, [before]))
     })
   }
+}
+
+/** A usage statement from `from` on, of every key or of one. */
+function ofKey(table: string, sql: (table: string, from: string, key: string | null) => string, from: number, keyId?: string) {
+  return keyId === undefined
+    ? built((param) => sql(table, param(1), null), [from])
+    : built((param) => sql(table, param(1), param(2)), [from, keyId])
 }
