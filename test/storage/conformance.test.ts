@@ -279,6 +279,10 @@ function conformance(name: string, backend: Backend) {
     await a.keys.recordLastUsed(new Map([[record.id, NOW + 7]]))
     expect(await other.keys.changesSince(revoked.last)).toEqual({ records: [], last: revoked.last })
     expect((await other.keys.list())[0]).toMatchObject({ revokedAt: NOW + 5, lastUsedAt: NOW + 9 })
+    // One key alone, revoked or not; none by an id no key has.
+    expect(await other.keys.get(record.id)).toEqual({ ...record, revokedAt: NOW + 5, lastUsedAt: NOW + 9 })
+    expect(await other.keys.get(second.id)).toEqual(second)
+    expect(await other.keys.get('key_missing')).toBeNull()
     // From the start, every key in the order of its last change.
     expect((await other.keys.changesSince(-1)).records.map((key) => key.id)).toEqual([second.id, record.id])
   })
@@ -391,6 +395,11 @@ function conformance(name: string, backend: Backend) {
       [NO_KEY, hour + HOUR_MS, null],
       ['key_a', hour, hour],
     ])
+    // Of one key: its sums alone.
+    expect(await a.usage.totals('minute', hour + MINUTE_MS, 'key_a')).toEqual([
+      { keyId: 'key_a', counts: times(second, 10), lastAt: hour + MINUTE_MS, lastDeprecatedAt: hour + MINUTE_MS },
+    ])
+    expect(await a.usage.totals('minute', hour + MINUTE_MS, 'key_none')).toEqual([])
 
     expect(await a.usage.prune('minute', hour + MINUTE_MS)).toBe(1)
     expect((await a.usage.series('minute', 0)).map((row) => row.at)).toEqual([hour + MINUTE_MS, hour + HOUR_MS])
