@@ -65,7 +65,7 @@ const RUN: Record<string, string> = {
   'docs/scenarios.md: curl -i': 'here, after the staging block',
   'docs/upgrading.md: $ petstore --version': 'here, its output compared',
   'docs/clients.md: npm install openapi-fetch': 'test/docs/clients.test.ts (the npm install line excepted: no registry here)',
-  'docs/clients.md: npm install --save-dev typescript @types/node':
+  'docs/clients.md: npm install --save-dev typescript@5 @types/node':
     "test/docs/clients.test.ts (the npm install line excepted: the project's own typescript and @types stand in)",
   'docs/clients.md: bun main.ts': 'test/docs/clients.test.ts',
 }
