@@ -8,7 +8,7 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { internalError } from '../../src/http/api-errors'
+import { internalError, LIMITER_DOWN } from '../../src/http/api-errors'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { postgresForSuite } from '../support/postgres'
@@ -84,11 +84,14 @@ async function tenFloodsSpareAVictim(args: string[], refusedTries: number): Prom
   )
   expect(statuses.get(503)).toBe(10_000)
   // In process, 10,000 counts are held in all: the one past them is refused, not counted over another's.
-  expect(refused.length).toBe(refusedTries)
-  for (const answer of refused) {
-    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(3_500)
-    expect(((await answer.json()) as { message: string }).message).toStartWith('Too many tries (Prefer: fail) are being counted at once')
-  }
+  // With Redis, a count Redis answers too late on a loaded host is the limiter's own 503 (docs/scenarios.md).
+  const messages = await Promise.all(refused.map(async (answer) => ((await answer.json()) as { message: string }).message))
+  const tooMany = refused.filter((_, i) => messages[i]!.startsWith('Too many tries (Prefer: fail) are being counted at once'))
+  expect(tooMany.length).toBe(refusedTries)
+  for (const answer of tooMany) expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(3_500)
+  const others = messages.filter((message) => !message.startsWith('Too many tries'))
+  expect(others.filter((message) => message !== LIMITER_DOWN.message)).toEqual([])
+  if (refusedTries > 0) expect(others).toEqual([])
   const retry = await send(keys.victim!, 'victim', 1)
   expect(`${retry.status} ${retry.headers.get('preference-applied')}`).toBe('200 fail=1')
 }

@@ -453,8 +453,9 @@ describeWithEngines(['postgresql', 'redis-server', 'nginx-light'], 'two instance
     const refilled = Math.floor((performance.now() - started) / 1000)
     expect(statuses.slice(0, 60)).toEqual(Array(60).fill(401))
     expect(statuses.filter((status) => status !== 401 && status !== 429)).toEqual([])
-    expect(statuses.filter((status) => status === 401).length).toBeLessThanOrEqual(60 + refilled)
-    expect(statuses.slice(60 + refilled)).toEqual(Array(10 - refilled).fill(429))
+    // Past the 60, a 401 for each token refilled meanwhile (wherever it fell), the rest 429.
+    expect(statuses.slice(60).filter((status) => status === 401).length).toBeLessThanOrEqual(refilled)
+    expect(statuses.slice(60).filter((status) => status === 429).length).toBeGreaterThanOrEqual(10 - refilled)
     // Both instances answered, and each saw the client that nginx named, not nginx.
     await eventually(() => servers.every((server) => server.stdout().includes('"client":"203.0.113.9"')))
     for (const server of servers) {

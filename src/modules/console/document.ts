@@ -64,6 +64,11 @@ const ERRORS = {
   421: error(
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
+  429: json(
+    "Requests without a valid session or token share the API's limit for requests without a key, per client address (the Free plan's 60 a minute, then a ban); this address has spent it.",
+    'Error',
+    { 'Retry-After': header('Seconds until the address may try again.', { type: 'integer', minimum: 1 }) },
+  ),
   500: error('The server failed; details are in its log.'),
   503: error(
     'Storage, or the shared rate limiter (Redis), cannot serve this now; or the data file was replaced or found damaged, and changes are refused until a restart.',
@@ -124,7 +129,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
     if (parameters) found.parameters = parameters
     const statuses = [...EVERY_ROUTE]
     if (guarded(route)) {
-      statuses.push(400, 401)
+      statuses.push(400, 401, 429)
       if (route.method !== 'GET') statuses.push(403)
       if (route.path.includes(':id')) statuses.push(404)
     } else found.security = []

@@ -194,11 +194,13 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     const token = bearerToken(request.headers.get('authorization'))
     const subject = clientOf(request)
     // Storage is asked about a secret it has not refused before only while the client's address has
-    // requests left: made-up secrets cost each address the API's keyless limit, not a read per request.
-    const asks =
-      token !== undefined
-        ? !service.knownMiss(token, 'token')
-        : sessionCookies(request.headers.get('cookie')).some((secret) => !service.knownMiss(secret, 'session'))
+    // requests left, unless the secret was found live here before: made-up secrets cost each address the
+    // API's keyless limit, not a read per request, and an operator behind a banned address (the proxy's,
+    // this machine's) can still lift the ban.
+    const secrets = token !== undefined ? [token] : sessionCookies(request.headers.get('cookie'))
+    const kind = token !== undefined ? 'token' : 'session'
+    const wasLive = secrets.some((secret) => service.knownLive(secret, kind))
+    const asks = secrets.some((secret) => !service.knownMiss(secret, kind)) && !wasLive
     // Refused by the peek, the request is refused by its take (which counts toward a ban), unless a token came back meanwhile.
     const taken = asks && (await options.keyless.refuses(subject))
     if (taken) await keyless(subject)
@@ -208,7 +210,9 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
       if (!SAFE_METHODS.has(request.method)) checkOrigin(request)
       return credential
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401 && !taken) await keyless(subject)
+      // A secret found live here before and ended since (a password reset, a sign-out) is no guess: its
+      // 401 costs the address nothing, once (it is a known miss from now on).
+      if (error instanceof ApiError && error.status === 401 && !taken && !wasLive) await keyless(subject)
       throw error
     }
   }

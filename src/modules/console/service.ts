@@ -90,6 +90,12 @@ export class ConsoleService {
    * Holds at most MAX_REMEMBERED_MISSES, and is emptied when full.
    */
   private readonly misses = new Set<string>()
+  /**
+   * Hashes of secrets found live here: storage is still asked at each request (an ended session ends on
+   * every instance), but a client address that has spent its keyless requests may ask only for these.
+   * Holds at most MAX_REMEMBERED_MISSES, and is emptied when full.
+   */
+  private readonly live = new Set<string>()
 
   constructor(private readonly deps: ConsoleServiceDeps) {
     this.usage = new UsageService(deps.storage, deps.now)
@@ -125,6 +131,7 @@ export class ConsoleService {
     }
     const { secret, hash } = makeCredentialSecret('session')
     if (!(await storage.operators.addCredential(hash, name, 'session', now(), checked!))) throw BAD_SIGN_IN
+    remember(this.live, `session ${hash}`)
     await storage.operators.releaseSignIn(name, at)
     await this.audit(name, 'operator.sign-in', '')
     return { secret, operator: name }
@@ -146,6 +153,7 @@ export class ConsoleService {
       await storage.operators.endCredential(hash)
       throw this.miss(kind, hash)
     }
+    remember(this.live, `${kind} ${hash}`)
     if (found.lastSeenAt < at - LAST_SEEN_WRITE_MS && !this.touching.has(hash)) {
       this.touching.add(hash)
       queueMicrotask(async () => {
@@ -166,9 +174,14 @@ export class ConsoleService {
     return this.misses.has(`${kind} ${hashCredential(secret)}`)
   }
 
+  /** Whether the secret was found live here before (see `live`). */
+  knownLive(secret: string, kind: CredentialKind): boolean {
+    return this.live.has(`${kind} ${hashCredential(secret)}`)
+  }
+
   private miss(kind: CredentialKind, hash: string): ApiError {
-    if (this.misses.size >= MAX_REMEMBERED_MISSES) this.misses.clear()
-    this.misses.add(`${kind} ${hash}`)
+    this.live.delete(`${kind} ${hash}`)
+    remember(this.misses, `${kind} ${hash}`)
     return UNAUTHORIZED
   }
 
@@ -378,4 +391,10 @@ function columns(series: UsageSeries): Model<'Series'> {
 
 function noKey(id: string, why = ''): ApiError {
   return notFound(`No key with id "${id.slice(0, 64)}"${why}.`)
+}
+
+/** Adds to a set of at most MAX_REMEMBERED_MISSES, emptied when full. */
+function remember(set: Set<string>, entry: string): void {
+  if (set.size >= MAX_REMEMBERED_MISSES) set.clear()
+  set.add(entry)
 }
