@@ -6,6 +6,7 @@
  * set read-only instead, a create's 503 says reads still work, and they do. Redis stopped under an idle
  * instance: one line when it stops answering, one when it is back, nothing more, with no request at all.
  */
+import { makeKey } from '../../src/domain/api-key'
 import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { eventually, type Server, startServer } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
@@ -41,8 +42,8 @@ describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () =
         create: await answer(await postPet(server.base, key, { name: 'during', categoryId: 1 })),
         list: await answer(await fetch(`${server.base}/pets`, { headers: auth(key) })),
         get: await answer(await fetch(`${server.base}/pets/1`, { headers: auth(key) })),
-        // A token this instance does not know may be a key made a moment ago: storage cannot say.
-        unknownKey: await answer(await fetch(`${server.base}/pets`, { headers: auth('psk_made_a_moment_ago_elsewhere') })),
+        // A well-formed secret this instance does not know may be a key made a moment ago: storage cannot say.
+        unknownKey: await answer(await fetch(`${server.base}/pets`, { headers: auth(makeKey({ plan: 'free' }, 0).secret) })),
         consoleKeys: await answer(await fetch(`${server.console}/api/keys`, { headers: { cookie } })),
         signIn: await answer(
           await fetch(`${server.console}/api/session`, {
@@ -54,6 +55,9 @@ describeWithEngines(['postgresql'], 'a PostgreSQL outage under the binary', () =
       }
       console.log('while PostgreSQL is stopped:', JSON.stringify(during))
       for (const seen of Object.values(during)) expect(seen).toEqual({ status: 503, body: DOWN })
+      // A mistyped one (its checksum fails) is no key, whatever storage says: 401 at once.
+      const mistyped = `${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`
+      expect((await fetch(`${server.base}/pets`, { headers: auth(mistyped) })).status).toBe(401)
       expect(server.stderr()).toContain('storage does not answer (')
       expect(server.stderr()).not.toContain('refuses writes')
       expect(server.stderr()).not.toContain('internal error')

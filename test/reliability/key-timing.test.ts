@@ -34,7 +34,8 @@ function relativeGap(lookup: (guess: string) => unknown, near: string[], far: st
 function wrongKeys(secret: string) {
   const last = (text: string, i: number) => text.slice(0, -1) + 'ABCDEFGHIJ'[i % 10]
   const near = Array.from({ length: 10 }, (_, i) => last(secret, i)).filter((guess) => guess !== secret)
-  const far = near.map((guess) => 'x'.repeat(guess.length - 1) + guess.at(-1))
+  // The same shape (prefix, alphabet, length), so both take the same path: the checksum, then the hash.
+  const far = near.map((guess) => `psk_${'x'.repeat(guess.length - 5)}${guess.at(-1)}`)
   return { near, far }
 }
 
