@@ -89,10 +89,12 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     const answers = await Promise.all(
       Array.from({ length: 128 }, (_, i) => fetch(`${servers[i % 2]!.base}/pets?limit=1`, { headers: auth(key) })),
     )
-    // The minute bucket refills one token a second: a burst slower than a second earns one more.
+    // The minute bucket refills one token a second: a burst slower than a second earns at most one more a second.
     const refilled = Math.floor((performance.now() - started) / 1000)
     const statuses = answers.map((answer) => answer.status)
-    expect(statuses.filter((status) => status === 200)).toHaveLength(60 + refilled)
+    const allowed = statuses.filter((status) => status === 200).length
+    expect(allowed).toBeGreaterThanOrEqual(60)
+    expect(allowed).toBeLessThanOrEqual(60 + refilled)
     expect(statuses.filter((status) => status === 200 || status === 429)).toHaveLength(128)
     const banned = await Promise.all(servers.map((s) => fetch(`${s.base}/pets`, { headers: auth(key) }).then((r) => r.json())))
     expect(banned.map((body) => (body as { code: string }).code)).toEqual(['key_banned', 'key_banned'])
