@@ -46,11 +46,12 @@ const GROUP_MS = 20_000
 const UNKNOWN_MS = 60_000
 const LANES = Math.max(1, Number(process.env.PETSTORE_TEST_LANES ?? 3))
 /**
- * Files that time process hand-overs to the millisecond (a takeover's waits, its 300 ms to serve again):
- * run last, with no other job beside them, as on a quiet machine; beside two busy jobs they failed now
- * and then on two cores.
+ * Files that time process hand-overs to the millisecond (a takeover's waits, its 300 ms to serve again),
+ * or send 128 requests at once through two instances to one Redis with its 100 ms deadline: run last,
+ * with no other job beside them, as on a quiet machine; beside two busy jobs they failed now and then
+ * on two cores (a 503 where Redis answered late is the documented answer, not the one the test is about).
  */
-const ALONE = new Set(['test/process/takeover.test.ts'])
+const ALONE = new Set(['test/process/takeover.test.ts', 'test/scale/instances.test.ts'])
 
 const args = process.argv.slice(2)
 const updateTimings = args.includes('--update-timings') || process.env.PETSTORE_UPDATE_TIMINGS === '1'
