@@ -25,6 +25,8 @@ export interface TakeResult {
   bannedUntil: number
   /** Whether this request's rejection started the ban. */
   bannedNow: boolean
+  /** For a refusal, the time (ms) it names for the next try (see token-bucket.ts's nextNamedTime). */
+  retryAt: number
   /** The time (ms) the backend decided at: the caller's when it passed one, else the backend's clock. */
   now: number
 }

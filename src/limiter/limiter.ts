@@ -156,7 +156,8 @@ export class RateLimiter {
       const day = { ...held.taken.day }
       refill(minute, shape.minute, now)
       refill(day, shape.day, now)
-      return { allowed: false, minute, day, bannedUntil: held.taken.bannedUntil, bannedNow: false, now }
+      const retryAt = now + msUntilTokens(minute, day, shape)
+      return { allowed: false, minute, day, bannedUntil: held.taken.bannedUntil, bannedNow: false, now, retryAt }
     } else this.heldBans!.delete(subject.name)
     return null
   }
@@ -185,7 +186,9 @@ export class RateLimiter {
     const now = this.options.now?.() ?? Date.now()
     const shape = shapesOf(limits)
     const empty = { tokens: 0, updatedAt: now }
-    const taken = { allowed: false, minute: empty, day: fullBucket(shape.day, now), bannedUntil: 0, bannedNow: false, now }
+    const day = fullBucket(shape.day, now)
+    const retryAt = now + msUntilTokens(empty, day, shape)
+    const taken = { allowed: false, minute: empty, day, bannedUntil: 0, bannedNow: false, now, retryAt }
     // No subject: a forced refusal starts no ban, so there is none to note.
     return this.decide(taken, limits, null) as Extract<Decision, { allowed: false }>
   }
@@ -258,8 +261,9 @@ export class RateLimiter {
     const now = taken.now
     if (taken.bannedNow && subject) this.banLog.note(subject, taken.bannedUntil, now)
     if (taken.allowed) return { allowed: true, quota: quotaOf(taken, shape, now) }
-    // Retry-After covers both the ban and the buckets, so a retry at that time is never refused.
-    const wait = msUntilTokens(taken.minute, taken.day, shape)
+    // Retry-After covers both the ban and the time the refusal named, so a retry at that time is not refused
+    // (unless another client sharing the subject goes first).
+    const wait = taken.retryAt - now
     if (taken.bannedUntil > now) {
       // The refusal that starts a ban says so, as every later one does.
       const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedUntil - now, wait) / 1000))

@@ -103,6 +103,9 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
       ])
       const waits = run.stderr.trim().split('\n')
       expect(waits.length).toBeGreaterThanOrEqual(3)
+      // The first run's first 429 may come while the wait this test's own 429 named still runs: it is
+      // told the token after that one, 2 s. Every other wait is a token's second.
+      if (first === 254) expect(waits.shift()).toMatch(/^petstore: 429, waiting [12] s as Retry-After says$/)
       for (const line of waits) expect(line).toBe('petstore: 429, waiting 1 s as Retry-After says')
     }
   }

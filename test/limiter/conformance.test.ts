@@ -69,11 +69,54 @@ function conformance(makeLimiter: () => Make) {
     const { check, run, advance } = make()
     const limits = { rpm: 2, rpd: 3 }
     expect((await run(2, 'key:a', limits)).every((d) => d.allowed)).toBe(true)
-    expect((await run(5, 'key:a', limits)).some((d) => d.allowed)).toBe(false)
+    expect(await check('key:a', limits)).toMatchObject({ allowed: false, retryAfter: 30 })
     advance(60_000)
     expect((await check('key:a', limits)).allowed).toBe(true)
     const refused = await check('key:a', limits)
     expect(refused).toMatchObject({ allowed: false, retryAfter: 28_800 - 60 })
+  })
+
+  test('refusals in a row name the tokens in turn, so clients sharing a subject come back one at a time', async () => {
+    const { check, run, advance } = make()
+    await run(60)
+    const refused = await run(5)
+    expect(refused.map((d) => !d.allowed && d.retryAfter)).toEqual([1, 2, 3, 4, 5])
+    // Each named time finds its token, if each client comes back at its own.
+    for (let i = 0; i < 5; i++) {
+      advance(1_000)
+      expect((await check()).allowed).toBe(true)
+    }
+    // Once every named time has passed, a refusal names the next token alone.
+    expect(await check()).toMatchObject({ allowed: false, retryAfter: 1 })
+    // Only the minute paces the turns: asking again while a day token is hours away names about the same time.
+    const { run: runDay } = make()
+    const dayLimits = { rpm: 60, rpd: 2 }
+    await runDay(2, 'key:d', dayLimits)
+    expect((await runDay(2, 'key:d', dayLimits)).map((d) => !d.allowed && d.retryAfter)).toEqual([43_200, 43_201])
+  })
+
+  test('clients sharing a subject that each wait out their own Retry-After are never banned', async () => {
+    // Eight workers on one key, each sending as soon as it is let and waiting its Retry-After after a 429.
+    // When the bucket first runs dry all eight are refused at once, before the time the first 429 named:
+    // seven early refusals, which --ban-after must allow; after that none is early.
+    const { check, advance } = make({ banAfter: 7, banSeconds: 600 })
+    const nextAt = Array.from({ length: 8 }, () => 0)
+    let clock = 0
+    let allowed = 0
+    const limits = { rpm: 60, rpd: 100_000 }
+    for (let step = 0; step < 2_000; step++) {
+      const worker = nextAt.indexOf(Math.min(...nextAt))
+      if (nextAt[worker]! > clock) {
+        advance(nextAt[worker]! - clock)
+        clock = nextAt[worker]!
+      }
+      const decision = await check('key:a', limits)
+      if (decision.allowed) allowed++
+      else expect(decision.reason).toBe('rate_limited')
+      nextAt[worker] = clock + (decision.allowed ? 1 : decision.retryAfter * 1000)
+    }
+    // Past the first minute's 60, about one a second: the bucket's rate, none lost to a ban.
+    expect(allowed).toBeGreaterThan(60 + (clock - 60_000) / 1000 - 10)
   })
 
   test('buckets refill over time: one token per second at 60 a minute, full after a minute', async () => {
@@ -95,6 +138,16 @@ function conformance(makeLimiter: () => Make) {
     expect((await check('ip:1.2.3.4', FREE)).allowed).toBe(true)
     const pro = await check('key:a', { rpm: 300, rpd: 10_000 })
     expect(pro).toMatchObject({ allowed: true, quota: { limit: 300, remaining: 299 } })
+  })
+
+  test('new limits start the buckets afresh but keep a ban until it ends', async () => {
+    const { check, run, advance } = make({ banAfter: 1, banSeconds: 600 })
+    await run(62)
+    expect(await check()).toMatchObject({ reason: 'key_banned' })
+    const pro = { rpm: 300, rpd: 10_000 }
+    expect(await check('key:a', pro)).toMatchObject({ allowed: false, reason: 'key_banned' })
+    advance(600_000)
+    expect(await check('key:a', pro)).toMatchObject({ allowed: true, quota: { limit: 300, remaining: 299 } })
   })
 
   test("forget drops a key's buckets and ban", async () => {

@@ -75,14 +75,15 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(await pttl('s:key:a')).toBeGreaterThan(86_400)
     expect(await pttl('s:key:a')).toBeLessThanOrEqual(87_401)
 
-    // A rejection sent before the wait named (a minute here) is remembered for a minute.
+    // A rejection sent before the wait named (a minute here) is remembered for a minute, and the key
+    // until the time the last refusal named (the next token after the one the first refusal named).
     const minuteOnly = { rpm: 1, rpd: 86_400_000 }
     await made.check(named('key:r'), minuteOnly)
     expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, retryAfter: 60 })
-    expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, bannedNow: false })
+    expect(await made.check(named('key:r'), minuteOnly)).toMatchObject({ allowed: false, bannedNow: false, retryAfter: 120 })
     for (const key of ['s:key:r', 'r:key:r']) {
-      expect(await pttl(key)).toBeGreaterThan(60_000)
-      expect(await pttl(key)).toBeLessThanOrEqual(61_001)
+      expect(await pttl(key)).toBeGreaterThan(120_000)
+      expect(await pttl(key)).toBeLessThanOrEqual(121_001)
     }
 
     // A ban outlasts both.

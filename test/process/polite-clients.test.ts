@@ -1,7 +1,7 @@
 /**
  * Limits as a client lives them, over the binary: on the data file and on two instances over PostgreSQL
  * and Redis, a client that waits out every Retry-After for 75 s is never banned and is let through after
- * at least 95 % of its waits, while one that does not wait is banned; with Redis, a banned subject is
+ * at least 95 % of its waits, and so are eight such clients sharing a key, while one that does not wait is banned; with Redis, a banned subject is
  * refused from each instance's memory (no script call reaches Redis), and a ban lifted with the CLI or
  * the console is lifted on both instances within a second.
  */
@@ -169,7 +169,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
   })
 
   test(
-    'a client that waits out every Retry-After for 75 s is never banned, on the data file and on two instances; one that does not wait is',
+    'a client that waits out every Retry-After for 75 s, or eight sharing a key, are never banned, on the data file and on two instances; one that does not wait is',
     async () => {
       const file = await startServer({ args: ['--no-access-log'] })
       try {
@@ -179,15 +179,30 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
         await eventually(async () =>
           (await Promise.all(bases.map((base) => fetch(`${base}/pets`, { headers: auth(sharedKey) })))).every((a) => a.status === 200),
         )
-        const [onFile, onTwo] = await Promise.all([
+        // And eight workers sharing one key, each as polite, on each: they are told different times.
+        const fleetKeys = [createKeyWithCli(file.dataFile, ['--plan', 'free']), newKey('free')]
+        const fleet = (base: string[], key: string) => Promise.all(Array.from({ length: 8 }, () => politeClient(base, key, POLITE_MS)))
+        const [onFile, onTwo, fleetOnFile, fleetOnTwo] = await Promise.all([
           politeClient([file.base], fileKey, POLITE_MS),
           politeClient(bases, sharedKey, POLITE_MS),
+          fleet([file.base], fleetKeys[0]!),
+          fleet(bases, fleetKeys[1]!),
         ])
         for (const lived of [onFile, onTwo]) {
           expect(lived.other).toBeNull()
           // About one 429 a second once the first minute's 60 are spent: well past the 50 that once banned.
           expect(lived.waits).toBeGreaterThan(55)
           expect(lived.allowedAfterWait).toBeGreaterThanOrEqual(Math.ceil(lived.waits * 0.95))
+        }
+        for (const workers of [fleetOnFile, fleetOnTwo]) {
+          expect(workers.map((lived) => lived.other)).toEqual(Array(8).fill(null))
+          const total = (field: 'allowed' | 'waits' | 'allowedAfterWait') => workers.reduce((sum, lived) => sum + lived[field], 0)
+          // The key's 60, then about one a second among the eight, never banned.
+          expect(total('allowed')).toBeGreaterThan(60 + (POLITE_MS - 60_000) / 1000 - 5)
+          expect(total('waits')).toBeGreaterThan(55)
+          // Most waits end in a token: Retry-After rounds up to whole seconds, so a worker comes back a little
+          // after its named time, and the one let through before it may already have taken that token.
+          expect(total('allowedAfterWait')).toBeGreaterThanOrEqual(Math.ceil(total('waits') * 0.85))
         }
         expect((await rudeClient([file.base], auth(createKeyWithCli(file.dataFile, ['--plan', 'free'])))).at(-1)).toBe('key_banned')
         expect((await rudeClient(bases, auth(newKey('free')))).at(-1)).toBe('key_banned')

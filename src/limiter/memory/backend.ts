@@ -17,7 +17,7 @@ import {
   type TakeResult,
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
-import { type Bucket, fullBucket, msUntilTokens, refill } from '../token-bucket'
+import { type Bucket, fullBucket, msUntilTokens, nextNamedTime, refill } from '../token-bucket'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -38,6 +38,8 @@ interface State {
   bannedUntil: number
   /** The time the last refusal told the client to wait for (ms): a request before it counts toward a ban. */
   retryAt: number
+  /** Whether a request was refused since the last one allowed (the first such refusal never counts). */
+  refused: boolean
   dayDirty: boolean
 }
 
@@ -59,6 +61,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     bannedUntil: 0,
     bannedNow: false,
     now: 0,
+    retryAt: 0,
   }
 
   constructor(
@@ -98,15 +101,23 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
         subject.minute.tokens -= 1
         subject.day.tokens -= 1
         subject.dayDirty = who.kind === 'key'
+        subject.refused = false
         result.allowed = true
       } else {
-        // Only a request sent before the time the last refusal named counts toward a ban: a client that
-        // waits out every Retry-After is refused now and then, and never banned for it.
-        const early = now < subject.retryAt
-        subject.retryAt = now + msUntilTokens(subject.minute, subject.day, shape)
-        if (early) result.bannedNow = this.recordRejection(subject, now)
+        // Only a request sent before the time the last refusal named counts toward a ban, and never the
+        // first refusal after an allowed request: a client that waits out every Retry-After, or several
+        // sharing a key that each do, are refused now and then and never banned for it.
+        const counted = now < subject.retryAt && subject.refused
+        subject.refused = true
+        subject.retryAt = nextNamedTime(subject.minute, subject.day, shape, now, subject.retryAt)
+        if (counted && this.recordRejection(subject, now)) {
+          result.bannedNow = true
+          // A ban refuses every waiting client alike: the times named to them give way to the next token's.
+          subject.retryAt = now + msUntilTokens(subject.minute, subject.day, shape)
+        }
       }
     }
+    result.retryAt = subject.retryAt
     result.bannedUntil = subject.bannedUntil
     return result
   }
@@ -211,21 +222,23 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
 
   private state({ kind, name: id }: Subject, limits: Limits, now: number): State {
     const isKey = kind === 'key'
-    let subject = isKey ? this.keys.get(id) : this.address(id)
-    if (subject && subject.limits.rpm === limits.rpm && subject.limits.rpd === limits.rpd) return subject
+    const known = isKey ? this.keys.get(id) : this.address(id)
+    if (known && known.limits.rpm === limits.rpm && known.limits.rpd === limits.rpd) return known
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handed = handedOver.get(id)
     const day = saved ?? handed?.day
-    subject = {
+    // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
+    const subject: State = {
       limits,
       minute: handed ? restored(handed.minute, limits.rpm, now) : fullBucket(shape.minute, now),
       day: day ? restored(day, limits.rpd, now) : fullBucket(shape.day, now),
       rejections: null,
       nextRejection: 0,
-      bannedUntil: handed?.bannedUntil ?? 0,
+      bannedUntil: known?.bannedUntil ?? handed?.bannedUntil ?? 0,
       retryAt: handed?.retryAt ?? 0,
+      refused: (handed?.retryAt ?? 0) > now,
       dayDirty: false,
     }
     if (handed?.rejections?.length) {

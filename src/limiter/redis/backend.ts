@@ -63,6 +63,7 @@ type Answer = [
   counted: string,
   namedBefore: string,
   named: string,
+  refusedBefore: string,
 ]
 
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
@@ -222,6 +223,7 @@ export class RedisLimiterBackend implements SharedBackend {
       bannedUntil: Number(reply[6]),
       bannedNow: reply[1] === '1',
       now: Number(reply[7]),
+      retryAt: Number(reply[12]),
     }
     return { result, name: subject.name, reply: reply as Answer }
   }
@@ -265,8 +267,8 @@ export class RedisLimiterBackend implements SharedBackend {
    */
   private undo({ result, name, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
-    const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, namedBefore, named] = reply
-    const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, namedBefore, named]
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, namedBefore, named, refusedBefore] = reply
+    const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, namedBefore, named, refusedBefore]
     this.evaluate(UNDO_SCRIPT, this.keysOf(name), args).catch(() => {})
   }
 

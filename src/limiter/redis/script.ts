@@ -15,7 +15,8 @@ export const UNDO_KEEP_MS = 60_000
  * can carry several requests' takes (every argument and every element of the answer costs the client
  * about as much CPU as the call itself, so each take travels as one key and one string).
  * KEYS: each take's subject hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
- * b: banned until, g: the call that started this subject afresh, w: the time its last refusal named);
+ * b: banned until, g: the call that started this subject afresh, w: the time its last refusal named,
+ * f: 1 when a request was refused since the last one allowed);
  * its list of the last banAfter+1 counted rejection times (oldest first), the list its last ban start set aside, and the sorted set of address
  * subjects are named from it (one Redis server, no Cluster).
  * ARGV: per take, its fields separated by spaces: rpm, rpd, banAfter, banSeconds, deadline, now, call,
@@ -24,9 +25,9 @@ export const UNDO_KEEP_MS = 60_000
  * and answers 'late CLOCK'. `now` is empty for Redis's clock, or the caller's (Unix ms). `call` names this
  * take, unique across instances. maxAddresses is empty for a key subject; for an address, the most
  * addresses Redis may hold at once (shared by every instance).
- * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g counted w0 w', flags
+ * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g counted w0 w f0', flags
  * as 0/1 (counted: the refusal counted toward a ban), w0 and w the time the last refusal named before and
- * after this take, or
+ * after this take, f0 the field f before it, or
  * 'error MESSAGE' when Redis refused one of its commands.
  */
 export const LIMITER_SCRIPT = `
@@ -40,6 +41,13 @@ local clock = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 local function untilToken(tokens, capacity, windowMs)
   if tokens >= 1 then return 0 end
   return ((1 - tokens) * windowMs) / capacity
+end
+
+-- token-bucket.ts's nextNamedTime.
+local function nextNamed(m, d, rpm, rpd, now, lastNamed)
+  local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
+  if lastNamed <= now then return first end
+  return math.max(first, lastNamed + MINUTE / rpm)
 end
 
 -- token-bucket.ts's refill.
@@ -73,15 +81,16 @@ local function take(key, packed)
   if a[6] ~= '' then now = tonumber(a[6]) end
   local rpm, rpd = tonumber(a[1]), tonumber(a[2])
 
-  local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g', 'w')
-  local m, mt, d, dt, bannedUntil, retryAt
+  local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g', 'w', 'f')
+  local m, mt, d, dt, bannedUntil, retryAt, refused
   local generation = state[8] or a[7]
   if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
     m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
-    retryAt = tonumber(state[9]) or 0
+    retryAt, refused = tonumber(state[9]) or 0, state[10] or '0'
   else
-    -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections, no ban.
-    m, mt, d, dt, bannedUntil, retryAt = rpm, now, rpd, now, 0, 0
+    -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections; a ban
+    -- stays until it ends or is lifted (FORGET_SCRIPT).
+    m, mt, d, dt, bannedUntil, retryAt, refused = rpm, now, rpd, now, tonumber(state[7]) or 0, 0, '0'
     generation = a[7]
     redis.call('DEL', rejections, setAside)
   end
@@ -89,14 +98,16 @@ local function take(key, packed)
   d, dt = refill(now, d, dt, rpd, DAY)
 
   -- While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
-  local allowed, bannedNow, counted, namedBefore = 0, 0, 0, retryAt
+  local allowed, bannedNow, counted, namedBefore, refusedBefore = 0, 0, 0, retryAt, refused
   if bannedUntil <= now then
     if m >= 1 and d >= 1 then
-      m, d, allowed = m - 1, d - 1, 1
+      m, d, allowed, refused = m - 1, d - 1, 1, '0'
     else
-      -- Only a request sent before the time the last refusal named counts toward a ban.
-      local early = now < retryAt
-      retryAt = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
+      -- Only a request sent before the time the last refusal named counts toward a ban, and never the
+      -- first refusal after an allowed request.
+      local early = now < retryAt and refused == '1'
+      refused = '1'
+      retryAt = nextNamed(m, d, rpm, rpd, now, retryAt)
       -- A ban starts when the oldest of the last banAfter+1 counted rejections is less than a minute old.
       local size = tonumber(a[3]) + 1
       local count = 0
@@ -109,13 +120,15 @@ local function take(key, packed)
       end
       if count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE then
         bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
+        -- A ban refuses every waiting client alike: the times named to them give way to the next token's.
+        retryAt = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
         -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
         redis.call('RENAME', rejections, setAside)
         redis.call('PEXPIRE', setAside, ${UNDO_KEEP_MS})
       end
     end
   end
-  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', fmt(retryAt))
+  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', fmt(retryAt), 'f', refused)
 
   local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil, retryAt)
   local last = redis.call('LINDEX', rejections, -1)
@@ -141,7 +154,7 @@ local function take(key, packed)
   end
 
   return table.concat({allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation,
-    counted, fmt(namedBefore), fmt(retryAt)}, ' ')
+    counted, fmt(namedBefore), fmt(retryAt), refusedBefore}, ' ')
 end
 
 -- A take that fails (a key of another type, say) fails alone: the others' answers are not lost, since
@@ -158,15 +171,15 @@ return answers
 
 /**
  * Undoes one take whose answer came after the caller gave up (its client got 503): the token goes back
- * to both buckets (never above capacity); a refusal's named time goes back to the one before, unless a
- * later refusal named another; a counted rejection leaves the history, and when a ban started with it
+ * to both buckets (never above capacity); a refusal's named time (and whether one came since the last
+ * allowed request) goes back to the one before, unless a later refusal named another; a counted rejection leaves the history, and when a ban started with it
  * counted (by this call, or by a later one while this answer was on its way), it would not have
  * started without it: it is lifted, and the history it set aside is put back without it.
  * Nothing is undone when the subject was started afresh since (forgotten, expired, evicted, or its
  * limits changed): its generation is another.
  * KEYS: the subject's hash, its rejection list, the list its last ban start set aside.
  * ARGV: generation, allowed, bannedNow, now (as the take pushed it), bannedUntil (as it set it), banAfter,
- * counted, and the times the last refusal named before and after the take (w0, w).
+ * counted, the times the last refusal named before and after the take (w0, w), and f before it (f0).
  * Answers 1 when it undid the take, else 0.
  */
 export const UNDO_SCRIPT = `
@@ -179,7 +192,7 @@ if ARGV[2] == '1' then
     'd', fmt(math.min(tonumber(state[3]), tonumber(state[5]) + 1)))
   return 1
 end
-if state[7] == ARGV[9] then redis.call('HSET', KEYS[1], 'w', ARGV[8]) end
+if state[7] == ARGV[9] then redis.call('HSET', KEYS[1], 'w', ARGV[8], 'f', ARGV[10]) end
 if ARGV[7] == '0' then return 1 end
 -- In the history (a ban it started may have been lifted already, which put it back there).
 if redis.call('LREM', KEYS[2], -1, ARGV[4]) == 1 then return 1 end
