@@ -58,6 +58,19 @@ describe('sessions', () => {
     clock.now -= 2
     expect(await refusal(service.authenticate(secret, 'session'))).toMatchObject({ status: 401 })
   })
+
+  test('requests carrying the same secret at once share one read of it; once known to be none, it costs none', async () => {
+    const { service, storage } = await consoleWithClock()
+    const reads: string[] = []
+    const credential = storage.operators.credential.bind(storage.operators)
+    storage.operators.credential = (hash) => (reads.push(hash), credential(hash))
+    const madeUp = 'a'.repeat(43)
+    const answers = await Promise.all(Array.from({ length: 4 }, () => refusal(service.authenticate(madeUp, 'session'))))
+    expect(answers).toEqual(Array(4).fill({ status: 401, headers: expect.anything() }))
+    expect(reads.length).toBe(1)
+    await refusal(service.authenticate(madeUp, 'session'))
+    expect(reads.length).toBe(1)
+  })
 })
 
 describe('console address', () => {

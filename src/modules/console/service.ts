@@ -96,6 +96,8 @@ export class ConsoleService {
    * Holds at most MAX_REMEMBERED_MISSES, and is emptied when full.
    */
   private readonly live = new Set<string>()
+  /** Reads of a credential under way: requests carrying the same secret at once share one. */
+  private readonly reading = new Map<string, Promise<Credential | null>>()
 
   constructor(private readonly deps: ConsoleServiceDeps) {
     this.usage = new UsageService(deps.storage, deps.now)
@@ -147,7 +149,7 @@ export class ConsoleService {
     const at = now()
     const hash = hashCredential(secret)
     if (this.misses.has(`${kind} ${hash}`)) throw UNAUTHORIZED
-    const found = await storage.operators.credential(hash)
+    const found = await this.read(hash)
     if (!found || found.kind !== kind) throw this.miss(kind, hash)
     if (kind === 'session' && found.lastSeenAt < at - SESSION_IDLE_MS) {
       await storage.operators.endCredential(hash)
@@ -167,6 +169,14 @@ export class ConsoleService {
       })
     }
     return found
+  }
+
+  private read(hash: string): Promise<Credential | null> {
+    const under = this.reading.get(hash)
+    if (under) return under
+    const reading = Promise.resolve(this.deps.storage.operators.credential(hash)).finally(() => this.reading.delete(hash))
+    this.reading.set(hash, reading)
+    return reading
   }
 
   /** Whether the secret is remembered as no credential of that kind: asking storage again would be in vain. */
