@@ -175,8 +175,10 @@ export class RateLimiter {
     return quotaOf(state, shapesOf(limits), state.now)
   }
 
-  /** Whether the subject's next request would be refused, nothing taken; rejects like peek. */
+  /** Whether the subject's next request would be refused, nothing taken; rejects like peek (not while a ban is held). */
   async refuses(subject: Subject, limits: Limits): Promise<boolean> {
+    // A ban held in memory answers without a call to the backend, as the take that follows does.
+    if (this.heldBans && this.heldBan(subject, limits)) return true
     const state = await this.backend.peek(subject, limits, this.options.now?.())
     return state.bannedUntil > state.now || state.minute.tokens < 1 || state.day.tokens < 1
   }

@@ -270,6 +270,8 @@ describeWithEngines(['redis-server'], 'limiter conformance: Redis', () => {
       const before = await scriptCalls()
       const refusals = await Promise.all(Array.from({ length: 400 }, (_, i) => (i % 2 ? one : other).check(address, limits)))
       expect(refusals.every((d) => !d.allowed && d.reason === 'key_banned' && d.retryAfter > 590)).toBe(true)
+      // Asking whether it would be refused (a staging Prefer does, before its take) is answered from memory too.
+      expect(await Promise.all([one.refuses(address, limits), other.refuses(address, limits)])).toEqual([true, true])
       expect((await scriptCalls()) - before).toBe(0)
 
       // Lifted through one instance (the console's address lift): the other lets its held ban go.
