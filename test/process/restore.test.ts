@@ -239,6 +239,27 @@ describe('petstore restore', () => {
       },
       /holds what petstore does not create \(table "notes", trigger "raise_limits", view "all_hashes"\); refusing to use it: restore a backup made with petstore backup, or remove them with the sqlite3 shell$/,
     ],
+    [
+      'made with petstore’s tables changed (a CHECK refusing every new pet, a generated column)',
+      (file) => {
+        copyFileSync(backup, file)
+        const db = new Database(file)
+        db.run('ALTER TABLE api_keys ADD COLUMN shout TEXT GENERATED ALWAYS AS (upper(name)) VIRTUAL')
+        // pets rebuilt as it is, but for a CHECK no name passes.
+        db.run(`CREATE TABLE rebuilt (
+          id INTEGER PRIMARY KEY AUTOINCREMENT,
+          name TEXT NOT NULL CHECK (length(name) < 0),
+          category_id INTEGER NOT NULL,
+          status TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold')),
+          created_at INTEGER NOT NULL
+        )`)
+        db.run('DROP TABLE pets')
+        db.run('ALTER TABLE rebuilt RENAME TO pets')
+        db.run('CREATE INDEX pets_by_status ON pets (status, id)')
+        db.close()
+      },
+      /holds petstore's table "api_keys", table "pets" made otherwise than petstore makes it \(schema \d+\); refusing to use it: restore a backup made with petstore backup$/,
+    ],
   ]
   for (const [kind, make, reason] of badBackups)
     test(`refuses a backup that is ${kind}, with one line, and leaves the data file and its -wal untouched`, async () => {

@@ -134,19 +134,22 @@ export function checkSchema(db: Database, file: string): number {
 /** What SQLite itself may add to a file of ours: AUTOINCREMENT's counters, ANALYZE's statistics. */
 const SQLITE_OWN_TABLES = /^sqlite_(sequence|stat[1-4])$/
 
-/** The tables and indexes (`type name`) the first `version` migrations make, found by making them in memory once. */
-const knownObjects = new Map<number, Set<string>>()
-function objectsOf(version: number): Set<string> {
+/**
+ * The tables and indexes the first `version` migrations make, as `type name` to their statement as SQLite
+ * keeps it (spacing aside: see definitionOf), found by making them in memory once per version.
+ */
+const knownObjects = new Map<number, Map<string, string>>()
+function objectsOf(version: number): Map<string, string> {
   let known = knownObjects.get(version)
   if (!known) {
     const db = new Database(':memory:')
     try {
       for (const step of MIGRATIONS.slice(0, version)) db.run(step)
-      known = new Set(
+      known = new Map(
         db
-          .query<{ object: string }, []>("SELECT type || ' ' || name AS object FROM sqlite_schema")
+          .query<{ object: string; sql: string | null }, []>("SELECT type || ' ' || name AS object, sql FROM sqlite_schema")
           .all()
-          .map((row) => row.object),
+          .map((row) => [row.object, definitionOf(row.sql)]),
       )
     } finally {
       db.close()
@@ -157,28 +160,53 @@ function objectsOf(version: number): Set<string> {
 }
 
 /**
+ * A statement with its spacing made uniform: a file made by an earlier petstore, whose statements read
+ * alike but may be spaced otherwise, is as good as one made now; a column, a CHECK or a generated column
+ * added to one of our tables is not.
+ */
+function definitionOf(sql: string | null): string {
+  return (sql ?? '')
+    .replace(/\s+/g, ' ')
+    .replace(/ ?([(),;]) ?/g, '$1')
+    .trim()
+    .toLowerCase()
+}
+
+/**
  * Refuses a file holding what its schema version does not make: a trigger or a view (code a backup could
- * plant, run by the server at its next write or read), or a table or index petstore does not know. Its
- * own tables and indexes are found by name, so a file made by any earlier petstore (whose statements
- * read alike but may be spaced otherwise) passes.
+ * plant, run by the server at its next write or read), a table or index petstore does not know, or one of
+ * its own made otherwise (a CHECK that refuses every write, a generated column the server cannot read).
  */
 function checkObjects(db: Database, file: string, version: number): void {
   const known = objectsOf(version)
-  const foreign = db
-    .query<{ type: string; name: string }, []>('SELECT type, name FROM sqlite_schema ORDER BY type, name')
+  const objects = db
+    .query<{ type: string; name: string; sql: string | null }, []>('SELECT type, name, sql FROM sqlite_schema ORDER BY type, name')
     .all()
-    .filter(({ type, name }) => {
-      if (known.has(`${type} ${name}`)) return false
-      if (type === 'table' && SQLITE_OWN_TABLES.test(name)) return false
-      // The index SQLite makes for a table's UNIQUE or PRIMARY KEY constraint, which holds no statement of its own.
-      return !(type === 'index' && name.startsWith('sqlite_autoindex_'))
-    })
-  if (foreign.length === 0) return
-  const listed = foreign.slice(0, 5).map(({ type, name }) => `${type} ${JSON.stringify(name.slice(0, 64))}`)
-  throw new StorageOpenError(
-    `${file} holds what petstore does not create (${listed.join(', ')}${foreign.length > 5 ? `, and ${foreign.length - 5} more` : ''}); ` +
-      'refusing to use it: restore a backup made with petstore backup, or remove them with the sqlite3 shell',
-  )
+  const foreign = objects.filter(({ type, name }) => {
+    if (known.has(`${type} ${name}`)) return false
+    if (type === 'table' && SQLITE_OWN_TABLES.test(name)) return false
+    // The index SQLite makes for a table's UNIQUE or PRIMARY KEY constraint, which holds no statement of its own.
+    return !(type === 'index' && name.startsWith('sqlite_autoindex_'))
+  })
+  const altered = objects.filter(({ type, name, sql }) => {
+    const definition = known.get(`${type} ${name}`)
+    return definition !== undefined && definition !== definitionOf(sql)
+  })
+  const listed = (found: { type: string; name: string }[]) =>
+    found
+      .slice(0, 5)
+      .map(({ type, name }) => `${type} ${JSON.stringify(name.slice(0, 64))}`)
+      .join(', ') + (found.length > 5 ? `, and ${found.length - 5} more` : '')
+  if (foreign.length > 0)
+    throw new StorageOpenError(
+      `${file} holds what petstore does not create (${listed(foreign)}); ` +
+        'refusing to use it: restore a backup made with petstore backup, or remove them with the sqlite3 shell',
+    )
+  if (altered.length > 0)
+    throw new StorageOpenError(
+      `${file} holds petstore's ${listed(altered)} made otherwise than petstore makes it (schema ${version}); ` +
+        'refusing to use it: restore a backup made with petstore backup',
+    )
 }
 
 export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
