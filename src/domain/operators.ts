@@ -46,8 +46,13 @@ export const SIGN_IN_REFUSED = 'operator.sign-in-refused'
 export const SESSION_IDLE_MS = 30 * MINUTE_MS
 /** A session's last use is written at most this often: the idle end may come this much early. */
 export const LAST_SEEN_WRITE_MS = 5_000
-/** Failed sign-ins for one name within THROTTLE_WINDOW_MS after which that name is refused. */
+/**
+ * Failed sign-ins for one name from one client address within THROTTLE_WINDOW_MS, after which that name is
+ * refused to that address: a guesser at one address cannot lock the operator out everywhere.
+ */
 export const THROTTLE_FAILURES = 5
+/** Failed sign-ins for one name from every address together, after which it is refused to all: a guesser with many addresses gets no more. */
+export const THROTTLE_NAME_FAILURES = 50
 export const THROTTLE_WINDOW_MS = 15 * MINUTE_MS
 /** How long the audit log keeps refused sign-ins (other entries are kept). */
 export const REFUSED_SIGN_IN_RETENTION_MS = 30 * DAY_MS

@@ -63,6 +63,18 @@ export interface KeyRepository {
 
 export type Revocation = 'revoked' | 'already-revoked' | 'no-key'
 
+/** The sign-in throttle's bounds for one attempt (domain/operators.ts says them). */
+export interface SignInThrottle {
+  /** The client address the attempt comes from. */
+  address: string
+  /** Attempts at or before this time no longer count. */
+  since: number
+  /** Attempts for one name from one address, after which that address is refused the name. */
+  perAddress: number
+  /** Attempts for one name from every address together, after which every address is refused it. */
+  perName: number
+}
+
 export interface LimitReset {
   keyId: string
   /** The reset's number, increasing with each reset of any key, where storage is shared (PostgreSQL); else null. */
@@ -151,15 +163,12 @@ export interface OperatorRepository {
   endCredential(hash: string): MaybePromise<void>
   /**
    * Reserves a sign-in attempt before the password is checked, atomically on every instance: null when
-   * reserved (a failure at `at` until released), else, with `limit` attempts since `since`, the time
-   * of the one whose leaving frees a place.
+   * reserved (a failure at `at` until released), else, with the throttle's attempts since its `since`
+   * (from its address, or from all together), the time at which the oldest of them stops counting.
    */
-  reserveSignIn(name: string, at: number, since: number, limit: number): MaybePromise<number | null>
-  /**
-   * What reserveSignIn would refuse with, read without a write (a name already throttled is answered
-   * from it): with `limit` attempts after `since`, the time of the one whose leaving frees a place, else null.
-   */
-  signInBlocked(name: string, since: number, limit: number): MaybePromise<number | null>
+  reserveSignIn(name: string, at: number, throttle: SignInThrottle): MaybePromise<number | null>
+  /** What reserveSignIn would refuse with, read without a write (a name already throttled is answered from it). */
+  signInBlocked(name: string, throttle: SignInThrottle): MaybePromise<number | null>
   /** Forgets the reservation made at `at` (the sign-in succeeded). */
   releaseSignIn(name: string, at: number): MaybePromise<void>
   /** Counts a sign-in as an unknown name in the one UNKNOWN_NAMES_ACTOR entry since `since`: one entry a day. */

@@ -1,6 +1,6 @@
 /**
  * The console under a client without credentials (issue 30), over the compiled binary: half-sent
- * sign-ins cannot lock operators out, made-up cookies and a throttled name cost storage next to nothing
+ * sign-ins and wrong passwords from one address cannot lock operators out, made-up cookies and a throttled name cost storage next to nothing
  * (PostgreSQL), and changes that change nothing write nothing; key names refuse bidirectional controls.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
@@ -28,6 +28,27 @@ describe('changes that change nothing, and names that would turn a line around',
       console.log(`lift of a ban that is not there: ${lift.status}; audit: ${JSON.stringify(entries.map((entry) => entry.action))}`)
       expect(lift.status).toBe(204)
       expect(entries.filter((entry) => entry.action === 'ban.lift')).toEqual([])
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('a guesser at one address is refused the name after 5 wrong passwords; the operator at another signs in', async () => {
+    const server = await startWithConsole({ args: ['--no-access-log', '--trust-proxy', 'loopback'] })
+    try {
+      const signIn = (password: string, from: string) =>
+        fetch(`${server.console}/api/session`, {
+          method: 'POST',
+          headers: { origin: server.console, 'content-type': 'application/json', 'x-forwarded-for': from },
+          body: JSON.stringify({ name: 'admin', password }),
+        }).then((answer) => answer.status)
+      const guesses: number[] = []
+      for (let i = 0; i < 6; i++) guesses.push(await signIn('wrong', '198.51.100.66'))
+      const operator = await signIn(server.password, '203.0.113.20')
+      console.log(`guesses from one address: ${guesses.join(' ')}; the operator elsewhere: ${operator}`)
+      expect(guesses).toEqual([401, 401, 401, 401, 401, 429])
+      expect(operator).toBe(200)
+      expect(await signIn(server.password, '198.51.100.66')).toBe(429)
     } finally {
       await server.stop()
     }

@@ -28,6 +28,8 @@ import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { PATIENT, type PostgresCluster, postgresForSuite } from '../support/postgres'
 
+/** The sign-in throttle of the tests written before addresses counted: one address, one bound. */
+const signInThrottle = (since: number, limit: number) => ({ address: '192.0.2.1', since, perAddress: limit, perName: limit })
 const NOW = Date.UTC(2026, 0, 1)
 const PREFIX = 'http://localhost/v1/pets/'
 
@@ -423,12 +425,32 @@ function conformance(name: string, backend: Backend) {
     expect((await create(a, [withKey('Rex', 'k')]))[0]!.kind).toBe('created')
   })
 
+  test(`${name}: sign-in attempts are counted per client address first: another address may still try, until the name's own bound`, async () => {
+    const { a } = await backend.fresh()
+    const since = NOW - 15 * MINUTE_MS
+    const from = (address: string) => ({ address, since, perAddress: 2, perName: 5 })
+    expect(await a.operators.reserveSignIn('eve', NOW, from('198.51.100.1'))).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW + 1, from('198.51.100.1'))).toBeNull()
+    // Its two spent, the first address is refused until the older leaves the window; a read says the same.
+    expect(await a.operators.reserveSignIn('eve', NOW + 2, from('198.51.100.1'))).toBe(NOW)
+    expect(await a.operators.signInBlocked('eve', from('198.51.100.1'))).toBe(NOW)
+    expect(await a.operators.signInBlocked('eve', from('198.51.100.2'))).toBeNull()
+    for (const [i, address] of ['198.51.100.2', '198.51.100.2', '198.51.100.3'].entries())
+      expect(await a.operators.reserveSignIn('eve', NOW + 10 + i, from(address))).toBeNull()
+    // Five for the name from all together: every address is refused, a new one too.
+    expect(await a.operators.reserveSignIn('eve', NOW + 20, from('198.51.100.4'))).toBe(NOW)
+    expect(await a.operators.signInBlocked('eve', from('198.51.100.4'))).toBe(NOW)
+    expect(await a.operators.reserveSignIn('ann', NOW + 20, from('198.51.100.4'))).toBeNull()
+  })
+
   test(`${name}: sign-in attempts reserved through two handles at once: at most the limit, a release frees one, the window frees the oldest`, async () => {
     const { a, b } = await backend.fresh()
     const other = await b()
     const since = NOW - 15 * MINUTE_MS
     const answers = await Promise.all(
-      Array.from({ length: 32 }, (_, i) => Promise.resolve((i % 2 ? a : other).operators.reserveSignIn('eve', NOW + i, since, 5))),
+      Array.from({ length: 32 }, (_, i) =>
+        Promise.resolve((i % 2 ? a : other).operators.reserveSignIn('eve', NOW + i, signInThrottle(since, 5))),
+      ),
     )
     expect(answers.filter((answer) => answer === null)).toHaveLength(5)
     const refused = answers.filter((answer): answer is number => answer !== null)
@@ -437,12 +459,12 @@ function conformance(name: string, backend: Backend) {
     const reserved = answers.map((answer, i) => (answer === null ? NOW + i : null)).filter((at): at is number => at !== null)
     expect(new Set(refused)).toEqual(new Set([reserved[0]!]))
     // Another name is apart.
-    expect(await a.operators.reserveSignIn('ann', NOW, since, 5)).toBeNull()
+    expect(await a.operators.reserveSignIn('ann', NOW, signInThrottle(since, 5))).toBeNull()
     await other.operators.releaseSignIn('eve', reserved[4]!)
-    expect(await a.operators.reserveSignIn('eve', NOW + 100, since, 5)).toBeNull()
-    expect(await a.operators.reserveSignIn('eve', NOW + 101, since, 5)).toBe(reserved[0]!)
+    expect(await a.operators.reserveSignIn('eve', NOW + 100, signInThrottle(since, 5))).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW + 101, signInThrottle(since, 5))).toBe(reserved[0]!)
     // Once the oldest is out of the window, one more is let through.
-    expect(await a.operators.reserveSignIn('eve', NOW + 102, reserved[0]!, 5)).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW + 102, signInThrottle(reserved[0]!, 5))).toBeNull()
   })
 
   test(`${name}: a session is stored only against the current password hash; unknown names count in one audit entry; pruning`, async () => {
@@ -473,12 +495,12 @@ function conformance(name: string, backend: Backend) {
     await a.operators.countUnknownSignIn(NOW + DAY_MS, NOW + DAY_MS)
     expect((await a.operators.auditLog(1))[0]).toMatchObject({ target: '1', at: NOW + DAY_MS })
 
-    expect(await a.operators.reserveSignIn('eve', NOW, NOW - 1, 5)).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW, signInThrottle(NOW - 1, 5))).toBeNull()
     await other.operators.prune(NOW + 6_001, NOW, NOW + DAY_MS)
     // The idle session went, the token stayed; the attempt went; refused sign-ins before the cut went.
     expect(await a.operators.credential('s-new')).toBeNull()
     expect(await a.operators.credential('t')).toMatchObject({ kind: 'token' })
-    expect(await a.operators.reserveSignIn('eve', NOW + 1, NOW - 1, 1)).toBeNull()
+    expect(await a.operators.reserveSignIn('eve', NOW + 1, signInThrottle(NOW - 1, 1))).toBeNull()
     expect((await a.operators.auditLog(200)).map((entry) => entry.target)).toEqual(['1', 'key_1'])
   })
 

@@ -8,6 +8,7 @@ import { resolveConfig, withBoundPort } from '../../src/config'
 import { hashPassword } from '../../src/domain/operators'
 import { KeyRegistry } from '../../src/modules/keys/service'
 import { ConsoleService, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from '../../src/modules/console/service'
+import { THROTTLE_NAME_FAILURES } from '../../src/domain/operators'
 import { RateLimiter } from '../../src/limiter/limiter'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 
@@ -27,27 +28,37 @@ const refusal = (promise: Promise<unknown>) =>
   )
 
 describe('sign-in throttle', () => {
-  test('5 failures within 15 minutes refuse the name until the oldest of them is 15 minutes old; then it may sign in', async () => {
+  test('5 failures from an address within 15 minutes refuse the name to it until the oldest is 15 minutes old; another address may sign in', async () => {
     const { service, clock } = await consoleWithClock()
     const start = clock.now
+    const guesser = '198.51.100.7'
     for (let i = 0; i < 5; i++) {
-      expect(await refusal(service.signIn('eve', 'wrong'))).toMatchObject({ status: 401 })
+      expect(await refusal(service.signIn('eve', 'wrong', guesser))).toMatchObject({ status: 401 })
       clock.now += 60_000
     }
     // Four minutes after the fifth failure, the first is nine minutes old: six more to wait.
     clock.now += 4 * 60_000
-    expect(await refusal(service.signIn('eve', 'right'))).toEqual({ status: 429, headers: { 'retry-after': String(6 * 60) } })
+    expect(await refusal(service.signIn('eve', 'right', guesser))).toEqual({ status: 429, headers: { 'retry-after': String(6 * 60) } })
+    // The operator, elsewhere, is not locked out by a guesser.
+    expect((await service.signIn('eve', 'right', '203.0.113.5')).operator).toBe('eve')
     clock.now = start + THROTTLE_WINDOW_MS - 1
-    expect(await refusal(service.signIn('eve', 'right'))).toEqual({ status: 429, headers: { 'retry-after': '1' } })
+    expect(await refusal(service.signIn('eve', 'right', guesser))).toEqual({ status: 429, headers: { 'retry-after': '1' } })
     clock.now = start + THROTTLE_WINDOW_MS
-    expect((await service.signIn('eve', 'right')).operator).toBe('eve')
+    expect((await service.signIn('eve', 'right', guesser)).operator).toBe('eve')
+  })
+
+  test(`${THROTTLE_NAME_FAILURES} failures from many addresses refuse the name to every address`, async () => {
+    const { service } = await consoleWithClock()
+    for (let i = 0; i < THROTTLE_NAME_FAILURES; i++)
+      expect(await refusal(service.signIn('eve', 'wrong', `198.51.100.${i}`))).toMatchObject({ status: 401 })
+    expect(await refusal(service.signIn('eve', 'right', '203.0.113.5'))).toMatchObject({ status: 429 })
   })
 })
 
 describe('sessions', () => {
   test('a session ends after SESSION_IDLE_MS without a request; each request moves its end', async () => {
     const { service, clock } = await consoleWithClock()
-    const { secret } = await service.signIn('eve', 'right')
+    const { secret } = await service.signIn('eve', 'right', '203.0.113.5')
     clock.now += SESSION_IDLE_MS - 1
     expect((await service.authenticate(secret, 'session')).operator).toBe('eve')
     clock.now += SESSION_IDLE_MS - 1

@@ -324,7 +324,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           async ({ request, set }): Promise<Model<'Operator'>> => {
             checkOrigin(request)
             const input = signInValidator.parse(await readJsonBody(request, SIGN_IN_MAX_BYTES, signInBodies, clientOf(request).name))
-            const { secret, operator: name } = await service.signIn(input.name, input.password)
+            const { secret, operator: name } = await service.signIn(input.name, input.password, clientOf(request).name)
             set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
             return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / MINUTE_MS }
           },
@@ -333,7 +333,11 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             responses: {
               200: json('Signed in.', 'Operator', HEADERS.setCookie),
               401: json('Wrong operator name or password.', 'Error'),
-              429: json('Too many failed sign-ins for this name within 15 minutes, whatever the password.', 'Error', HEADERS.retryAfter),
+              429: json(
+                'Too many failed sign-ins for this name within 15 minutes, whatever the password: 5 from this address, or 50 from all.',
+                'Error',
+                HEADERS.retryAfter,
+              ),
             },
             errors: [400, 403],
           }),

@@ -18,6 +18,7 @@ import {
   SESSION_IDLE_MS,
   SIGN_IN_REFUSED,
   THROTTLE_FAILURES,
+  THROTTLE_NAME_FAILURES,
   THROTTLE_WINDOW_MS,
 } from '../../domain/operators'
 import { type Limits, PLAN_LIMITS } from '../../domain/plans'
@@ -105,18 +106,17 @@ export class ConsoleService {
 
   /**
    * Signs an operator in: a new session's secret. Each attempt is reserved in storage before its password
-   * is checked, so at most THROTTLE_FAILURES are ever checked for a name within the window, however many
-   * arrive at once on however many instances; after them the name is refused with 429, whether or not it
+   * is checked, so at most THROTTLE_FAILURES from one client address, and THROTTLE_NAME_FAILURES from all
+   * together, are ever checked for a name within the window, however many arrive at once on however many
+   * instances; after them the name is refused with 429 (to that address, or to all), whether or not it
    * exists. A session is stored only if the password it was checked against is still the operator's.
    */
-  async signIn(name: string, password: string): Promise<{ secret: string; operator: string }> {
+  async signIn(name: string, password: string, address: string): Promise<{ secret: string; operator: string }> {
     const { storage, now } = this.deps
     const at = now()
-    const since = at - THROTTLE_WINDOW_MS
+    const throttle = { address, since: at - THROTTLE_WINDOW_MS, perAddress: THROTTLE_FAILURES, perName: THROTTLE_NAME_FAILURES }
     // A name already throttled is answered from a read: a flood of its sign-ins writes nothing.
-    const blocking =
-      (await storage.operators.signInBlocked(name, since, THROTTLE_FAILURES)) ??
-      (await storage.operators.reserveSignIn(name, at, since, THROTTLE_FAILURES))
+    const blocking = (await storage.operators.signInBlocked(name, throttle)) ?? (await storage.operators.reserveSignIn(name, at, throttle))
     if (blocking !== null) {
       const retryAfter = Math.max(1, Math.ceil((blocking + THROTTLE_WINDOW_MS - at) / 1000))
       throw new ApiError(429, 'rate_limited', `Too many failed sign-ins for this name; try again in ${retryAfter} s.`, {

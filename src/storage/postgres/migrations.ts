@@ -91,4 +91,6 @@ export const MIGRATIONS: string[] = [
    );`,
   // Answers 501 (an operation not implemented, by design) counted apart from the 5xx; earlier rows keep theirs there.
   notImplementedColumnSql('bigint'),
+  // Sign-in failures by client address: a name is throttled per address before it is for everyone.
+  `ALTER TABLE sign_in_failures ADD COLUMN address text NOT NULL DEFAULT '';`,
 ]

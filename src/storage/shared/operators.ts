@@ -11,7 +11,7 @@ import {
   SIGN_IN_REFUSED,
   UNKNOWN_NAMES_ACTOR,
 } from '../../domain/operators'
-import type { OperatorRepository, PasswordHashes } from '../../domain/repositories'
+import type { OperatorRepository, PasswordHashes, SignInThrottle } from '../../domain/repositories'
 import { exactInteger } from './numbers'
 import { type Answer, changes, FOR_UPDATE, type Integer, lock, type Mode, ROW_ID, rows, type Runner, sql } from './sql'
 
@@ -108,25 +108,26 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
   }
 
   /** Counted and reserved under the name's lock: every handle and every instance counts one at a time. */
-  reserveSignIn(name: string, at: number, since: number, limit: number): Answer<M, number | null> {
+  reserveSignIn(name: string, at: number, throttle: SignInThrottle): Answer<M, number | null> {
     return this.db.write(function* () {
       yield* lock({ of: 'sign-in', name })
-      yield* changes(sql`DELETE FROM sign_in_failures WHERE name = ${name} AND at <= ${since}`)
-      const times = (yield* rows<{ at: Integer }>(sql`SELECT at FROM sign_in_failures WHERE name = ${name} ORDER BY at`)).map((row) =>
-        exactInteger(row.at),
+      yield* changes(sql`DELETE FROM sign_in_failures WHERE name = ${name} AND at <= ${throttle.since}`)
+      const attempts = yield* rows<{ at: Integer; address: string }>(
+        sql`SELECT at, address FROM sign_in_failures WHERE name = ${name} ORDER BY at DESC`,
       )
-      if (times.length >= limit) return times[times.length - limit]!
-      yield* changes(sql`INSERT INTO sign_in_failures (name, at) VALUES (${name}, ${at})`)
-      return null
+      const blocking = blockingAttempt(attempts, throttle)
+      if (blocking === null)
+        yield* changes(sql`INSERT INTO sign_in_failures (name, at, address) VALUES (${name}, ${at}, ${throttle.address})`)
+      return blocking
     })
   }
 
-  signInBlocked(name: string, since: number, limit: number): Answer<M, number | null> {
+  signInBlocked(name: string, throttle: SignInThrottle): Answer<M, number | null> {
     return this.db.read(function* () {
-      const times = (yield* rows<{ at: Integer }>(
-        sql`SELECT at FROM sign_in_failures WHERE name = ${name} AND at > ${since} ORDER BY at DESC LIMIT ${limit}`,
-      )).map((row) => exactInteger(row.at))
-      return times.length >= limit ? times[limit - 1]! : null
+      const attempts = yield* rows<{ at: Integer; address: string }>(
+        sql`SELECT at, address FROM sign_in_failures WHERE name = ${name} AND at > ${throttle.since} ORDER BY at DESC LIMIT ${throttle.perName}`,
+      )
+      return blockingAttempt(attempts, throttle)
     })
   }
 
@@ -174,4 +175,16 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
       return found.map((row) => ({ ...row, at: exactInteger(row.at) }))
     })
   }
+}
+
+/**
+ * Of a name's attempts still counted, newest first (at most perName of them are ever kept), the time of the
+ * one whose leaving the window frees a place: the later of its address's and the name's, else null.
+ */
+function blockingAttempt(attempts: { at: Integer; address: string }[], throttle: SignInThrottle): number | null {
+  let blocking: number | null = null
+  if (attempts.length >= throttle.perName) blocking = exactInteger(attempts[throttle.perName - 1]!.at)
+  const fromAddress = attempts.filter((attempt) => attempt.address === throttle.address)
+  if (fromAddress.length >= throttle.perAddress) blocking = Math.max(blocking ?? 0, exactInteger(fromAddress[throttle.perAddress - 1]!.at))
+  return blocking
 }

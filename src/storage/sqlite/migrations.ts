@@ -75,4 +75,6 @@ export const MIGRATIONS: string[] = [
    );`,
   // Answers 501 (an operation not implemented, by design) counted apart from the 5xx; earlier rows keep theirs there.
   notImplementedColumnSql('INTEGER'),
+  // Sign-in failures by client address: a name is throttled per address before it is for everyone.
+  `ALTER TABLE sign_in_failures ADD COLUMN address TEXT NOT NULL DEFAULT '';`,
 ]
