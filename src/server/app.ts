@@ -26,8 +26,8 @@ import { errorHandler, unrouted } from '../plugins/error-answers'
 import { gate, standingFields } from '../plugins/gate'
 import { scenarios } from '../plugins/scenarios'
 import { type RequestInfo, requestContext, requestInfo, routedPath } from '../plugins/request-context'
-import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
-import type { LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
+import { readinessCheck, StorageFault } from './readiness'
+import type { DataFileWatch, LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
 
 export interface AppDeps {
   storage: Storage
