@@ -108,7 +108,7 @@ module.exports = {
     },
     {
       name: 'controllers-never-reach-the-gate',
-      comment: 'The server puts the gate around the API; a route reads the key it found from the request\'s record (plugins/request-context.ts).',
+      comment: 'The server puts the gate around the API; a route reads the key it found from the request\'s record (plugins/request-info.ts).',
       severity: 'error',
       from: { path: '^src/modules/' },
       to: { path: '^src/plugins/gate\\.ts$' },
