@@ -6,7 +6,8 @@
  *     wiring beside them; and config.ts, the flags)
  *     -> HTTP (plugins/, http/, observability/, the modules' controllers) -> modules' services -> domain/
  *   storage/ and limiter/ sit below the modules: they implement what the domain declares and may
- *   import only the domain and their own helpers.
+ *   import only the domain and their own helpers (storage also os/, what it asks the operating system).
+ *   Outside storage/, each engine (storage/sqlite/, storage/postgres/) is reached through its index alone.
  *
  * Every file of src/ is in one of the rooms of LAYERS (test/unit/layers.test.ts checks it), so a new
  * file cannot slip past the arrows by sitting where no rule looks. Type-only imports count (tsPreCompilationDeps):
@@ -20,10 +21,11 @@ const LAYERS = {
   storage: '^src/storage/',
   limiter: '^src/limiter/',
   domain: '^src/domain/',
+  'operating system': '^src/os/',
 }
 const TOP = LAYERS['command line']
 const SERVER = LAYERS.server
-const BELOW_SERVER = '^src/(domain|storage|limiter|modules|plugins|http|observability)/'
+const BELOW_SERVER = '^src/(domain|os|storage|limiter|modules|plugins|http|observability)/'
 
 module.exports = {
   forbidden: [
@@ -42,11 +44,25 @@ module.exports = {
       to: { path: '^src/', pathNot: '^src/domain/' },
     },
     {
+      name: 'os-at-the-ground',
+      comment: 'What petstore asks the operating system (process states, user names) imports nothing of ours.',
+      severity: 'error',
+      from: { path: '^src/os/' },
+      to: { path: '^src/', pathNot: '^src/os/' },
+    },
+    {
       name: 'storage-below-the-modules',
       comment: 'Storage implements the domain\'s repositories and returns data; it never calls up.',
       severity: 'error',
       from: { path: '^src/storage/' },
-      to: { path: '^src/', pathNot: '^src/(domain|storage)/' },
+      to: { path: '^src/', pathNot: '^src/(domain|os|storage)/' },
+    },
+    {
+      name: 'each-engine-behind-its-index',
+      comment: 'Outside storage/, an engine is reached through its index alone: what lies behind it may move freely.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: '^src/storage/' },
+      to: { path: '^src/storage/(sqlite|postgres)/', pathNot: '^src/storage/(sqlite|postgres)/index\\.ts$' },
     },
     {
       name: 'storage-backends-apart',
@@ -92,7 +108,7 @@ module.exports = {
     },
     {
       name: 'controllers-never-reach-the-gate',
-      comment: 'The server puts the gate around the API; a route reads the key it found from the request\'s record (plugins/request-context.ts).',
+      comment: 'The server puts the gate around the API; a route reads the key it found from the request\'s record (plugins/request-info.ts).',
       severity: 'error',
       from: { path: '^src/modules/' },
       to: { path: '^src/plugins/gate\\.ts$' },

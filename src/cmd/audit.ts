@@ -5,7 +5,7 @@
 import { userInfo } from 'node:os'
 import { commandLineActor } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
-import { passwdName } from '../storage/sqlite'
+import { passwdName } from '../os/process'
 
 /** The account running this process: its name by uid (passwdName), else its uid; Windows has no uids. */
 function osUser(): string {

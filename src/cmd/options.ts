@@ -18,10 +18,8 @@ import {
 import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../domain/key-input'
 import { OperatorInputError } from '../domain/operators'
 import { PLANS } from '../domain/plans'
-import { openPostgresStorage } from '../storage/postgres'
-import { COMMAND } from '../storage/postgres/pool'
-import { openSqliteStorage } from '../storage/sqlite'
-import { damagedFile } from '../storage/sqlite/open'
+import { COMMAND, openPostgresStorage } from '../storage/postgres'
+import { damagedFile, openSqliteStorage } from '../storage/sqlite'
 import type { Storage } from '../domain/repositories'
 
 /** Where a flag's description starts in the usage. */

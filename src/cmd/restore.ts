@@ -1,6 +1,6 @@
 /** `petstore restore FILE`: a backup in place of the data file, with the server stopped (storage/sqlite/restore.ts). */
 import { resolve } from 'node:path'
-import { restoreDataFile } from '../storage/sqlite/restore'
+import { restoreDataFile } from '../storage/sqlite'
 import { COMMON, dataFileFor, help, oneFile, parse } from './options'
 
 export const USAGE = `Usage: petstore restore FILE

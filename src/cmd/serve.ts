@@ -8,7 +8,7 @@ import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../
 import { redactedUrl } from '../domain/redacted-url'
 import { isLoopbackHost, normaliseAddress } from '../http/client-address'
 import { Server, type ServerOptions } from '../server/server'
-import { handOver, servingAgain, takeOver } from '../server/takeover'
+import { onHandOverSignal, takeOver } from '../server/takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
 import { asUsageError, flagLines, help, parse, UsageError } from './options'
@@ -103,20 +103,20 @@ export async function serve(args: string[]): Promise<number> {
     console.error(`petstore: ${reason}, finishing in-flight requests`)
     exit(await server.stop(server.config.shutdownGraceMs), code)
   }
-  // A stop asked meanwhile ends the wait for the successor: everything is saved and handed over already.
+  // The takeover's steps are takeover.ts's; here only what the process does after them.
   onSigusr2 = async () => {
     if (stopping) return
     stopping = true
-    const outcome = await handOver(server, () => stopAsked !== undefined)
-    if (outcome === 'unclaimed' || outcome === 'withdrawn') return serveOn()
-    if (outcome !== 'successor died') return exit(outcome === 'handed over', 0)
-    try {
-      server = await Server.start(server.config, { ...options, arrive: servingAgain(server) })
-    } catch (error) {
-      console.error(`petstore: cannot serve again: ${(error as Error).message}`)
+    const after = await onHandOverSignal(server, options, () => stopAsked !== undefined)
+    if ('cannotServeAgain' in after) {
+      console.error(`petstore: cannot serve again: ${after.cannotServeAgain}`)
       process.exit(1)
     }
-    console.error(startupLine(server))
+    if ('stopped' in after) return exit(after.stopped.saved, 0)
+    if (after.serving !== server) {
+      server = after.serving
+      console.error(startupLine(server))
+    }
     serveOn()
   }
   return new Promise<number>(() => {})

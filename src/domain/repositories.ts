@@ -226,6 +226,39 @@ export interface PetBatch {
   locationPrefix: string
 }
 
+/** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
+export interface DataFileWatch {
+  replaced(): boolean
+  changedOnDisk(): boolean
+}
+
+/** The storage a server runs on, opened by an engine's index, with what only that kind of storage needs. */
+export interface StorageBackend {
+  storage: Storage
+  petWriter?: PetWriter
+  dataFile?: DataFileWatch
+  close(): Promise<void>
+  /** Removes what a start that failed created. */
+  undo(): void
+  /** Rate-limit state the server before this one left beside the data file at its stop. */
+  handedOver?: LimiterHandover
+  /** Leaves the in-process limiter's state for the next server on the data file; absent elsewhere. */
+  leave?(state: LimiterHandover): void
+  /** The data file this backend checked whole, or took as checked (BackendOptions.checked): its device and inode. */
+  checked?: string
+}
+
+/** How a server opens its storage backend. */
+export interface BackendOptions {
+  /** Wait up to this long for another server to release the data file (a takeover's Arrival), instead of refusing. */
+  lockWaitMs?: number
+  /**
+   * The data file this process checked whole and held until a moment ago (StorageBackend.checked): while
+   * the path still names that file it is not read whole again (a takeover's server serving again). Its schema is.
+   */
+  checked?: string
+}
+
 /** Storage cannot write (`down`: nor read) now: disk full, read-only file, database down. The API answers 503. */
 export class StorageUnavailableError extends Error {
   constructor(

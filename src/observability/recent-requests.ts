@@ -1,6 +1,6 @@
 /**
  * The API's last few thousand answers, in memory for the console: no bodies, no headers, nothing secret.
- * One slot per answer in a ring, filled by plugins/request-context.ts with the API's answers only (a load
+ * One slot per answer in a ring, filled by plugins/answer-records.ts with the API's answers only (a load
  * balancer's probes of /healthz would push them out). A path is kept to RECENT_PATH_CHARS,
  * copied, so the ring holds no request's URL alive (5,000 paths of 16 KB would hold 80 MB).
  */

@@ -9,7 +9,7 @@ import { MINUTE_MS } from '../domain/time'
 /** Minute rows kept while storage does not take them (about an hour of 500 busy keys); the oldest go first. */
 const MAX_UNWRITTEN_ROWS = 30_000
 
-/** Filled by plugins/request-context.ts with the API's answers only (not /healthz, /metrics, the docs). */
+/** Filled by plugins/answer-records.ts with the API's answers only (not /healthz, /metrics, the docs). */
 export interface UsageCounterOptions {
   now?: () => number
   /** Said when unwritten rows had to be dropped. */

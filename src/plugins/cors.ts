@@ -4,7 +4,7 @@
  * scripts need and say `Vary: Origin`, so a shared cache never hands one origin's answer to another.
  */
 import { Elysia } from 'elysia'
-import { type RequestInfo, requestInfo } from './request-context'
+import { type RequestInfo, requestInfo } from './request-info'
 
 const EXPOSED =
   'Link, Location, Retry-After, X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit, ' +

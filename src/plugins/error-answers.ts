@@ -20,7 +20,7 @@ import {
   storageUnavailable,
 } from '../http/api-errors'
 import { bodyUnread } from '../http/json-body'
-import { answerWith, type RequestInfo } from './request-context'
+import { answerWith, type RequestInfo } from './request-info'
 
 export interface ErrorHandlerOptions {
   /** Methods served at this path, or null when no route has it. */

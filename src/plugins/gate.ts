@@ -14,7 +14,7 @@ import { bearerToken, INVALID_KEY, keyExpired, MISSING_KEY } from '../http/beare
 import type { ActiveKey, KeyLookup } from '../domain/api-key'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
-import { answerWith, type RequestInfo, requestInfo } from './request-context'
+import { answerWith, type RequestInfo, requestInfo } from './request-info'
 
 export interface GateOptions {
   keys: KeyLookup

@@ -14,7 +14,7 @@ import type { TryCounter } from '../limiter/tries'
 import type { ActiveKey } from '../domain/api-key'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
 import { rateLimitHeaders, refusal } from './gate'
-import { answerWith, type RequestInfo } from './request-context'
+import { answerWith, type RequestInfo } from './request-info'
 
 /** The statuses a request may force, where its operation documents them. */
 const FORCEABLE = [404, 429, 500, 503]

@@ -25,9 +25,11 @@ import { cors, preflight } from '../plugins/cors'
 import { errorHandler, unrouted } from '../plugins/error-answers'
 import { gate, standingFields } from '../plugins/gate'
 import { scenarios } from '../plugins/scenarios'
-import { type RequestInfo, requestContext, requestInfo, routedPath } from '../plugins/request-context'
-import { type DataFileWatch, readinessCheck, StorageFault } from './readiness'
-import type { LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
+import { requestContext } from '../plugins/request-context'
+import { type RequestInfo, requestInfo } from '../plugins/request-info'
+import { routedPath } from '../plugins/routed-path'
+import { readinessCheck, StorageFault } from './readiness'
+import type { DataFileWatch, LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
 
 export interface AppDeps {
   storage: Storage

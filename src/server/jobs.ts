@@ -4,9 +4,8 @@
  * (so an idle instance logs an outage as a busy one does). A turn still running when the next comes is skipped.
  */
 import type { PetstoreApp } from './app'
-import type { DataFileWatch } from './readiness'
 import { IDEMPOTENCY_TTL_MS } from '../domain/idempotency'
-import type { MaybePromise, Storage } from '../domain/repositories'
+import type { DataFileWatch, MaybePromise, Storage } from '../domain/repositories'
 import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/time'
 import { USAGE_WRITE_MS } from '../domain/usage'
 import { keySubject } from '../domain/subject'

@@ -4,13 +4,7 @@
  * and creates say so, and the log says it once.
  */
 import type { RateLimiter } from '../limiter/limiter'
-import type { MaybePromise, Storage } from '../domain/repositories'
-
-/** The embedded data file, watched for being replaced and (when read-only) changed under the server. */
-export interface DataFileWatch {
-  replaced(): boolean
-  changedOnDisk(): boolean
-}
+import type { DataFileWatch, MaybePromise, Storage } from '../domain/repositories'
 
 export class StorageFault {
   private reason: string | null = null

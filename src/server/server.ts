@@ -5,10 +5,10 @@
  */
 import { createApp, type AppDeps, type PetstoreApp } from './app'
 import { VERSION } from './build-info'
-import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend, type StorageBackend } from './backends'
+import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import type { LimiterHandover } from '../domain/repositories'
+import type { LimiterHandover, StorageBackend } from '../domain/repositories'
 import { errorResponse, notFound } from '../http/api-errors'
 import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'

@@ -1,19 +1,18 @@
 /**
  * `serve --takeover` (embedded mode, Linux): a new server replaces the one on the same data file and port,
- * refusing no request; both listen with SO_REUSEPORT, and SIGUSR2 is the whole protocol. takeOver is how
- * the new one arrives, handOver how the old one leaves, each serving on if the other dies first
- * (servingAgain: how the old one comes back once it has let go).
+ * refusing no request; both listen with SO_REUSEPORT, and SIGUSR2 is the whole protocol. Every step is
+ * here: takeOver is how the new one arrives (steps 1 and 2), onHandOverSignal what the old one does on
+ * SIGUSR2 (handOver, steps 3 and 4), each serving on if the other dies first (servingAgain: how the old
+ * one comes back once it has let go). The claim files are the SQLite engine's (storage/sqlite).
  * server.ts knows none of it. Steps in docs/upgrading.md.
  */
-import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import type { PetstoreApp } from './app'
 import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
-import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, type Server, STOP_SAVE_MS } from './server'
-import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from '../storage/sqlite/data-file-lock'
-import { checkServable, claimantOf, claimTakeover, dropDeadClaim, takeoverProgress } from '../storage/sqlite/handover'
+import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, Server, type ServerOptions, STOP_SAVE_MS } from './server'
+import { claimantOf, claimTakeover, dropDeadClaim, runningServerOf, takeoverProgress } from '../storage/sqlite'
 
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
@@ -102,7 +101,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
  * and held since is not read whole again (its schema is: a successor that got as far as a newer schema
  * step is refused). See docs/upgrading.md.
  */
-export function servingAgain(previous: Server): (config: Config, warn: (message: string) => void) => Arrival {
+function servingAgain(previous: Server): (config: Config, warn: (message: string) => void) => Arrival {
   return (config, warn) => {
     const holding = holdRequests(config)
     // The successor may have taken the rate-limit state this server left, and died with it: this server,
@@ -164,24 +163,30 @@ function holdRequests(config: Config): Holding {
   }
 }
 
-/** The pid of the server holding the data file, once this binary could serve it; null for none. Reads only. */
-function runningServerOf(file: string): number | null {
-  // A running server always has its lock file; without one (a first start) there is nothing to take over.
-  if (!existsSync(lockFileOf(file))) return null
+/**
+ * What SIGUSR2 left: this server or one started again still serving, this one stopped (`saved`: in
+ * time), or neither, as serving again failed (why).
+ */
+export type AfterHandOver = { serving: Server } | { stopped: { saved: boolean } } | { cannotServeAgain: string }
+
+/**
+ * The running server's answer to SIGUSR2: it hands over (handOver); when the successor died before it
+ * served, it serves again from `options`. `givenUp`: a stop was asked meanwhile,
+ * which ends the wait for the successor (everything is saved and handed over already).
+ */
+export async function onHandOverSignal(server: Server, options: ServerOptions, givenUp: () => boolean): Promise<AfterHandOver> {
+  const outcome = await handOver(server, givenUp)
+  if (outcome === 'unclaimed' || outcome === 'withdrawn') return { serving: server }
+  if (outcome !== 'successor died') return { stopped: { saved: outcome === 'handed over' } }
   try {
-    lockDataFile(file)?.release()
-    return null
+    return { serving: await Server.start(server.config, { ...options, arrive: servingAgain(server) }) }
   } catch (error) {
-    if (!(error instanceof DataFileBusyError)) throw error
+    return { cannotServeAgain: (error as Error).message }
   }
-  checkServable(file)
-  const pid = lockHolder(file)
-  if (pid === null) throw new Error(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
-  return pid
 }
 
 /** How a hand-over ended: see handOver. */
-export type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'successor died'
+type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'successor died'
 
 /**
  * Steps 3 and 4 on the running server, on SIGUSR2, only while a live process claims the data file (a
@@ -189,7 +194,7 @@ export type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over
  * stops as on SIGTERM, leaves the rate-limit state, and waits until the claimant serves ('handed over';
  * also after SUCCESSOR_WAIT_MS or once `givenUp`) or dies first ('successor died': serve again).
  */
-export async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
+async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, warn } = server
   const file = resolve(config.dataFile)
   const claimant = config.database ? null : claimantOf(file)

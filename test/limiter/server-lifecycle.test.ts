@@ -3,7 +3,7 @@
  * failed or stopped, goes through one teardown, which closes the limiter's Redis connection.
  */
 import { expect, test } from 'bun:test'
-import type { StorageBackend } from '../../src/server/backends'
+import type { StorageBackend } from '../../src/domain/repositories'
 import { resolveConfig } from '../../src/config'
 import { Server } from '../../src/server/server'
 import { openSqliteStorage } from '../../src/storage/sqlite'

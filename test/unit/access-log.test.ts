@@ -5,7 +5,7 @@
 import { describe, expect, test } from 'bun:test'
 import fc from 'fast-check'
 import { AccessLog } from '../../src/observability/access-log'
-import { jsonString } from '../../src/plugins/request-context'
+import { jsonString } from '../../src/plugins/answer-records'
 
 describe('jsonString', () => {
   test('is a JSON string literal of any text, escaped only when needed', () => {

@@ -39,6 +39,9 @@ test('the rules catch wrong arrows, a ring and a file in no layer', async () => 
   expect(lines).toContain('controllers-never-reach-the-gate: src/modules/pets/index.ts -> src/plugins/gate.ts')
   expect(lines).toContain('plugins-below-the-modules: src/plugins/gate.ts -> src/modules/keys/service.ts')
   expect(lines).toContain('services-never-see-http: src/modules/pets/group-commit.ts -> src/plugins/b.ts')
+  // An engine's inner file from outside storage/ is refused; the same engine through its index is not.
+  expect(lines).toContain('each-engine-behind-its-index: src/server/backends.ts -> src/storage/sqlite/open.ts')
+  expect(lines.filter((line) => line.includes('-> src/storage/sqlite/index.ts'))).toEqual([])
 }, 60_000)
 
 test('src/ keeps its layers and has no import cycles', async () => {

@@ -1,7 +1,7 @@
 import { expect, test } from 'bun:test'
 import { keySubject } from '../../src/domain/subject'
 import { ApiError } from '../../src/http/api-errors'
-import { type RequestInfo, verifiedKey } from '../../src/plugins/request-context'
+import { type RequestInfo, verifiedKey } from '../../src/plugins/request-info'
 
 test('a handler reached without a verified key answers 401, not 500', () => {
   let thrown: unknown

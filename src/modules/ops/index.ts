@@ -22,7 +22,7 @@ import {
   schemaComponents,
   withInt64Bounds,
 } from '../../http/openapi'
-import { requestInfo } from '../../plugins/request-context'
+import { requestInfo } from '../../plugins/request-info'
 import { preferParameter } from '../../plugins/scenarios'
 import { LIMIT_MAX, PetModel, PetStatusSchema } from '../pets/model'
 

@@ -7,7 +7,7 @@ import { badRequest, ClientClosedError, JSON_TYPE, petNotFound } from '../../htt
 import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { compileValidator } from '../../http/validation'
-import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-context'
+import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
 import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'

@@ -17,6 +17,9 @@ import { PostgresPets } from './pets'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 import { PostgresRunner } from './runner'
 
+// The engine's door: nothing outside storage/ imports the files behind it.
+export { COMMAND } from './pool'
+
 export interface PostgresOptions {
   /** Connections in this instance's pool (Bun.sql opens them all at the first query). */
   pool: number

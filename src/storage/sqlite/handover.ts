@@ -4,23 +4,14 @@
  * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
-import {
-  closeSync,
-  existsSync,
-  constants as fs,
-  fstatSync,
-  openSync,
-  readFileSync,
-  readlinkSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs'
+import { closeSync, existsSync, constants as fs, fstatSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { BAN_SECONDS } from '../../domain/ban-rule'
 import { DAY_MS } from '../../domain/time'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
+import { isAlive } from '../../os/process'
+import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './data-file-lock'
 import { checkHeader, checkSchema, openReadOnly } from './open'
 
 function handoverFileOf(file: string): string {
@@ -31,7 +22,7 @@ function handoverFileOf(file: string): string {
  * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
  * Reads only: an older schema is migrated once the running server has let the file go.
  */
-export function checkServable(file: string): void {
+function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
   checkHeader(file)
   const opened = opening(`cannot open ${file}`, () => openReadOnly(file))
@@ -131,6 +122,22 @@ function isBucket(value: unknown): value is SavedBucket {
   return Number.isFinite(bucket?.tokens) && Number.isFinite(bucket?.updatedAt)
 }
 
+/** The pid of the server holding the data file, once this binary could serve it; null for none. Reads only. */
+export function runningServerOf(file: string): number | null {
+  // A running server always has its lock file; without one (a first start) there is nothing to take over.
+  if (!existsSync(lockFileOf(file))) return null
+  try {
+    lockDataFile(file)?.release()
+    return null
+  } catch (error) {
+    if (!(error instanceof DataFileBusyError)) throw error
+  }
+  checkServable(file)
+  const pid = lockHolder(file)
+  if (pid === null) throw new Error(`${file}.lock names no process (the running server is a petstore older than --takeover)`)
+  return pid
+}
+
 /**
  * The claim of a server taking over (`FILE.takeover`, its pid), written before it listens beside the
  * running server, removed when it gives up or serves (which tells the old server it made it). One at a
@@ -195,43 +202,6 @@ function claimedBy(file: string): number | null {
     return Number.isInteger(pid) && pid > 0 ? pid : null
   } catch {
     return null
-  }
-}
-
-/**
- * kill(pid, 0) counts a zombie (dead, not yet reaped by its parent, which may be a PID 1 that reaps
- * late or never) as alive; on Linux its state in /proc says `Z`. Only a /proc of this process's own
- * PID namespace is read; where there is none, kill(pid, 0) alone decides.
- */
-export function isAlive(pid: number): boolean {
-  if (ownProc() && ['Z', 'X'].includes(procState(pid))) return false
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: alive, under another user.
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
-let procIsOwn: boolean | undefined
-function ownProc(): boolean {
-  if (procIsOwn === undefined)
-    try {
-      procIsOwn = readlinkSync('/proc/self') === String(process.pid)
-    } catch {
-      procIsOwn = false
-    }
-  return procIsOwn
-}
-
-/** The state letter of /proc/PID/stat (after the command's name, which may hold spaces and parentheses); '' when unreadable. */
-function procState(pid: number): string {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
-    return stat.charAt(stat.lastIndexOf(')') + 2)
-  } catch {
-    return ''
   }
 }
 

@@ -11,28 +11,46 @@ import {
   linkSync,
   lstatSync,
   mkdirSync,
-  readFileSync,
   readdirSync,
   readlinkSync,
   rmSync,
   statSync,
 } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
-import { type Storage, StorageOpenError } from '../../domain/repositories'
+import type { ApiKeyRecord } from '../../domain/api-key'
+import { type BackendOptions, type LimiterHandover, type Storage, type StorageBackend, StorageOpenError } from '../../domain/repositories'
+import { keySubject } from '../../domain/subject'
+import { isAlive, passwdName } from '../../os/process'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
+import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
-import { isAlive } from './handover'
+import { dropDeadClaim, takeHandover, writeHandover } from './handover'
 import { SqliteKeys } from './keys'
-import { checkHeader, damagedFile, diskFingerprint, identityOf, isWritable, openReadOnly, type OpenOptions, prepare } from './open'
+import {
+  checkHeader,
+  damagedFile,
+  diskFingerprint,
+  identityOf,
+  isWritable,
+  openReadOnly,
+  type OpenOptions,
+  prepare,
+  readOnlyBecause,
+} from './open'
 import { SqlitePets } from './pets'
 import { SqliteRunner } from './runner'
 import { refuseInterruptedRestore } from './restore'
+import { WorkerPetWriter } from './writer'
 
+// The engine's door: nothing outside storage/ imports the files behind it.
 export type { OpenOptions } from './open'
-export { readOnlyBecause } from './open'
+export { damagedFile } from './open'
+export { restoreDataFile } from './restore'
+/** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
+export { claimantOf, claimTakeover, dropDeadClaim, runningServerOf, takeoverProgress } from './handover'
 
 export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
   const inMemory = file === ':memory:'
@@ -116,21 +134,6 @@ function refuseDenied(given: string, { create, write }: { create: boolean; write
   if (refused(file, fs.W_OK)) throw denied(`${file} can be read but not written (${owner})`)
   if (refused(dirname(file), fs.W_OK | fs.X_OK))
     throw denied(`${dirname(file)} cannot be written, and SQLite writes its -wal and -shm files beside ${basename(file)}`)
-}
-
-/**
- * The name /etc/passwd gives `uid`: os.userInfo() takes the name from $USER, which a process started
- * with setpriv, su, sudo or a unit's User= may have inherited from another user.
- */
-export function passwdName(uid: number): string | undefined {
-  try {
-    return readFileSync('/etc/passwd', 'utf8')
-      .split('\n')
-      .map((line) => line.split(':'))
-      .find((fields) => fields[2] === String(uid))?.[0]
-  } catch {
-    return undefined
-  }
 }
 
 function userNamed(uid: number | undefined): string {
@@ -287,5 +290,85 @@ export class SqliteStorage implements Storage {
 
   close(): void {
     this.db.close()
+  }
+}
+
+/*
+ * The data file as a server's storage backend: one server holds it (FILE.lock), commits on a worker
+ * thread, watches it, and takes and leaves the rate-limit state beside it (handover.ts).
+ */
+
+/**
+ * The commit worker's entry. In the binary every import.meta.url is the binary itself, and the entries
+ * are stored under their paths relative to src/ (scripts/build.ts); from the sources it is beside this file.
+ */
+const COMMIT_WORKER = new URL(import.meta.url.endsWith('.ts') ? './commit-worker.ts' : './storage/sqlite/commit-worker.ts', import.meta.url)
+
+export async function openEmbeddedBackend(dataFile: string, options: BackendOptions): Promise<StorageBackend> {
+  const created = createdBy(dataFile)
+  // The lock (beside the file, so after its folder) before the file: opening may migrate a file that
+  // another server or a restore holds. A refused start undoes nothing: what is there is the holder's.
+  prepareDataFolder(dataFile)
+  const file = resolve(dataFile)
+  const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
+  // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
+  if (lock) dropDeadClaim(file)
+  let storage: SqliteStorage | undefined
+  let handedOver: LimiterHandover
+  try {
+    storage = openSqliteStorage(dataFile, { verify: options.checked === undefined || identityOf(file) !== options.checked })
+    if (storage.readOnly && storage.keys.list().length === 0)
+      throw new StorageOpenError(`${readOnlyBecause(dataFile)} and holds no API keys, so no request could be served`)
+    const opened = storage
+    handedOver = ofActiveKeys(takeHandover(file), () => opened.keys.list())
+  } catch (error) {
+    storage?.close()
+    lock?.release()
+    created.undo()
+    throw error
+  }
+  if (storage.readOnly)
+    console.error(`petstore: ${readOnlyBecause(dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`)
+  return {
+    storage,
+    petWriter: storage.file !== null && !storage.readOnly ? new WorkerPetWriter(COMMIT_WORKER, storage.file) : undefined,
+    dataFile: storage,
+    handedOver,
+    // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
+    leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
+    checked: identityOf(file) ?? undefined,
+    async close() {
+      storage.close()
+      lock?.release()
+    },
+    undo: () => created.undo(),
+  }
+}
+
+/** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
+function ofActiveKeys(state: LimiterHandover, keys: () => ApiKeyRecord[]): LimiterHandover {
+  if (state.keys.size === 0) return state
+  const active = new Set(
+    keys()
+      .filter((key) => key.revokedAt === null)
+      .map((key) => keySubject(key.id).name),
+  )
+  for (const name of state.keys.keys()) if (!active.has(name)) state.keys.delete(name)
+  return state
+}
+
+/** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */
+function createdBy(dataFile: string): { undo(): void } {
+  const file = resolve(dataFile)
+  const folders: string[] = []
+  for (let dir = dirname(file); !existsSync(dir); dir = dirname(dir)) folders.push(dir)
+  const lock = lockFileOf(file)
+  // Undone only by the start that held the lock, so a lock file it made is its own to remove.
+  const made = existsSync(file) ? (existsSync(lock) ? [] : [lock]) : [file, `${file}-wal`, `${file}-shm`, lock]
+  return {
+    undo() {
+      for (const path of made) rmSync(path, { force: true })
+      for (const dir of folders) rmSync(dir, { recursive: true, force: true })
+    },
   }
 }

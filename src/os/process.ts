@@ -1,0 +1,58 @@
+/**
+ * What petstore asks the operating system about its processes and users, for any part that needs it
+ * (the data file's permissions and leftovers, the takeover's claim, the command line's audit entries):
+ * none of it belongs to a storage engine.
+ */
+import { readFileSync, readlinkSync } from 'node:fs'
+
+/**
+ * The name /etc/passwd gives `uid`: os.userInfo() takes the name from $USER, which a process started
+ * with setpriv, su, sudo or a unit's User= may have inherited from another user.
+ */
+export function passwdName(uid: number): string | undefined {
+  try {
+    return readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .map((line) => line.split(':'))
+      .find((fields) => fields[2] === String(uid))?.[0]
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * kill(pid, 0) counts a zombie (dead, not yet reaped by its parent, which may be a PID 1 that reaps
+ * late or never) as alive; on Linux its state in /proc says `Z`. Only a /proc of this process's own
+ * PID namespace is read; where there is none, kill(pid, 0) alone decides.
+ */
+export function isAlive(pid: number): boolean {
+  if (ownProc() && ['Z', 'X'].includes(procState(pid))) return false
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: alive, under another user.
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+let procIsOwn: boolean | undefined
+function ownProc(): boolean {
+  if (procIsOwn === undefined)
+    try {
+      procIsOwn = readlinkSync('/proc/self') === String(process.pid)
+    } catch {
+      procIsOwn = false
+    }
+  return procIsOwn
+}
+
+/** The state letter of /proc/PID/stat (after the command's name, which may hold spaces and parentheses); '' when unreadable. */
+function procState(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+    return stat.charAt(stat.lastIndexOf(')') + 2)
+  } catch {
+    return ''
+  }
+}
