@@ -16,7 +16,7 @@ import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { TAKE_BACK_LAST_STEP } from '../support/previous-schema'
 import { type RedisServer, startRedis } from '../support/redis'
-import { auth, killSpawned } from './helpers'
+import { auth, killSpawned, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -205,6 +205,52 @@ describeWithEngines(['postgresql', 'redis-server'], 'key lifecycle on two instan
       ])
     } finally {
       await upgraded.stop()
+    }
+  })
+})
+
+describe("key lifecycle through the console's API", () => {
+  test('roll and expiry: the new secret once, the previous until its overlap, 400s naming the field, audit entries naming the operator', async () => {
+    const server = await startWithConsole({ args: ['--no-access-log'] })
+    try {
+      const token = cli(['operators', 'token', 'admin', '--data', server.dataFile]).stdout.trim()
+      const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' }
+      const call = async (method: string, path: string, body?: unknown) => {
+        const answer = await fetch(`${server.console}/api${path}`, { method, headers, body: JSON.stringify(body) })
+        return { status: answer.status, body: (answer.status === 204 ? null : await answer.json()) as any }
+      }
+      const made = await call('POST', '/keys', { plan: 'pro', name: 'console-rolled' })
+      const { id } = made.body.key
+      const first: string = made.body.secret
+      const rolled = await call('POST', `/keys/${id}/roll`, { overlapSeconds: 60 })
+      expect(rolled.status).toBe(201)
+      expect(rolled.body).toEqual({ id, secret: expect.stringMatching(/^psk_[0-9A-Za-z]{49}$/), previousSecretEndsAt: expect.any(String) })
+      for (const secret of [first, rolled.body.secret]) expect((await ask(server.base, secret)).status).toBe(200)
+      expect(await call('POST', `/keys/${id}/roll`, { overlapSeconds: -1 })).toMatchObject({
+        status: 400,
+        body: { message: 'overlapSeconds: must be an integer from 0 to 31536000' },
+      })
+      expect((await call('POST', '/keys/key_missing/roll', {})).status).toBe(404)
+
+      const soon = new Date(Date.now() + 2_000).toISOString()
+      expect((await call('PUT', `/keys/${id}/expiry`, { expiresAt: soon })).status).toBe(204)
+      expect(await call('PUT', `/keys/${id}/expiry`, { expiresAt: 'tomorrow' })).toMatchObject({
+        status: 400,
+        body: { message: expect.stringMatching(/^expiresAt: must be an ISO 8601 time with its zone/) },
+      })
+      const listed = (await call('GET', '/keys')).body.keys.find((key: { id: string }) => key.id === id)
+      expect(listed).toMatchObject({ expiresAt: soon, format: 'checked', versions: [{ version: 'newest' }, { version: 'previous' }] })
+      await eventually(async () => (await ask(server.base, rolled.body.secret)).code === 'key_expired', 5_000)
+      expect((await call('PUT', `/keys/${id}/expiry`, { expiresAt: null })).status).toBe(204)
+      expect((await ask(server.base, rolled.body.secret)).status).toBe(200)
+
+      const entries = (await call('GET', '/audit')).body.entries as { actor: string; action: string; target: string }[]
+      expect(
+        entries.filter((entry) => entry.action === 'key.roll' || entry.action === 'key.set-expiry').map((entry) => entry.action),
+      ).toEqual(['key.set-expiry', 'key.set-expiry', 'key.roll'])
+      expect(entries.every((entry) => entry.actor.length > 0)).toBe(true)
+    } finally {
+      await server.stop()
     }
   })
 })
