@@ -113,6 +113,19 @@ export const FIELD_RULES: Record<string, string> = {
   expiresAt: 'must be an ISO 8601 time with its zone (such as 2027-01-31T18:00:00Z) still to come, or null',
 }
 
+/** A key's working secrets, each with its last use and end (never the secret itself). */
+const Versions = Type.Array(
+  Type.Object({
+    version: Type.Union([Type.Literal('newest'), Type.Literal('previous')], { description: 'Which secret of the key.' }),
+    lastUsedAt: NullableTime("This secret's last request."),
+    endsAt: NullableTime('When this secret stops working; null: never.'),
+  }),
+  {
+    description:
+      "The key's working secrets (never the secrets themselves): the newest, and after a roll the previous one until its overlap ends.",
+  },
+)
+
 const Key = Type.Object({
   id: Type.String(),
   name: Type.String(),
@@ -126,17 +139,7 @@ const Key = Type.Object({
   format: Type.Union([Type.Literal('checked'), Type.Literal('legacy')], {
     description: "The secret's form: with a checksum, or made before secrets carried one.",
   }),
-  versions: Type.Array(
-    Type.Object({
-      version: Type.Union([Type.Literal('newest'), Type.Literal('previous')], { description: 'Which secret of the key.' }),
-      lastUsedAt: NullableTime("This secret's last request."),
-      endsAt: NullableTime('When this secret stops working; null: never.'),
-    }),
-    {
-      description:
-        "The key's working secrets (never the secrets themselves): the newest, and after a roll the previous one until its overlap ends.",
-    },
-  ),
+  versions: Versions,
   dayQuotaLeft: Type.Union([Type.Integer(), Type.Null()], {
     description:
       'Requests left in the day bucket now, as the limiter holds it (read without taking a token); null for a revoked key or when the limiter does not answer.',
@@ -245,6 +248,8 @@ const KeyUsage = Type.Object({
     plan: Plan,
     today: Outcomes,
     lastUsedAt: NullableTime("The key's last request."),
+    expiresAt: NullableTime('When the key expires; null: never.'),
+    versions: Versions,
     deprecated: Type.Object({
       day: Count('getPet calls in the last 24 hours.'),
       week: Count('getPet calls in the last 7 days.'),

@@ -4,7 +4,7 @@
  * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
-import { type ApiKeyRecord, secretUses } from '../../domain/api-key'
+import { type ApiKeyRecord, type SecretUse, secretUses } from '../../domain/api-key'
 import { isoTimeMs } from '../../domain/duration'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
@@ -241,6 +241,8 @@ export class ConsoleService {
         plan: figures.plan!,
         today: figures.today,
         lastUsedAt: iso(figures.lastUsed),
+        expiresAt: iso(figures.secrets[0]?.endsAt ?? null),
+        versions: figures.secrets.map(versionOf),
         deprecated: { day: figures.deprecated.day, week: figures.deprecated.week, last: iso(figures.deprecated.last) },
       },
       window,
@@ -396,13 +398,17 @@ function keyRow(record: ApiKeyRecord, held: Held | null, figures?: KeyUsage): Mo
     revokedAt: iso(record.revokedAt),
     expiresAt: iso(record.expiresAt),
     format: record.secretFormat,
-    versions: secretUses(record).map((use) => ({ version: use.secret, lastUsedAt: iso(use.lastUsedAt), endsAt: iso(use.endsAt) })),
+    versions: secretUses(record).map(versionOf),
     dayQuotaLeft: held?.dayLeft ?? null,
     bannedUntil: iso(held?.bannedUntil ?? null),
     requestsToday: figures?.today.requests ?? 0,
     limitedToday: figures?.today.limited ?? 0,
     deprecatedWeek: figures?.deprecated.week ?? 0,
   }
+}
+
+function versionOf(use: SecretUse): Model<'Key'>['versions'][number] {
+  return { version: use.secret, lastUsedAt: iso(use.lastUsedAt), endsAt: iso(use.endsAt) }
 }
 
 function columns(series: UsageSeries): Model<'Series'> {

@@ -150,6 +150,61 @@ async function loadKeys(): Promise<void> {
   drawKeys()
 }
 
+/** Keys expiring within this long are marked. */
+const EXPIRING_SOON_MS = 7 * 24 * 60 * 60 * 1000
+
+const expired = (key: Model<'Key'>) => key.expiresAt !== null && Date.parse(key.expiresAt) <= Date.now()
+
+/** The expiry as the table shows it: never, the time (marked when within 7 days), or when it expired. */
+function expiryText(key: Model<'Key'>): { text: string; soon: boolean } {
+  if (key.expiresAt === null) return { text: 'never', soon: false }
+  if (expired(key)) return { text: `expired ${when(key.expiresAt)}`, soon: false }
+  const soon = Date.parse(key.expiresAt) - Date.now() < EXPIRING_SOON_MS
+  return { text: `${when(key.expiresAt)}${soon ? ' (within 7 days)' : ''}`, soon }
+}
+
+/**
+ * Opens one of the key dialogs for `key`: `prepare` fills its form, `submit` acts on it; a refusal is
+ * shown in the dialog, which stays open to correct it.
+ */
+function keyDialog(id: string, key: Model<'Key'>, prepare: (form: HTMLFormElement) => void, submit: (form: FormData) => Promise<void>) {
+  const dialog = $<HTMLDialogElement>(`#${id}`)
+  const form = dialog.querySelector('form')!
+  form.reset()
+  dialog.querySelector('.dialog-key')!.textContent = `Key ${key.name || '(no name)'} (${key.id})`
+  dialog.querySelector('.error')!.textContent = ''
+  prepare(form)
+  form.onsubmit = async (event) => {
+    event.preventDefault()
+    const done = form.querySelector<HTMLButtonElement>('[type=submit]')!
+    done.disabled = true
+    try {
+      await submit(new FormData(form))
+      dialog.close()
+    } catch (error) {
+      dialog.querySelector('.error')!.textContent = (error as Error).message
+    } finally {
+      done.disabled = false
+    }
+  }
+  dialog.querySelector<HTMLButtonElement>('.cancel')!.onclick = () => dialog.close()
+  dialog.showModal()
+}
+
+/** Shows a secret once, with Copy: a new key's, or a rolled key's new one. */
+function showSecret(keyId: string, secret: string, note: string): void {
+  $('#secret-note').textContent = note
+  $('#secret-value').textContent = secret
+  $<HTMLElement>('#secret').dataset.keyId = keyId
+  $<HTMLElement>('#secret').hidden = false
+}
+
+/** A time input's value (the browser's local time) for an ISO time, to the minute. */
+function localInput(iso: string): string {
+  const at = new Date(iso)
+  return new Date(at.getTime() - at.getTimezoneOffset() * 60_000).toISOString().slice(0, 16)
+}
+
 function drawKeys(): void {
   const search = $<HTMLInputElement>('#key-search').value.trim().toLowerCase()
   // The column sorted by says so, and which way (an arrow, and aria-sort for screen readers).
@@ -158,9 +213,10 @@ function drawKeys(): void {
     if (header.dataset.sort === sortBy) th.setAttribute('aria-sort', ascending ? 'ascending' : 'descending')
     else th.removeAttribute('aria-sort')
   }
+  // Expired keys are listed apart, after the others, as revoked ones are shown apart.
   const shown = keys
     .filter((key) => key.name.toLowerCase().includes(search))
-    .sort((a, b) => compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
+    .sort((a, b) => Number(expired(a)) - Number(expired(b)) || compare(a[sortBy], b[sortBy]) * (ascending ? 1 : -1))
   fillTable('#key-table', shown, '', (row, key) => {
     row.dataset.keyId = key.id
     // The name opens the key's view; its id, under it, saves a column.
@@ -171,6 +227,9 @@ function drawKeys(): void {
     name.append(id)
     cells(row, [key.plan, `${key.rpm} / ${key.rpd}`, key.requestsToday, key.limitedToday, key.deprecatedWeek])
     cells(row, [key.dayQuotaLeft, when(key.lastUsedAt), when(key.bannedUntil)])
+    const expiry = expiryText(key)
+    cell(row, key.revokedAt === null ? expiry.text : null).classList.toggle('expiring', expiry.soon)
+    if (expired(key) && key.revokedAt === null) row.classList.add('expired')
     const actions = cell(row, '')
     actions.className = 'actions'
     // A revoked key is shown for the record: nothing can be done with it any more.
@@ -191,13 +250,57 @@ function drawKeys(): void {
       await applied()
       await loadKeys()
     })
-    button(actions, 'Change plan', async () => {
-      const plan = prompt('New plan: free, pro, business or enterprise', key.plan)
-      if (!plan) return
-      const limits = plan === 'enterprise' ? { rpm: Number(prompt('Requests per minute')), rpd: Number(prompt('Requests per day')) } : {}
-      await api('PUT', `/api/keys/${encodeURIComponent(key.id)}/plan`, { plan, ...limits })
-      await loadKeys()
-    })
+    const path = `/api/keys/${encodeURIComponent(key.id)}`
+    button(actions, 'Plan', async () =>
+      keyDialog(
+        'plan-dialog',
+        key,
+        (form) => {
+          form.plan.value = key.plan
+        },
+        async (form) => {
+          // Only the limits filled in are sent: an empty box is not a zero.
+          const input: Record<string, unknown> = { plan: form.get('plan') }
+          for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
+          await api('PUT', `${path}/plan`, input)
+          await loadKeys()
+        },
+      ),
+    )
+    button(actions, 'Roll secret', async () =>
+      keyDialog(
+        'roll-dialog',
+        key,
+        () => {},
+        async (form) => {
+          const rolled = await api<Model<'RolledKey'>>('POST', `${path}/roll`, { overlapSeconds: Number(form.get('overlap')) })
+          showSecret(
+            key.id,
+            rolled.secret,
+            `The new secret of key ${key.name || key.id}, shown only now: copy it, it cannot be shown again. ` +
+              `The previous secret works until ${when(rolled.previousSecretEndsAt)}.`,
+          )
+          await loadKeys()
+        },
+      ),
+    )
+    button(actions, 'Expiry', async () =>
+      keyDialog(
+        'expiry-dialog',
+        key,
+        (form) => {
+          form.never.checked = key.expiresAt === null
+          if (key.expiresAt !== null) form.at.value = localInput(key.expiresAt)
+        },
+        async (form) => {
+          const at = String(form.get('at') ?? '')
+          if (!form.get('never') && !at) throw new Error('Choose when the key expires, or tick Never expires.')
+          const expiresAt = form.get('never') ? null : new Date(at).toISOString()
+          await api('PUT', `${path}/expiry`, { expiresAt })
+          await loadKeys()
+        },
+      ),
+    )
   })
 }
 
@@ -321,6 +424,12 @@ async function loadKey(): Promise<void> {
     ['getPet calls, last day', key.deprecated.day, 'calls of the deprecated GET /pets/{petId}'],
     ['getPet calls, last 7 days', key.deprecated.week, 'the same over a week'],
     ['Last used', when(key.lastUsedAt), 'its last request'],
+    ['Expires', key.expiresAt === null ? 'never' : when(key.expiresAt), 'refused from then on'],
+    ...key.versions.map((version): [string, string | null, string] =>
+      version.version === 'newest'
+        ? ['Newest secret last used', when(version.lastUsedAt), 'its last request with the current secret']
+        : ['Previous secret last used', when(version.lastUsedAt), `the secret a roll replaced; it works until ${when(version.endsAt)}`],
+    ),
   ])
   drawChart($('#key-chart'), $('#key-caption'), series, keyWindow)
   fillTable('#refusal-table', refusals, 'No refusals among the recent requests.', (row, entry) =>
@@ -436,9 +545,7 @@ function wire(): void {
     for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
     run(async () => {
       const { key, secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
-      $('#secret-value').textContent = secret
-      $<HTMLElement>('#secret').dataset.keyId = key.id
-      $<HTMLElement>('#secret').hidden = false
+      showSecret(key.id, secret, "The new key's secret, shown only now: copy it, it cannot be shown again.")
       ;(event.target as HTMLFormElement).reset()
       await loadKeys()
     })
