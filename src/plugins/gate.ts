@@ -124,7 +124,10 @@ export function gate(options: GateOptions) {
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    const key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
+    let key = token ? keys.find(token) : undefined
+    // Awaited only when a read was begun: a token already known to be no key costs no microtask.
+    const late = token && !key ? keys.findLate(token) : undefined
+    if (late) key = await late
     let refused: ApiError | undefined
     try {
       let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free)

@@ -28,6 +28,7 @@ export class RequestInfo {
   /** Set only by catch-all routes ('unmatched', 'preflight'); else the answer is recorded under its route's operationId. */
   operation: string | undefined = undefined
   private clientAddress: string | undefined
+  private subject: AddressSubject | undefined
   private recorded = false
 
   constructor(
@@ -64,7 +65,7 @@ export class RequestInfo {
 
   /** The rate limiter's subject for a request without a valid key. */
   get addressSubject(): AddressSubject {
-    return clientSubject(this.address)
+    return (this.subject ??= clientSubject(this.address))
   }
 }
 
@@ -191,7 +192,9 @@ export function requestContext(options: RequestContextOptions) {
   const { server, metrics, accessLog, usage, recent, proxies, operationOf, isApi, rateLimitFields } = options
   const record: Recorder = (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
-    const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
+    // Read once: each read of request.method makes a string.
+    const method = info.method
+    const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(method, route))
     metrics.observe(operation, status, seconds)
     const durationMs = Math.round(seconds * 100_000) / 100
     const key = info.key
@@ -199,7 +202,7 @@ export function requestContext(options: RequestContextOptions) {
       usage?.count(key?.id, status, seconds)
       recent.add({
         time: Date.now(),
-        method: info.method,
+        method,
         path: info.path,
         status,
         keyId: key ? key.id : null,
@@ -213,7 +216,7 @@ export function requestContext(options: RequestContextOptions) {
     // method, path and client are escaped only when they hold a character JSON would escape.
     const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
-      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
+      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(method)},` +
         `"path":${jsonString(info.path.length > LOGGED_PATH_CHARS ? `${info.path.slice(0, LOGGED_PATH_CHARS)}…` : info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }
