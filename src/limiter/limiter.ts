@@ -27,7 +27,7 @@ import { type Subject, subjectNamed } from '../domain/subject'
 const WATCH_PATIENCE_MS = 1_000
 
 /** Most bans of a shared backend answered from this process's memory at once; the oldest are let go first. */
-export const MAX_HELD_BANS = 10_000
+const MAX_HELD_BANS = 10_000
 
 /** A ban a shared backend answered, held here until it ends: its buckets as they were, on the backend's clock. */
 interface HeldBan {
@@ -144,20 +144,25 @@ export class RateLimiter {
     return this.decide(taken, limits, subject)
   }
 
-  /** The held ban of a subject as a take would find it now, or null when none holds (ended, lifted, other limits). */
+  /**
+   * The held ban of a subject as a take would find it now, or null when none holds (ended, lifted, other
+   * limits). Its buckets are refilled in place (refilling is idempotent over time), and the result is the
+   * held one, decided on before any other request can change it.
+   */
   private heldBan(subject: Subject, limits: Limits): TakeResult | null {
     const held = this.heldBans!.get(subject.name)
     if (!held) return null
-    const now = this.options.now?.() ?? held.taken.now + (performance.now() - held.at)
+    const taken = held.taken
+    const now = this.options.now?.() ?? taken.now + (performance.now() - held.at)
     if (held.lifts !== this.backend.lifts) this.heldBans!.clear()
-    else if (held.taken.bannedUntil > now && held.rpm === limits.rpm && held.rpd === limits.rpd) {
+    else if (taken.bannedUntil > now && held.rpm === limits.rpm && held.rpd === limits.rpd) {
       const shape = shapesOf(limits)
-      const minute = { ...held.taken.minute }
-      const day = { ...held.taken.day }
-      refill(minute, shape.minute, now)
-      refill(day, shape.day, now)
-      const retryAt = now + msUntilTokens(minute, day, shape)
-      return { allowed: false, minute, day, bannedUntil: held.taken.bannedUntil, bannedNow: false, now, retryAt }
+      refill(taken.minute, shape.minute, now)
+      refill(taken.day, shape.day, now)
+      held.at += now - taken.now
+      taken.now = now
+      taken.retryAt = now + msUntilTokens(taken.minute, taken.day, shape)
+      return taken
     } else this.heldBans!.delete(subject.name)
     return null
   }
@@ -165,7 +170,7 @@ export class RateLimiter {
   private holdBan(subject: Subject, limits: Limits, taken: TakeResult): void {
     const bans = this.heldBans!
     if (bans.size >= MAX_HELD_BANS && !bans.has(subject.name)) bans.delete(bans.keys().next().value!)
-    const copy = { ...taken, minute: { ...taken.minute }, day: { ...taken.day } }
+    const copy = { ...taken, minute: { ...taken.minute }, day: { ...taken.day }, allowed: false, bannedNow: false }
     bans.set(subject.name, { rpm: limits.rpm, rpd: limits.rpd, taken: copy, at: performance.now(), lifts: this.backend.lifts })
   }
 

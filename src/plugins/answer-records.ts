@@ -49,7 +49,9 @@ export interface AnswerRecords {
 export function answerRecorder({ metrics, accessLog, usage, recent, operationOf, isApi }: AnswerRecords): Recorder {
   return (info, status, route) => {
     const seconds = (performance.now() - info.startedAt) / 1000
-    const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(info.method, route))
+    // Read once: each read of request.method makes a string.
+    const method = info.method
+    const operation = info.operation ?? (route === undefined ? 'unmatched' : operationOf(method, route))
     metrics.observe(operation, status, seconds)
     const durationMs = Math.round(seconds * 100_000) / 100
     const key = info.key
@@ -57,7 +59,7 @@ export function answerRecorder({ metrics, accessLog, usage, recent, operationOf,
       usage?.count(key?.id, status, seconds)
       recent.add({
         time: Date.now(),
-        method: info.method,
+        method,
         path: info.path,
         status,
         keyId: key ? key.id : null,
@@ -71,7 +73,7 @@ export function answerRecorder({ metrics, accessLog, usage, recent, operationOf,
     // method, path and client are escaped only when they hold a character JSON would escape.
     const who = info.key ? `"keyId":"${info.key.id}"` : `"client":${jsonString(info.address)}`
     accessLog.write(
-      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(info.method)},` +
+      `{"time":"${isoNow()}","requestId":"${info.requestId}","method":${jsonString(method)},` +
         `"path":${jsonString(info.path.length > LOGGED_PATH_CHARS ? `${info.path.slice(0, LOGGED_PATH_CHARS)}…` : info.path)},"status":${status},"durationMs":${durationMs},${who}}`,
     )
   }

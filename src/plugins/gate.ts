@@ -126,7 +126,10 @@ export function gate(options: GateOptions) {
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    const found = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
+    let found = token ? keys.find(token) : undefined
+    // Awaited only when a read was begun: a token already known to be no key costs no microtask.
+    const late = token && !found ? keys.findLate(token) : undefined
+    if (late) found = await late
     const expired = found && found.endsAt <= now() ? found : undefined
     const key = expired ? undefined : found
     let refused: ApiError | undefined

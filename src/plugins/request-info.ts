@@ -19,6 +19,7 @@ export class RequestInfo {
   key: ActiveKey | undefined = undefined
   /** Set only by catch-all routes ('unmatched', 'preflight'); else the answer is recorded under its route's operationId. */
   operation: string | undefined = undefined
+  private subject: AddressSubject | undefined
   private clientAddress: string | undefined
   private recorded = false
 
@@ -56,7 +57,7 @@ export class RequestInfo {
 
   /** The rate limiter's subject for a request without a valid key. */
   get addressSubject(): AddressSubject {
-    return clientSubject(this.address)
+    return (this.subject ??= clientSubject(this.address))
   }
 }
 

@@ -93,8 +93,10 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   let warnedUnforwarded = false
   const onUnforwarded = (proxy: string, request: Request) => {
     // Only the API is limited by address: a local probe of /metrics or /healthz through no proxy is fine.
+    // Asked per request from a local client: once it has warned, it reads nothing more.
+    if (warnedUnforwarded) return
     const path = routedPath(request.url)
-    if (warnedUnforwarded || typeof path !== 'string' || !isApi(path)) return
+    if (typeof path !== 'string' || !isApi(path)) return
     warnedUnforwarded = true
     warn(
       `a request from ${proxy}, a trusted proxy (--trust-proxy), carried no X-Forwarded-For: it may be a client on that ` +
