@@ -6,11 +6,25 @@
  * unset. Everything is checked here, once, so the rest of the code can trust it.
  */
 
-import { BAN_AFTER, BAN_SECONDS, type Range } from './domain/ban-rule'
+import {
+  ConfigError,
+  type EnvName,
+  type Environment,
+  type FlagTable,
+  type InputOf,
+  integer,
+  list,
+  option,
+  reader,
+  toggle,
+  variable,
+} from './flags/table'
+import { BAN_AFTER, BAN_SECONDS } from './domain/ban-rule'
 import { HOST_NAME } from './http/allowed-hosts'
 import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
-export type EnvName = 'production' | 'staging'
+// The flags' own vocabulary, which every caller of the config speaks.
+export { ConfigError, type EnvName } from './flags/table'
 
 export const ENVIRONMENTS = {
   production: {
@@ -92,106 +106,11 @@ export interface DatabaseConfig {
   pool: number
 }
 
-export class ConfigError extends Error {}
-
-type Environment = Record<string, string | undefined>
-
-/** What every row of a command's table says. */
-interface Row {
-  /** The flag without its dashes: 'ban-after' for --ban-after. */
-  readonly flag: string
-  /** The variable read when the flag is not given. */
-  readonly variable?: string
-  /** The usage's description: its first line beside the flag, any more under it. */
-  readonly help: string
-  /** The sub-commands it applies to, when not every one (cmd/options.ts refuses it with the others). */
-  readonly only?: readonly string[]
-}
-
-/** A flag with a value: `parse` refuses a bad one under `name`, the flag or the variable it came from. */
-export interface OptionFlag<T> extends Row {
-  readonly kind: 'option'
-  /** How its value is written in the usage: N, URL, HOST:PORT. */
-  readonly value: string
-  readonly parse: (text: string, name: string) => T
-  /** The value when neither the flag nor its variable is given; none when it is optional. */
-  readonly default?: (env: EnvName) => T
-}
-
-/** A repeatable flag; its variable is a comma-separated list. Parsed whole, from none given too. */
-export interface ListFlag<T> extends Row {
-  readonly kind: 'list'
-  readonly value: string
-  readonly parse: (texts: string[], name: string) => T
-}
-
-/** A flag without a value (--json, --no-access-log). */
-export interface SwitchFlag extends Row {
-  readonly kind: 'switch'
-}
-
-export type Flag = OptionFlag<unknown> | ListFlag<unknown> | SwitchFlag
-export type FlagTable = Readonly<Record<string, Flag>>
-
-export function option<T = string>(row: Omit<OptionFlag<T>, 'kind' | 'parse'> & Partial<Pick<OptionFlag<T>, 'parse'>>): OptionFlag<T> {
-  return { kind: 'option', parse: (text) => text as T, ...row }
-}
-export const list = <T>(row: Omit<ListFlag<T>, 'kind'>): ListFlag<T> => ({ kind: 'list', ...row })
-export const toggle = (row: Omit<SwitchFlag, 'kind'>): SwitchFlag => ({ kind: 'switch', ...row })
-
-/** What a command line gives for a table's rows: the text of each flag (every text of a repeatable one; true for a switch). */
-export type InputOf<T extends FlagTable> = {
-  -readonly [K in keyof T]?: T[K] extends ListFlag<unknown> ? string[] : T[K] extends SwitchFlag ? boolean : string
-}
-/** A row's value once read. */
-export type ValueOf<F> = F extends OptionFlag<infer T> ? T : F extends ListFlag<infer T> ? T : boolean
-
-/** An environment variable's value, or undefined when unset or empty (`PETSTORE_PORT=` means no value). */
-function variable(environment: Environment, name: string): string | undefined {
-  const value = environment[name]
-  return value === '' ? undefined : value
-}
-
-/** A row's text, the flag's or else its variable's, with the name a complaint uses (where the user can find it). */
-function given(row: Flag, text: string | string[] | boolean | undefined, environment: Environment) {
-  if (text !== undefined || row.variable === undefined) return { name: `--${row.flag}`, text }
-  const value = variable(environment, row.variable)
-  return { name: row.variable, text: row.kind === 'list' && value !== undefined ? splitList(value) : value }
-}
-
-/** The rows of `table` read from a command line's input and the environment. */
-export function reader<T extends FlagTable>(table: T, input: InputOf<T>, environment: Environment) {
-  return {
-    /** Whether the flag or its variable was given, and the name a complaint about it must use. */
-    given: (key: keyof T & string) => {
-      const { name, text } = given(table[key]!, input[key], environment)
-      return { name, given: text !== undefined }
-    },
-    /** The row's value: parsed from the flag or its variable, else its default (for the environment `env`). */
-    value<K extends keyof T & string>(key: K, env: EnvName = 'production'): ValueOf<T[K]> | undefined {
-      const row: Flag = table[key]!
-      const { name, text } = given(row, input[key], environment)
-      if (row.kind === 'switch') return (text === true) as ValueOf<T[K]>
-      if (row.kind === 'list') return row.parse((text as string[] | undefined) ?? [], name) as ValueOf<T[K]>
-      return (text === undefined ? row.default?.(env) : row.parse(text as string, name)) as ValueOf<T[K]> | undefined
-    },
-  }
-}
-
 function parseEnvName(value: string | undefined, name = '--env'): EnvName {
   const env = value ?? 'production'
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }
-
-/** A parser for whole numbers within `range`, which its complaint names. */
-export const integer =
-  ({ min, max }: Range) =>
-  (text: string, name: string): number => {
-    if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max)
-      throw new ConfigError(`${name} must be an integer from ${min} to ${max}, not "${text}"`)
-    return Number(text)
-  }
 
 /** A parser for one of a few words. */
 const oneOf =
@@ -251,10 +170,6 @@ function parseToken(value: string, name: string): string {
   if (!/^[A-Za-z0-9._~+/=-]{16,256}$/.test(value))
     throw new ConfigError(`${name} must be 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)`)
   return value
-}
-
-function splitList(value: string | undefined): string[] {
-  return value ? value.split(/[\s,]+/).filter(Boolean) : []
 }
 
 function parseProxies(entries: string[], name: string): TrustedProxies {

@@ -1,6 +1,7 @@
 /** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
-import { CONFIG_FLAGS, envOf, hostInUrl, integer, reader } from '../config'
-import { asUsageError, flagLines, help, parse, UsageError } from './options'
+import { CONFIG_FLAGS, envOf, hostInUrl } from '../config'
+import { integer, reader, flagLines } from '../flags/table'
+import { asUsageError, help, parse, UsageError } from './options'
 
 /** The server asked: serve's address and port, though port 0 (a free one) is no port to ask. */
 const FLAGS = {

@@ -1,5 +1,5 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
-import { integer, option, reader, toggle } from '../config'
+import { integer, option, reader, toggle, flagLines } from '../flags/table'
 import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
 import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
@@ -7,7 +7,7 @@ import { DAY_MS } from '../domain/time'
 import { createKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { noKey, parseSince, printUsage } from './keys-usage'
-import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, withStorage } from './options'
+import { asUsageError, COMMON, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
 function ownLimit(flag: 'rpm' | 'rpd', per: string) {

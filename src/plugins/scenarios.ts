@@ -5,6 +5,7 @@
  * ban. A key the limiter would refuse now gets the limiter's refusal instead; when the limiter does not
  * answer in time, the scenario answers its 503, never with the real operation.
  */
+import { integerRule, integerWithin } from '../domain/integer-range'
 import { ApiError, badRequest, ClientClosedError, internalError, LIMITER_DOWN, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
@@ -54,9 +55,9 @@ function forceableCodes(documented: number[]): number[] {
 function integerIn(name: string, preference: Preference | undefined, min: number, max: number, unit = ''): number | undefined {
   if (!preference) return undefined
   const value = preference.value ?? ''
-  if (!/^\d{1,6}$/.test(value) || Number(value) < min || Number(value) > max)
-    throw badRequest(`Prefer ${name}: must be an integer from ${min} to ${max}${unit}, not "${value.slice(0, 40)}"`)
-  return Number(value)
+  const number = integerWithin(value, min, max, 6)
+  if (number === undefined) throw badRequest(`Prefer ${name}: ${integerRule(min, max)}${unit}, not "${value.slice(0, 40)}"`)
+  return number
 }
 
 function codeFor(operationId: string, documented: number[], value: string | undefined): number {

@@ -4,6 +4,7 @@
  * the server and the page (type-only imports, so nothing of this file is in the page's bundle) the
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
+import { integerRule } from '../../domain/integer-range'
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
 import { CUSTOM_LIMIT, KEY_NAME_FORBIDDEN, KEY_NAME_MAX } from '../../domain/key-input'
@@ -84,8 +85,8 @@ export const FIELD_RULES: Record<string, string> = {
   name: `must be a string of at most ${KEY_NAME_MAX} characters, with no control or bidirectional formatting characters`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
-  rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
-  rpd: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
+  rpm: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
+  rpd: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
 }
 
 const Key = Type.Object({

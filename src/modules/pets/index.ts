@@ -6,6 +6,7 @@ import { Elysia } from 'elysia'
 import { badRequest, ClientClosedError, JSON_TYPE, petNotFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
+import { strictQuery } from '../../http/query'
 import { compileValidator } from '../../http/validation'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
@@ -25,7 +26,7 @@ export interface PetsModuleOptions {
 
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
-const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
+const LIST_PARAMETERS = Object.keys(PetModel.ListQuery.properties)
 
 const parsedQueries = new Map<string, ListQuery>()
 /** Far above any query this operation takes (three short parameters); keeps the parse cache small. */
@@ -48,15 +49,12 @@ export function parseListQuery(url: string): ListQuery {
 function parseQueryText(text: string): ListQuery {
   const query: { limit?: number; status?: string; cursor?: string } = {}
   if (text) {
-    for (const [name, value] of new URLSearchParams(text)) {
-      if (!LIST_PARAMETERS.has(name))
-        throw badRequest(`${name.slice(0, 40)}: is not a known query parameter; allowed are limit, status, cursor`)
-      if (name in query) throw badRequest(`${name}: is given more than once`)
+    strictQuery(new URLSearchParams(text), LIST_PARAMETERS, (name, value) => {
       if (name === 'limit') {
         if (!/^\d{1,6}$/.test(value)) throw badRequest(`limit: ${FIELD_RULES.limit}`)
         query.limit = Number(value)
       } else query[name as 'status' | 'cursor'] = value
-    }
+    })
   }
   listQueryValidator.parse(query)
   let afterId = 0
