@@ -7,12 +7,11 @@ import { asUsageError, help, parse, UsageError } from './options'
 const FLAGS = {
   host: {
     ...CONFIG_FLAGS.host,
-    help: `the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
-127.0.0.1 and ::1; default 127.0.0.1)`,
+    help: "the server's address: 0.0.0.0 and :: are asked on 127.0.0.1 and ::1",
   },
   port: {
     ...CONFIG_FLAGS.port,
-    help: "the server's port (PETSTORE_PORT; default 8080, staging 8081)",
+    help: "the server's port",
     parse: integer({ min: 1, max: 65_535 }),
   },
 }

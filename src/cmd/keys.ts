@@ -30,9 +30,10 @@ const FLAGS = {
   since: option({
     flag: 'since',
     value: 'DURATION',
-    help: 'how far back usage looks, 24h by default',
+    help: 'how far back usage looks',
     parse: parseSince,
     default: () => DAY_MS,
+    shownDefault: () => '24h',
     only: ['usage'],
   }),
 }

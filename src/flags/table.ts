@@ -19,8 +19,13 @@ interface Row {
   readonly flag: string
   /** The variable read when the flag is not given. */
   readonly variable?: string
-  /** The usage's description: its first line beside the flag, any more under it. */
+  /**
+   * The usage's description: its first line beside the flag, any more under it. Where the value comes
+   * from when not given is not written here: the usage adds "(VARIABLE; default X, staging Y, notes)".
+   */
   readonly help: string
+  /** Said after the variable and the defaults in the usage's parentheses: "comma-separated". */
+  readonly notes?: string
   /** The sub-commands it applies to, when not every one (cmd/options.ts refuses it with the others). */
   readonly only?: readonly string[]
 }
@@ -33,6 +38,8 @@ export interface OptionFlag<T> extends Row {
   readonly parse: (text: string, name: string) => T
   /** The value when neither the flag nor its variable is given; none when it is optional. */
   readonly default?: (env: EnvName) => T
+  /** How the usage writes the default of `env`: by default its value as text; for a default worked out elsewhere, the words. */
+  readonly shownDefault?: (env: EnvName) => string
 }
 
 /** A repeatable flag; its variable is a comma-separated list. Parsed whole, from none given too. */
@@ -111,13 +118,36 @@ function splitList(value: string | undefined): string[] {
 /** Where a flag's description starts in the usage. */
 const COLUMN = 29
 
+/** A usage line as wide as this, at most, before the parentheses go to a line of their own. */
+const WIDTH = 120
+
 /** A table's rows as usage lines: the flag and its value, then its help (and the sub-commands it is for), continued in the column. */
 export function flagLines(table: FlagTable): string {
   return Object.values(table)
     .map((row) => {
-      const [first, ...more] = (row.only ? `${row.help} (${row.only.join(', ')})` : row.help).split('\n')
+      const lines = (row.only ? `${row.help} (${row.only.join(', ')})` : row.help).split('\n')
+      const whence = sources(row)
+      if (whence) {
+        const last = lines.length - 1
+        if (COLUMN + lines[last]!.length + whence.length + 1 <= WIDTH) lines[last] += ` ${whence}`
+        else lines.push(whence)
+      }
+      const [first, ...more] = lines
       const head = `  --${row.flag}${row.kind === 'switch' ? '' : ` ${row.value}`}  `.padEnd(COLUMN)
       return [head + first, ...more.map((line) => ' '.repeat(COLUMN) + line)].join('\n')
     })
     .join('\n')
+}
+
+/** Where a row's value comes from when the flag is not given, from its fields: "(VARIABLE; default X, staging Y, notes)". */
+function sources(row: Flag): string {
+  let text = row.variable ?? ''
+  if (row.kind === 'option' && (row.default || row.shownDefault)) {
+    const shown = (env: EnvName) => row.shownDefault?.(env) ?? String(row.default!(env))
+    const production = shown('production')
+    const staging = shown('staging')
+    text += `${text ? '; ' : ''}default ${production}${staging === production ? '' : `, staging ${staging}`}`
+  }
+  if (row.notes) text += `${text ? ', ' : ''}${row.notes}`
+  return text ? `(${text})` : ''
 }
