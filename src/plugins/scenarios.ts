@@ -14,6 +14,7 @@ import type { RateLimiter } from '../limiter/limiter'
 import type { TryCounter } from '../limiter/tries'
 import type { ActiveKey } from '../domain/api-key'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
+import { HOUR_MS } from '../domain/time'
 import { rateLimitHeaders, refusal } from './gate'
 import { answerWith, type RequestInfo } from './request-info'
 
@@ -24,7 +25,7 @@ const FAIL_MAX = 100
 /** Delayed answers one key may have waiting at once: a delay holds a connection, and a forced one spends no token. */
 const DELAYS_PER_KEY = 100
 /** How long a count of tries (fail=N) is kept after its first try. */
-const TRIES_KEPT_MS = 60 * 60 * 1000
+const TRIES_KEPT_MS = HOUR_MS
 
 type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
 

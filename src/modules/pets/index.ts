@@ -9,8 +9,9 @@ import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, sche
 import { strictQuery } from '../../http/query'
 import { compileValidator } from '../../http/validation'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
-import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
-import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
+import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET, SUNSET_DAY } from '../../domain/deprecation'
+import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, IDEMPOTENCY_TTL_MS } from '../../domain/idempotency'
+import { HOUR_MS } from '../../domain/time'
 import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
@@ -165,8 +166,7 @@ export function petsModule(options: PetsModuleOptions) {
         detail: {
           operationId: 'createPet',
           summary: 'Add a pet',
-          description:
-            'Unknown properties are refused. Send `Idempotency-Key` to retry safely: the same key and body replay the first answer (kept 24 h).',
+          description: `Unknown properties are refused. Send \`Idempotency-Key\` to retry safely: the same key and body replay the first answer (kept ${IDEMPOTENCY_TTL_MS / HOUR_MS} h).`,
           tags: ['pets'],
           parameters: [
             {
@@ -192,7 +192,7 @@ export function petsModule(options: PetsModuleOptions) {
       detail: {
         operationId: DEPRECATED_OPERATION,
         summary: 'Get one pet (deprecated)',
-        description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
+        description: `Deprecated; removed on ${SUNSET_DAY}. Use \`GET /pets\` with the \`status\` filter.`,
         deprecated: true,
         tags: ['pets'],
         parameters: parametersFrom(PetModel.PetParams, 'path'),

@@ -24,7 +24,7 @@ const Name = Type.String({
   minLength: 1,
   maxLength: NAME_MAX,
   pattern: `^[^${CONTROL_CHARACTERS}]*$`,
-  description: "The animal's name: 1 to 200 characters (code points), no control characters.",
+  description: `The animal's name: 1 to ${NAME_MAX} characters (code points), no control characters.`,
 })
 
 /**
