@@ -1,18 +1,17 @@
 /** `petstore keys usage [ID] [--since DURATION] [--json]`: the usage figures (modules/usage) of every key, or of one. */
 import { ConfigError } from '../config'
 import type { Storage } from '../domain/repositories'
-import { DAY_MS, HOUR_MS, MINUTE_MS } from '../domain/time'
+import { durationMs } from '../domain/duration'
+import { DAY_MS, MINUTE_MS } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
 import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
 
-const UNITS: Record<string, number> = { m: MINUTE_MS, h: HOUR_MS, d: DAY_MS }
 const LONGEST_MS = 90 * DAY_MS
 
 /** A duration such as 30m, 24h or 7d, from a minute to 90 days. */
 export function parseSince(value: string): number {
-  const match = /^(\d{1,6})([mhd])$/.exec(value)
-  const ms = match ? Number(match[1]) * UNITS[match[2]!]! : 0
+  const ms = durationMs(value) ?? 0
   if (ms < MINUTE_MS || ms > LONGEST_MS)
     throw new ConfigError(`--since must be a duration from 1m to 90d such as 30m, 24h or 7d, not "${value.slice(0, 40)}"`)
   return ms
@@ -61,6 +60,11 @@ export async function printUsage(
   }
   heading()
   printKeys([key])
+  console.log('\nSecrets (after a roll, the previous one works until its overlap ends):')
+  printTable(
+    ['SECRET', 'LAST USED', 'WORKS UNTIL'],
+    key.secrets.map((s) => [s.secret, iso(s.lastUsedAt) ?? '-', iso(s.endsAt) ?? 'no expiry']),
+  )
   console.log(`\nRequests per ${series.resolution} since ${since} (only ${series.resolution}s with requests):`)
   printTable(
     ['AT', 'REQUESTS', '2XX', '4XX', '429', '501', '5XX', 'P50 MS', 'P99 MS'],
@@ -70,7 +74,12 @@ export async function printUsage(
 }
 
 function asJson(usage: KeyUsage) {
-  return { ...usage, lastUsed: iso(usage.lastUsed), deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) } }
+  return {
+    ...usage,
+    lastUsed: iso(usage.lastUsed),
+    secrets: usage.secrets.map((s) => ({ secret: s.secret, lastUsed: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) })),
+    deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
+  }
 }
 
 function pointJson(point: UsagePoint) {

@@ -1,10 +1,12 @@
-/** `petstore keys create|list|revoke|reset-limits|set-plan|usage`: API keys, straight in storage; a running server follows. */
-import { integer, option, reader, toggle, flagLines } from '../flags/table'
+/** `petstore keys create|list|revoke|reset-limits|set-plan|set-expiry|roll|usage`: API keys, straight in storage; a running server follows. */
+import { ConfigError } from '../config'
+import { flagLines, integer, option, reader, toggle } from '../flags/table'
 import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
+import { durationMs, isoTimeMs } from '../domain/duration'
 import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
-import { DAY_MS } from '../domain/time'
-import { createKey, setKeyPlan } from '../modules/keys/service'
+import { DAY_MS, HOUR_MS } from '../domain/time'
+import { createKey, rollKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { noKey, parseSince, printUsage } from './keys-usage'
 import { asUsageError, COMMON, parseSub, printTable, UsageError, withStorage } from './options'
@@ -20,12 +22,70 @@ function ownLimit(flag: 'rpm' | 'rpd', per: string) {
   })
 }
 
+/** Longest a key may be given to live from now, and a rolled secret to overlap with the new one. */
+const LONGEST_EXPIRY_MS = 3650 * DAY_MS
+const LONGEST_OVERLAP_MS = 365 * DAY_MS
+
+/** A parser for a duration (90s, 30m, 24h, 7d) within a range, which its complaint names. */
+const duration =
+  (shortest: string, longest: string, maxMs: number) =>
+  (text: string, name: string): number => {
+    const ms = durationMs(text)
+    if (ms === null || ms < (durationMs(shortest) ?? 0) || ms > maxMs)
+      throw new ConfigError(
+        `${name} must be a duration from ${shortest} to ${longest} such as 90s, 30m, 24h or 7d, not "${text.slice(0, 40)}"`,
+      )
+    return ms
+  }
+
+/** A parser for an ISO 8601 time with its zone; whether it is still to come is checked when it is used. */
+const time = (text: string, name: string): number => {
+  const ms = isoTimeMs(text)
+  if (ms === null)
+    throw new ConfigError(`${name} must be an ISO 8601 time with its zone, such as 2027-01-31T18:00:00Z, not "${text.slice(0, 40)}"`)
+  return ms
+}
+
+const expiryIn = duration('1s', '3650d', LONGEST_EXPIRY_MS)
+
 /** Each flag with the sub-commands it applies to. */
 const FLAGS = {
   plan: option({ flag: 'plan', value: 'PLAN', help: `the key's plan: ${PLANS.join(', ')}`, only: ['create'] }),
   name: option({ flag: 'name', value: 'TEXT', help: 'what the key is for, as keys list shows it', only: ['create'] }),
   rpm: ownLimit('rpm', 'minute'),
   rpd: ownLimit('rpd', 'day'),
+  expiresIn: option({
+    flag: 'expires-in',
+    value: 'DURATION',
+    help: 'the key expires this long from now (90s, 30m, 24h, 7d)',
+    parse: expiryIn,
+    only: ['create'],
+  }),
+  expiresAt: option({
+    flag: 'expires-at',
+    value: 'TIME',
+    help: 'the key expires at this time (ISO 8601 with its zone: 2027-01-31T18:00:00Z)',
+    parse: time,
+    only: ['create'],
+  }),
+  in: option({ flag: 'in', value: 'DURATION', help: 'the key expires this long from now', parse: expiryIn, only: ['set-expiry'] }),
+  at: option({
+    flag: 'at',
+    value: 'TIME',
+    help: 'the key expires at this time (ISO 8601 with its zone)',
+    parse: time,
+    only: ['set-expiry'],
+  }),
+  never: toggle({ flag: 'never', help: 'the key never expires (an expired key works again)', only: ['set-expiry'] }),
+  overlap: option({
+    flag: 'overlap',
+    value: 'DURATION',
+    help: 'how long the previous secret keeps working (0s ends it now)',
+    parse: duration('0s', '365d', LONGEST_OVERLAP_MS),
+    default: () => DAY_MS,
+    shownDefault: () => `${DAY_MS / HOUR_MS}h`,
+    only: ['roll'],
+  }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
   since: option({
     flag: 'since',
@@ -33,16 +93,19 @@ const FLAGS = {
     help: 'how far back usage looks',
     parse: parseSince,
     default: () => DAY_MS,
-    shownDefault: () => '24h',
+    shownDefault: () => `${DAY_MS / HOUR_MS}h`,
     only: ['usage'],
   }),
 }
 
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
+                            [--expires-in DURATION | --expires-at TIME]
        petstore keys list [--json]
        petstore keys revoke ID
        petstore keys reset-limits ID
        petstore keys set-plan ID free|pro|business|enterprise [--rpm N --rpd N]
+       petstore keys set-expiry ID (--in DURATION | --at TIME | --never)
+       petstore keys roll ID [--overlap DURATION]
        petstore keys usage [ID] [--since DURATION] [--json]
 
   reset-limits refills the key's buckets and lifts its ban; a running server applies it within a second.
@@ -51,7 +114,10 @@ export const USAGE = `Usage: petstore keys create --plan free|pro|business|enter
   the last use, and the deprecated getPet calls of the last day and week; with ID, one key and its
   requests per minute (per hour beyond 24h). See docs/usage.md.
 
-  create prints the new key's secret once, alone, as the last line of stdout.
+  create and roll print the new secret once, alone, as the last line of stdout. roll keeps the key's id,
+  plan, limits, ban, usage and expiry; its previous secret works until the overlap ends (at most two
+  secrets work at once: a roll ends one kept from an earlier roll at once). An expired key, or a secret
+  past its overlap, gets 401 key_expired. See docs/keys.md.
   Plans (requests per minute / per day):
 ${Object.entries(PLAN_LIMITS)
   .map(([plan, limits]) => `    ${plan.padEnd(11)}${`${limits.rpm}`.padStart(6)} / ${limits.rpd.toLocaleString('en')}`)
@@ -64,7 +130,7 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
-  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'usage'])
+  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'set-expiry', 'roll', 'usage'])
   if (typeof line === 'number') return line
   const { sub, values, positionals } = line
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
@@ -74,7 +140,13 @@ export async function keys(args: string[]): Promise<number> {
       `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
       USAGE,
     )
-  const expected = sub === 'revoke' || sub === 'reset-limits' ? [1] : sub === 'set-plan' ? [2] : sub === 'usage' ? [0, 1] : [0]
+  const expected = ['revoke', 'reset-limits', 'set-expiry', 'roll'].includes(sub)
+    ? [1]
+    : sub === 'set-plan'
+      ? [2]
+      : sub === 'usage'
+        ? [0, 1]
+        : [0]
   if (!expected.includes(positionals.length))
     throw new UsageError(
       sub === 'set-plan'
@@ -96,18 +168,37 @@ export async function keys(args: string[]): Promise<number> {
     return checked
   }, USAGE)
   const since = sub === 'usage' ? asUsageError(() => read.value('since')!, USAGE) : 0
+  const now = Date.now()
+  const expiresAt = asUsageError(() => expiryOf(sub, read, now), USAGE)
+  const overlapMs = sub === 'roll' ? asUsageError(() => read.value('overlap')!, USAGE) : 0
   const access = { mayCreate: sub === 'create', readsOnly: sub === 'list' || sub === 'usage' }
   const id = positionals[0]!
   return withStorage(values, USAGE, access, async (storage, where) => {
     if (sub === 'create') {
-      const { secret, record } = await createKey(storage.keys, input, Date.now())
+      const { secret, record } = await createKey(storage.keys, input, now, expiresAt)
       console.error(
-        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day) in ${where}. ` +
+        `petstore: created ${record.plan} key ${record.id} (${record.rpm}/min, ${record.rpd}/day${expiresAt === null ? '' : `, expires ${iso(expiresAt)}`}) in ${where}. ` +
           'Its secret, shown only now, is the next line:',
       )
       console.log(secret)
       // After the secret: a key made is never left without it, whatever the audit write does.
       await auditCommand(storage, 'key.create', record.id)
+    } else if (sub === 'roll') {
+      const rolled = await rollKey(storage.keys, id, overlapMs, now)
+      if (!rolled) return noKey('active key', id, where)
+      console.error(
+        `petstore: rolled ${id} in ${where}: its previous secret ${overlapMs === 0 ? 'stopped working now' : `works until ${iso(rolled.previousEndsAt)}`}, ` +
+          'then gets 401 key_expired; a running server takes the new one at once. The new secret, shown only now, is the next line:',
+      )
+      console.log(rolled.secret)
+      await auditCommand(storage, 'key.roll', `${id} previous secret until ${iso(rolled.previousEndsAt)}`)
+    } else if (sub === 'set-expiry') {
+      if (!(await storage.keys.setExpiry(id, expiresAt))) return noKey('active key', id, where)
+      const when = expiresAt === null ? 'never' : iso(expiresAt)
+      await auditCommand(storage, 'key.set-expiry', `${id} ${when}`)
+      console.error(
+        `petstore: ${id} ${expiresAt === null ? 'now never expires' : `now expires at ${when}`} in ${where}; a running server applies it within a second`,
+      )
     } else if (sub === 'list') {
       const listed = await storage.keys.list()
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
@@ -139,23 +230,63 @@ export async function keys(args: string[]): Promise<number> {
   })
 }
 
+/** The expiry a create or set-expiry asks for (null: never), refused when it is not still to come. */
+function expiryOf(sub: string, read: ReturnType<typeof reader<typeof FLAGS>>, now: number): number | null {
+  if (sub !== 'create' && sub !== 'set-expiry') return null
+  const [inFlag, atFlag] = sub === 'create' ? (['expiresIn', 'expiresAt'] as const) : (['in', 'at'] as const)
+  const given = [inFlag, atFlag, ...(sub === 'set-expiry' ? (['never'] as const) : [])].filter(
+    (flag) => read.given(flag).given && read.value(flag) !== false,
+  )
+  const names = given.map((flag) => read.given(flag).name)
+  if (given.length > 1) throw new ConfigError(`${names.join(' and ')} cannot be given together`)
+  if (sub === 'set-expiry' && given.length === 0) throw new ConfigError('keys set-expiry needs one of --in, --at or --never')
+  const within = read.value(inFlag)
+  if (within !== undefined) return now + within
+  const at = read.value(atFlag)
+  if (at === undefined) return null
+  if (at <= now) throw new ConfigError(`${read.given(atFlag).name} must be a time still to come, not ${iso(at)}`)
+  return at
+}
+
+const iso = (time: number) => new Date(time).toISOString()
+const isoOrNull = (time: number | null) => (time === null ? null : iso(time))
+
 function printKeys(records: ApiKeyRecord[], json: boolean): void {
+  const now = Date.now()
   const rows = records.map((r) => ({
     id: r.id,
     name: r.name,
     plan: r.plan,
     rpm: r.rpm,
     rpd: r.rpd,
-    created: new Date(r.createdAt).toISOString(),
-    lastUsed: r.lastUsedAt === null ? null : new Date(r.lastUsedAt).toISOString(),
-    revoked: r.revokedAt === null ? null : new Date(r.revokedAt).toISOString(),
+    created: iso(r.createdAt),
+    lastUsed: isoOrNull(r.lastUsedAt),
+    revoked: isoOrNull(r.revokedAt),
+    expires: isoOrNull(r.expiresAt),
+    format: r.secretFormat,
+    previousSecretEndsAt: r.previousSecretHash !== null && r.previousEndsAt! > now ? iso(r.previousEndsAt!) : null,
   }))
   if (json) {
     console.log(JSON.stringify(rows, null, 2))
     return
   }
   printTable(
-    ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'REVOKED'],
-    rows.map((r) => [r.id, r.name, r.plan, String(r.rpm), String(r.rpd), r.created, r.lastUsed ?? '-', r.revoked ?? '-']),
+    ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'EXPIRES', 'FORMAT', 'REVOKED'],
+    records.map((r, i) => {
+      const row = rows[i]!
+      const expires = r.expiresAt === null ? 'never' : `${row.expires}${r.expiresAt <= now ? ' (expired)' : ''}`
+      return [
+        r.id,
+        r.name,
+        r.plan,
+        String(r.rpm),
+        String(r.rpd),
+        row.created,
+        row.lastUsed ?? '-',
+        expires,
+        r.secretFormat,
+        row.revoked ?? '-',
+      ]
+    }),
   )
 }

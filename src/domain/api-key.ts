@@ -16,24 +16,90 @@ export interface ApiKeyRecord {
   plan: Plan
   rpm: number
   rpd: number
+  /** The hash of the key's secret (of the newest, once rolled). */
   secretHash: string
   createdAt: number
+  /** The key's last use, by any of its secrets. */
   lastUsedAt: number | null
+  /** The last use of its newest secret. */
+  secretLastUsedAt: number | null
   revokedAt: number | null
+  /** From this time on (ms) the key is refused as expired; null: never. */
+  expiresAt: number | null
+  /** Which form the secret has: with a checksum, or made before secrets carried one. */
+  secretFormat: SecretFormat
+  /** The time of the key's last roll; null when never rolled. */
+  rolledAt: number | null
+  /** The secret the last roll replaced, which works until previousEndsAt; null when none is kept. */
+  previousSecretHash: string | null
+  previousEndsAt: number | null
+  previousLastUsedAt: number | null
 }
 
+export type SecretFormat = 'checked' | 'legacy'
+
 /** What a server needs of a key to accept it: a change reads no more (a start reads every key). */
-export type KeyChange = Pick<ApiKeyRecord, 'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt'>
+export type KeyChange = Pick<
+  ApiKeyRecord,
+  'id' | 'plan' | 'rpm' | 'rpd' | 'secretHash' | 'revokedAt' | 'expiresAt' | 'rolledAt' | 'previousSecretHash' | 'previousEndsAt'
+>
 
 const SECRET_PREFIX = 'psk_'
 
-/** A key as a running server holds it: what the gate, the limiter and the handlers need of it. */
+/** A key as a running server holds it, by one of its secrets: what the gate, the limiter and the handlers need of it. */
 export interface ActiveKey {
   id: string
   plan: Plan
   limits: Limits
   /** The limiter's subject for this key. */
   subject: KeySubject
+  /** The hash of the secret it was found by: its last use is kept apart from the other secret's. */
+  secretHash: string
+  /** From this time on (ms) this secret is refused as expired (Infinity: never). */
+  endsAt: number
+  /** For the secret a roll replaced, the time of that roll; else null. */
+  replacedAt: number | null
+}
+
+/** One working secret of a key (the newest, or the one its last roll replaced while it is kept), and its last use. */
+export interface SecretUse {
+  secret: 'newest' | 'previous'
+  lastUsedAt: number | null
+  /** When it stops working (ms); null: never. */
+  endsAt: number | null
+}
+
+/** The secrets of a key an operator looks at before a roll's overlap ends: is the previous one still used? */
+export function secretUses(record: ApiKeyRecord): SecretUse[] {
+  const uses: SecretUse[] = [{ secret: 'newest', lastUsedAt: record.secretLastUsedAt, endsAt: record.expiresAt }]
+  if (record.previousSecretHash !== null)
+    uses.push({
+      secret: 'previous',
+      lastUsedAt: record.previousLastUsedAt,
+      endsAt: Math.min(record.previousEndsAt ?? 0, record.expiresAt ?? Infinity),
+    })
+  return uses
+}
+
+/** Why a secret past its end is refused (the 401 `key_expired` says it). */
+export function expiryMessage(key: Pick<ActiveKey, 'endsAt' | 'replacedAt'>): string {
+  const ended = new Date(key.endsAt).toISOString()
+  return key.replacedAt === null
+    ? `This API key expired at ${ended}.`
+    : `This secret was replaced by a newer one at ${new Date(key.replacedAt).toISOString()} and stopped working at ${ended}; use the newer secret.`
+}
+
+/** The secrets of a key that a server accepts, each with its end: the newest, and the one a roll replaced while it works. */
+export function secretsOf(change: KeyChange): Omit<ActiveKey, 'id' | 'plan' | 'limits' | 'subject'>[] {
+  const keyEnds = change.expiresAt ?? Infinity
+  const secrets = [{ secretHash: change.secretHash, endsAt: keyEnds, replacedAt: null as number | null }]
+  if (change.previousSecretHash !== null)
+    secrets.push({
+      secretHash: change.previousSecretHash,
+      endsAt: Math.min(keyEnds, change.previousEndsAt ?? -Infinity),
+      replacedAt: change.rolledAt,
+    })
+  return secrets
 }
 
 /** The key registry's look-ups, as the gate makes them (the registry is modules/keys/service.ts). */
@@ -97,22 +163,35 @@ export function looksLikeSecret(text: string): boolean {
 /** What a key's id looks like (makeKey's: `key_` and base64url): anything else names no key. */
 export const KEY_ID = /^key_[A-Za-z0-9_-]{1,64}$/
 
-/** A new key's one-time secret and the record to store (only the secret's hash is kept). */
-export function makeKey(input: CreateKeyInput, now: number): { secret: string; record: ApiKeyRecord } {
-  const limits = limitsFor(input)
-  const name = checkKeyName(input.name)
+/** A new secret, shown once, with its hash (all that is kept). */
+export function makeSecret(): { secret: string; hash: string } {
   const random = randomBase62(RANDOM_CHARS)
   const secret = SECRET_PREFIX + random + checksumOf(random)
+  return { secret, hash: hashSecret(secret) }
+}
+
+/** A new key's one-time secret and the record to store (only the secret's hash is kept). */
+export function makeKey(input: CreateKeyInput, now: number, expiresAt: number | null = null): { secret: string; record: ApiKeyRecord } {
+  const limits = limitsFor(input)
+  const name = checkKeyName(input.name)
+  const { secret, hash } = makeSecret()
   const record: ApiKeyRecord = {
     id: `key_${randomToken(9)}`,
     name,
     plan: input.plan as Plan,
     rpm: limits.rpm,
     rpd: limits.rpd,
-    secretHash: hashSecret(secret),
+    secretHash: hash,
     createdAt: now,
     lastUsedAt: null,
+    secretLastUsedAt: null,
     revokedAt: null,
+    expiresAt,
+    secretFormat: 'checked',
+    rolledAt: null,
+    previousSecretHash: null,
+    previousEndsAt: null,
+    previousLastUsedAt: null,
   }
   return { secret, record }
 }

@@ -46,11 +46,19 @@ export interface KeyRepository {
   revoke(id: string, now: number): MaybePromise<Revocation>
   /** Moves a key that is not revoked to another plan, taking a change number; false when none or revoked. */
   setPlan(id: string, plan: Plan, limits: Limits): MaybePromise<boolean>
+  /** Sets a key's expiry (null: never), taking a change number; false when none or revoked. */
+  setExpiry(id: string, expiresAt: number | null): MaybePromise<boolean>
+  /**
+   * Gives a key a new secret (its hash) at `now`: the one it had works until `previousEndsAt`, and one an
+   * earlier roll kept ends at once (at most two work). Takes a change number; false when none or revoked.
+   */
+  roll(id: string, secretHash: string, now: number, previousEndsAt: number): MaybePromise<boolean>
   /**
    * The keys changed after change number `after`, in the order of their changes (`-1`: every key).
    * Costs what changed, not the number of keys, so a server can ask four times a second.
    */
   changesSince(after: number): MaybePromise<KeyChanges>
+  /** Last uses by secret hash: the key's, and the secret's own (newest or previous). */
   recordLastUsed(lastUsed: Map<string, number>): MaybePromise<void>
   /**
    * Deletes a key's saved day bucket and asks running servers (takeLimitResets) to forget theirs; false when

@@ -1,7 +1,9 @@
 /**
  * The bearer credential of an Authorization header (RFC 6750), read without making strings on the usual
- * path, and the two 401s that challenge for it (made once: refusals are the cheap path under abuse).
+ * path, and the 401s that challenge for it (the two common ones made once: refusals are the cheap path
+ * under abuse).
  */
+import { type ActiveKey, expiryMessage } from '../domain/api-key'
 import { ApiError } from './api-errors'
 
 const MAX_TOKEN_LENGTH = 256
@@ -13,6 +15,17 @@ export const MISSING_KEY = new ApiError(401, 'unauthorized', 'An API key is requ
 export const INVALID_KEY = new ApiError(401, 'unauthorized', 'The API key is invalid or has been revoked.', {
   'www-authenticate': `${REALM}, error="invalid_token"`,
 })
+
+/**
+ * A secret past its end (the key's expiry, or a rolled secret's overlap): the message says when, in the
+ * challenge's error_description too (RFC 6750 §3: printable ASCII without quote or backslash, as it is).
+ */
+export function keyExpired(key: Pick<ActiveKey, 'endsAt' | 'replacedAt'>): ApiError {
+  const message = expiryMessage(key)
+  return new ApiError(401, 'key_expired', message, {
+    'www-authenticate': `${REALM}, error="invalid_token", error_description="${message}"`,
+  })
+}
 
 /** The bearer token, '' for a malformed or empty one, undefined when no bearer credential was sent. */
 export function bearerToken(header: string | null): string | undefined {

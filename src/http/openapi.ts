@@ -20,7 +20,7 @@ import {
   storageUnavailable,
   unsupportedMediaType,
 } from './api-errors'
-import { MISSING_KEY } from './bearer-token'
+import { keyExpired, MISSING_KEY } from './bearer-token'
 import { BODY_DEADLINE_MS } from './json-body'
 import { REQUEST_ID_RULE } from './request-id'
 
@@ -188,6 +188,7 @@ export function errorExamples({ banSeconds, maxBodyBytes }: ExampleSettings): Re
   const answers = [
     badRequest('limit: must be an integer from 1 to 100'),
     MISSING_KEY,
+    keyExpired({ endsAt: Date.UTC(2027, 0, 31, 18), replacedAt: null }),
     petNotFound('42'),
     requestTimeout(BODY_DEADLINE_MS / 1000),
     idempotencyConflict(),
@@ -236,7 +237,9 @@ export function components(errorSchema: object, scenarios = false) {
     'RateLimit-Policy': text('IETF draft field: `"minute";q=<rpm>;w=60, "day";q=<rpd>;w=86400`.'),
     'X-Request-Id': text("The request id: the client's own when sane, else one the server made."),
     'Retry-After': integer('Seconds to wait before retrying (at least 1).'),
-    'WWW-Authenticate': text('`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong or revoked key.'),
+    'WWW-Authenticate': text(
+      '`Bearer realm="petstore"`, with `error="invalid_token"` for a wrong, revoked or expired key (and, for an expired one, `error_description` saying when).',
+    ),
     Location: {
       description:
         'URL of the created pet: absolute under the base URL, or a relative reference (`/v1/pets/42`) when the server was given ' +
@@ -287,7 +290,7 @@ export function components(errorSchema: object, scenarios = false) {
           '`Connection: close` and nothing else, no body, no `X-Request-Id` and no rate-limit fields.',
         ['invalid_request'],
       ),
-      Unauthorized: error('API key missing or invalid.', ['unauthorized'], ['WWW-Authenticate']),
+      Unauthorized: error('API key missing, invalid, or past its expiry.', ['unauthorized', 'key_expired'], ['WWW-Authenticate']),
       NotFound: error('The requested resource could not be found.', ['not_found']),
       RequestTimeout: error(`The body did not arrive within ${BODY_DEADLINE_MS / 1000} s of the request; the connection is closed.`, [
         'request_timeout',

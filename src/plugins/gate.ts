@@ -10,7 +10,7 @@ import { type Limits, PLAN_LIMITS } from '../domain/plans'
 import { DAY_MS, MINUTE_MS } from '../domain/time'
 import type { Decision, Quota, RateLimiter } from '../limiter/limiter'
 import { LimiterUnavailableError } from '../limiter/backend'
-import { bearerToken, INVALID_KEY, MISSING_KEY } from '../http/bearer-token'
+import { bearerToken, INVALID_KEY, keyExpired, MISSING_KEY } from '../http/bearer-token'
 import type { ActiveKey, KeyLookup } from '../domain/api-key'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
@@ -98,6 +98,7 @@ export function gate(options: GateOptions) {
     info: RequestInfo,
     token: string | undefined,
     key: ActiveKey | undefined,
+    expired: ActiveKey | undefined,
     limits: Limits,
     decision: Decision,
   ): ApiError | undefined => {
@@ -114,17 +115,20 @@ export function gate(options: GateOptions) {
       }
       return refusal(decision, !key)
     }
-    if (!key) return token === undefined ? MISSING_KEY : INVALID_KEY
+    if (!key) return token === undefined ? MISSING_KEY : expired ? keyExpired(expired) : INVALID_KEY
   }
 
   // One async hook for both limiters, its context destructured (Elysia reads a hook's source text).
   // Refusals are returned, not thrown: they are the hot path under abuse. An unknown token is looked for
   // in storage first (a key made a moment ago; look-ups are shared, modules/keys/service.ts): a key found
-  // is limited as itself and never costs its address; a token that stays unknown costs the address.
+  // is limited as itself and never costs its address; a token that stays unknown, or a secret past its end
+  // (expired), costs the address.
   async function gateHook({ request, set, info }: HookContext) {
     if (corsEnabled && isPreflight(request)) return
     const token = bearerToken(request.headers.get('authorization'))
-    const key = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
+    const found = token ? (keys.find(token) ?? (await keys.findLate(token))) : undefined
+    const expired = found && found.endsAt <= now() ? found : undefined
+    const key = expired ? undefined : found
     let refused: ApiError | undefined
     try {
       let decision = key ? undefined : await limiter.check(info.addressSubject, PLAN_LIMITS.free)
@@ -136,7 +140,7 @@ export function gate(options: GateOptions) {
         }
         decision = await limiter.check(key.subject, key.limits)
       }
-      refused = judge(set, info, token, key, key ? key.limits : PLAN_LIMITS.free, decision!)
+      refused = judge(set, info, token, key, expired, key ? key.limits : PLAN_LIMITS.free, decision!)
     } catch (error) {
       if (!(error instanceof LimiterUnavailableError)) throw error
       refused = LIMITER_DOWN

@@ -90,7 +90,11 @@ describe('mistakes exit non-zero with the usage and a one-line reason, last', ()
     [['frobnicate'], /unknown command.*frobnicate/i, 'Usage: petstore COMMAND'],
     // Nothing said is a mistake like the others (only --help asks for the usage on stdout).
     [[], /^petstore: no command given; commands are serve, keys, /, 'Usage: petstore COMMAND'],
-    [['keys'], /^petstore: keys needs a command: create, list, revoke, reset-limits, set-plan, usage$/, 'Usage: petstore keys'],
+    [
+      ['keys'],
+      /^petstore: keys needs a command: create, list, revoke, reset-limits, set-plan, set-expiry, roll, usage$/,
+      'Usage: petstore keys',
+    ],
     [['operators'], /^petstore: operators needs a command: add, list, /, 'Usage: petstore operators'],
     [['pets'], /^petstore: pets needs a command: seed, reset$/, 'Usage: petstore pets'],
     [['--bogus'], /--bogus/, 'Usage: petstore COMMAND'],
@@ -203,13 +207,26 @@ describe('keys', () => {
     const rows = JSON.parse(json.stdout)
     expect(rows).toHaveLength(2)
     for (const row of rows) {
-      expect(Object.keys(row).sort()).toEqual(['created', 'id', 'lastUsed', 'name', 'plan', 'revoked', 'rpd', 'rpm'])
+      expect(Object.keys(row).sort()).toEqual([
+        'created',
+        'expires',
+        'format',
+        'id',
+        'lastUsed',
+        'name',
+        'plan',
+        'previousSecretEndsAt',
+        'revoked',
+        'rpd',
+        'rpm',
+      ])
       expect(row.id).toMatch(/^\S+$/)
       const created = Date.parse(row.created)
       expect(created).toBeGreaterThanOrEqual(before - 1000)
       expect(created).toBeLessThanOrEqual(after + 1000)
       expect(row.lastUsed).toBeNull()
       expect(row.revoked).toBeNull()
+      expect(row).toMatchObject({ expires: null, format: 'checked', previousSecretEndsAt: null })
     }
     const byName = Object.fromEntries(rows.map((r: { name: string }) => [r.name, r]))
     expect(byName['mobile app']).toMatchObject({ plan: 'pro', rpm: 300, rpd: 10000 })

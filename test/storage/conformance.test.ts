@@ -6,7 +6,7 @@
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
-import type { ApiKeyRecord } from '../../src/domain/api-key'
+import type { ApiKeyRecord, KeyChange } from '../../src/domain/api-key'
 import { type CreatePetOutcome, IDEMPOTENCY_TTL_MS } from '../../src/domain/idempotency'
 import { INT64_MAX, INT64_MIN, type NewPet } from '../../src/domain/pet'
 import { makeKey } from '../../src/domain/api-key'
@@ -43,7 +43,19 @@ interface Backend {
 }
 
 /** What a change reports of a key. */
-const changeOf = ({ id, plan, rpm, rpd, secretHash, revokedAt }: ApiKeyRecord) => ({ id, plan, rpm, rpd, secretHash, revokedAt })
+const CHANGE_FIELDS = [
+  'id',
+  'plan',
+  'rpm',
+  'rpd',
+  'secretHash',
+  'revokedAt',
+  'expiresAt',
+  'rolledAt',
+  'previousSecretHash',
+  'previousEndsAt',
+] as const
+const changeOf = (record: ApiKeyRecord) => Object.fromEntries(CHANGE_FIELDS.map((field) => [field, record[field]])) as KeyChange
 const keyRow = (r: ApiKeyRecord) => [r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt]
 const INSERT_KEY_ROW = 'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)'
 
@@ -277,16 +289,69 @@ function conformance(name: string, backend: Backend) {
     expect(revoked.records).toEqual([changeOf({ ...record, revokedAt: NOW + 5 })])
     // A second revoke keeps the first time, is no change and says so; neither are last-used times.
     expect(await a.keys.revoke(record.id, NOW + 6)).toBe('already-revoked')
-    await a.keys.recordLastUsed(new Map([[record.id, NOW + 9]]))
-    await a.keys.recordLastUsed(new Map([[record.id, NOW + 7]]))
+    await a.keys.recordLastUsed(new Map([[record.secretHash, NOW + 9]]))
+    await a.keys.recordLastUsed(new Map([[record.secretHash, NOW + 7]]))
     expect(await other.keys.changesSince(revoked.last)).toEqual({ records: [], last: revoked.last })
     expect((await other.keys.list())[0]).toMatchObject({ revokedAt: NOW + 5, lastUsedAt: NOW + 9 })
     // One key alone, revoked or not; none by an id no key has.
-    expect(await other.keys.get(record.id)).toEqual({ ...record, revokedAt: NOW + 5, lastUsedAt: NOW + 9 })
+    expect(await other.keys.get(record.id)).toEqual({ ...record, revokedAt: NOW + 5, lastUsedAt: NOW + 9, secretLastUsedAt: NOW + 9 })
     expect(await other.keys.get(second.id)).toEqual(second)
     expect(await other.keys.get('key_missing')).toBeNull()
     // From the start, every key in the order of its last change.
     expect((await other.keys.changesSince(-1)).records.map((key) => key.id)).toEqual([second.id, record.id])
+  })
+
+  test(`${name}: a key's expiry and rolls are changes; a roll keeps the previous secret to its end, ends an older one, and each secret's last use is its own`, async () => {
+    const { a, b } = await backend.fresh()
+    const other = await b()
+    const { record } = makeKey({ plan: 'pro', name: 'rolled' }, NOW, NOW + DAY_MS)
+    await a.keys.insert(record)
+    const start = await other.keys.changesSince(-1)
+    expect(start.records).toEqual([changeOf(record)])
+    expect(await a.keys.setExpiry(record.id, null)).toBe(true)
+    expect(await a.keys.setExpiry('key_missing', null)).toBe(false)
+    const never = await other.keys.changesSince(start.last)
+    expect(never.records).toEqual([changeOf({ ...record, expiresAt: null })])
+    await a.keys.recordLastUsed(new Map([[record.secretHash, NOW + 1]]))
+
+    expect(await a.keys.roll(record.id, 'second-hash', NOW + 10, NOW + 100)).toBe(true)
+    const rolled = await other.keys.changesSince(never.last)
+    expect(rolled.records).toEqual([
+      {
+        ...changeOf(record),
+        expiresAt: null,
+        secretHash: 'second-hash',
+        rolledAt: NOW + 10,
+        previousSecretHash: record.secretHash,
+        previousEndsAt: NOW + 100,
+      },
+    ])
+    // A use of either secret lands on its own; the key's last use is the later.
+    await a.keys.recordLastUsed(
+      new Map([
+        [record.secretHash, NOW + 20],
+        ['second-hash', NOW + 15],
+      ]),
+    )
+    expect(await other.keys.get(record.id)).toMatchObject({
+      lastUsedAt: NOW + 20,
+      secretLastUsedAt: NOW + 15,
+      previousLastUsedAt: NOW + 20,
+      secretFormat: 'checked',
+    })
+    // Rolling again: the first secret is dropped, the second is kept to its new end.
+    expect(await a.keys.roll(record.id, 'third-hash', NOW + 30, NOW + 30)).toBe(true)
+    expect(await other.keys.get(record.id)).toMatchObject({
+      secretHash: 'third-hash',
+      previousSecretHash: 'second-hash',
+      previousEndsAt: NOW + 30,
+      secretLastUsedAt: null,
+      previousLastUsedAt: NOW + 15,
+    })
+    // A revoked key has neither.
+    expect(await a.keys.revoke(record.id, NOW + 40)).toBe('revoked')
+    expect(await a.keys.roll(record.id, 'fourth-hash', NOW + 41, NOW + 41)).toBe(false)
+    expect(await a.keys.setExpiry(record.id, NOW + DAY_MS)).toBe(false)
   })
 
   test(`${name}: a store from before change numbers is upgraded in place: its keys are read once, then only changes`, async () => {

@@ -12,6 +12,14 @@ test('a handler reached without a verified key answers 401, not 500', () => {
   }
   expect(thrown).toBeInstanceOf(ApiError)
   expect((thrown as ApiError).status).toBe(401)
-  const key = { id: 'key_x', plan: 'free', limits: { rpm: 1, rpd: 1 }, subject: keySubject('key_x') } as const
+  const key = {
+    id: 'key_x',
+    plan: 'free',
+    limits: { rpm: 1, rpd: 1 },
+    subject: keySubject('key_x'),
+    secretHash: 'h',
+    endsAt: Infinity,
+    replacedAt: null,
+  } as const
   expect(verifiedKey({ key } as unknown as RequestInfo)).toBe(key)
 })

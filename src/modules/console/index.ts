@@ -46,6 +46,8 @@ import {
   type Model,
   NewKey,
   PlanChange,
+  Roll,
+  ExpiryChange,
   RequestsQuery,
   RevokedKeys,
   SignIn,
@@ -94,6 +96,8 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
 const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: OPERATOR_NAME_RULE })
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
+const rollValidator = compileValidator(Roll, FIELD_RULES)
+const expiryValidator = compileValidator(ExpiryChange, FIELD_RULES)
 const SAFE_METHODS = new Set(['GET', 'HEAD'])
 /** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
 const REFUSALS = [429, 401]
@@ -351,6 +355,32 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             path: KeyParams,
             body: 'PlanChange',
             responses: { 204: done('Moved.') },
+          }),
+        )
+        .post(
+          '/api/keys/:id/roll',
+          async ({ who, params, request, set }) => {
+            const input = rollValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
+            const rolled = await service.rollKey(who.operator, params.id!, input.overlapSeconds)
+            set.status = 201
+            return rolled
+          },
+          operation('rollKey', 'keys', 'Give a key a new secret; the previous one works until the overlap ends', {
+            path: KeyParams,
+            body: 'Roll',
+            responses: { 201: json('Rolled: the new secret, in this answer only.', 'RolledKey') },
+          }),
+        )
+        .put(
+          '/api/keys/:id/expiry',
+          noContent(async ({ who, params, request }) => {
+            const input = expiryValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
+            await service.setExpiry(who.operator, params.id!, input.expiresAt)
+          }),
+          operation('setExpiry', 'keys', 'Set when a key expires (or never), on every instance within a second', {
+            path: KeyParams,
+            body: 'ExpiryChange',
+            responses: { 204: done('Set.') },
           }),
         )
         .get(

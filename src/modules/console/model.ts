@@ -52,6 +52,29 @@ export const NewKey = Type.Object(
 
 export const PlanChange = Type.Object({ plan: Plan, rpm: Type.Optional(Rpm), rpd: Type.Optional(Rpd) }, { additionalProperties: false })
 
+/** The longest overlap a roll may give the previous secret: a year, in seconds. */
+export const MAX_OVERLAP_SECONDS = 365 * 24 * 60 * 60
+export const Roll = Type.Object(
+  {
+    overlapSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_OVERLAP_SECONDS,
+        description: 'How long the previous secret keeps working, in seconds (default 86400, a day; 0 ends it now).',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+export const ExpiryChange = Type.Object(
+  {
+    expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description: 'When the key expires (ISO 8601 with its zone, still to come), or null for never.',
+    }),
+  },
+  { additionalProperties: false },
+)
+
 /**
  * A body with a plan as the document states it: the validator's object (which names a wrong field in
  * its 400) with the rules the domain then applies: enterprise needs rpm and rpd, the other plans take
@@ -87,6 +110,8 @@ export const FIELD_RULES: Record<string, string> = {
   plan: `must be one of ${PLANS.join(', ')}`,
   rpm: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
   rpd: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
+  overlapSeconds: integerRule(0, MAX_OVERLAP_SECONDS),
+  expiresAt: 'must be an ISO 8601 time with its zone (such as 2027-01-31T18:00:00Z) still to come, or null',
 }
 
 const Key = Type.Object({
@@ -98,6 +123,21 @@ const Key = Type.Object({
   createdAt: Time('When the key was made.'),
   lastUsedAt: NullableTime('Last request with the key, saved every few seconds.'),
   revokedAt: NullableTime('When the key was revoked.'),
+  expiresAt: NullableTime('When the key expires (refused from then on with 401 key_expired); null: never.'),
+  format: Type.Union([Type.Literal('checked'), Type.Literal('legacy')], {
+    description: "The secret's form: with a checksum, or made before secrets carried one.",
+  }),
+  versions: Type.Array(
+    Type.Object({
+      version: Type.Union([Type.Literal('newest'), Type.Literal('previous')], { description: 'Which secret of the key.' }),
+      lastUsedAt: NullableTime("This secret's last request."),
+      endsAt: NullableTime('When this secret stops working; null: never.'),
+    }),
+    {
+      description:
+        "The key's working secrets (never the secrets themselves): the newest, and after a roll the previous one until its overlap ends.",
+    },
+  ),
   dayQuotaLeft: Type.Union([Type.Integer(), Type.Null()], {
     description:
       'Requests left in the day bucket now, as the limiter holds it (read without taking a token); null for a revoked key or when the limiter does not answer.',
@@ -245,6 +285,11 @@ const Operator = Type.Object({
 
 const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
 const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: "The key's secret, shown only in this answer." }) })
+const RolledKey = Type.Object({
+  id: Type.String(),
+  secret: Type.String({ description: 'The new secret, shown only in this answer.' }),
+  previousSecretEndsAt: Time('When the previous secret stops working.'),
+})
 const BanList = Type.Object({ bans: Type.Array(Ban), limiterAnswered: Type.Boolean() })
 const RecentRequests = Type.Object({ requests: Type.Array(RecentRequest) })
 const AuditLog = Type.Object({ entries: Type.Array(AuditEntry) })
@@ -265,6 +310,8 @@ export const SCHEMAS = {
     PlanChange,
     'A plan: free, pro or business with their limits, or enterprise with its own rpm and rpd (both required).',
   ),
+  Roll,
+  ExpiryChange,
   Key,
   Ban,
   RecentRequest,
@@ -273,6 +320,7 @@ export const SCHEMAS = {
   Operator,
   KeyList,
   CreatedKey,
+  RolledKey,
   BanList,
   RecentRequests,
   AuditLog,

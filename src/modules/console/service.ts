@@ -4,7 +4,8 @@
  * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
-import type { ApiKeyRecord } from '../../domain/api-key'
+import { type ApiKeyRecord, secretUses } from '../../domain/api-key'
+import { isoTimeMs } from '../../domain/duration'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
 import {
@@ -27,7 +28,7 @@ import { type AddressSubject, keySubject, type Subject } from '../../domain/subj
 import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
 import { DAY_MS } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
-import { createKey, type KeyRegistry, setKeyPlan } from '../keys/service'
+import { createKey, type KeyRegistry, rollKey, setKeyPlan } from '../keys/service'
 import { type KeyUsage, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import { FIELD_RULES, type Model } from './model'
 
@@ -320,6 +321,26 @@ export class ConsoleService {
     await this.audit(operator, 'key.set-plan', `${id} ${input.plan}`)
   }
 
+  /** A new secret for the key; the previous works `overlapSeconds` more (a day by default). Audited. */
+  async rollKey(operator: string, id: string, overlapSeconds = DAY_MS / 1000): Promise<Model<'RolledKey'>> {
+    const rolled = await rollKey(this.deps.storage.keys, id, overlapSeconds * 1000, this.deps.now())
+    if (!rolled) throw noKey(id, ' (or it is revoked)')
+    // This instance takes the new secret at once; others find it on its first request (a catch-up read).
+    await this.deps.keys.reload()
+    const endsAt = iso(rolled.previousEndsAt)!
+    await this.audit(operator, 'key.roll', `${id} previous secret until ${endsAt}`)
+    return { id, secret: rolled.secret, previousSecretEndsAt: endsAt }
+  }
+
+  /** Sets when the key expires (an ISO time still to come), or null for never. Audited. */
+  async setExpiry(operator: string, id: string, expiresAt: string | null): Promise<void> {
+    const at = expiresAt === null ? null : isoTimeMs(expiresAt)
+    if (expiresAt !== null && (at === null || at <= this.deps.now())) throw badRequest(`expiresAt: ${FIELD_RULES.expiresAt}`)
+    if (!(await this.deps.storage.keys.setExpiry(id, at))) throw noKey(id, ' (or it is revoked)')
+    await this.deps.keys.reload()
+    await this.audit(operator, 'key.set-expiry', `${id} ${expiresAt ?? 'never'}`)
+  }
+
   /**
    * Current bans: of keys, as the limiter holds them (every instance's, when Redis is shared); of client
    * addresses, those this instance started, each looked at again (another instance may have lifted it).
@@ -373,6 +394,9 @@ function keyRow(record: ApiKeyRecord, held: Held | null, figures?: KeyUsage): Mo
     createdAt: iso(record.createdAt)!,
     lastUsedAt: iso(record.lastUsedAt),
     revokedAt: iso(record.revokedAt),
+    expiresAt: iso(record.expiresAt),
+    format: record.secretFormat,
+    versions: secretUses(record).map((use) => ({ version: use.secret, lastUsedAt: iso(use.lastUsedAt), endsAt: iso(use.endsAt) })),
     dayQuotaLeft: held?.dayLeft ?? null,
     bannedUntil: iso(held?.bannedUntil ?? null),
     requestsToday: figures?.today.requests ?? 0,

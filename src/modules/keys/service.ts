@@ -2,21 +2,46 @@
  * API keys in the server: creating one in storage, and the in-memory registry the server checks every
  * request against. What a key is (its secret, hash and limits) is the domain's (domain/api-key.ts).
  */
-import { type ActiveKey, type ApiKeyRecord, hashSecret, type KeyLookup, makeKey, mayBeSecret } from '../../domain/api-key'
+import {
+  type ActiveKey,
+  type ApiKeyRecord,
+  hashSecret,
+  type KeyLookup,
+  makeKey,
+  makeSecret,
+  mayBeSecret,
+  secretsOf,
+} from '../../domain/api-key'
 import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
 import { type KeyChanges, type KeyRepository, type Storage, StorageUnavailableError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 
-/** Creates and stores a key; returns its one-time secret with the stored record. */
+/** Creates and stores a key (expiring at `expiresAt`, or never); returns its one-time secret with the stored record. */
 export async function createKey(
   keys: KeyRepository,
   input: CreateKeyInput,
   now: number,
+  expiresAt: number | null = null,
 ): Promise<{ secret: string; record: ApiKeyRecord }> {
-  const made = makeKey(input, now)
+  const made = makeKey(input, now, expiresAt)
   await keys.insert(made.record)
   return made
+}
+
+/**
+ * Gives a key a new one-time secret; the one it had keeps working `overlapMs` more (0: it ends now), and
+ * one kept from an earlier roll ends at once. Null when there is no such key, or it is revoked.
+ */
+export async function rollKey(
+  keys: KeyRepository,
+  id: string,
+  overlapMs: number,
+  now: number,
+): Promise<{ secret: string; previousEndsAt: number } | null> {
+  const { secret, hash } = makeSecret()
+  const previousEndsAt = now + overlapMs
+  return (await keys.roll(id, hash, now, previousEndsAt)) ? { secret, previousEndsAt } : null
 }
 
 /**
@@ -37,6 +62,8 @@ const MAX_REMEMBERED_MISSES = 10_000
  */
 export class KeyRegistry implements KeyLookup {
   private byHash = new Map<string, ActiveKey>()
+  /** The secret hashes each key is found by: one, or two while the secret a roll replaced is kept. */
+  private readonly hashesOf = new Map<string, string[]>()
   /** Secrets found valid, to skip hashing on the hot path; only hits, so wrong guesses learn nothing from it. */
   private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
@@ -57,8 +84,9 @@ export class KeyRegistry implements KeyLookup {
   /** Empty until the first reload (which the server's start makes: jobs.ts). */
   constructor(private readonly storage: Storage) {}
 
+  /** The keys in use (not revoked; expired ones included). */
   get size(): number {
-    return this.byHash.size
+    return this.hashesOf.size
   }
 
   /**
@@ -73,21 +101,21 @@ export class KeyRegistry implements KeyLookup {
   }
 
   private apply({ records, last }: KeyChanges): void {
-    // A key revoked or given another plan must not be found with what it was before; a key added may be
-    // a token remembered as no key.
+    // A key revoked, rolled or given another plan or expiry must not be found with what it was before; a
+    // key added, or a secret rolled in, may be a token remembered as no key.
     const changed = new Set(records.map((record) => record.id))
     if (records.some((record) => record.revokedAt === null)) this.misses.clear()
     for (const record of records) {
-      if (record.revokedAt !== null) {
-        this.byHash.delete(record.secretHash)
-        continue
-      }
-      this.byHash.set(record.secretHash, {
-        id: record.id,
-        plan: record.plan,
-        limits: { rpm: record.rpm, rpd: record.rpd },
-        subject: keySubject(record.id),
-      })
+      for (const hash of this.hashesOf.get(record.id) ?? []) this.byHash.delete(hash)
+      this.hashesOf.delete(record.id)
+      if (record.revokedAt !== null) continue
+      const key = { id: record.id, plan: record.plan, limits: { rpm: record.rpm, rpd: record.rpd }, subject: keySubject(record.id) }
+      const secrets = secretsOf(record)
+      for (const secret of secrets) this.byHash.set(secret.secretHash, { ...key, ...secret })
+      this.hashesOf.set(
+        record.id,
+        secrets.map((secret) => secret.secretHash),
+      )
     }
     if (changed.size > 0) for (const [secret, key] of this.verified) if (changed.has(key.id)) this.verified.delete(secret)
     this.applied = last
@@ -161,10 +189,10 @@ export class KeyRegistry implements KeyLookup {
   }
 
   markUsed(key: ActiveKey, now: number): void {
-    this.lastUsed.set(key.id, now)
+    this.lastUsed.set(key.secretHash, now)
   }
 
-  /** Writes the last-used times gathered since the previous call; kept for the next call if it fails. */
+  /** Writes the last-used times gathered since the previous call, by secret; kept for the next call if it fails. */
   async flushLastUsed(): Promise<void> {
     if (this.lastUsed.size === 0) return
     const batch = new Map(this.lastUsed)

@@ -3,7 +3,7 @@
  * the whole fleet's in PostgreSQL. "Today" is the UTC day; up to 24 hours are read by the minute, longer by
  * the hour. They count what has been written: a few seconds behind the traffic.
  */
-import type { ApiKeyRecord } from '../../domain/api-key'
+import { type ApiKeyRecord, type SecretUse, secretUses } from '../../domain/api-key'
 import type { Plan } from '../../domain/plans'
 import type { KeyRepository, UsageRepository } from '../../domain/repositories'
 import {
@@ -53,6 +53,8 @@ export interface KeyUsage {
   window: Outcomes
   /** The key's last request (ms), as the server recorded it; for the keyless bucket, the start of its last minute (hour past 24 hours). */
   lastUsed: number | null
+  /** The key's working secrets, each with its last use (none for the keyless bucket). */
+  secrets: SecretUse[]
   deprecated: {
     /** getPet calls in the last 24 hours (to the minute). */
     day: number
@@ -179,6 +181,7 @@ function figures(keyId: string, record: ApiKeyRecord | undefined, { today, windo
     today: outcomes(today.get(keyId)?.counts),
     window: outcomes(window.get(keyId)?.counts),
     lastUsed: record ? record.lastUsedAt : (dayTotals?.lastAt ?? weekTotals?.lastAt ?? null),
+    secrets: record ? secretUses(record) : [],
     deprecated: {
       day: dayTotals?.counts[DEPRECATED] ?? 0,
       week: weekTotals?.counts[DEPRECATED] ?? 0,

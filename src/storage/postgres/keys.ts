@@ -4,7 +4,7 @@
  */
 import type { SQL } from 'bun'
 import type { Database } from './pool'
-import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
+import type { ApiKeyRecord, KeyChange, SecretFormat } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
@@ -22,9 +22,19 @@ interface KeyRow {
   created_at: string
   last_used_at: string | null
   revoked_at: string | null
+  expires_at: string | null
+  secret_format: SecretFormat
+  secret_last_used_at: string | null
+  rolled_at: string | null
+  previous_secret_hash: string | null
+  previous_ends_at: string | null
+  previous_last_used_at: string | null
 }
 
-type ChangeRow = Pick<KeyRow, 'id' | 'plan' | 'rpm' | 'rpd' | 'secret_hash' | 'revoked_at'>
+type ChangeRow = Pick<
+  KeyRow,
+  'id' | 'plan' | 'rpm' | 'rpd' | 'secret_hash' | 'revoked_at' | 'expires_at' | 'rolled_at' | 'previous_secret_hash' | 'previous_ends_at'
+>
 
 /** Rows per read of changed keys (see changesSince). */
 const CHANGES_PAGE = 10_000
@@ -32,7 +42,15 @@ const CHANGES_PAGE = 10_000
 const optional = (value: string | null) => (value === null ? null : exactInteger(value))
 
 function toRecord(row: KeyRow): ApiKeyRecord {
-  return { ...toChange(row), name: row.name, createdAt: exactInteger(row.created_at), lastUsedAt: optional(row.last_used_at) }
+  return {
+    ...toChange(row),
+    name: row.name,
+    createdAt: exactInteger(row.created_at),
+    lastUsedAt: optional(row.last_used_at),
+    secretLastUsedAt: optional(row.secret_last_used_at),
+    secretFormat: row.secret_format,
+    previousLastUsedAt: optional(row.previous_last_used_at),
+  }
 }
 
 function toChange(row: ChangeRow): KeyChange {
@@ -43,6 +61,10 @@ function toChange(row: ChangeRow): KeyChange {
     rpd: exactInteger(row.rpd),
     secretHash: row.secret_hash,
     revokedAt: optional(row.revoked_at),
+    expiresAt: optional(row.expires_at),
+    rolledAt: optional(row.rolled_at),
+    previousSecretHash: row.previous_secret_hash,
+    previousEndsAt: optional(row.previous_ends_at),
   }
 }
 
@@ -55,8 +77,8 @@ async function takeChange(tx: SQL): Promise<string> {
 
 async function insertKey(tx: SQL, r: ApiKeyRecord): Promise<void> {
   const change = await takeChange(tx)
-  await tx`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change)
-           VALUES (${r.id}, ${r.name}, ${r.plan}, ${r.rpm}, ${r.rpd}, ${r.secretHash}, ${r.createdAt}, ${change})`
+  await tx`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, expires_at, secret_format, change)
+           VALUES (${r.id}, ${r.name}, ${r.plan}, ${r.rpm}, ${r.rpd}, ${r.secretHash}, ${r.createdAt}, ${r.expiresAt}, ${r.secretFormat}, ${change})`
 }
 
 export class PostgresKeys implements KeyRepository {
@@ -100,6 +122,26 @@ export class PostgresKeys implements KeyRepository {
     })
   }
 
+  setExpiry(id: string, expiresAt: number | null): Promise<boolean> {
+    return writing(this.sql, async (tx) => {
+      const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
+      if (key) await tx`UPDATE api_keys SET expires_at = ${expiresAt}, change = ${await takeChange(tx)} WHERE id = ${id}`
+      return key !== undefined
+    })
+  }
+
+  roll(id: string, secretHash: string, now: number, previousEndsAt: number): Promise<boolean> {
+    return writing(this.sql, async (tx) => {
+      const [key] = (await tx`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL FOR UPDATE`) as unknown[]
+      if (key)
+        await tx`UPDATE api_keys SET previous_secret_hash = secret_hash, previous_last_used_at = secret_last_used_at,
+                                     previous_ends_at = ${previousEndsAt}, secret_hash = ${secretHash}, secret_last_used_at = NULL,
+                                     secret_format = 'checked', rolled_at = ${now}, change = ${await takeChange(tx)}
+                 WHERE id = ${id}`
+      return key !== undefined
+    })
+  }
+
   /**
    * Read in pages: without statistics (after a bulk import) PostgreSQL plans an unbounded `change > $1` as a
    * scan of every key, and a page keeps it on the index. Numbers are unique and visible in order.
@@ -108,7 +150,8 @@ export class PostgresKeys implements KeyRepository {
     return guarded(async () => {
       const records: KeyChange[] = []
       for (let last = after; ; ) {
-        const rows = (await this.sql`SELECT id, plan, rpm, rpd, secret_hash, revoked_at, change FROM api_keys
+        const rows = (await this.sql`SELECT id, plan, rpm, rpd, secret_hash, revoked_at, expires_at, rolled_at, previous_secret_hash,
+                                            previous_ends_at, change FROM api_keys
                                      WHERE change > ${last}::bigint ORDER BY change LIMIT ${CHANGES_PAGE}`) as (ChangeRow & {
           change: string
         })[]
@@ -122,8 +165,13 @@ export class PostgresKeys implements KeyRepository {
   recordLastUsed(lastUsed: Map<string, number>): Promise<void> {
     if (lastUsed.size === 0) return Promise.resolve()
     return writing(this.sql, async (tx) => {
-      for (const [id, at] of lastUsed)
-        await tx`UPDATE api_keys SET last_used_at = greatest(coalesce(last_used_at, 0), ${at}) WHERE id = ${id}`
+      for (const [hash, at] of lastUsed) {
+        const touched = await tx`UPDATE api_keys SET last_used_at = greatest(coalesce(last_used_at, 0), ${at}),
+                                   secret_last_used_at = greatest(coalesce(secret_last_used_at, 0), ${at}) WHERE secret_hash = ${hash}`
+        if (touched.count === 0)
+          await tx`UPDATE api_keys SET last_used_at = greatest(coalesce(last_used_at, 0), ${at}),
+                     previous_last_used_at = greatest(coalesce(previous_last_used_at, 0), ${at}) WHERE previous_secret_hash = ${hash}`
+      }
     })
   }
 

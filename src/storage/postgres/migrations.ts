@@ -93,4 +93,15 @@ export const MIGRATIONS: string[] = [
   notImplementedColumnSql('bigint'),
   // Sign-in failures by client address: a name is throttled per address before it is for everyone.
   `ALTER TABLE sign_in_failures ADD COLUMN address text NOT NULL DEFAULT '';`,
+  // Key lifecycle: an expiry, a roll's previous secret with its end, each secret's last use, and the
+  // secret's format (keys made before this step have secrets without a checksum).
+  `ALTER TABLE api_keys ADD COLUMN expires_at bigint,
+     ADD COLUMN secret_format text NOT NULL DEFAULT 'legacy',
+     ADD COLUMN secret_last_used_at bigint,
+     ADD COLUMN rolled_at bigint,
+     ADD COLUMN previous_secret_hash text,
+     ADD COLUMN previous_ends_at bigint,
+     ADD COLUMN previous_last_used_at bigint;
+   UPDATE api_keys SET secret_last_used_at = last_used_at;
+   CREATE INDEX api_keys_by_previous_secret ON api_keys (previous_secret_hash) WHERE previous_secret_hash IS NOT NULL;`,
 ]

@@ -2,46 +2,46 @@
  * API keys, and `keys reset-limits` requests to a running server, in the data file. Every key change
  * takes the next `keys_change` number in its transaction; SQLite's one writer makes them visible in order.
  */
-import type { Database, Statement } from 'bun:sqlite'
+import type { Database } from 'bun:sqlite'
 import type { ApiKeyRecord, KeyChange } from '../../domain/api-key'
 import type { Limits } from '../../domain/plans'
 import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { writing } from './failures'
 
-const KEY_COLUMNS =
-  'id, name, plan, rpm, rpd, secret_hash AS secretHash, created_at AS createdAt, last_used_at AS lastUsedAt, revoked_at AS revokedAt'
+/** What a server reads of a key (KeyChange). */
+const CHANGE_COLUMNS = `id, plan, rpm, rpd, secret_hash AS secretHash, revoked_at AS revokedAt, expires_at AS expiresAt,
+  rolled_at AS rolledAt, previous_secret_hash AS previousSecretHash, previous_ends_at AS previousEndsAt`
+const KEY_COLUMNS = `${CHANGE_COLUMNS}, name, created_at AS createdAt, last_used_at AS lastUsedAt,
+  secret_last_used_at AS secretLastUsedAt, secret_format AS secretFormat, previous_last_used_at AS previousLastUsedAt`
 
 /** The keys changed after a change number, in change order: a search of the index on `change`. */
-export const KEY_CHANGES_SQL = `SELECT id, plan, rpm, rpd, secret_hash AS secretHash, revoked_at AS revokedAt, change
-                                FROM api_keys WHERE change > ? ORDER BY change`
+export const KEY_CHANGES_SQL = `SELECT ${CHANGE_COLUMNS}, change FROM api_keys WHERE change > ? ORDER BY change`
 
 type ChangeRow = KeyChange & { change: number }
 
-export class SqliteKeys implements KeyRepository {
-  private readonly insertKey: Statement<unknown, [string, string, string, number, number, string, number, number]>
-  private readonly listKeys: Statement<ApiKeyRecord, []>
-  private readonly getKey: Statement<ApiKeyRecord, [string]>
-  private readonly revokeKey: Statement<unknown, [number, number, string]>
-  private readonly touchKey: Statement<unknown, [number, string]>
-  private readonly changedKeys: Statement<ChangeRow, [number]>
-  private readonly takeChange: Statement<{ value: number }, []>
+// Statements are made at their first use (db.query keeps them): a file at an older schema, which a
+// command only reads or copies, lacks the columns a newer statement names.
+const INSERT_KEY = `INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, expires_at, secret_format, change)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const TOUCH_SECRET = `UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?1),
+                        secret_last_used_at = max(coalesce(secret_last_used_at, 0), ?1) WHERE secret_hash = ?2`
+const TOUCH_PREVIOUS = `UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?1),
+                          previous_last_used_at = max(coalesce(previous_last_used_at, 0), ?1) WHERE previous_secret_hash = ?2`
+const TAKE_CHANGE = "UPDATE meta SET value = value + 1 WHERE name = 'keys_change' RETURNING value"
 
-  constructor(private readonly db: Database) {
-    this.insertKey = db.query(
-      'INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-    )
-    this.listKeys = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`)
-    this.getKey = db.query(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`)
-    this.revokeKey = db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?')
-    this.touchKey = db.query('UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?')
-    this.changedKeys = db.query(KEY_CHANGES_SQL)
-    this.takeChange = db.query("UPDATE meta SET value = value + 1 WHERE name = 'keys_change' RETURNING value")
+export class SqliteKeys implements KeyRepository {
+  constructor(private readonly db: Database) {}
+
+  private takeChange(): number {
+    return this.db.query<{ value: number }, []>(TAKE_CHANGE).get()!.value
   }
 
   insert(r: ApiKeyRecord): void {
     writing(this.db, () => {
-      this.insertKey.run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, this.takeChange.get()!.value)
+      this.db
+        .query(INSERT_KEY)
+        .run(r.id, r.name, r.plan, r.rpm, r.rpd, r.secretHash, r.createdAt, r.expiresAt, r.secretFormat, this.takeChange())
     })
   }
 
@@ -54,11 +54,11 @@ export class SqliteKeys implements KeyRepository {
   }
 
   list(): ApiKeyRecord[] {
-    return this.listKeys.all()
+    return this.db.query<ApiKeyRecord, []>(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at, id`).all()
   }
 
   get(id: string): ApiKeyRecord | null {
-    return this.getKey.get(id)
+    return this.db.query<ApiKeyRecord, [string]>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`).get(id)
   }
 
   /** A key already revoked keeps its time and takes no change number. */
@@ -67,7 +67,7 @@ export class SqliteKeys implements KeyRepository {
       const key = this.db.query<{ revokedAt: number | null }, [string]>('SELECT revoked_at AS revokedAt FROM api_keys WHERE id = ?').get(id)
       if (key === null) return 'no-key'
       if (key.revokedAt !== null) return 'already-revoked'
-      this.revokeKey.run(now, this.takeChange.get()!.value, id)
+      this.db.query('UPDATE api_keys SET revoked_at = ?, change = ? WHERE id = ?').run(now, this.takeChange(), id)
       return 'revoked'
     })
   }
@@ -78,13 +78,36 @@ export class SqliteKeys implements KeyRepository {
       if (active)
         this.db
           .query('UPDATE api_keys SET plan = ?, rpm = ?, rpd = ?, change = ? WHERE id = ?')
-          .run(plan, limits.rpm, limits.rpd, this.takeChange.get()!.value, id)
+          .run(plan, limits.rpm, limits.rpd, this.takeChange(), id)
+      return active !== null
+    })
+  }
+
+  setExpiry(id: string, expiresAt: number | null): boolean {
+    return writing(this.db, () => {
+      const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
+      if (active) this.db.query('UPDATE api_keys SET expires_at = ?, change = ? WHERE id = ?').run(expiresAt, this.takeChange(), id)
+      return active !== null
+    })
+  }
+
+  roll(id: string, secretHash: string, now: number, previousEndsAt: number): boolean {
+    return writing(this.db, () => {
+      const active = this.db.query('SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL').get(id)
+      if (active)
+        this.db
+          .query(
+            `UPDATE api_keys SET previous_secret_hash = secret_hash, previous_last_used_at = secret_last_used_at, previous_ends_at = ?,
+                                 secret_hash = ?, secret_last_used_at = NULL, secret_format = 'checked', rolled_at = ?, change = ?
+             WHERE id = ?`,
+          )
+          .run(previousEndsAt, secretHash, now, this.takeChange(), id)
       return active !== null
     })
   }
 
   changesSince(after: number): KeyChanges {
-    const rows = this.changedKeys.all(after)
+    const rows = this.db.query<ChangeRow, [number]>(KEY_CHANGES_SQL).all(after)
     return { records: rows.map(({ change: _, ...key }) => key), last: rows.at(-1)?.change ?? after }
   }
 
@@ -117,7 +140,8 @@ export class SqliteKeys implements KeyRepository {
     if (lastUsed.size === 0) return
     this.db
       .transaction(() => {
-        for (const [id, at] of lastUsed) this.touchKey.run(at, id)
+        for (const [hash, at] of lastUsed)
+          if (this.db.query(TOUCH_SECRET).run(at, hash).changes === 0) this.db.query(TOUCH_PREVIOUS).run(at, hash)
       })
       .immediate()
   }

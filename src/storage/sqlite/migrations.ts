@@ -77,4 +77,15 @@ export const MIGRATIONS: string[] = [
   notImplementedColumnSql('INTEGER'),
   // Sign-in failures by client address: a name is throttled per address before it is for everyone.
   `ALTER TABLE sign_in_failures ADD COLUMN address TEXT NOT NULL DEFAULT '';`,
+  // Key lifecycle: an expiry, a roll's previous secret with its end, each secret's last use, and the
+  // secret's format (keys made before this step have secrets without a checksum).
+  `ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
+   ALTER TABLE api_keys ADD COLUMN secret_format TEXT NOT NULL DEFAULT 'legacy';
+   ALTER TABLE api_keys ADD COLUMN secret_last_used_at INTEGER;
+   ALTER TABLE api_keys ADD COLUMN rolled_at INTEGER;
+   ALTER TABLE api_keys ADD COLUMN previous_secret_hash TEXT;
+   ALTER TABLE api_keys ADD COLUMN previous_ends_at INTEGER;
+   ALTER TABLE api_keys ADD COLUMN previous_last_used_at INTEGER;
+   UPDATE api_keys SET secret_last_used_at = last_used_at;
+   CREATE INDEX api_keys_by_previous_secret ON api_keys (previous_secret_hash) WHERE previous_secret_hash IS NOT NULL;`,
 ]
