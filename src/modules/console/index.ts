@@ -57,7 +57,7 @@ import {
 import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
 import { SECURITY_HEADERS, pageAssets } from './controller/page-assets'
-import { addressSubjectOf, choiceOf, integerParameter, limitOf } from './controller/parameters'
+import { addressSubjectOf, choiceOf, integerParameter, keyPageOf, limitOf } from './controller/parameters'
 import { requestReading } from './controller/request-reading'
 import { sessionCookie, sessionCookies } from './cookies'
 
@@ -310,7 +310,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/keys',
-          ({ request }) => service.listKeys(choiceOf(new URL(request.url).searchParams, 'revoked', RevokedKeys) === 'include'),
+          ({ request }) => {
+            const query = new URL(request.url).searchParams
+            return service.listKeys(choiceOf(query, 'revoked', RevokedKeys) === 'include', keyPageOf(query))
+          },
           operation('listKeys', 'keys', 'The keys in use (revoked ones too on request), with their day quota left and ban', {
             query: KeysQuery,
             responses: { 200: json('The keys.', 'KeyList') },

@@ -283,7 +283,15 @@ const Operator = Type.Object({
   idleMinutes: Type.Optional(Type.Integer({ description: 'On sign-in: the minutes without a request after which the session ends.' })),
 })
 
-const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
+const KeyList = Type.Object({
+  keys: Type.Array(Key),
+  limiterAnswered: Type.Boolean(),
+  next: Type.Optional(
+    Type.Union([Type.String(), Type.Null()], {
+      description: 'With a limit: the cursor of the following page (null on the last page); absent without a limit.',
+    }),
+  ),
+})
 const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: "The key's secret, shown only in this answer." }) })
 const RolledKey = Type.Object({
   id: Type.String(),
@@ -353,5 +361,15 @@ export const RevokedKeys = Type.Union([Type.Literal('exclude'), Type.Literal('in
   description: 'include: revoked keys too (with their revokedAt); exclude: the keys in use only.',
 })
 export type RevokedKeys = Static<typeof RevokedKeys>
-export const KeysQuery = Type.Object({ revoked: Type.Optional(RevokedKeys) })
+/** A page of the key list: the keys in id order, at most `limit` of them, after `cursor`. */
+export const KeysLimit = Type.Integer({
+  minimum: 1,
+  maximum: 5_000,
+  description: "At most this many keys, in id order; the answer's next is the cursor of the following page. Without it, every key.",
+})
+export const KeysQuery = Type.Object({
+  revoked: Type.Optional(RevokedKeys),
+  limit: Type.Optional(KeysLimit),
+  cursor: Type.Optional(Type.String({ description: "The next of the previous page's answer; with a limit only." })),
+})
 export const UsageQuery = Type.Object({ window: Type.Optional(UsageWindow) })

@@ -4,7 +4,8 @@ import { badRequest } from '../../../http/api-errors'
 import { clientSubject, normaliseAddress } from '../../../http/client-address'
 import { integerRule, integerWithin } from '../../../domain/integer-range'
 import type { AddressSubject } from '../../../domain/subject'
-import { ListLimit } from '../model'
+import { KEY_ID } from '../../../domain/api-key'
+import { KeysLimit, ListLimit } from '../model'
 
 /** A query's integer parameter within the bounds its model states; absent, the model's default (if any). */
 export function integerParameter(query: URLSearchParams, name: string, schema: TInteger): number | undefined {
@@ -35,4 +36,13 @@ export function addressSubjectOf(text: string): AddressSubject {
   if (!normal || (prefix !== undefined && !(normal.includes(':') && prefix === '64')))
     throw badRequest('address: must be an IPv4 address, or an IPv6 address (or its /64) as the ban list gives it')
   return clientSubject(normal)
+}
+
+/** A page of the key list (limit, and the cursor of the page before), or undefined for every key. */
+export function keyPageOf(query: URLSearchParams): { limit: number; after?: string } | undefined {
+  const limit = integerParameter(query, 'limit', KeysLimit)
+  const after = query.get('cursor') ?? undefined
+  if (after !== undefined && (limit === undefined || !KEY_ID.test(after)))
+    throw badRequest("cursor: is not a cursor this server issued; give it with the limit, as the previous page's next")
+  return limit === undefined ? undefined : { limit, after }
 }
