@@ -22,10 +22,11 @@ const LAYERS = {
   limiter: '^src/limiter/',
   domain: '^src/domain/',
   'operating system': '^src/os/',
+  flags: '^src/flags/',
 }
 const TOP = LAYERS['command line']
 const SERVER = LAYERS.server
-const BELOW_SERVER = '^src/(domain|os|storage|limiter|modules|plugins|http|observability)/'
+const BELOW_SERVER = '^src/(domain|os|flags|storage|limiter|modules|plugins|http|observability)/'
 
 module.exports = {
   forbidden: [
@@ -42,6 +43,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/domain/' },
       to: { path: '^src/', pathNot: '^src/domain/' },
+    },
+    {
+      name: 'flags-below-server-and-commands',
+      comment: 'The flag framework (rows, reader, usage lines) is shared by the server and the commands: it knows neither.',
+      severity: 'error',
+      from: { path: '^src/flags/' },
+      to: { path: '^src/', pathNot: '^src/(flags|domain)/' },
     },
     {
       name: 'os-at-the-ground',
@@ -94,9 +102,9 @@ module.exports = {
     },
     {
       name: 'services-never-see-http',
-      comment: 'A service (every file of a module but its controller and its OpenAPI document) knows nothing of Elysia or the request: it may throw the API\'s typed errors, no more.',
+      comment: 'A service (every file of a module but its controller, the controller/ folder it is split into, and its OpenAPI document) knows nothing of Elysia or the request: it may throw the API\'s typed errors, no more.',
       severity: 'error',
-      from: { path: '^src/modules/', pathNot: '^src/modules/[^/]+/(index|document)\\.ts$' },
+      from: { path: '^src/modules/', pathNot: '^src/modules/[^/]+/((index|document)\\.ts$|controller/)' },
       to: { path: '^src/(plugins|observability|modules/[^/]+/index\\.ts$)|^src/http/(?!api-errors\\.ts$)|(^|/)node_modules/elysia/' },
     },
     {

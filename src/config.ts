@@ -6,11 +6,25 @@
  * unset. Everything is checked here, once, so the rest of the code can trust it.
  */
 
-import { BAN_AFTER, BAN_SECONDS, type Range } from './domain/ban-rule'
+import {
+  ConfigError,
+  type EnvName,
+  type Environment,
+  type FlagTable,
+  type InputOf,
+  integer,
+  list,
+  option,
+  reader,
+  toggle,
+  variable,
+} from './flags/table'
+import { BAN_AFTER, BAN_SECONDS } from './domain/ban-rule'
 import { HOST_NAME } from './http/allowed-hosts'
 import { isLoopbackHost, TrustedProxies } from './http/client-address'
 
-export type EnvName = 'production' | 'staging'
+// The flags' own vocabulary, which every caller of the config speaks.
+export { ConfigError, type EnvName } from './flags/table'
 
 export const ENVIRONMENTS = {
   production: {
@@ -92,106 +106,11 @@ export interface DatabaseConfig {
   pool: number
 }
 
-export class ConfigError extends Error {}
-
-type Environment = Record<string, string | undefined>
-
-/** What every row of a command's table says. */
-interface Row {
-  /** The flag without its dashes: 'ban-after' for --ban-after. */
-  readonly flag: string
-  /** The variable read when the flag is not given. */
-  readonly variable?: string
-  /** The usage's description: its first line beside the flag, any more under it. */
-  readonly help: string
-  /** The sub-commands it applies to, when not every one (cmd/options.ts refuses it with the others). */
-  readonly only?: readonly string[]
-}
-
-/** A flag with a value: `parse` refuses a bad one under `name`, the flag or the variable it came from. */
-export interface OptionFlag<T> extends Row {
-  readonly kind: 'option'
-  /** How its value is written in the usage: N, URL, HOST:PORT. */
-  readonly value: string
-  readonly parse: (text: string, name: string) => T
-  /** The value when neither the flag nor its variable is given; none when it is optional. */
-  readonly default?: (env: EnvName) => T
-}
-
-/** A repeatable flag; its variable is a comma-separated list. Parsed whole, from none given too. */
-export interface ListFlag<T> extends Row {
-  readonly kind: 'list'
-  readonly value: string
-  readonly parse: (texts: string[], name: string) => T
-}
-
-/** A flag without a value (--json, --no-access-log). */
-export interface SwitchFlag extends Row {
-  readonly kind: 'switch'
-}
-
-export type Flag = OptionFlag<unknown> | ListFlag<unknown> | SwitchFlag
-export type FlagTable = Readonly<Record<string, Flag>>
-
-export function option<T = string>(row: Omit<OptionFlag<T>, 'kind' | 'parse'> & Partial<Pick<OptionFlag<T>, 'parse'>>): OptionFlag<T> {
-  return { kind: 'option', parse: (text) => text as T, ...row }
-}
-export const list = <T>(row: Omit<ListFlag<T>, 'kind'>): ListFlag<T> => ({ kind: 'list', ...row })
-export const toggle = (row: Omit<SwitchFlag, 'kind'>): SwitchFlag => ({ kind: 'switch', ...row })
-
-/** What a command line gives for a table's rows: the text of each flag (every text of a repeatable one; true for a switch). */
-export type InputOf<T extends FlagTable> = {
-  -readonly [K in keyof T]?: T[K] extends ListFlag<unknown> ? string[] : T[K] extends SwitchFlag ? boolean : string
-}
-/** A row's value once read. */
-export type ValueOf<F> = F extends OptionFlag<infer T> ? T : F extends ListFlag<infer T> ? T : boolean
-
-/** An environment variable's value, or undefined when unset or empty (`PETSTORE_PORT=` means no value). */
-function variable(environment: Environment, name: string): string | undefined {
-  const value = environment[name]
-  return value === '' ? undefined : value
-}
-
-/** A row's text, the flag's or else its variable's, with the name a complaint uses (where the user can find it). */
-function given(row: Flag, text: string | string[] | boolean | undefined, environment: Environment) {
-  if (text !== undefined || row.variable === undefined) return { name: `--${row.flag}`, text }
-  const value = variable(environment, row.variable)
-  return { name: row.variable, text: row.kind === 'list' && value !== undefined ? splitList(value) : value }
-}
-
-/** The rows of `table` read from a command line's input and the environment. */
-export function reader<T extends FlagTable>(table: T, input: InputOf<T>, environment: Environment) {
-  return {
-    /** Whether the flag or its variable was given, and the name a complaint about it must use. */
-    given: (key: keyof T & string) => {
-      const { name, text } = given(table[key]!, input[key], environment)
-      return { name, given: text !== undefined }
-    },
-    /** The row's value: parsed from the flag or its variable, else its default (for the environment `env`). */
-    value<K extends keyof T & string>(key: K, env: EnvName = 'production'): ValueOf<T[K]> | undefined {
-      const row: Flag = table[key]!
-      const { name, text } = given(row, input[key], environment)
-      if (row.kind === 'switch') return (text === true) as ValueOf<T[K]>
-      if (row.kind === 'list') return row.parse((text as string[] | undefined) ?? [], name) as ValueOf<T[K]>
-      return (text === undefined ? row.default?.(env) : row.parse(text as string, name)) as ValueOf<T[K]> | undefined
-    },
-  }
-}
-
 function parseEnvName(value: string | undefined, name = '--env'): EnvName {
   const env = value ?? 'production'
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }
-
-/** A parser for whole numbers within `range`, which its complaint names. */
-export const integer =
-  ({ min, max }: Range) =>
-  (text: string, name: string): number => {
-    if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max)
-      throw new ConfigError(`${name} must be an integer from ${min} to ${max}, not "${text}"`)
-    return Number(text)
-  }
 
 /** A parser for one of a few words. */
 const oneOf =
@@ -253,10 +172,6 @@ function parseToken(value: string, name: string): string {
   return value
 }
 
-function splitList(value: string | undefined): string[] {
-  return value ? value.split(/[\s,]+/).filter(Boolean) : []
-}
-
 function parseProxies(entries: string[], name: string): TrustedProxies {
   try {
     return new TrustedProxies(entries)
@@ -297,7 +212,7 @@ export const COMMON_FLAGS = {
     flag: 'env',
     value: 'production|staging',
     variable: 'PETSTORE_ENV',
-    help: 'environment (default production; PETSTORE_ENV)',
+    help: 'environment',
     parse: parseEnvName,
     default: () => 'production',
   }),
@@ -305,22 +220,22 @@ export const COMMON_FLAGS = {
     flag: 'data',
     value: 'FILE',
     variable: 'PETSTORE_DATA',
-    help: 'data file (PETSTORE_DATA; default ./data/petstore.db, staging ./data/petstore-staging.db)',
+    help: 'data file',
     default: (env) => ENVIRONMENTS[env].dataFile,
   }),
   databaseUrl: option({
     flag: 'database-url',
     value: 'URL',
     variable: 'PETSTORE_DATABASE_URL',
-    help: `PostgreSQL instead of the data file, for several instances: postgres://USER:PASSWORD@HOST/DB
-(PETSTORE_DATABASE_URL, which keeps the password out of the process list)`,
+    help: 'PostgreSQL instead of the data file, for several instances: postgres://USER:PASSWORD@HOST/DB',
+    notes: 'which keeps the password out of the process list',
     parse: secretUrl('postgres:', 'postgresql:'),
   }),
   redisUrl: option({
     flag: 'redis-url',
     value: 'URL',
     variable: 'PETSTORE_REDIS_URL',
-    help: 'Redis for rate limits shared by every instance: redis://HOST:6379 (PETSTORE_REDIS_URL)',
+    help: 'Redis for rate limits shared by every instance: redis://HOST:6379',
     parse: secretUrl('redis:', 'rediss:', 'redis+unix:'),
   }),
 } as const satisfies FlagTable
@@ -332,8 +247,8 @@ export const CONFIG_FLAGS = {
     flag: 'host',
     value: 'HOST',
     variable: 'PETSTORE_HOST',
-    help: `address to bind (PETSTORE_HOST; default 127.0.0.1, this machine only;
-0.0.0.0 for every IPv4 address, :: for every address)`,
+    help: 'address to bind: 0.0.0.0 for every IPv4 address, :: for every address',
+    notes: 'this machine only',
     // This machine only until told otherwise: a first run puts nothing on the network.
     default: () => DEFAULT_HOST,
   }),
@@ -341,7 +256,7 @@ export const CONFIG_FLAGS = {
     flag: 'port',
     value: 'N',
     variable: 'PETSTORE_PORT',
-    help: 'port, 0 picks a free one (PETSTORE_PORT; default 8080, staging 8081)',
+    help: 'port, 0 picks a free one',
     parse: integer({ min: 0, max: 65_535 }),
     default: (env) => ENVIRONMENTS[env].port,
   }),
@@ -362,15 +277,15 @@ export const CONFIG_FLAGS = {
     flag: 'trust-proxy',
     value: 'ADDR|CIDR',
     variable: 'PETSTORE_TRUST_PROXY',
-    help: `a proxy whose X-Forwarded-For names the client (repeatable; loopback
-for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)`,
+    help: 'a proxy whose X-Forwarded-For names the client (repeatable; loopback for 127.0.0.0/8 and ::1)',
+    notes: 'comma-separated',
     parse: parseProxies,
   }),
   metricsAddress: option({
     flag: 'metrics-address',
     value: 'HOST:PORT',
     variable: 'PETSTORE_METRICS_ADDRESS',
-    help: 'serve /metrics there instead of beside the API (PETSTORE_METRICS_ADDRESS)',
+    help: 'serve /metrics there instead of beside the API',
     parse: parseListenAddress,
   }),
   // Its default, the environment's console port (a free one with --port 0), is worked out in resolveConfig.
@@ -378,31 +293,32 @@ for 127.0.0.0/8 and ::1; PETSTORE_TRUST_PROXY, comma-separated)`,
     flag: 'console-address',
     value: 'HOST:PORT|off',
     variable: 'PETSTORE_CONSOLE_ADDRESS',
-    help: `the operators' console (PETSTORE_CONSOLE_ADDRESS; default 127.0.0.1:8090,
-staging 127.0.0.1:8091, a free port with --port 0; off for none)`,
+    help: "the operators' console; off for none",
+    shownDefault: (env) => `${DEFAULT_HOST}:${ENVIRONMENTS[env].consolePort}`,
+    notes: 'a free port with --port 0',
     parse: (text, name) => (text === 'off' ? null : parseListenAddress(text, name)),
   }),
   consoleHost: list({
     flag: 'console-host',
     value: 'NAME',
     variable: 'PETSTORE_CONSOLE_HOST',
-    help: `a host name the console also answers to, for a proxy in front (repeatable;
-PETSTORE_CONSOLE_HOST, comma-separated); other names get 421`,
+    help: 'a host name the console also answers to, for a proxy in front (repeatable); other names get 421',
+    notes: 'comma-separated',
     parse: parseConsoleHosts,
   }),
   metricsToken: option({
     flag: 'metrics-token',
     value: 'TOKEN',
     variable: 'PETSTORE_METRICS_TOKEN',
-    help: `require Authorization: Bearer TOKEN for /metrics (PETSTORE_METRICS_TOKEN,
-which keeps it out of the process list)`,
+    help: 'require Authorization: Bearer TOKEN for /metrics',
+    notes: 'which keeps it out of the process list',
     parse: parseToken,
   }),
   databasePool: option({
     flag: 'database-pool',
     value: 'N',
     variable: 'PETSTORE_DATABASE_POOL',
-    help: 'connections to PostgreSQL per instance (PETSTORE_DATABASE_POOL; default 4)',
+    help: 'connections to PostgreSQL per instance',
     parse: integer({ min: 1, max: 100 }),
     default: () => 4,
   }),
@@ -410,22 +326,21 @@ which keeps it out of the process list)`,
     flag: 'limiter-fallback',
     value: 'closed|local',
     variable: 'PETSTORE_LIMITER_FALLBACK',
-    help: `when Redis does not answer: 503 (closed, the default) or limits
-per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
+    help: 'when Redis does not answer: 503 (closed) or limits per instance until it answers again (local)',
     parse: oneOf('closed', 'local'),
     default: () => 'closed',
   }),
   banAfter: option({
     flag: 'ban-after',
     value: 'N',
-    help: `429s within a minute, each sent before the wait the last one named, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max}; default 50)`,
+    help: `429s within a minute, each sent before the wait the last one named, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max})`,
     parse: integer(BAN_AFTER),
     default: () => 50,
   }),
   banSeconds: option({
     flag: 'ban-seconds',
     value: 'N',
-    help: 'length of a ban (default 600)',
+    help: 'length of a ban in seconds',
     parse: integer(BAN_SECONDS),
     default: () => 600,
   }),
@@ -434,7 +349,7 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
     flag: 'usage-minutes-days',
     value: 'N',
     variable: 'PETSTORE_USAGE_MINUTES_DAYS',
-    help: 'days per-key usage is kept by the minute (PETSTORE_USAGE_MINUTES_DAYS; default 7)',
+    help: 'days per-key usage is kept by the minute',
     // At least a day: the figures of the last 24 hours are read by the minute.
     parse: integer({ min: 1, max: 365 }),
     default: () => 7,
@@ -443,7 +358,7 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
     flag: 'usage-hours-days',
     value: 'N',
     variable: 'PETSTORE_USAGE_HOURS_DAYS',
-    help: "days it is kept by the hour, at least the minutes' (PETSTORE_USAGE_HOURS_DAYS; default 90)",
+    help: "days it is kept by the hour, at least the minutes'",
     parse: integer({ min: 1, max: 3650 }),
     default: () => 90,
   }),
@@ -451,8 +366,8 @@ per instance until it answers again (local; PETSTORE_LIMITER_FALLBACK)`,
     flag: 'scenarios',
     value: 'on|off',
     variable: 'PETSTORE_SCENARIOS',
-    help: `let authenticated requests force answers with Prefer: code=429, delay=MS,
-fail=N (PETSTORE_SCENARIOS; default on in staging, off in production)`,
+    help: 'let authenticated requests force answers with Prefer: code=429, delay=MS, fail=N',
+    shownDefault: (env) => (env === 'staging' ? 'on' : 'off'),
     parse: (text, name) => oneOf('on', 'off')(text, name) === 'on',
     default: (env) => env === 'staging',
   }),

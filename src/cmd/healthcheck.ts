@@ -1,17 +1,17 @@
 /** `petstore healthcheck`: asks the local server's /healthz, for container health checks. */
-import { CONFIG_FLAGS, envOf, hostInUrl, integer, reader } from '../config'
-import { asUsageError, flagLines, help, parse, UsageError } from './options'
+import { CONFIG_FLAGS, envOf, hostInUrl } from '../config'
+import { integer, reader, flagLines } from '../flags/table'
+import { asUsageError, help, parse, UsageError } from './options'
 
 /** The server asked: serve's address and port, though port 0 (a free one) is no port to ask. */
 const FLAGS = {
   host: {
     ...CONFIG_FLAGS.host,
-    help: `the server's address (PETSTORE_HOST; 0.0.0.0 and :: are asked on
-127.0.0.1 and ::1; default 127.0.0.1)`,
+    help: "the server's address: 0.0.0.0 and :: are asked on 127.0.0.1 and ::1",
   },
   port: {
     ...CONFIG_FLAGS.port,
-    help: "the server's port (PETSTORE_PORT; default 8080, staging 8081)",
+    help: "the server's port",
     parse: integer({ min: 1, max: 65_535 }),
   },
 }

@@ -1,14 +1,15 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|set-expiry|roll|usage`: API keys, straight in storage; a running server follows. */
-import { ConfigError, integer, option, reader, toggle } from '../config'
+import { ConfigError } from '../config'
+import { flagLines, integer, option, reader, toggle } from '../flags/table'
 import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
 import { durationMs, isoTimeMs } from '../domain/duration'
 import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
-import { DAY_MS } from '../domain/time'
+import { DAY_MS, HOUR_MS } from '../domain/time'
 import { createKey, rollKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { noKey, parseSince, printUsage } from './keys-usage'
-import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, withStorage } from './options'
+import { asUsageError, COMMON, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
 function ownLimit(flag: 'rpm' | 'rpd', per: string) {
@@ -79,18 +80,20 @@ const FLAGS = {
   overlap: option({
     flag: 'overlap',
     value: 'DURATION',
-    help: 'how long the previous secret keeps working (default 24h; 0s ends it now)',
+    help: 'how long the previous secret keeps working (0s ends it now)',
     parse: duration('0s', '365d', LONGEST_OVERLAP_MS),
     default: () => DAY_MS,
+    shownDefault: () => `${DAY_MS / HOUR_MS}h`,
     only: ['roll'],
   }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
   since: option({
     flag: 'since',
     value: 'DURATION',
-    help: 'how far back usage looks, 24h by default',
+    help: 'how far back usage looks',
     parse: parseSince,
     default: () => DAY_MS,
+    shownDefault: () => `${DAY_MS / HOUR_MS}h`,
     only: ['usage'],
   }),
 }

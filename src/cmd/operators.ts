@@ -7,11 +7,12 @@ import { checkOperatorName, generatePassword, hashPassword, makeCredentialSecret
 import type { Storage } from '../domain/repositories'
 import { existsSync, rmSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { resolveDatabase, resolveDataFile, toggle } from '../config'
+import { resolveDatabase, resolveDataFile } from '../config'
+import { toggle, flagLines } from '../flags/table'
 import { auditCommand } from './audit'
 import { secretFile } from './bootstrap-key'
 import { FIRST_OPERATOR } from './bootstrap-operator'
-import { asUsageError, COMMON, flagLines, parseSub, printTable, UsageError, type Values, withStorage } from './options'
+import { asUsageError, COMMON, parseSub, printTable, UsageError, type Values, withStorage } from './options'
 
 const FLAGS = { json: toggle({ flag: 'json', help: 'print JSON', only: ['list'] }) }
 

@@ -1,40 +1,19 @@
 /**
- * What every command shares: parsing and usage lines from its table of flags (config.ts), the storage
+ * What every command shares: parsing and usage lines from its table of flags (flags/table.ts), the storage
  * flags, and opening storage. A mistake on the command line is a UsageError: the usage, then one line
  * saying what was wrong, exit 2.
  */
+import { integerRule } from '../domain/integer-range'
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
-import {
-  COMMON_FLAGS,
-  ConfigError,
-  dataFileNamed,
-  type FlagTable,
-  type InputOf,
-  resolveDatabase,
-  resolveDataFile,
-  resolveRedisUrl,
-} from '../config'
+import { COMMON_FLAGS, ConfigError, dataFileNamed, resolveDatabase, resolveDataFile, resolveRedisUrl } from '../config'
+import { type FlagTable, flagLines, type InputOf } from '../flags/table'
 import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../domain/key-input'
 import { OperatorInputError } from '../domain/operators'
 import { PLANS } from '../domain/plans'
 import { COMMAND, openPostgresStorage } from '../storage/postgres'
 import { damagedFile, openSqliteStorage } from '../storage/sqlite'
 import type { Storage } from '../domain/repositories'
-
-/** Where a flag's description starts in the usage. */
-const COLUMN = 29
-
-/** A table's rows as usage lines: the flag and its value, then its help (and the sub-commands it is for), continued in the column. */
-export function flagLines(table: FlagTable): string {
-  return Object.values(table)
-    .map((row) => {
-      const [first, ...more] = (row.only ? `${row.help} (${row.only.join(', ')})` : row.help).split('\n')
-      const head = `  --${row.flag}${row.kind === 'switch' ? '' : ` ${row.value}`}  `.padEnd(COLUMN)
-      return [head + first, ...more.map((line) => ' '.repeat(COLUMN) + line)].join('\n')
-    })
-    .join('\n')
-}
 
 export const COMMON = flagLines(COMMON_FLAGS)
 
@@ -157,7 +136,7 @@ function keyRuleMessage({ field, rule, given }: KeyInputError): string {
     'unknown-plan': `--plan must be one of ${PLANS.join(', ')}, not "${given}"`,
     'limits-needed': 'an enterprise key needs its own limits: --rpm N --rpd N',
     'limits-only-enterprise': '--rpm and --rpd are only for --plan enterprise',
-    'limit-range': `--${field} must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
+    'limit-range': `--${field} ${integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max)}`,
     name: `--name must be at most ${KEY_NAME_MAX} characters with no control or bidirectional formatting characters`,
   }
   return sentences[rule]

@@ -1,7 +1,7 @@
 /** `petstore pets seed|reset`: sample pets for staging and test stores, or none at all; keys are kept. */
-import { integer, option, reader, toggle } from '../config'
+import { integer, option, reader, toggle, flagLines } from '../flags/table'
 import type { NewPet, PetStatus } from '../domain/pet'
-import { asUsageError, COMMON, flagLines, parseSub, UsageError, withStorage } from './options'
+import { asUsageError, COMMON, parseSub, UsageError, withStorage } from './options'
 
 /** How many pets one seed adds. */
 const SEED = { min: 1, max: 100_000 }

@@ -4,14 +4,15 @@
  * last save. See docs/operations.md#signals.
  */
 import { networkInterfaces } from 'node:os'
-import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig, toggle } from '../config'
+import { type Config, CONFIG_FLAGS, hostInUrl, resolveConfig } from '../config'
+import { toggle, flagLines } from '../flags/table'
 import { redactedUrl } from '../domain/redacted-url'
 import { isLoopbackHost, normaliseAddress } from '../http/client-address'
 import { Server, type ServerOptions } from '../server/server'
 import { onHandOverSignal, takeOver } from '../server/takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
-import { asUsageError, flagLines, help, parse, UsageError } from './options'
+import { asUsageError, help, parse, UsageError } from './options'
 
 /** The server's flags (config.ts), and what this command alone does with them. */
 const FLAGS = {

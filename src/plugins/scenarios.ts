@@ -5,6 +5,7 @@
  * ban. A key the limiter would refuse now gets the limiter's refusal instead; when the limiter does not
  * answer in time, the scenario answers its 503, never with the real operation.
  */
+import { integerRule, integerWithin } from '../domain/integer-range'
 import { ApiError, badRequest, ClientClosedError, internalError, LIMITER_DOWN, petNotFound } from '../http/api-errors'
 import { type Preference, parsePrefer, PreferSyntaxError } from '../http/prefer'
 import type { RouteTable } from '../http/routes'
@@ -13,6 +14,7 @@ import type { RateLimiter } from '../limiter/limiter'
 import type { TryCounter } from '../limiter/tries'
 import type { ActiveKey } from '../domain/api-key'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
+import { HOUR_MS } from '../domain/time'
 import { rateLimitHeaders, refusal } from './gate'
 import { answerWith, type RequestInfo } from './request-info'
 
@@ -23,7 +25,7 @@ const FAIL_MAX = 100
 /** Delayed answers one key may have waiting at once: a delay holds a connection, and a forced one spends no token. */
 const DELAYS_PER_KEY = 100
 /** How long a count of tries (fail=N) is kept after its first try. */
-const TRIES_KEPT_MS = 60 * 60 * 1000
+const TRIES_KEPT_MS = HOUR_MS
 
 type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
 
@@ -54,9 +56,9 @@ function forceableCodes(documented: number[]): number[] {
 function integerIn(name: string, preference: Preference | undefined, min: number, max: number, unit = ''): number | undefined {
   if (!preference) return undefined
   const value = preference.value ?? ''
-  if (!/^\d{1,6}$/.test(value) || Number(value) < min || Number(value) > max)
-    throw badRequest(`Prefer ${name}: must be an integer from ${min} to ${max}${unit}, not "${value.slice(0, 40)}"`)
-  return Number(value)
+  const number = integerWithin(value, min, max, 6)
+  if (number === undefined) throw badRequest(`Prefer ${name}: ${integerRule(min, max)}${unit}, not "${value.slice(0, 40)}"`)
+  return number
 }
 
 function codeFor(operationId: string, documented: number[], value: string | undefined): number {

@@ -234,6 +234,37 @@ describe('console on its own listener', () => {
     expect(parameter.description).toContain('revoked keys too')
   })
 
+  test('the key list pages: a limit gives that many keys in id order and the cursor of the next page, every key once; a bad cursor is a 400', async () => {
+    for (let i = 0; i < 5; i++) await call(server.console, cookie, 'POST', '/api/keys', { plan: 'free', name: `paged ${i}` })
+    const list = async (query: string) => (await (await call(server.console, cookie, 'GET', `/api/keys${query}`)).json()) as any
+    const whole = await list('?revoked=include')
+    expect(whole.next).toBeUndefined()
+    const paged: string[] = []
+    let page = await list('?revoked=include&limit=2')
+    for (;;) {
+      expect(page.keys.length).toBeLessThanOrEqual(2)
+      paged.push(...page.keys.map((key: { id: string }) => key.id))
+      if (page.next === null) break
+      expect(page.next).toBe(page.keys.at(-1).id)
+      page = await list(`?revoked=include&limit=2&cursor=${encodeURIComponent(page.next)}`)
+    }
+    const ids = whole.keys.map((key: { id: string }) => key.id)
+    expect(ids.length).toBeGreaterThan(4)
+    expect(paged).toEqual([...ids].sort())
+    // The rows are the same rows, a page at a time.
+    expect((await list(`?revoked=include&limit=${ids.length}`)).keys).toEqual(
+      [...whole.keys].sort((a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : 1)),
+    )
+    for (const [query, message] of [
+      ['?limit=0', 'limit: must be an integer from 1 to 5000'],
+      ['?limit=2&cursor=nope', "cursor: is not a cursor this server issued; give it with the limit, as the previous page's next"],
+      [`?cursor=${ids[0]}`, "cursor: is not a cursor this server issued; give it with the limit, as the previous page's next"],
+    ]) {
+      const bad = await call(server.console, cookie, 'GET', `/api/keys${query}`)
+      expect([bad.status, ((await bad.json()) as any).message]).toEqual([400, message])
+    }
+  })
+
   test("every guarded route takes only the query parameters its document declares, each once, as the API's do: 400 before the handler, nothing changed", async () => {
     const document = (await (await call(server.console, cookie, 'GET', '/api/openapi.json')).json()) as any
     const declared = (method: string, path: string): string[] =>
@@ -259,7 +290,7 @@ describe('console on its own listener', () => {
 
     const cases: [string, string][] = [
       ['/api/keys?revoked=include&revoked=exclude', 'revoked: is given more than once'],
-      ['/api/keys?Revoked=include', 'Revoked: is not a known query parameter; allowed are revoked'],
+      ['/api/keys?Revoked=include', 'Revoked: is not a known query parameter; allowed are revoked, limit, cursor'],
       ['/api/audit?limt=1', 'limt: is not a known query parameter; allowed are limit'],
       ['/api/audit?limit=1&limit=2', 'limit: is given more than once'],
       ['/api/requests?status=200&key=a&key=b', 'key: is given more than once'],

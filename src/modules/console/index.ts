@@ -12,18 +12,20 @@
  * (Authorization: Bearer), else 401; then the query, as strictly as the API's, else 400. With the cookie,
  * a change must also come from the console's own `Origin`. Bodies are read by the bounded reader, and a
  * body left unread closes its connection.
+ *
+ * What it reads of a request before routing is controller/request-reading.ts; the page's files and the
+ * security headers controller/page-assets.ts; query and path parameters controller/parameters.ts;
+ * the session cookie cookies.ts.
  */
-import type { TInteger, TLiteral, TUnion } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
-import type { HTMLBundle, Server } from 'bun'
-import { basename } from 'node:path'
-import { ApiError, badRequest, forbidden, misdirectedRequest, notFound, payloadTooLarge, unavailable } from '../../http/api-errors'
-import { AllowedHosts } from '../../http/allowed-hosts'
-import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
+import type { Server } from 'bun'
+import { ApiError, notFound, unavailable } from '../../http/api-errors'
+import { noFavicon } from '../../http/assets'
 import { bearerToken } from '../../http/bearer-token'
-import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../../http/client-address'
+import type { TrustedProxies } from '../../http/client-address'
 import { BodyBudget, bodyUnread, readJsonBody } from '../../http/json-body'
 import type { AnyElysia } from '../../http/openapi'
+import { strictQuery } from '../../http/query'
 import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
@@ -40,7 +42,6 @@ import {
   FIELD_RULES,
   KeyParams,
   KeysQuery,
-  ListLimit,
   MAX_BODY_BYTES,
   type Model,
   NewKey,
@@ -49,13 +50,18 @@ import {
   ExpiryChange,
   RequestsQuery,
   RevokedKeys,
-  SESSION_COOKIE,
   SignIn,
   UsageQuery,
   UsageWindow,
 } from './model'
 import page from './page/index.html'
 import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
+import { SECURITY_HEADERS, pageAssets } from './controller/page-assets'
+import { addressSubjectOf, choiceOf, integerParameter, keyPageOf, limitOf } from './controller/parameters'
+import { requestReading } from './controller/request-reading'
+import { sessionCookie, sessionCookies } from './cookies'
+
+export { SECURITY_HEADERS } from './controller/page-assets'
 
 /**
  * The API's limits for requests without a valid key (server/server.ts wires them): the Free plan's per
@@ -87,16 +93,6 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   storageFault?: () => string | null
 }
 
-/** On every answer of the console listener. */
-export const SECURITY_HEADERS: Record<string, string> = {
-  ...noFraming(
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; ",
-  ),
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'cache-control': 'no-store',
-}
-
 const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: OPERATOR_NAME_RULE })
 const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
 const planValidator = compileValidator(PlanChange, FIELD_RULES)
@@ -106,9 +102,6 @@ const SAFE_METHODS = new Set(['GET', 'HEAD'])
 /** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
 const REFUSALS = [429, 401]
 const REFUSALS_SHOWN = 100
-/** Session cookies tried per request, when several of that name arrive (another path's or site's beside ours). */
-const SESSION_COOKIES_TRIED = 4
-
 /** The operator behind a request, as the guard found it. */
 type Who = Credential & { secret: string }
 /** What a handler that answers 204 is given (noContent). */
@@ -119,10 +112,6 @@ type Context = {
   set: { status?: number | string; headers: Record<string, unknown> }
 }
 
-const MISDIRECTED = misdirectedRequest(
-  'This console does not answer to that host name: use its own address, or a name given with --console-host.',
-)
-const TOO_LARGE = payloadTooLarge(MAX_BODY_BYTES, { connection: 'close' })
 const NO_SUCH_KEY = notFound('No key with this id: a key id is key_ followed by letters, digits, - and _.')
 
 /** Console bodies of 8 KiB received at once, per budget (1 MiB). */
@@ -147,35 +136,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   const operatorBodies = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
   const routes = new RouteTable()
   const server = (): Server<unknown> | null => app.server
-  let hosts: AllowedHosts | undefined
 
-  /** Whether the request came through a trusted proxy, which then says the scheme and host the browser used. */
-  const viaProxy = (request: Request) => {
-    const peer = server()?.requestIP(request)?.address
-    const normal = peer && normaliseAddress(peer)
-    return normal ? options.trustProxy.has(normal) : false
-  }
-  const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
-  /** The client's limiter subject, as the API finds it: the peer, or the client a trusted proxy names. */
-  const clientOf = (request: Request) => {
-    const socket = server()?.requestIP(request)?.address
-    const peer = (socket && normaliseAddress(socket)) || 'unknown'
-    const header = options.trustProxy.has(peer) ? request.headers.get('x-forwarded-for') : null
-    const address = header ? forwardedClient(peer, header, options.trustProxy) : peer
-    return clientSubject(address === 'unknown' ? address : (normaliseAddress(address) ?? address))
-  }
-  const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
-
-  /** A request that changes something with the session cookie must come from this console's page. */
-  const checkOrigin = (request: Request) => {
-    const host = (viaProxy(request) && forwarded(request, 'x-forwarded-host')) || request.headers.get('host')
-    const expected = `${isHttps(request) ? 'https' : 'http'}://${host}`.toLowerCase()
-    if (request.headers.get('origin')?.toLowerCase() !== expected)
-      throw forbidden(
-        `A request that changes something must come from this console's own page: Origin ${expected.slice(0, 300)} ` +
-          '(a script uses a token instead: petstore operators token NAME).',
-      )
-  }
+  const { clientOf, isHttps, checkOrigin, admit } = requestReading(options, server)
 
   /**
    * The session of the cookie. Several cookies of that name can arrive (a sibling site's or another
@@ -227,32 +189,12 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     if (refused) throw refused
   }
 
-  /** What every request passes first (see the header): the host name, then the declared body's size. */
-  const admit = (request: Request): void => {
-    hosts ??= new AllowedHosts({ host: options.address.host, port: server()?.port ?? options.address.port }, options.hosts)
-    if (!hosts.has(request.headers.get('host'))) throw MISDIRECTED
-    if (viaProxy(request) && request.headers.has('x-forwarded-host') && !hosts.has(forwarded(request, 'x-forwarded-host')))
-      throw MISDIRECTED
-    const declared = request.headers.get('content-length')
-    if (declared !== null && !(Number(declared) <= MAX_BODY_BYTES)) throw TOO_LARGE
-  }
-
   /** Each route's query parameters, by method and route, as its detail declares them (read once the app exists). */
   const queries = new Map<string, string[]>()
 
   /** A query as strict as the API's: only the route's declared parameters, each at most once. */
-  const checkQuery = (request: Request, route: string) => {
-    const allowed = queries.get(`${request.method === 'HEAD' ? 'GET' : request.method} ${route}`) ?? []
-    const seen = new Set<string>()
-    for (const name of new URL(request.url).searchParams.keys()) {
-      if (!allowed.includes(name))
-        throw badRequest(
-          `${name.slice(0, 40)}: is not a known query parameter; ${allowed.length ? `allowed are ${allowed.join(', ')}` : 'this route takes none'}`,
-        )
-      if (seen.has(name)) throw badRequest(`${name}: is given more than once`)
-      seen.add(name)
-    }
-  }
+  const checkQuery = (request: Request, route: string) =>
+    strictQuery(new URL(request.url).searchParams, queries.get(`${request.method === 'HEAD' ? 'GET' : request.method} ${route}`) ?? [])
 
   /** A handler that answers 204 once `act` is done. */
   const noContent =
@@ -368,7 +310,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/keys',
-          ({ request }) => service.listKeys(choiceOf(new URL(request.url).searchParams, 'revoked', RevokedKeys) === 'include'),
+          ({ request }) => {
+            const query = new URL(request.url).searchParams
+            return service.listKeys(choiceOf(query, 'revoked', RevokedKeys) === 'include', keyPageOf(query))
+          },
           operation('listKeys', 'keys', 'The keys in use (revoked ones too on request), with their day quota left and ban', {
             query: KeysQuery,
             responses: { 200: json('The keys.', 'KeyList') },
@@ -532,77 +477,4 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
     )
   }
   return app
-}
-
-/**
- * The page's files by path, each an answer with the console's security headers. In the binary, `bun
- * build --compile` has bundled the page (HTML, script, stylesheet) into files of its own; from source,
- * the page is bundled here, once, in memory.
- */
-async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
-  let files: { path: string; type: string; body: Blob }[]
-  const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
-  if (compiled)
-    files = compiled.map((file) => ({
-      path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
-      type: file.headers['content-type']!,
-      body: Bun.file(file.path),
-    }))
-  else {
-    const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
-    if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
-    files = built.outputs.map((output) => ({
-      path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`,
-      type: output.type,
-      body: output,
-    }))
-  }
-  const answer = (file: (typeof files)[number]) =>
-    compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type })
-  return new Map(files.map((file) => [file.path, answer(file)]))
-}
-
-/** The session cookie's values in a Cookie header, in the order sent (Bun.CookieMap keeps repeated names). */
-function sessionCookies(header: string | null): string[] {
-  if (!header) return []
-  const values: string[] = []
-  for (const [name, value] of new Bun.CookieMap(header).entries())
-    if (name === SESSION_COOKIE && value && values.push(value) === SESSION_COOKIES_TRIED) break
-  return values
-}
-
-/** The Set-Cookie of a session (or, with maxAge 0, of its end): HttpOnly, SameSite=Strict, for the whole console. */
-function sessionCookie(secret: string, options: { secure?: boolean; maxAge?: number }): string {
-  return new Bun.Cookie(SESSION_COOKIE, secret, { path: '/', httpOnly: true, sameSite: 'strict', ...options }).serialize()
-}
-
-/** A query's integer parameter within the bounds its model states; absent, the model's default (if any). */
-function integerParameter(query: URLSearchParams, name: string, schema: TInteger): number | undefined {
-  const text = query.get(name)
-  if (text === null) return schema.default
-  const { minimum, maximum } = schema as TInteger & { minimum: number; maximum: number }
-  if (!/^\d{1,10}$/.test(text) || Number(text) < minimum || Number(text) > maximum)
-    throw badRequest(`${name}: must be an integer from ${minimum} to ${maximum}`)
-  return Number(text)
-}
-
-/** A query's parameter, one of the words its model states; absent, the model's default. */
-function choiceOf<T extends string>(query: URLSearchParams, name: string, schema: TUnion<TLiteral<T>[]>): T {
-  const choices: string[] = schema.anyOf.map((choice) => choice.const)
-  const value = query.get(name) ?? schema.default
-  if (!choices.includes(value)) throw badRequest(`${name}: must be one of ${choices.join(', ')}`)
-  return value
-}
-
-function limitOf(query: URLSearchParams): number {
-  return integerParameter(query, 'limit', ListLimit)!
-}
-
-/** The limiter's subject for an address as the ban list gives it (an IPv6 client's /64 included). */
-function addressSubjectOf(text: string): AddressSubject {
-  const [address, prefix] = text.split('/')
-  const normal = normaliseAddress(address ?? '')
-  if (!normal || (prefix !== undefined && !(normal.includes(':') && prefix === '64')))
-    throw badRequest('address: must be an IPv4 address, or an IPv6 address (or its /64) as the ban list gives it')
-  return clientSubject(normal)
 }

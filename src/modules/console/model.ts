@@ -4,6 +4,7 @@
  * the server and the page (type-only imports, so nothing of this file is in the page's bundle) the
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
+import { integerRule } from '../../domain/integer-range'
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
 import { CUSTOM_LIMIT, KEY_NAME_FORBIDDEN, KEY_NAME_MAX } from '../../domain/key-input'
@@ -107,9 +108,9 @@ export const FIELD_RULES: Record<string, string> = {
   name: `must be a string of at most ${KEY_NAME_MAX} characters, with no control or bidirectional formatting characters`,
   password: 'must be a string',
   plan: `must be one of ${PLANS.join(', ')}`,
-  rpm: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
-  rpd: `must be an integer from ${CUSTOM_LIMIT.min} to ${CUSTOM_LIMIT.max}`,
-  overlapSeconds: `must be an integer from 0 to ${MAX_OVERLAP_SECONDS}`,
+  rpm: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
+  rpd: integerRule(CUSTOM_LIMIT.min, CUSTOM_LIMIT.max),
+  overlapSeconds: integerRule(0, MAX_OVERLAP_SECONDS),
   expiresAt: 'must be an ISO 8601 time with its zone (such as 2027-01-31T18:00:00Z) still to come, or null',
 }
 
@@ -287,7 +288,15 @@ const Operator = Type.Object({
   idleMinutes: Type.Optional(Type.Integer({ description: 'On sign-in: the minutes without a request after which the session ends.' })),
 })
 
-const KeyList = Type.Object({ keys: Type.Array(Key), limiterAnswered: Type.Boolean() })
+const KeyList = Type.Object({
+  keys: Type.Array(Key),
+  limiterAnswered: Type.Boolean(),
+  next: Type.Optional(
+    Type.Union([Type.String(), Type.Null()], {
+      description: 'With a limit: the cursor of the following page (null on the last page); absent without a limit.',
+    }),
+  ),
+})
 const CreatedKey = Type.Object({ key: Key, secret: Type.String({ description: "The key's secret, shown only in this answer." }) })
 const RolledKey = Type.Object({
   id: Type.String(),
@@ -357,5 +366,15 @@ export const RevokedKeys = Type.Union([Type.Literal('exclude'), Type.Literal('in
   description: 'include: revoked keys too (with their revokedAt); exclude: the keys in use only.',
 })
 export type RevokedKeys = Static<typeof RevokedKeys>
-export const KeysQuery = Type.Object({ revoked: Type.Optional(RevokedKeys) })
+/** A page of the key list: the keys in id order, at most `limit` of them, after `cursor`. */
+export const KeysLimit = Type.Integer({
+  minimum: 1,
+  maximum: 5_000,
+  description: "At most this many keys, in id order; the answer's next is the cursor of the following page. Without it, every key.",
+})
+export const KeysQuery = Type.Object({
+  revoked: Type.Optional(RevokedKeys),
+  limit: Type.Optional(KeysLimit),
+  cursor: Type.Optional(Type.String({ description: "The next of the previous page's answer; with a limit only." })),
+})
 export const UsageQuery = Type.Object({ window: Type.Optional(UsageWindow) })

@@ -205,15 +205,24 @@ export class ConsoleService {
    * The keys in use (and the revoked ones when asked), with their day quota left and ban as the limiter
    * holds them (inspected, nothing taken), and their usage.
    */
-  async listKeys(withRevoked = false): Promise<Model<'KeyList'>> {
-    const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(), this.usage.keys()])
-    const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
-    return {
-      keys: keys
-        .filter(({ record }) => withRevoked || record.revokedAt === null)
-        .map(({ record, held }) => keyRow(record, held, byId.get(record.id))),
-      limiterAnswered,
+  /**
+   * The keys (revoked ones too on request); with a page, only `limit` of them in id order after the key
+   * `after`, and only theirs are asked of the limiter: a page costs the same however many keys there are.
+   */
+  async listKeys(withRevoked = false, page?: { limit: number; after?: string }): Promise<Model<'KeyList'>> {
+    let next: string | null | undefined
+    const pick = (records: ApiKeyRecord[]) => {
+      const listed = records.filter((record) => withRevoked || record.revokedAt === null)
+      if (!page) return listed
+      const sorted = listed.filter((record) => page.after === undefined || record.id > page.after).sort((a, b) => (a.id < b.id ? -1 : 1))
+      const shown = sorted.slice(0, page.limit)
+      next = sorted.length > page.limit ? shown.at(-1)!.id : null
+      return shown
     }
+    const [{ keys, limiterAnswered }, usage] = await Promise.all([this.limiterRows(pick), this.usage.keys()])
+    const byId = new Map(usage.map((figures) => [figures.keyId, figures]))
+    const list = keys.map(({ record, held }) => keyRow(record, held, byId.get(record.id)))
+    return next === undefined ? { keys: list, limiterAnswered } : { keys: list, limiterAnswered, next }
   }
 
   /** The fleet's requests over the last hour, day and week by outcome, active keys today and the current bans. */
@@ -277,8 +286,11 @@ export class ConsoleService {
   }
 
   /** Every key with what the limiter holds of it. */
-  private async limiterRows(): Promise<{ keys: { record: ApiKeyRecord; held: Held | null }[]; limiterAnswered: boolean }> {
-    const records = await this.deps.storage.keys.list()
+  /** The keys `pick` chooses (all by default), each with what the limiter holds of it. */
+  private async limiterRows(
+    pick: (records: ApiKeyRecord[]) => ApiKeyRecord[] = (records) => records,
+  ): Promise<{ keys: { record: ApiKeyRecord; held: Held | null }[]; limiterAnswered: boolean }> {
+    const records = pick(await this.deps.storage.keys.list())
     let limiterAnswered = true
     const keys = await Promise.all(
       records.map(async (record) => {

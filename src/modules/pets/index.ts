@@ -6,10 +6,12 @@ import { Elysia } from 'elysia'
 import { badRequest, ClientClosedError, JSON_TYPE, petNotFound } from '../../http/api-errors'
 import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
+import { strictQuery } from '../../http/query'
 import { compileValidator } from '../../http/validation'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
-import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET } from '../../domain/deprecation'
-import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../../domain/idempotency'
+import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET, SUNSET_DAY } from '../../domain/deprecation'
+import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, IDEMPOTENCY_TTL_MS } from '../../domain/idempotency'
+import { HOUR_MS } from '../../domain/time'
 import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
@@ -25,7 +27,7 @@ export interface PetsModuleOptions {
 
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
 const listQueryValidator = compileValidator(PetModel.ListQuery, FIELD_RULES, 'query')
-const LIST_PARAMETERS = new Set(Object.keys(PetModel.ListQuery.properties))
+const LIST_PARAMETERS = Object.keys(PetModel.ListQuery.properties)
 
 const parsedQueries = new Map<string, ListQuery>()
 /** Far above any query this operation takes (three short parameters); keeps the parse cache small. */
@@ -48,15 +50,12 @@ export function parseListQuery(url: string): ListQuery {
 function parseQueryText(text: string): ListQuery {
   const query: { limit?: number; status?: string; cursor?: string } = {}
   if (text) {
-    for (const [name, value] of new URLSearchParams(text)) {
-      if (!LIST_PARAMETERS.has(name))
-        throw badRequest(`${name.slice(0, 40)}: is not a known query parameter; allowed are limit, status, cursor`)
-      if (name in query) throw badRequest(`${name}: is given more than once`)
+    strictQuery(new URLSearchParams(text), LIST_PARAMETERS, (name, value) => {
       if (name === 'limit') {
         if (!/^\d{1,6}$/.test(value)) throw badRequest(`limit: ${FIELD_RULES.limit}`)
         query.limit = Number(value)
       } else query[name as 'status' | 'cursor'] = value
-    }
+    })
   }
   listQueryValidator.parse(query)
   let afterId = 0
@@ -167,8 +166,7 @@ export function petsModule(options: PetsModuleOptions) {
         detail: {
           operationId: 'createPet',
           summary: 'Add a pet',
-          description:
-            'Unknown properties are refused. Send `Idempotency-Key` to retry safely: the same key and body replay the first answer (kept 24 h).',
+          description: `Unknown properties are refused. Send \`Idempotency-Key\` to retry safely: the same key and body replay the first answer (kept ${IDEMPOTENCY_TTL_MS / HOUR_MS} h).`,
           tags: ['pets'],
           parameters: [
             {
@@ -194,7 +192,7 @@ export function petsModule(options: PetsModuleOptions) {
       detail: {
         operationId: DEPRECATED_OPERATION,
         summary: 'Get one pet (deprecated)',
-        description: 'Deprecated; removed on 5 December 2030. Use `GET /pets` with the `status` filter.',
+        description: `Deprecated; removed on ${SUNSET_DAY}. Use \`GET /pets\` with the \`status\` filter.`,
         deprecated: true,
         tags: ['pets'],
         parameters: parametersFrom(PetModel.PetParams, 'path'),

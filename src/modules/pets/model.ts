@@ -3,6 +3,7 @@
  * with the app, so `/openapi.json` describes exactly what is enforced. They are plain TypeBox rather
  * than Elysia's `t` because `t.Integer` also accepts numeric strings, and the contract is strict.
  */
+import { integerRule } from '../../domain/integer-range'
 import { Type } from '@sinclair/typebox'
 import { CONTROL_CHARACTERS, DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, PET_STATUSES } from '../../domain/pet'
 import { CURSOR_MAX_LENGTH, CURSOR_MIN_LENGTH, CURSOR_PATTERN } from './cursor'
@@ -23,7 +24,7 @@ const Name = Type.String({
   minLength: 1,
   maxLength: NAME_MAX,
   pattern: `^[^${CONTROL_CHARACTERS}]*$`,
-  description: "The animal's name: 1 to 200 characters (code points), no control characters.",
+  description: `The animal's name: 1 to ${NAME_MAX} characters (code points), no control characters.`,
 })
 
 /**
@@ -115,9 +116,9 @@ export const NewPetCheck = Type.Object(
 /** What each field must be, in the words a 400 uses. */
 export const FIELD_RULES: Record<string, string> = {
   name: `must be a string of 1 to ${NAME_MAX} characters without control characters`,
-  categoryId: `must be an integer from ${INT64_MIN} to ${INT64_MAX} (int64)`,
+  categoryId: `${integerRule(INT64_MIN, INT64_MAX)} (int64)`,
   status: `must be one of ${PET_STATUSES.join(', ')}`,
-  limit: `must be an integer from ${LIMIT_MIN} to ${LIMIT_MAX}`,
+  limit: integerRule(LIMIT_MIN, LIMIT_MAX),
   petId: 'must be a positive 64-bit integer',
   cursor: 'is not a cursor this server issued; follow the Link rel="next" URL',
 }

@@ -144,9 +144,19 @@ async function showTab(name: string): Promise<void> {
   await TABS[name]!()
 }
 
-async function loadKeys(): Promise<void> {
+/** Keys read at a time, in id order: a fleet of thousands is not sent whole to show its first rows. */
+const KEYS_PAGE = 500
+/** The cursor of the next page of keys; null once every key is read. */
+let nextKeys: string | null = null
+
+/** The first page of keys, or with `more` the page after those shown; search and sort apply to the keys read. */
+async function loadKeys(more = false): Promise<void> {
   const revoked: RevokedKeys = $<HTMLInputElement>('#key-revoked').checked ? 'include' : 'exclude'
-  keys = (await api<Model<'KeyList'>>('GET', `/api/keys?revoked=${revoked}`)).keys
+  const after = more && nextKeys !== null ? `&cursor=${encodeURIComponent(nextKeys)}` : ''
+  const page = await api<Model<'KeyList'>>('GET', `/api/keys?revoked=${revoked}&limit=${KEYS_PAGE}${after}`)
+  keys = more ? [...keys, ...page.keys] : page.keys
+  nextKeys = page.next ?? null
+  $<HTMLButtonElement>('#more-keys').hidden = nextKeys === null
   drawKeys()
 }
 
@@ -521,6 +531,7 @@ function wire(): void {
     })
   $('#key-search').addEventListener('input', drawKeys)
   $('#key-revoked').addEventListener('change', () => run(loadKeys))
+  $('#more-keys').addEventListener('click', () => run(() => loadKeys(true)))
   for (const choice of document.querySelectorAll<HTMLButtonElement>('[data-window]'))
     choice.addEventListener('click', () => {
       overviewWindow = choice.dataset.window as UsageWindow

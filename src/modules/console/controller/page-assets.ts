@@ -1,0 +1,42 @@
+/** The console page's files, and the security headers on every answer of the console listener. */
+import type { HTMLBundle } from 'bun'
+import { basename } from 'node:path'
+import { compressedAsset, noFraming } from '../../../http/assets'
+
+/** On every answer of the console listener. */
+export const SECURITY_HEADERS: Record<string, string> = {
+  ...noFraming(
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; ",
+  ),
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-store',
+}
+
+/**
+ * The page's files by path, each an answer with the console's security headers. In the binary, `bun
+ * build --compile` has bundled the page (HTML, script, stylesheet) into files of its own; from source,
+ * the page is bundled here, once, in memory.
+ */
+export async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
+  let files: { path: string; type: string; body: Blob }[]
+  const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
+  if (compiled)
+    files = compiled.map((file) => ({
+      path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
+      type: file.headers['content-type']!,
+      body: Bun.file(file.path),
+    }))
+  else {
+    const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
+    if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
+    files = built.outputs.map((output) => ({
+      path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`,
+      type: output.type,
+      body: output,
+    }))
+  }
+  const answer = (file: (typeof files)[number]) =>
+    compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type })
+  return new Map(files.map((file) => [file.path, answer(file)]))
+}
