@@ -73,6 +73,11 @@ function expectMode(name: string, figures: ModeFigures, pairs: number, shared = 
   else expect(figures.rssMbAfter).toBeUndefined()
 }
 
+if (!wrkAvailable()) {
+  if (process.env.CI === 'true') throw new Error('wrk is missing: CI must install it (bun run bench drives it)')
+  console.warn('bench harness test skipped: apt-get install -y wrk')
+}
+
 describe.skipIf(!wrkAvailable())('bun run bench', () => {
   test('runs the five scenarios on the data file and writes a complete JSON result and table', async () => {
     const { result, out, stdout } = await runBench('embedded', ['--mode', 'embedded'])

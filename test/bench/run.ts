@@ -16,7 +16,6 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
-  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -26,6 +25,7 @@ import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import type { Subprocess } from 'bun'
+import { binaryStale } from '../support/build'
 import type { Captured, Captures } from './baseline'
 import { runWrk, wrkAvailable, wrkVersion, type LoadResult } from './lib/load'
 import {
@@ -178,15 +178,6 @@ function log(message: string): void {
 // ---------------------------------------------------------------------------------------------------
 // The binary
 
-function newestMtime(dir: string): number {
-  let newest = 0
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name)
-    newest = Math.max(newest, entry.isDirectory() ? newestMtime(path) : statSync(path).mtimeMs)
-  }
-  return newest
-}
-
 function git(args: string[]): string {
   const out = Bun.spawnSync(['git', '-C', ROOT, ...args], { stdout: 'pipe', stderr: 'ignore' })
   return out.exitCode === 0 ? out.stdout.toString().trim() : ''
@@ -201,8 +192,8 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
     built = true
   }
   const stat = statSync(BINARY)
-  const stale = newestMtime(join(ROOT, 'src')) > stat.mtimeMs
-  if (stale) log('warning: dist/petstore is older than src/; measuring it anyway (pass --build to rebuild)')
+  const stale = binaryStale()
+  if (stale) log('warning: dist/petstore is older than its sources; measuring it anyway (pass --build to rebuild)')
   return {
     path: BINARY,
     sizeMb: round(stat.size / 1024 / 1024, 1),
@@ -543,7 +534,7 @@ async function bench(options: Options): Promise<BenchResult> {
     for (const line of warnings) notes.push(`server stderr (${MODE_TITLE[server.mode]}): ${line.slice(0, 300)}`)
   }
   await stop(bare.proc, 'SIGTERM')
-  if (binary.staleVsSources) notes.push('dist/petstore was older than src/ when measured.')
+  if (binary.staleVsSources) notes.push('dist/petstore was older than its sources when measured.')
   if (options.modes.includes('shared'))
     notes.push(`PostgreSQL and Redis ran on this machine, sharing its ${os.cpus().length} cores with the servers and wrk.`)
   const loadAvgEnd = os.loadavg().map((v) => round(v, 2))
