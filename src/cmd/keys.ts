@@ -253,39 +253,42 @@ const isoOrNull = (time: number | null) => (time === null ? null : iso(time))
 
 function printKeys(records: ApiKeyRecord[], json: boolean): void {
   const now = Date.now()
+  // The console's API's names (createdAt, lastUsedAt, revokedAt, expiresAt): one shape of a key.
   const rows = records.map((r) => ({
     id: r.id,
     name: r.name,
     plan: r.plan,
     rpm: r.rpm,
     rpd: r.rpd,
-    created: iso(r.createdAt),
-    lastUsed: isoOrNull(r.lastUsedAt),
-    revoked: isoOrNull(r.revokedAt),
-    expires: isoOrNull(r.expiresAt),
+    createdAt: iso(r.createdAt),
+    lastUsedAt: isoOrNull(r.lastUsedAt),
+    revokedAt: isoOrNull(r.revokedAt),
+    expiresAt: isoOrNull(r.expiresAt),
     format: r.secretFormat,
     previousSecretEndsAt: r.previousSecretHash !== null && r.previousEndsAt! > now ? iso(r.previousEndsAt!) : null,
   }))
   if (json) {
-    console.log(JSON.stringify(rows, null, 2))
+    // The names of earlier releases, kept readable for scripts until the next release (docs/upgrading.md).
+    const withOldNames = rows.map((row) => ({ ...row, created: row.createdAt, lastUsed: row.lastUsedAt, revoked: row.revokedAt }))
+    console.log(JSON.stringify(withOldNames, null, 2))
     return
   }
   printTable(
     ['ID', 'NAME', 'PLAN', 'RPM', 'RPD', 'CREATED', 'LAST USED', 'EXPIRES', 'FORMAT', 'REVOKED'],
     records.map((r, i) => {
       const row = rows[i]!
-      const expires = r.expiresAt === null ? 'never' : `${row.expires}${r.expiresAt <= now ? ' (expired)' : ''}`
+      const expires = r.expiresAt === null ? 'never' : `${row.expiresAt}${r.expiresAt <= now ? ' (expired)' : ''}`
       return [
         r.id,
         r.name,
         r.plan,
         String(r.rpm),
         String(r.rpd),
-        row.created,
-        row.lastUsed ?? '-',
+        row.createdAt,
+        row.lastUsedAt ?? '-',
         expires,
         r.secretFormat,
-        row.revoked ?? '-',
+        row.revokedAt ?? '-',
       ]
     }),
   )

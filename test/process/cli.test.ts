@@ -209,24 +209,29 @@ describe('keys', () => {
     for (const row of rows) {
       expect(Object.keys(row).sort()).toEqual([
         'created',
-        'expires',
+        'createdAt',
+        'expiresAt',
         'format',
         'id',
         'lastUsed',
+        'lastUsedAt',
         'name',
         'plan',
         'previousSecretEndsAt',
         'revoked',
+        'revokedAt',
         'rpd',
         'rpm',
       ])
       expect(row.id).toMatch(/^\S+$/)
-      const created = Date.parse(row.created)
+      const created = Date.parse(row.createdAt)
       expect(created).toBeGreaterThanOrEqual(before - 1000)
       expect(created).toBeLessThanOrEqual(after + 1000)
-      expect(row.lastUsed).toBeNull()
-      expect(row.revoked).toBeNull()
-      expect(row).toMatchObject({ expires: null, format: 'checked', previousSecretEndsAt: null })
+      expect(row.lastUsedAt).toBeNull()
+      expect(row.revokedAt).toBeNull()
+      expect(row).toMatchObject({ expiresAt: null, format: 'checked', previousSecretEndsAt: null })
+      // The earlier names, kept readable for a release, say the same.
+      expect([row.created, row.lastUsed, row.revoked]).toEqual([row.createdAt, row.lastUsedAt, row.revokedAt])
     }
     const byName = Object.fromEntries(rows.map((r: { name: string }) => [r.name, r]))
     expect(byName['mobile app']).toMatchObject({ plan: 'pro', rpm: 300, rpd: 10000 })
@@ -240,7 +245,7 @@ describe('keys', () => {
     const proLine = lines.find((l) => l.includes(byName['mobile app'].id))!
     expect(proLine).toContain('mobile app')
     expect(proLine).toMatch(/\bpro\b.*\b300\b.*\b10000\b/)
-    expect(proLine).toContain(byName['mobile app'].created)
+    expect(proLine).toContain(byName['mobile app'].createdAt)
     const bigLine = lines.find((l) => l.includes(byName.big.id))!
     expect(bigLine).toMatch(/\benterprise\b.*\b1000\b.*\b30\b/)
 
@@ -261,17 +266,17 @@ describe('keys', () => {
     cli(['keys', 'create', '--plan', 'pro', '--name', 'keep', '--data', dataFile])
     cli(['keys', 'create', '--plan', 'pro', '--name', 'drop', '--data', dataFile])
     const rows = () =>
-      JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string; revoked: string | null }[]
+      JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string; revokedAt: string | null }[]
     const drop = rows().find((r) => r.name === 'drop')!
     const before = Date.now()
     const result = cli(['keys', 'revoke', drop.id, '--data', dataFile])
     expect(result.code).toBe(0)
     expect(result.stdout).toBe('')
     const after = rows()
-    const revoked = after.find((r) => r.id === drop.id)!.revoked
+    const revoked = after.find((r) => r.id === drop.id)!.revokedAt
     expect(revoked).not.toBeNull()
     expect(Date.parse(revoked!)).toBeGreaterThanOrEqual(before - 1000)
-    expect(after.find((r) => r.name === 'keep')!.revoked).toBeNull()
+    expect(after.find((r) => r.name === 'keep')!.revokedAt).toBeNull()
     // The table shows it too.
     const line = cli(['keys', 'list', '--data', dataFile])
       .stdout.split('\n')
@@ -279,7 +284,7 @@ describe('keys', () => {
     expect(line).toContain(revoked!)
 
     cli(['keys', 'revoke', drop.id, '--data', dataFile])
-    expect(rows().find((r) => r.id === drop.id)!.revoked).toBe(revoked)
+    expect(rows().find((r) => r.id === drop.id)!.revokedAt).toBe(revoked)
   })
 
   test('revoking an unknown id fails non-zero with a reason and changes nothing', () => {
@@ -291,7 +296,7 @@ describe('keys', () => {
     expect(reasonLine(result.stderr)).toMatch(/^petstore: .*key_doesNotExist/)
     expect(looksLikeStackTrace(result.stderr)).toBe(false)
     const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
-    expect(rows.every((r: { revoked: unknown }) => r.revoked === null)).toBe(true)
+    expect(rows.every((r: { revokedAt: unknown }) => r.revokedAt === null)).toBe(true)
   })
 
   test('keys list shows when a key was last used by a server', async () => {
@@ -304,9 +309,9 @@ describe('keys', () => {
     expect(await server.stop()).toBe(0)
     const rows = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)
     const used = rows.find((r: { name: string }) => r.name === 'used')
-    expect(used.lastUsed).not.toBeNull()
-    expect(Date.parse(used.lastUsed)).toBeGreaterThanOrEqual(before - 1000)
-    expect(rows.find((r: { name: string }) => r.name === 'idle').lastUsed).toBeNull()
+    expect(used.lastUsedAt).not.toBeNull()
+    expect(Date.parse(used.lastUsedAt)).toBeGreaterThanOrEqual(before - 1000)
+    expect(rows.find((r: { name: string }) => r.name === 'idle').lastUsedAt).toBeNull()
   })
 
   test('a failed save of last-used times is reported as that, and the rate-limit state is saved all the same', async () => {

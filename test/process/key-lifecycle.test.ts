@@ -57,7 +57,7 @@ function lifecycle(deployment: () => { bases: string[]; storage: string[] }) {
   test('a key made to expire works, then gets 401 key_expired on every instance within a second; --never brings it back', async () => {
     const secret = secretOf(keys(['create', '--plan', 'pro', '--name', 'expiring', '--expires-in', '3s']))
     const listed = JSON.parse(keys(['list', '--json']).stdout).find((key: { name: string }) => key.name === 'expiring')
-    const expiresAt = Date.parse(listed.expires)
+    const expiresAt = Date.parse(listed.expiresAt)
     await everywhere(secret, 200)
     // Each instance refuses it from its expiry on: judged by its own clock, not by a poll.
     await eventually(() => Date.now() >= expiresAt + 5, 10_000)
@@ -70,7 +70,7 @@ function lifecycle(deployment: () => { bases: string[]; storage: string[] }) {
         challenge: `Bearer realm="petstore", error="invalid_token", error_description="This API key expired at ${new Date(expiresAt).toISOString()}."`,
       })
     }
-    expect(keys(['list']).stdout).toMatch(new RegExp(`expiring .* ${listed.expires} \\(expired\\) +checked`))
+    expect(keys(['list']).stdout).toMatch(new RegExp(`expiring .* ${listed.expiresAt} \\(expired\\) +checked`))
     keys(['set-expiry', idOf('expiring'), '--never'])
     await everywhere(secret, 200, undefined, 1_500)
   })
@@ -157,7 +157,7 @@ describe('key lifecycle on the data file', () => {
     try {
       expect((await ask(upgraded.base, legacy)).status).toBe(200)
       expect(JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout)).toEqual([
-        expect.objectContaining({ id: 'key_old', format: 'legacy', expires: null }),
+        expect.objectContaining({ id: 'key_old', format: 'legacy', expiresAt: null }),
       ])
     } finally {
       await upgraded.stop()
