@@ -29,10 +29,20 @@ interface Answer {
 }
 
 async function ask(base: string, secret: string): Promise<Answer> {
+  return (await askWithPolicy(base, secret)).answer
+}
+
+/** The answer, and the limits it was counted under (RateLimit-Policy): the key's plan, or the Free plan of its address. */
+async function askWithPolicy(base: string, secret: string): Promise<{ answer: Answer; policy: string | null }> {
   const answer = await fetch(`${base}/pets?limit=1`, { headers: auth(secret) })
   const body = (await answer.json()) as { code?: string; message?: string }
-  return { status: answer.status, code: body.code, message: body.message, challenge: answer.headers.get('www-authenticate') }
+  return {
+    answer: { status: answer.status, code: body.code, message: body.message, challenge: answer.headers.get('www-authenticate') },
+    policy: answer.headers.get('ratelimit-policy'),
+  }
 }
+
+const FREE_POLICY = '"minute";q=60;w=60, "day";q=1000;w=86400'
 
 /** The lifecycle's checks against one deployment: `bases` (one instance or two) and how its CLI reaches storage. */
 function lifecycle(deployment: () => { bases: string[]; storage: string[] }) {
@@ -62,7 +72,9 @@ function lifecycle(deployment: () => { bases: string[]; storage: string[] }) {
     // Each instance refuses it from its expiry on: judged by its own clock, not by a poll.
     await eventually(() => Date.now() >= expiresAt + 5, 10_000)
     for (const base of deployment().bases) {
-      const answer = await ask(base, secret)
+      const { answer, policy } = await askWithPolicy(base, secret)
+      // Judged as a request without a valid key: its address pays, under the Free plan's limits, not the key's Pro ones.
+      expect(policy).toBe(FREE_POLICY)
       expect(answer).toEqual({
         status: 401,
         code: 'key_expired',
