@@ -87,6 +87,9 @@ const SKIPPED: Record<string, string> = {
   'docs/upgrading.md: echo': 'root: a kernel setting (sysctl)',
   'docs/upgrading.md: sudo systemctl stop petstore ': 'root and systemd, and the instances of a deployment (10.0.0.11)',
   'docs/upgrading.md: ( set -e   # the rollback': 'root and systemd (restore is run by test/process/restore.test.ts)',
+  'docs/keys.md: petstore keys create --plan pro --name "mobile app"':
+    'names a key by its own id (key_…); every command of the block is run by test/process/key-lifecycle.test.ts',
+  'docs/keys.md: petstore keys roll key_…': "a key's own id (key_…); rolls are run by test/process/key-lifecycle.test.ts",
 }
 
 /** Which of `entries`' prefixes names the block, if any. */

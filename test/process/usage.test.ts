@@ -11,6 +11,7 @@ import { join } from 'node:path'
 import { emptyCounts, OK } from '../../src/domain/usage'
 import { DAY_MS, HOUR_MS } from '../../src/domain/time'
 import { openSqliteStorage } from '../../src/storage/sqlite'
+import { TAKE_BACK } from '../support/previous-schema'
 import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure, startWithConsole } from './helpers'
@@ -179,8 +180,9 @@ describe('the 501 of GET /store/orders', () => {
     const id = keyId(dataFile, 'old')
     // Taken back to the schema before the 501s' column, with a minute of usage as that schema held it.
     const older = new Database(dataFile)
-    for (const table of ['usage_minutes', 'usage_hours']) older.run(`ALTER TABLE ${table} DROP COLUMN not_implemented`)
-    older.run(`PRAGMA user_version = ${MIGRATIONS.length - 1}`)
+    // The 501s' step and the two after it.
+    for (const statement of TAKE_BACK.slice(0, 3).flat()) older.run(statement)
+    older.run(`PRAGMA user_version = ${MIGRATIONS.length - 3}`)
     const latency = Array.from({ length: 19 }, (_, i) => `latency_${String(i).padStart(2, '0')}`)
     const at = Math.floor(Date.now() / 60_000) * 60_000
     for (const [table, start] of [

@@ -7,6 +7,7 @@ import { expect, test } from 'bun:test'
 import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { CONFIG_FLAGS, ConfigError, resolveConfig } from '../../src/config'
+import { flagLines } from '../../src/flags/table'
 import { BAN_AFTER } from '../../src/domain/ban-rule'
 import { Server } from '../../src/server/server'
 import { openSqliteStorage } from '../../src/storage/sqlite'
@@ -31,6 +32,7 @@ test('--ban-after: the largest value the config takes starts a server, the next 
   expect(await server.stop()).toBe(true)
 })
 
-test('each flag of the server that has a variable names it in its help line', () => {
-  for (const row of Object.values(CONFIG_FLAGS)) if (row.variable) expect(row.help).toContain(row.variable)
+test('each flag of the server that has a variable names it in its usage', () => {
+  const usage = flagLines(CONFIG_FLAGS)
+  for (const row of Object.values(CONFIG_FLAGS)) if (row.variable) expect(usage).toContain(`(${row.variable}`)
 })
