@@ -52,7 +52,8 @@ export function nextNamedTime(
 ): number {
   const first = now + msUntilTokens(minute, day, shape)
   if (lastNamed <= now) return first
-  return Math.max(first, lastNamed + shape.minute.windowMs / shape.minute.capacity)
+  // At least a second apart: Retry-After is in whole seconds, so closer times would send clients back together.
+  return Math.max(first, lastNamed + Math.max(shape.minute.windowMs / shape.minute.capacity, 1000))
 }
 
 export function msUntilFull(bucket: Bucket, shape: BucketShape): number {

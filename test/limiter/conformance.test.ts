@@ -95,6 +95,24 @@ function conformance(makeLimiter: () => Make) {
     expect((await runDay(2, 'key:d', dayLimits)).map((d) => !d.allowed && d.retryAfter)).toEqual([43_200, 43_201])
   })
 
+  test('clients sharing a key of a faster plan (a token every 0.2 s) that each wait out their Retry-After are never banned', async () => {
+    // Retry-After is in whole seconds: times named closer than a second apart would send the workers back together.
+    const { check, advance } = make({ banAfter: 7, banSeconds: 600 })
+    const pro = { rpm: 300, rpd: 1_000_000 }
+    const nextAt = Array.from({ length: 8 }, () => 0)
+    let clock = 0
+    for (let step = 0; step < 3_000; step++) {
+      const worker = nextAt.indexOf(Math.min(...nextAt))
+      if (nextAt[worker]! > clock) {
+        advance(nextAt[worker]! - clock)
+        clock = nextAt[worker]!
+      }
+      const decision = await check('key:pro', pro)
+      if (!decision.allowed) expect(decision.reason).toBe('rate_limited')
+      nextAt[worker] = clock + (decision.allowed ? 1 : decision.retryAfter * 1000)
+    }
+  })
+
   test('clients sharing a subject that each wait out their own Retry-After are never banned', async () => {
     // Eight workers on one key, each sending as soon as it is let and waiting its Retry-After after a 429.
     // When the bucket first runs dry all eight are refused at once, before the time the first 429 named:

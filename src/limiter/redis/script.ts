@@ -47,7 +47,7 @@ end
 local function nextNamed(m, d, rpm, rpd, now, lastNamed)
   local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
   if lastNamed <= now then return first end
-  return math.max(first, lastNamed + MINUTE / rpm)
+  return math.max(first, lastNamed + math.max(MINUTE / rpm, 1000))
 end
 
 -- token-bucket.ts's refill.
