@@ -71,14 +71,11 @@ export interface SecretUse {
 
 /** The secrets of a key an operator looks at before a roll's overlap ends: is the previous one still used? */
 export function secretUses(record: ApiKeyRecord): SecretUse[] {
-  const uses: SecretUse[] = [{ secret: 'newest', lastUsedAt: record.secretLastUsedAt, endsAt: record.expiresAt }]
-  if (record.previousSecretHash !== null)
-    uses.push({
-      secret: 'previous',
-      lastUsedAt: record.previousLastUsedAt,
-      endsAt: Math.min(record.previousEndsAt ?? 0, record.expiresAt ?? Infinity),
-    })
-  return uses
+  return secretsOf(record).map(({ endsAt }, i) => ({
+    secret: i === 0 ? 'newest' : 'previous',
+    lastUsedAt: i === 0 ? record.secretLastUsedAt : record.previousLastUsedAt,
+    endsAt: Number.isFinite(endsAt) ? endsAt : null,
+  }))
 }
 
 /** Why a secret past its end is refused (the 401 `key_expired` says it). */
