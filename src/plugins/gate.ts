@@ -130,7 +130,8 @@ export function gate(options: GateOptions) {
     // Awaited only when a read was begun: a token already known to be no key costs no microtask.
     const late = token && !found ? keys.findLate(token) : undefined
     if (late) found = await late
-    const expired = found && found.endsAt <= now() ? found : undefined
+    // Most keys never expire: their requests read no clock here.
+    const expired = found && found.endsAt !== Infinity && found.endsAt <= now() ? found : undefined
     const key = expired ? undefined : found
     let refused: ApiError | undefined
     try {
