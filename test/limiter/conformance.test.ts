@@ -95,6 +95,18 @@ function conformance(makeLimiter: () => Make) {
     expect((await runDay(2, 'key:d', dayLimits)).map((d) => !d.allowed && d.retryAfter)).toEqual([43_200, 43_201])
   })
 
+  test('a client asking again and again pushes the time named to others sharing its key at most ten turns ahead', async () => {
+    const { check, run, advance } = make()
+    await run(60)
+    const rude = await run(40)
+    expect(rude.map((d) => !d.allowed && d.retryAfter)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, ...Array(31).fill(10)])
+    // A polite client of the same key, refused now, is told the tenth turn, not the forty-first.
+    expect(await check()).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 10 })
+    // Ten turns ahead of the next token, wherever that is: half a second later the last turn is too.
+    advance(500)
+    expect(await check()).toMatchObject({ allowed: false, retryAfter: 10 })
+  })
+
   /**
    * Eight workers on one subject, each sending as soon as it is let and waiting its Retry-After after a
    * 429, for `steps` requests in all on an injected clock: every refusal must be rate_limited (no ban).
