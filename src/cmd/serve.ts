@@ -12,6 +12,7 @@ import { Server, type ServerOptions } from '../server/server'
 import { onHandOverSignal, takeOver } from '../server/takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
+import { serveSignals } from './serve-signals'
 import { asUsageError, help, parse, UsageError } from './options'
 
 /** The server's flags (config.ts), and what this command alone does with them. */
@@ -28,47 +29,15 @@ export const USAGE = `Usage: petstore serve [options]
 
 ${flagLines(FLAGS)}`
 
-/**
- * Signals that stop the server as SIGTERM does: drain, save, exit 0 (1 when storage was late). SIGQUIT is
- * Ctrl-\, SIGXCPU the warning before a CPU limit's SIGKILL. Not SIGHUP (below).
- */
-const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGXCPU'] as const
-/**
- * SIGHUP is what logrotate's `postrotate kill -HUP` and a reload send, and a stop on it exits 0, which
- * `Restart=on-failure` leaves down: so it never stops the server. There is nothing to reopen (petstore
- * writes no log file of its own: the access log is stdout, messages stderr), so it is only said, each
- * time, as the operator who sent it expects something.
- */
-const SIGHUP_NOTICE = 'SIGHUP received: still serving (petstore reopens nothing: its logs are stdout and stderr; SIGTERM stops it)'
-
-/**
- * Signals petstore has no use for, whose default would end the process at once: the server keeps
- * serving and says so once per signal. (SIGPIPE, a reader gone, Bun already ignores: each write
- * reports its own failure. SIGUSR2 is the takeover's, below.)
- */
-const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] as const
-
 export async function serve(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, FLAGS, USAGE)
   if (values.help) return help(USAGE)
   if (positionals.length) throw new UsageError(`unexpected argument "${positionals[0]}"`, USAGE)
   const config = asUsageError(() => resolveConfig(values), USAGE)
-  // Handlers first: a supervisor may signal as soon as it reads the listening line.
-  let stop: (reason: string, code?: number) => unknown = (reason) => {
-    console.error(`petstore: ${reason} before the server started`)
-    process.exit(0)
-  }
-  let onSigusr2 = () => stop('SIGUSR2 received: handing over to the server taking over')
-  for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
-  process.on('SIGUSR2', () => onSigusr2())
-  process.on('SIGHUP', () => console.error(`petstore: ${SIGHUP_NOTICE}`))
-  const heard = new Set<string>()
-  for (const signal of IGNORED_SIGNALS)
-    process.on(signal, () => {
-      if (heard.has(signal)) return
-      heard.add(signal)
-      console.error(`petstore: ${signal} received: petstore has no use for it, still serving (later ones are ignored without a word)`)
-    })
+  // Installed by the entry already: until the server runs, a stop signal ends the process at once.
+  const signals = serveSignals()
+  // Set once the server runs, before anything can call it.
+  let stop: (reason: string, code?: number) => unknown
   const options: ServerOptions = {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
@@ -81,6 +50,7 @@ export async function serve(args: string[]): Promise<number> {
     },
   }
   let server = await Server.start(config, { ...options, arrive: values.takeover === true ? takeOver : undefined })
+  signals.onStop((reason) => stop(reason))
   console.error(startupLine(server))
 
   let stopping = false
@@ -105,7 +75,7 @@ export async function serve(args: string[]): Promise<number> {
     exit(await server.stop(server.config.shutdownGraceMs), code)
   }
   // The takeover's steps are takeover.ts's; here only what the process does after them.
-  onSigusr2 = async () => {
+  signals.onHandOver(async () => {
     if (stopping) return
     stopping = true
     const after = await onHandOverSignal(server, options, () => stopAsked !== undefined)
@@ -119,7 +89,7 @@ export async function serve(args: string[]): Promise<number> {
       console.error(startupLine(server))
     }
     serveOn()
-  }
+  })
   return new Promise<number>(() => {})
 }
 

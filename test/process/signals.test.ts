@@ -9,8 +9,8 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { copyFileSync, readdirSync, readFileSync, truncateSync } from 'node:fs'
 import { join } from 'node:path'
-import { BINARY, cli, createKeyWithCli, eventually, type Server, spawnListening, startServer, tempDir } from '../support/binary'
-import { auth, cliAsync, keptAliveClients, killSpawned, startSlowPost } from './helpers'
+import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, type Server, spawnListening, startServer, tempDir } from '../support/binary'
+import { auth, cliAsync, keptAliveClients, killedAtEnd, killSpawned, startSlowPost } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -194,6 +194,57 @@ describe('signals', () => {
     const after = readFileSync(log, 'utf8')
     expect(after.includes('\0')).toBe(false)
     for (const line of after.trimEnd().split('\n')) expect(JSON.parse(line)).toMatchObject({ status: 200 })
+  })
+
+  /**
+   * `petstore serve` as soon as it catches `signal` (its SigCgt in /proc; the entry installs every handler
+   * before loading the server's code, which takes tens of milliseconds), sent that signal at once.
+   */
+  async function signalledWhileStarting(signal: 'SIGHUP' | 'SIGTERM') {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const proc = killedAtEnd(
+      Bun.spawn([BINARY, 'serve', '--port', '0', '--data', dataFile, ...args], {
+        env: cleanEnv(),
+        stdin: 'ignore',
+        stdout: 'ignore',
+        stderr: 'pipe',
+      }),
+    )
+    const bit = 1n << BigInt(signal === 'SIGHUP' ? 0 : 14)
+    const catches = () => {
+      const mask = /^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'))
+      return mask !== null && (BigInt(`0x${mask[1]}`) & bit) !== 0n
+    }
+    while (!catches()) await new Promise((resolve) => setImmediate(resolve))
+    proc.kill(signal)
+    return proc
+  }
+
+  test('a SIGHUP while the server starts, as early as the process can catch one, neither stops it nor its start', async () => {
+    const proc = await signalledWhileStarting('SIGHUP')
+    const err = { text: '' }
+    const reader = proc.stderr.pipeThrough(new TextDecoderStream()).getReader()
+    // Bun runs a signal's handler when its event loop next polls, which may be once the server listens.
+    while (!(/listening on/.test(err.text) && /SIGHUP received/.test(err.text))) {
+      const { value, done } = await reader.read()
+      if (done) break
+      err.text += value
+    }
+    expect(err.text).toMatch(/^petstore: SIGHUP received: still serving \(/m)
+    const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(err.text)![1])
+    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200)
+    proc.kill('SIGTERM')
+    expect(await proc.exited).toBe(0)
+  })
+
+  test('a SIGTERM while the server starts stops it with exit 0, saying so', async () => {
+    const proc = await signalledWhileStarting('SIGTERM')
+    expect(await proc.exited).toBe(0)
+    expect(proc.signalCode).toBeNull()
+    // Before the listening line if the start waited on something, or as any stop once it listens.
+    expect(await new Response(proc.stderr).text()).toMatch(
+      /^petstore: SIGTERM received( before the server started$|, finishing in-flight requests\npetstore: stopped$)/m,
+    )
   })
 
   test('the shipped systemd units send no stopping signal to reload', () => {
