@@ -6,12 +6,13 @@
 import type { SQL } from 'bun'
 import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
+import { SqlKeys } from '../shared/keys'
+import { SeenInOrder } from '../shared/limit-resets'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { olderSchemaRefused, openFailure } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
-import { PostgresKeys } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
 import { PostgresPets } from './pets'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
@@ -127,7 +128,7 @@ export class PostgresStorage implements Storage {
   /** Other instances create pets too. */
   readonly soleWriter = false
   readonly pets: PostgresPets
-  readonly keys: PostgresKeys
+  readonly keys: SqlKeys<'async'>
   readonly limiterState: SqlLimiterState<'async'>
   readonly usage: SqlUsage<'async'>
   readonly operators: SqlOperators<'async'>
@@ -137,8 +138,8 @@ export class PostgresStorage implements Storage {
     readonly location: string,
   ) {
     this.pets = new PostgresPets(sql)
-    this.keys = new PostgresKeys(sql)
     const runner = new PostgresRunner(sql)
+    this.keys = new SqlKeys(runner, new SeenInOrder(runner))
     this.limiterState = new SqlLimiterState(runner)
     this.usage = new SqlUsage(runner)
     this.operators = new SqlOperators(runner)

@@ -21,6 +21,8 @@ import type { ApiKeyRecord } from '../../domain/api-key'
 import { type BackendOptions, type LimiterHandover, type Storage, type StorageBackend, StorageOpenError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { isAlive, passwdName } from '../../os/process'
+import { SqlKeys } from '../shared/keys'
+import { TakenByTheServer } from '../shared/limit-resets'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
@@ -28,7 +30,6 @@ import { SqlUsage } from '../shared/usage'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
 import { dropDeadClaim, takeHandover, writeHandover } from './handover'
-import { SqliteKeys } from './keys'
 import {
   checkHeader,
   damagedFile,
@@ -189,7 +190,7 @@ function removeAbandonedCopies(folder: string): void {
 
 export class SqliteStorage implements Storage {
   readonly pets: SqlitePets
-  readonly keys: SqliteKeys
+  readonly keys: SqlKeys<'sync'>
   readonly limiterState: SqlLimiterState<'sync'>
   readonly usage: SqlUsage<'sync'>
   readonly operators: SqlOperators<'sync'>
@@ -217,8 +218,8 @@ export class SqliteStorage implements Storage {
     this.openedAs = immutable && file ? diskFingerprint(file) : null
     this.identity = file ? identityOf(file) : null
     this.pets = new SqlitePets(db)
-    this.keys = new SqliteKeys(db)
     const runner = new SqliteRunner(db)
+    this.keys = new SqlKeys(runner, new TakenByTheServer(runner))
     this.limiterState = new SqlLimiterState(runner)
     this.usage = new SqlUsage(runner)
     this.operators = new SqlOperators(runner)
