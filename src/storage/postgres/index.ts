@@ -11,10 +11,11 @@ import { SeenInOrder } from '../shared/limit-resets'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { olderSchemaRefused, openFailure } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
+import { SqlPets } from '../shared/pets'
 import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
 import { LOCKS, MIGRATIONS } from './migrations'
-import { PostgresPets } from './pets'
+import { POSTGRES_INSERTS } from './pets'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 import { PostgresRunner } from './runner'
 
@@ -127,7 +128,7 @@ export class PostgresStorage implements Storage {
   readonly writable = true
   /** Other instances create pets too. */
   readonly soleWriter = false
-  readonly pets: PostgresPets
+  readonly pets: SqlPets<'async'>
   readonly keys: SqlKeys<'async'>
   readonly limiterState: SqlLimiterState<'async'>
   readonly usage: SqlUsage<'async'>
@@ -137,8 +138,8 @@ export class PostgresStorage implements Storage {
     private readonly sql: Database,
     readonly location: string,
   ) {
-    this.pets = new PostgresPets(sql)
     const runner = new PostgresRunner(sql)
+    this.pets = new SqlPets(runner, POSTGRES_INSERTS)
     this.keys = new SqlKeys(runner, new SeenInOrder(runner))
     this.limiterState = new SqlLimiterState(runner)
     this.usage = new SqlUsage(runner)
@@ -152,9 +153,7 @@ export class PostgresStorage implements Storage {
   }
 
   purgeIdempotency(olderThan: number): Promise<void> {
-    return guarded(async () => {
-      await this.sql`DELETE FROM idempotency WHERE created_at < ${olderThan}`
-    })
+    return this.pets.purgeIdempotency(olderThan)
   }
 
   close(): Promise<void> {
