@@ -6,7 +6,9 @@
  *
  *   const [row] = yield* rows<{ hash: string }>(sql`SELECT password_hash AS hash FROM operators WHERE name = ${name}`)
  *
- * Values become parameters (`?` or `$n`); the few words the engines spell differently are Words.
+ * Values become parameters (`?` or `$n`); the few words the engines spell differently are Words, and the
+ * locks they take differently are named Locks. What an engine does its own way with many rows at once (new
+ * pets and Idempotency-Key claims) is its pets.ts (shared/pets.ts: PetInserts).
  */
 
 /** How a backend answers: at once (SQLite) or with a promise (PostgreSQL). */
