@@ -22,7 +22,7 @@ import {
   StorageUnavailableError,
 } from '../../src/domain/repositories'
 import { LOCKS, MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/storage/postgres/migrations'
-import { KEY_CHANGES_SQL } from '../../src/storage/sqlite/keys'
+import { keyChangesAfter } from '../../src/storage/shared/keys'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
@@ -619,9 +619,10 @@ describe('storage conformance', () => {
     const file = join(tempDir(), 'petstore.db')
     await track(openSqliteStorage(file))
     const db = new Database(file, { readonly: true })
+    const changes = keyChangesAfter(0)
     const plan = db
-      .query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${KEY_CHANGES_SQL}`)
-      .all(0)
+      .query<{ detail: string }, [number, number]>(`EXPLAIN QUERY PLAN ${changes.text('sqlite')}`)
+      .all(...(changes.values as [number, number]))
       .map((step) => step.detail)
     db.close()
     expect(plan).toEqual(['SEARCH api_keys USING INDEX api_keys_by_change (change>?)'])

@@ -2,9 +2,7 @@
  * PostgreSQL's failures, told apart: the database cannot take writes or does not answer now (503, and
  * the server recovers by itself when it does), and bugs (500).
  */
-import type { SQL } from 'bun'
 import { StorageUnavailableError } from '../../domain/repositories'
-import type { Database } from './pool'
 
 /**
  * The rule: a failure is "not now" when it speaks of the database (its connection, its resources, its
@@ -57,11 +55,6 @@ export async function guarded<T>(query: () => Promise<T>): Promise<T> {
     }
     throw error
   }
-}
-
-/** `work` in one transaction, its failure told apart as above. */
-export function writing<T>(sql: Database, work: (tx: SQL) => Promise<T>): Promise<T> {
-  return guarded(() => sql.begin(work))
 }
 
 function describe(error: unknown): string {

@@ -6,14 +6,16 @@
 import type { SQL } from 'bun'
 import { redactedUrl } from '../../domain/redacted-url'
 import { type Storage, StorageOpenError } from '../../domain/repositories'
+import { SqlKeys } from '../shared/keys'
+import { SeenInOrder } from '../shared/limit-resets'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { olderSchemaRefused, openFailure } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
+import { SqlPets } from '../shared/pets'
 import { SqlUsage } from '../shared/usage'
 import { guarded, isUnavailable } from './failures'
-import { PostgresKeys } from './keys'
 import { LOCKS, MIGRATIONS } from './migrations'
-import { PostgresPets } from './pets'
+import { POSTGRES_INSERTS } from './pets'
 import { type Database, type Deadlines, openDatabase, SERVING } from './pool'
 import { PostgresRunner } from './runner'
 
@@ -126,8 +128,8 @@ export class PostgresStorage implements Storage {
   readonly writable = true
   /** Other instances create pets too. */
   readonly soleWriter = false
-  readonly pets: PostgresPets
-  readonly keys: PostgresKeys
+  readonly pets: SqlPets<'async'>
+  readonly keys: SqlKeys<'async'>
   readonly limiterState: SqlLimiterState<'async'>
   readonly usage: SqlUsage<'async'>
   readonly operators: SqlOperators<'async'>
@@ -136,9 +138,9 @@ export class PostgresStorage implements Storage {
     private readonly sql: Database,
     readonly location: string,
   ) {
-    this.pets = new PostgresPets(sql)
-    this.keys = new PostgresKeys(sql)
     const runner = new PostgresRunner(sql)
+    this.pets = new SqlPets(runner, POSTGRES_INSERTS)
+    this.keys = new SqlKeys(runner, new SeenInOrder(runner))
     this.limiterState = new SqlLimiterState(runner)
     this.usage = new SqlUsage(runner)
     this.operators = new SqlOperators(runner)
@@ -151,9 +153,7 @@ export class PostgresStorage implements Storage {
   }
 
   purgeIdempotency(olderThan: number): Promise<void> {
-    return guarded(async () => {
-      await this.sql`DELETE FROM idempotency WHERE created_at < ${olderThan}`
-    })
+    return this.pets.purgeIdempotency(olderThan)
   }
 
   close(): Promise<void> {

@@ -49,8 +49,11 @@ async function perform(step: Step, queries: Queries, tx: SQL | null): Promise<un
   return 'rows' in step ? result : (result as { count: number }).count
 }
 
+/** The advisory lock key of each lock that is one for the whole database. */
+const ADVISORY = { schema: LOCKS.schema, 'pet-ids': LOCKS.petIds, 'key-changes': LOCKS.keyChanges, 'limit-resets': LOCKS.limitResets }
+
 function take(tx: SQL, lock: Lock): Promise<unknown> {
-  if (lock.of === 'schema') return tx`SELECT pg_advisory_xact_lock(${LOCKS.schema})`
+  if (lock.of !== 'sign-in') return tx`SELECT pg_advisory_xact_lock(${ADVISORY[lock.of]})`
   if (lock.name === null) return tx`SELECT pg_advisory_xact_lock(${SIGN_IN_LOCK}::int, 0)`
   return tx`SELECT pg_advisory_xact_lock(${SIGN_IN_LOCK}::int, hashtext(${lock.name}))`
 }

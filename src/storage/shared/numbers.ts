@@ -5,7 +5,8 @@
  */
 export function exactInteger(value: string | number | bigint): number {
   const number = Number(value)
-  if (!Number.isSafeInteger(number) || String(number) !== String(value))
+  // A number or bigint that converts to a safe integer is exact; text must also read back the same ("1e3", "007").
+  if (!Number.isSafeInteger(number) || (typeof value === 'string' && String(number) !== value))
     throw new RangeError(`the database holds ${value}, which is not an integer petstore can keep exactly`)
   return number
 }

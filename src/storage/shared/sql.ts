@@ -6,7 +6,9 @@
  *
  *   const [row] = yield* rows<{ hash: string }>(sql`SELECT password_hash AS hash FROM operators WHERE name = ${name}`)
  *
- * Values become parameters (`?` or `$n`); the few words the engines spell differently are Words.
+ * Values become parameters (`?` or `$n`); the few words the engines spell differently are Words, and the
+ * locks they take differently are named Locks. What an engine does its own way with many rows at once (new
+ * pets and Idempotency-Key claims) is its pets.ts (shared/pets.ts: PetInserts).
  */
 
 /** How a backend answers: at once (SQLite) or with a promise (PostgreSQL). */
@@ -19,11 +21,11 @@ export type Answer<M extends Mode, T> = Answers<T>[M]
 
 export type Engine = 'sqlite' | 'postgres'
 
-/** Text the engines spell differently, put into a statement as it is (never a parameter). */
+/** Text put into a statement as it is (never a parameter), spelled per engine where they differ. */
 export class Words {
   constructor(
     readonly sqlite: string,
-    readonly postgres: string,
+    readonly postgres: string = sqlite,
   ) {}
 }
 
@@ -31,31 +33,46 @@ export class Words {
 export const FOR_UPDATE = new Words('', 'FOR UPDATE')
 /** A row's physical address, for deleting one of several equal rows. */
 export const ROW_ID = new Words('rowid', 'ctid')
+/** The larger of two values (SQLite's max takes several arguments; PostgreSQL's is an aggregate). */
+export const GREATEST = new Words('max', 'greatest')
 
-export interface Statement {
-  /** The text, with the parameter placeholders of `engine`. */
-  text(engine: Engine): string
-  values: unknown[]
+export class Statement {
+  constructor(
+    /** The text, with the parameter placeholders of `engine`, numbered after `before` others. */
+    readonly text: (engine: Engine, before?: number) => string,
+    readonly values: unknown[],
+  ) {}
 }
 
-/** A statement from a template: values become parameters, Words are written in. */
+/** A statement from a template: values become parameters, Words are written in, and a Statement is written in with its values. */
 export function sql(strings: TemplateStringsArray, ...values: unknown[]): Statement {
-  const parameters = values.filter((value) => !(value instanceof Words))
-  return {
-    text(engine) {
-      let n = 0
-      return strings.reduce((text, part, i) => {
-        const value = values[i - 1]
-        return text + (value instanceof Words ? value[engine] : placeholder(engine, ++n)) + part
-      })
-    },
-    values: parameters,
-  }
+  const parameters = values.flatMap((value) => (value instanceof Words ? [] : value instanceof Statement ? value.values : [value]))
+  return new Statement((engine, before = 0) => {
+    let n = before
+    return strings.reduce((text, part, i) => {
+      const value = values[i - 1]
+      if (value instanceof Words) return text + value[engine] + part
+      if (!(value instanceof Statement)) return text + placeholder(engine, ++n) + part
+      const inner = value.text(engine, n)
+      n += value.values.length
+      return text + inner + part
+    })
+  }, parameters)
 }
 
 /** A statement whose text is built by `build` from a placeholder function (n is 1-based). */
 export function built(build: (param: (n: number) => string) => string, values: unknown[]): Statement {
-  return { text: (engine) => build((n) => placeholder(engine, n)), values }
+  return new Statement((engine, before = 0) => build((n) => placeholder(engine, before + n)), values)
+}
+
+/** `head` (INSERT INTO table (columns)) with many rows of values, each in the columns' order, then `tail`. */
+export function insertRows(head: string, rows: unknown[][], tail = ''): Statement {
+  const width = rows[0]?.length ?? 0
+  return built(
+    (param) =>
+      `${head} VALUES ${rows.map((_, r) => `(${Array.from({ length: width }, (_, c) => param(r * width + c + 1)).join(', ')})`).join(', ')} ${tail}`,
+    rows.flat(),
+  )
 }
 
 function placeholder(engine: Engine, n: number): string {
@@ -71,8 +88,15 @@ export type Lock =
   | { of: 'schema' }
   /** One name's sign-in count; null: the count of names that are no operator. */
   | { of: 'sign-in'; name: string | null }
+  /**
+   * Numbers that others read past, held from their taking until the commit so they become visible in
+   * order (a sequence's values commit in any order): pet ids (a client paging past one would never see
+   * it), key change numbers and limit reset numbers (instances poll past them).
+   */
+  | { of: 'pet-ids' | 'key-changes' | 'limit-resets' }
 
-export type Step = { rows: Statement } | { changes: Statement } | { lock: Lock }
+/** `exact`: every integer as stored, whatever its size (a bigint from SQLite; PostgreSQL's int8 are strings anyway). */
+export type Step = { rows: Statement; exact?: boolean } | { changes: Statement } | { lock: Lock }
 
 /** A repository's work: its steps, then its answer. */
 export type Work<T> = Generator<Step, T, unknown>
@@ -80,6 +104,11 @@ export type Work<T> = Generator<Step, T, unknown>
 /** The rows a statement reads (or returns). */
 export function* rows<R>(statement: Statement): Work<R[]> {
   return (yield { rows: statement }) as R[]
+}
+
+/** The rows a statement reads, integers exact (see Step). */
+export function* exactRows<R>(statement: Statement): Work<R[]> {
+  return (yield { rows: statement, exact: true }) as R[]
 }
 
 /** How many rows a statement changed. */
@@ -101,3 +130,13 @@ export interface Runner<M extends Mode> {
 
 /** A bigint as the engines send it: a number from SQLite, a string from PostgreSQL. */
 export type Integer = number | string
+
+/** `answer`, with `failed` given its failure, whether it is thrown at once (SQLite) or rejected (PostgreSQL). */
+export function failing<M extends Mode, T>(answer: () => Answer<M, T>, failed: (error: unknown) => never): Answer<M, T> {
+  try {
+    const answered = answer()
+    return (answered instanceof Promise ? answered.catch(failed) : answered) as Answer<M, T>
+  } catch (error) {
+    failed(error)
+  }
+}

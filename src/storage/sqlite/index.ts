@@ -21,14 +21,16 @@ import type { ApiKeyRecord } from '../../domain/api-key'
 import { type BackendOptions, type LimiterHandover, type Storage, type StorageBackend, StorageOpenError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { isAlive, passwdName } from '../../os/process'
+import { SqlKeys } from '../shared/keys'
+import { TakenByTheServer } from '../shared/limit-resets'
 import { SqlLimiterState } from '../shared/limiter-state'
 import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
+import { SqlPets } from '../shared/pets'
 import { SqlUsage } from '../shared/usage'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
 import { dropDeadClaim, takeHandover, writeHandover } from './handover'
-import { SqliteKeys } from './keys'
 import {
   checkHeader,
   damagedFile,
@@ -40,7 +42,7 @@ import {
   prepare,
   readOnlyBecause,
 } from './open'
-import { SqlitePets } from './pets'
+import { SQLITE_INSERTS } from './pets'
 import { SqliteRunner } from './runner'
 import { refuseInterruptedRestore } from './restore'
 import { WorkerPetWriter } from './writer'
@@ -147,13 +149,13 @@ function userNamed(uid: number | undefined): string {
  * A second connection to a checked and migrated data file, for committing pets on another thread (busy
  * timeout and synchronous set again); failing to open is reported like a failed commit.
  */
-export function openPetCommitter(file: string): { pets: SqlitePets; close(): void } {
+export function openPetCommitter(file: string): { pets: SqlPets<'sync'>; close(): void } {
   let db: Database | undefined
   try {
     db = new Database(file, { readwrite: true, strict: true })
     db.run('PRAGMA busy_timeout = 5000')
     db.run('PRAGMA synchronous = FULL')
-    const pets = new SqlitePets(db)
+    const pets = new SqlPets<'sync'>(new SqliteRunner(db), SQLITE_INSERTS)
     return { pets, close: () => db!.close() }
   } catch (error) {
     db?.close()
@@ -188,8 +190,8 @@ function removeAbandonedCopies(folder: string): void {
 }
 
 export class SqliteStorage implements Storage {
-  readonly pets: SqlitePets
-  readonly keys: SqliteKeys
+  readonly pets: SqlPets<'sync'>
+  readonly keys: SqlKeys<'sync'>
   readonly limiterState: SqlLimiterState<'sync'>
   readonly usage: SqlUsage<'sync'>
   readonly operators: SqlOperators<'sync'>
@@ -216,9 +218,9 @@ export class SqliteStorage implements Storage {
     this.writable = !readOnly
     this.openedAs = immutable && file ? diskFingerprint(file) : null
     this.identity = file ? identityOf(file) : null
-    this.pets = new SqlitePets(db)
-    this.keys = new SqliteKeys(db)
     const runner = new SqliteRunner(db)
+    this.pets = new SqlPets(runner, SQLITE_INSERTS)
+    this.keys = new SqlKeys(runner, new TakenByTheServer(runner))
     this.limiterState = new SqlLimiterState(runner)
     this.usage = new SqlUsage(runner)
     this.operators = new SqlOperators(runner)
@@ -243,11 +245,7 @@ export class SqliteStorage implements Storage {
   }
 
   purgeIdempotency(olderThan: number): void {
-    try {
-      this.db.query('DELETE FROM idempotency WHERE created_at < ?').run(olderThan)
-    } catch (error) {
-      throw classified(error)
-    }
+    this.pets.purgeIdempotency(olderThan)
   }
 
   /**

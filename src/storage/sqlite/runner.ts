@@ -1,14 +1,14 @@
 /** Runs the shared repositories' work (storage/shared/sql.ts) on the data file, answering at once. */
 import type { Database, SQLQueryBindings } from 'bun:sqlite'
 import type { Runner, Step, Work } from '../shared/sql'
-import { writing } from './failures'
+import { reading, writing } from './failures'
 
 export class SqliteRunner implements Runner<'sync'> {
   constructor(private readonly db: Database) {}
 
   read<T>(work: () => Work<T>): T {
     const steps = work()
-    return this.finish(steps, steps.next())
+    return reading(() => this.finish(steps, steps.next()))
   }
 
   /** In one immediate transaction: it holds the file's write lock, so no other lock is taken. */
@@ -29,6 +29,9 @@ export class SqliteRunner implements Runner<'sync'> {
     const statement = 'rows' in step ? step.rows : step.changes
     const query = this.db.query(statement.text('sqlite'))
     const values = statement.values as SQLQueryBindings[]
-    return 'rows' in step ? query.all(...values) : query.run(...values).changes
+    if (!('rows' in step)) return query.run(...values).changes
+    // A statement is always read the same way where it is written, so the cached one keeps its setting.
+    if (step.exact) query.safeIntegers(true)
+    return query.all(...values)
   }
 }
