@@ -170,8 +170,9 @@ describeWithEngines(['postgresql'], 'PostgreSQL failures: not now (503) or a bug
 
     const used = await cluster.createDatabase('in_use')
     await client(used)`SELECT 1`
+    // PostgreSQL waits five seconds for the other session to leave before it refuses the DROP.
     expect(await classify(() => client()`DROP DATABASE in_use`)).toMatchObject({ answer: 503, errno: '55006' })
-  })
+  }, 15_000)
 
   test('a query past our own deadline says so, not the "Connection closed" of the pool closed behind it', async () => {
     const db = openDatabase(cluster.url, { max: 1 }, { queryMs: 300, transactionMs: 300 })
