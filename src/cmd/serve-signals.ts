@@ -30,7 +30,11 @@ const IGNORED_SIGNALS = ['SIGUSR1', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO'] 
 export interface ServeSignals {
   /** What a stop signal does (its reason, e.g. "SIGTERM received"); until set, the process exits 0 at once. */
   onStop(handler: (reason: string) => unknown): void
-  /** What SIGUSR2 does; until set, it stops the process as a stop signal does. */
+  /**
+   * What SIGUSR2 does. One that comes before is answered when this is set, once the server runs: a server
+   * taking over signals only one that listens, so one still starting was sent it by mistake, and its
+   * handler then says so and serves on (ending the start would leave a service down, as SIGHUP would).
+   */
   onHandOver(handler: () => unknown): void
 }
 
@@ -43,7 +47,10 @@ export function serveSignals(): ServeSignals {
     console.error(`petstore: ${reason} before the server started`)
     process.exit(0)
   }
-  let handOver = (): unknown => stop('SIGUSR2 received: handing over to the server taking over')
+  let handOverAsked = false
+  let handOver: () => unknown = () => {
+    handOverAsked = true
+  }
   for (const signal of STOP_SIGNALS) process.on(signal, () => stop(`${signal} received`))
   process.on('SIGUSR2', () => handOver())
   process.on('SIGHUP', () => console.error(`petstore: ${SIGHUP_NOTICE}`))
@@ -60,6 +67,7 @@ export function serveSignals(): ServeSignals {
     },
     onHandOver: (handler) => {
       handOver = handler
+      if (handOverAsked) handler()
     },
   }
   return installed

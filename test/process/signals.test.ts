@@ -7,8 +7,8 @@
  * signal that stops it for a reload. See docs/operations.md#signals.
  */
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { copyFileSync, readdirSync, readFileSync, truncateSync } from 'node:fs'
-import { join } from 'node:path'
+import { copyFileSync, existsSync, readdirSync, readFileSync, truncateSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, type Server, spawnListening, startServer, tempDir } from '../support/binary'
 import { auth, cliAsync, keptAliveClients, killedAtEnd, killSpawned, startSlowPost } from './helpers'
 
@@ -200,22 +200,29 @@ describe('signals', () => {
    * `petstore serve` as soon as it catches `signal` (its SigCgt in /proc; the entry installs every handler
    * before loading the server's code, which takes tens of milliseconds), sent that signal at once.
    */
-  async function signalledWhileStarting(signal: 'SIGHUP' | 'SIGTERM') {
+  async function signalledWhileStarting(signal: 'SIGHUP' | 'SIGTERM' | 'SIGUSR2', after: 'caught' | 'first key made' = 'caught') {
     const dataFile = join(tempDir(), 'petstore.db')
     const proc = killedAtEnd(
-      Bun.spawn([BINARY, 'serve', '--port', '0', '--data', dataFile, ...args], {
-        env: cleanEnv(),
-        stdin: 'ignore',
-        stdout: 'ignore',
-        stderr: 'pipe',
-      }),
+      // With the console (on a free port) when the signal waits for the first key: the start then goes on
+      // to make the console's first operator, hashing its password off the main thread, while the event loop polls.
+      Bun.spawn(
+        [BINARY, 'serve', '--port', '0', '--data', dataFile, ...(after === 'caught' ? args : ['--console-address', '127.0.0.1:0'])],
+        {
+          env: cleanEnv(),
+          stdin: 'ignore',
+          stdout: 'ignore',
+          stderr: 'pipe',
+        },
+      ),
     )
-    const bit = 1n << BigInt(signal === 'SIGHUP' ? 0 : 14)
+    const bit = 1n << BigInt({ SIGHUP: 1, SIGUSR2: 12, SIGTERM: 15 }[signal] - 1)
     const catches = () => {
       const mask = /^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'))
       return mask !== null && (BigInt(`0x${mask[1]}`) & bit) !== 0n
     }
-    while (!catches()) await new Promise((resolve) => setImmediate(resolve))
+    // Or later: once the start has made the first key (its file written), before the listening line.
+    const ready = after === 'caught' ? catches : () => existsSync(join(dirname(dataFile), 'petstore-bootstrap-key.txt'))
+    while (!ready()) await new Promise((resolve) => setImmediate(resolve))
     proc.kill(signal)
     return proc
   }
@@ -231,6 +238,22 @@ describe('signals', () => {
       err.text += value
     }
     expect(err.text).toMatch(/^petstore: SIGHUP received: still serving \(/m)
+    const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(err.text)![1])
+    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200)
+    proc.kill('SIGTERM')
+    expect(await proc.exited).toBe(0)
+  })
+
+  test('a SIGUSR2 while the server starts, with no server taking over, is answered once it serves: it serves on', async () => {
+    const proc = await signalledWhileStarting('SIGUSR2', 'first key made')
+    const err = { text: '' }
+    const reader = proc.stderr.pipeThrough(new TextDecoderStream()).getReader()
+    while (!/SIGUSR2 received/.test(err.text)) {
+      const { value, done } = await reader.read()
+      if (done) break
+      err.text += value
+    }
+    expect(err.text).toMatch(/listening on(.|\n)*\npetstore: SIGUSR2 received, but no server is taking over .*: still serving$/m)
     const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(err.text)![1])
     expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200)
     proc.kill('SIGTERM')
