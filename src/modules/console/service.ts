@@ -32,8 +32,6 @@ import { createKey, type KeyRegistry, rollKey, setKeyPlan } from '../keys/servic
 import { type KeyUsage, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import { FIELD_RULES, type Model } from './model'
 
-export { SESSION_IDLE_MS, THROTTLE_WINDOW_MS }
-
 /** What the limiter holds of a key or an address: its day quota left and the end of its ban. */
 type Held = { dayLeft: number; bannedUntil: number | null }
 
