@@ -122,5 +122,3 @@ export function makeCredentialSecret(kind: CredentialKind): { secret: string; ha
   const secret = `${kind === 'token' ? 'pso_' : ''}${randomToken(32)}`
   return { secret, hash: hashSecret(secret) }
 }
-
-export { hashSecret as hashCredential }

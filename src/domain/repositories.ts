@@ -33,6 +33,8 @@ export interface PetRepository {
   reset(): MaybePromise<number>
   /** Changes whenever pets were seeded or reset by another process: cached pages must be dropped. */
   generation(): MaybePromise<number>
+  /** Deletes the records of Idempotency-Keys made before `olderThan`. */
+  purgeIdempotency(olderThan: number): MaybePromise<void>
 }
 
 export interface KeyRepository {
@@ -204,7 +206,6 @@ export interface Storage {
   damagedCode?(error: unknown): string | undefined
   /** Throws when storage does not answer. */
   ping(): MaybePromise<void>
-  purgeIdempotency(olderThan: number): MaybePromise<void>
   close(): MaybePromise<void>
 }
 

@@ -10,7 +10,7 @@ import type { Server } from 'bun'
 import type { ApiError } from '../http/api-errors'
 import { SANE_REQUEST_ID } from '../http/request-id'
 import { type AnswerRecords, answerRecorder } from './answer-records'
-import { answerWith, type Proxies, RequestInfo, requestInfo } from './request-info'
+import { type AnswerSet, answerWith, type Proxies, RequestInfo, requestInfo } from './request-info'
 import { routedPath, unroutedPath } from './routed-path'
 
 export interface RequestContextOptions extends AnswerRecords {
@@ -64,8 +64,6 @@ export function requestContext(options: RequestContextOptions) {
       .onAfterHandle({ as: 'global' }, recordAnswer)
   )
 }
-
-type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
 
 /** Answers and records a request refused before routing. */
 function refuseUnrouted(set: AnswerSet, info: RequestInfo, error: ApiError): string {

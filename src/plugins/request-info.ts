@@ -87,15 +87,14 @@ export function verifiedKey(info: RequestInfo): ActiveKey {
 /** The per-request record in the context, for every instance that reads `info`; requestContext fills it. */
 export const requestInfo = new Elysia({ name: 'request-info' }).decorate('info', undefined as unknown as RequestInfo)
 
+/** What a handler or hook sets of its answer. */
+export type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
+
 /**
  * Puts an error's status, headers and body on the answer; returns the body to send. A refusal that left
  * the body unread closes the connection, else it stays held, with what arrived, until the client stops.
  */
-export function answerWith(
-  set: { status?: number | string; headers: Record<string, unknown> },
-  info: RequestInfo | undefined,
-  error: ApiError,
-): string {
+export function answerWith(set: AnswerSet, info: RequestInfo | undefined, error: ApiError): string {
   set.status = error.status
   set.headers['content-type'] = JSON_TYPE
   Object.assign(set.headers, error.headers)

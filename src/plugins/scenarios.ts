@@ -16,7 +16,7 @@ import type { ActiveKey } from '../domain/api-key'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE } from '../domain/idempotency'
 import { HOUR_MS } from '../domain/time'
 import { rateLimitHeaders, refusal } from './gate'
-import { answerWith, type RequestInfo } from './request-info'
+import { type AnswerSet, answerWith, type RequestInfo } from './request-info'
 
 /** The statuses a request may force, where its operation documents them. */
 const FORCEABLE = [404, 429, 500, 503]
@@ -26,8 +26,6 @@ const FAIL_MAX = 100
 const DELAYS_PER_KEY = 100
 /** How long a count of tries (fail=N) is kept after its first try. */
 const TRIES_KEPT_MS = HOUR_MS
-
-type AnswerSet = { status?: number | string; headers: Record<string, unknown> }
 
 export interface ScenarioOptions {
   limiter: Pick<RateLimiter, 'peek' | 'refuses' | 'exhausted'>

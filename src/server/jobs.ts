@@ -82,7 +82,7 @@ export class Jobs {
     this.every(OPERATORS_PRUNE_MS, () => this.pruneOperators())
     void this.pruneOperators()
     this.every(PURGE_MS, () =>
-      this.attempt('purge idempotency records', () => storage.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)),
+      this.attempt('purge idempotency records', () => storage.pets.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)),
     )
   }
 

@@ -5,10 +5,9 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { resolveConfig, withBoundPort } from '../../src/config'
-import { hashPassword } from '../../src/domain/operators'
+import { hashPassword, SESSION_IDLE_MS, THROTTLE_NAME_FAILURES, THROTTLE_WINDOW_MS } from '../../src/domain/operators'
 import { KeyRegistry } from '../../src/modules/keys/service'
-import { ConsoleService, SESSION_IDLE_MS, THROTTLE_WINDOW_MS } from '../../src/modules/console/service'
-import { THROTTLE_NAME_FAILURES } from '../../src/domain/operators'
+import { ConsoleService } from '../../src/modules/console/service'
 import { RateLimiter } from '../../src/limiter/limiter'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 

@@ -30,7 +30,7 @@ import { type RouteInfo, RouteTable } from '../../http/routes'
 import { compileValidator } from '../../http/validation'
 import { KEY_ID } from '../../domain/api-key'
 import { OPERATOR_NAME_RULE } from '../../domain/operator-name'
-import type { Credential } from '../../domain/operators'
+import { type Credential, SESSION_IDLE_MS } from '../../domain/operators'
 import type { AddressSubject } from '../../domain/subject'
 import { MINUTE_MS } from '../../domain/time'
 import { errorHandler } from '../../plugins/error-answers'
@@ -55,13 +55,11 @@ import {
   UsageWindow,
 } from './model'
 import page from './page/index.html'
-import { ConsoleService, type ConsoleServiceDeps, SESSION_IDLE_MS } from './service'
+import { ConsoleService, type ConsoleServiceDeps } from './service'
 import { SECURITY_HEADERS, pageAssets } from './controller/page-assets'
 import { addressSubjectOf, choiceOf, integerParameter, keyPageOf, limitOf } from './controller/parameters'
 import { requestReading } from './controller/request-reading'
 import { sessionCookie, sessionCookies } from './cookies'
-
-export { SECURITY_HEADERS } from './controller/page-assets'
 
 /**
  * The API's limits for requests without a valid key (server/server.ts wires them): the Free plan's per
@@ -205,6 +203,10 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
       return ''
     }
 
+  /** An operator's body, read within its budget and checked against the route's model. */
+  const bodyOf = async <T>(validator: { parse(input: unknown): T }, request: Request): Promise<T> =>
+    validator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
+
   let assets: Promise<Map<string, (request: Request) => Promise<Response>>> | undefined
   const asset = async (path: string, request: Request) => {
     const found = (await (assets ??= pageAssets(page))).get(path)
@@ -322,8 +324,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .post(
           '/api/keys',
           async ({ who, request, set }) => {
-            const input = newKeyValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
-            const created = await service.createKey(who.operator, input)
+            const created = await service.createKey(who.operator, await bodyOf(newKeyValidator, request))
             set.status = 201
             return created
           },
@@ -350,10 +351,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .put(
           '/api/keys/:id/plan',
-          noContent(async ({ who, params, request }) => {
-            const input = planValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
-            await service.setPlan(who.operator, params.id!, input)
-          }),
+          noContent(async ({ who, params, request }) => service.setPlan(who.operator, params.id!, await bodyOf(planValidator, request))),
           operation('setPlan', 'keys', 'Move a key to another plan (and its limits), within a second', {
             path: KeyParams,
             body: 'PlanChange',
@@ -363,8 +361,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .post(
           '/api/keys/:id/roll',
           async ({ who, params, request, set }) => {
-            const input = rollValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
-            const rolled = await service.rollKey(who.operator, params.id!, input.overlapSeconds)
+            const { overlapSeconds } = await bodyOf(rollValidator, request)
+            const rolled = await service.rollKey(who.operator, params.id!, overlapSeconds)
             set.status = 201
             return rolled
           },
@@ -377,8 +375,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .put(
           '/api/keys/:id/expiry',
           noContent(async ({ who, params, request }) => {
-            const input = expiryValidator.parse(await readJsonBody(request, MAX_BODY_BYTES, operatorBodies))
-            await service.setExpiry(who.operator, params.id!, input.expiresAt)
+            const { expiresAt } = await bodyOf(expiryValidator, request)
+            await service.setExpiry(who.operator, params.id!, expiresAt)
           }),
           operation('setExpiry', 'keys', 'Set when a key expires (or never), on every instance within a second', {
             path: KeyParams,

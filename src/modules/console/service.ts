@@ -4,7 +4,7 @@
  * reset; bans are listed and lifted; the API's recent answers and the audit log are read. Every change
  * goes through storage (so every instance applies it at its change poll) and into the audit log.
  */
-import { type ApiKeyRecord, type SecretUse, secretUses } from '../../domain/api-key'
+import { type ApiKeyRecord, hashSecret, type SecretUse, secretUses } from '../../domain/api-key'
 import { isoTimeMs } from '../../domain/duration'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
@@ -12,7 +12,6 @@ import {
   type AuditEntry,
   type Credential,
   type CredentialKind,
-  hashCredential,
   LAST_SEEN_WRITE_MS,
   makeCredentialSecret,
   passwordMatches,
@@ -31,8 +30,6 @@ import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry, rollKey, setKeyPlan } from '../keys/service'
 import { type KeyUsage, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
 import { FIELD_RULES, type Model } from './model'
-
-export { SESSION_IDLE_MS, THROTTLE_WINDOW_MS }
 
 /** What the limiter holds of a key or an address: its day quota left and the end of its ban. */
 type Held = { dayLeft: number; bannedUntil: number | null }
@@ -148,7 +145,7 @@ export class ConsoleService {
     if (!secret) throw UNAUTHORIZED
     const { storage, now } = this.deps
     const at = now()
-    const hash = hashCredential(secret)
+    const hash = hashSecret(secret)
     if (this.misses.has(`${kind} ${hash}`)) throw UNAUTHORIZED
     const found = await this.read(hash)
     if (!found || found.kind !== kind) throw this.miss(kind, hash)
@@ -182,12 +179,12 @@ export class ConsoleService {
 
   /** Whether the secret is remembered as no credential of that kind: asking storage again would be in vain. */
   knownMiss(secret: string, kind: CredentialKind): boolean {
-    return this.misses.has(`${kind} ${hashCredential(secret)}`)
+    return this.misses.has(`${kind} ${hashSecret(secret)}`)
   }
 
   /** Whether the secret was found live here before (see `live`). */
   knownLive(secret: string, kind: CredentialKind): boolean {
-    return this.live.has(`${kind} ${hashCredential(secret)}`)
+    return this.live.has(`${kind} ${hashSecret(secret)}`)
   }
 
   private miss(kind: CredentialKind, hash: string): ApiError {
@@ -197,7 +194,7 @@ export class ConsoleService {
   }
 
   async signOut(operator: string, secret: string): Promise<void> {
-    await this.deps.storage.operators.endCredential(hashCredential(secret))
+    await this.deps.storage.operators.endCredential(hashSecret(secret))
     await this.audit(operator, 'operator.sign-out', '')
   }
 

@@ -152,10 +152,6 @@ export class PostgresStorage implements Storage {
     })
   }
 
-  purgeIdempotency(olderThan: number): Promise<void> {
-    return this.pets.purgeIdempotency(olderThan)
-  }
-
   close(): Promise<void> {
     return this.sql.close()
   }

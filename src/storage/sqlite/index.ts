@@ -244,10 +244,6 @@ export class SqliteStorage implements Storage {
     this.db.query('SELECT 1').get()
   }
 
-  purgeIdempotency(olderThan: number): void {
-    this.pets.purgeIdempotency(olderThan)
-  }
-
   /**
    * Writes and checks the copy under a temporary name, then links it under the final one (a link never
    * replaces a file): a backup killed or failed leaves nothing that could pass for a good one.
