@@ -6,7 +6,8 @@
  * and timers rather than computing; here they run as jobs of `bun test` processes, LANES at a time,
  * longest first, so the waits overlap.
  *
- * - The binary is built once, first (the preload of each job then finds it fresh and builds nothing).
+ * - The binary is built once, first (the preload of each job then finds it fresh and builds nothing), and
+ *   a PostgreSQL cluster's files are made once, which each cluster the jobs start copies.
  * - A job is one file, or a few short files together, on one backend: each is a `bun test` process of its
  *   own, as the sequential run was one, with its own PostgreSQL and Redis where it needs them, and its
  *   own TMPDIR under this run's temp folder (removed at the end, clusters left running stopped first).
@@ -28,7 +29,7 @@ import { tmpdir, userInfo } from 'node:os'
 import { join, relative, resolve } from 'node:path'
 import { BACKENDS } from './app'
 import { buildIfStale } from './build'
-import { postgresBinaries } from './postgres'
+import { makeTemplate, postgresBinaries, TEMPLATE_VARIABLE } from './postgres'
 import { redisBinary } from './redis'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -237,6 +238,8 @@ if (buildError) {
   console.error(`petstore tests: ${buildError}`)
   process.exit(1)
 }
+// The clusters the jobs start are copies of one initdb's (support/postgres.ts).
+if (postgresBinaries()) process.env[TEMPLATE_VARIABLE] = await makeTemplate(root)
 console.error(`petstore tests: ${files.length} files in ${jobs.length} jobs (${backends.length} other backends), ${LANES} at a time`)
 const sameOnEvery = files.filter(API_SUITES).filter((file) => !startsApps(file))
 if (backends.length > 0 && sameOnEvery.length > 0)
