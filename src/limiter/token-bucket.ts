@@ -37,19 +37,11 @@ export function msUntilTokens(minute: Bucket, day: Bucket, shape: { minute: Buck
 }
 
 /**
- * Most times a subject's waiting refusals are told apart: past this many, a refusal names the last of
- * them again. It bounds how far one client asking again and again (until its ban) can push the wait
- * that the others sharing its key are told: about ten seconds on every plan of a token a second or faster.
- */
-export const NAMED_TIMES = 10
-
-/**
  * The time a refusal at `now` names: when both buckets hold a whole token, and, while earlier refusals
- * still wait (the last named `lastNamed`), one step after theirs, up to NAMED_TIMES steps past the first
- * token. A step is one minute token's refill and at least a second. Clients sharing a subject are so
- * told different times and come back one at a time, each to a token of its own, not all at once to one.
- * Only the minute bucket paces them: a client asking again while it waits for a day token hours away is
- * told about the same time, not a day more.
+ * still wait (the last named `lastNamed`), at least one minute token's refill after theirs. Clients
+ * sharing a subject are so told different times and come back one at a time, each to a token of its own,
+ * not all at once to one. Only the minute bucket paces them: a client asking again while it waits for a
+ * day token hours away is told about the same time, not a day more.
  */
 export function nextNamedTime(
   minute: Bucket,
@@ -61,8 +53,7 @@ export function nextNamedTime(
   const first = now + msUntilTokens(minute, day, shape)
   if (lastNamed <= now) return first
   // At least a second apart: Retry-After is in whole seconds, so closer times would send clients back together.
-  const step = Math.max(shape.minute.windowMs / shape.minute.capacity, 1000)
-  return Math.max(first, Math.min(lastNamed + step, first + (NAMED_TIMES - 1) * step))
+  return Math.max(first, lastNamed + Math.max(shape.minute.windowMs / shape.minute.capacity, 1000))
 }
 
 export function msUntilFull(bucket: Bucket, shape: BucketShape): number {

@@ -250,6 +250,11 @@ describe("key lifecycle through the console's API", () => {
         status: 400,
         body: { message: expect.stringMatching(/^expiresAt: must be an ISO 8601 time with its zone/) },
       })
+      // A time that was read but has passed is told apart from one that could not be read.
+      expect(await call('PUT', `/keys/${id}/expiry`, { expiresAt: '2020-01-31T18:00:00+01:00' })).toMatchObject({
+        status: 400,
+        body: { message: 'expiresAt: must be a time still to come, not 2020-01-31T17:00:00.000Z' },
+      })
       const listed = (await call('GET', '/keys')).body.keys.find((key: { id: string }) => key.id === id)
       expect(listed).toMatchObject({ expiresAt: soon, format: 'checked', versions: [{ version: 'newest' }, { version: 'previous' }] })
       await eventually(async () => (await ask(server.base, rolled.body.secret)).code === 'key_expired', 5_000)

@@ -6,7 +6,6 @@
  * them with 14 digits.
  */
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
-import { NAMED_TIMES } from '../token-bucket'
 
 /** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
 export const UNDO_KEEP_MS = 60_000
@@ -32,7 +31,7 @@ export const UNDO_KEEP_MS = 60_000
  * 'error MESSAGE' when Redis refused one of its commands.
  */
 export const LIMITER_SCRIPT = `
-local MINUTE, DAY, NAMED_TIMES = ${MINUTE_MS}, ${DAY_MS}, ${NAMED_TIMES}
+local MINUTE, DAY = ${MINUTE_MS}, ${DAY_MS}
 local function fmt(x) return string.format('%.17g', x) end
 
 local time = redis.call('TIME')
@@ -48,8 +47,7 @@ end
 local function nextNamed(m, d, rpm, rpd, now, lastNamed)
   local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
   if lastNamed <= now then return first end
-  local step = math.max(MINUTE / rpm, 1000)
-  return math.max(first, math.min(lastNamed + step, first + (NAMED_TIMES - 1) * step))
+  return math.max(first, lastNamed + math.max(MINUTE / rpm, 1000))
 end
 
 -- token-bucket.ts's refill.

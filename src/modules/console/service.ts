@@ -349,7 +349,9 @@ export class ConsoleService {
   /** Sets when the key expires (an ISO time still to come), or null for never. Audited. */
   async setExpiry(operator: string, id: string, expiresAt: string | null): Promise<void> {
     const at = expiresAt === null ? null : isoTimeMs(expiresAt)
-    if (expiresAt !== null && (at === null || at <= this.deps.now())) throw badRequest(`expiresAt: ${FIELD_RULES.expiresAt}`)
+    if (expiresAt !== null && at === null) throw badRequest(`expiresAt: ${FIELD_RULES.expiresAt}`)
+    // As `keys set-expiry` says it: the time was read, and is not to come.
+    if (at !== null && at <= this.deps.now()) throw badRequest(`expiresAt: must be a time still to come, not ${iso(at)}`)
     if (!(await this.deps.storage.keys.setExpiry(id, at))) throw noKey(id, ' (or it is revoked)')
     await this.deps.keys.reload()
     await this.audit(operator, 'key.set-expiry', `${id} ${expiresAt ?? 'never'}`)
