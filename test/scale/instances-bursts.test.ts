@@ -1,11 +1,12 @@
 /**
  * Several instances of the binary on one PostgreSQL and one Redis, spoken to over HTTP with requests
  * alternating between them: the issue's acceptance scenarios that send bursts of concurrent requests
- * through the instances to Redis (128, 16, 8 writers and a reader, 6). Limits are exact across
- * instances, idempotency and paging stay exact while both insert, a killed instance loses no
- * acknowledged pet. Run last and alone by `bun run test` (test/support/run-suites.ts): beside two busy
- * jobs on two cores, Redis met its 100 ms deadline late for some of such a burst, and the documented 503
- * came where the test checks a result. The other scenarios are in instances.test.ts.
+ * through the instances to Redis (128, 16, 8 writers and a reader, 6) and check every answer. Limits
+ * are exact across instances, idempotency and paging stay exact while both insert. Run last and alone
+ * by `bun run test` (test/support/run-suites.ts): beside two busy jobs on two cores, Redis met its 100 ms
+ * deadline late for some of such a burst, and the documented 503 came where the test checks a result.
+ * The other scenarios, the kill -9 under 16 writers among them (it counts the 201s, whatever else
+ * comes), are in instances.test.ts.
  */
 import { expect, test } from 'bun:test'
 import { encodeCursor } from '../../src/modules/pets/cursor'
@@ -80,34 +81,6 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     const all = await allPets(servers[1]!, key)
     expect(all).toHaveLength(320)
     expect(seen).toEqual(all.map((pet) => pet.id))
-  })
-
-  test('kill -9 of one instance under 16 concurrent writers loses no acknowledged pet', async () => {
-    const [doomed, survivor] = await instances(2)
-    const key = createKey('enterprise', '--rpm', '1000000', '--rpd', '100000000')
-    await knownEverywhere([doomed!, survivor!], key)
-    const acknowledged: number[] = []
-    let killed = false
-    const writers = Array.from({ length: 16 }, async (_, w) => {
-      for (let i = 0; i < 60; i++) {
-        const target = (w + i) % 2 === 0 ? doomed! : survivor!
-        try {
-          const answer = await post(target, key, { name: `w${w}.${i}`, categoryId: 1 })
-          if (answer.status === 201) acknowledged.push(((await answer.json()) as { id: number }).id)
-        } catch {
-          // The killed instance's connections fail; what it never acknowledged may or may not exist.
-        }
-        if (!killed && acknowledged.length >= 200) {
-          killed = true
-          doomed!.proc.kill('SIGKILL')
-        }
-      }
-    })
-    await Promise.all(writers)
-    expect(killed).toBe(true)
-    const stored = new Set((await allPets(survivor!, key)).map((pet) => pet.id))
-    expect(acknowledged.length).toBeGreaterThan(200)
-    expect(acknowledged.filter((id) => !stored.has(id))).toEqual([])
   })
 
   test('keys reset-limits on three instances grants one full bucket, not one per instance', async () => {
