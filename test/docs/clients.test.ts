@@ -13,7 +13,7 @@ import { join } from 'node:path'
 import { cli, eventually, type Server, startServer } from '../support/binary'
 import { clientProject } from '../support/client-project'
 import { describeWithEngines } from '../support/engines'
-import { startPostgres } from '../support/postgres'
+import { postgresForSuite } from '../support/postgres'
 
 const ROOT = join(import.meta.dir, '..', '..')
 const PAGE = join(ROOT, 'docs', 'clients.md')
@@ -129,10 +129,8 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
 
 const TITLE = 'its recipe, run as written, generates a typed client that pages, waits out a 429 and keeps int64 exact'
 
-// The two recipes run at once: each waits out its 429s (12 s, then a second at a time) while the other
-// works. Each has its own server, store, key and project folder.
 describe('docs/clients.md on the data file', () => {
-  test.concurrent(TITLE, async () => {
+  test(TITLE, async () => {
     const server = await startServer({ args: ['--no-access-log', '--ban-after', '1'] })
     try {
       await recipeAsWritten(server, (args) => storageCommand([...args, '--data', server.dataFile]), { twice: true })
@@ -143,19 +141,15 @@ describe('docs/clients.md on the data file', () => {
 })
 
 describeWithEngines(['postgresql'], 'docs/clients.md on PostgreSQL', () => {
-  // A cluster of the test's own: a suite's, started in a hook, would hold the test until the other ends.
-  test.concurrent(TITLE, async () => {
-    const cluster = await startPostgres()
+  const cluster = postgresForSuite()
+
+  test(TITLE, async () => {
+    const databaseUrl = await cluster.createDatabase('clients_doc')
+    const server = await startServer({ databaseUrl, args: ['--no-access-log'] })
     try {
-      const databaseUrl = await cluster.createDatabase('clients_doc')
-      const server = await startServer({ databaseUrl, args: ['--no-access-log'] })
-      try {
-        await recipeAsWritten(server, (args) => storageCommand([...args, '--database-url', databaseUrl]))
-      } finally {
-        await server.stop()
-      }
+      await recipeAsWritten(server, (args) => storageCommand([...args, '--database-url', databaseUrl]))
     } finally {
-      await cluster.destroy()
+      await server.stop()
     }
   }, 180_000)
 })
