@@ -2,14 +2,14 @@
  * `petstore serve --takeover` over the compiled binary: a new server replaces the running one on the
  * same data file and port while clients keep calling, and no request fails; a takeover this binary
  * cannot do leaves the old server serving; and a stop on SIGTERM is quick when there is nothing to wait
- * for. See docs/upgrading.md.
+ * for. See docs/upgrading.md. A takeover from a frozen server is in takeover-frozen.test.ts.
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { BINARY, cleanEnv, collect, createKeyWithCli, tempDir } from '../support/binary'
+import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
 import {
   auth,
   killedAtEnd,
@@ -23,22 +23,10 @@ import {
   startSlowPost,
   unusedPort,
 } from './helpers'
+import { expectStillServing, oldServer, serveArgs, spawnTaker, UNLIMITED, until } from './takeover-helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
-
-// No console: its default port is fixed; the test that moves the console gives it a free one.
-const serveArgs = (port: number, dataFile: string) => [
-  '--port',
-  String(port),
-  '--host',
-  '127.0.0.1',
-  '--data',
-  dataFile,
-  '--no-access-log',
-  '--console-address',
-  'off',
-]
 
 interface Outcome {
   status: number | string
@@ -71,56 +59,6 @@ function steadyLoad(base: string, key: string) {
       running = false
       await Promise.all(clients)
     },
-  }
-}
-
-/** A GET on a connection of its own: the status, or 'reset' when the connection ends without an answer. */
-function rawGet(port: number, path: string, key: string): Promise<number | string> {
-  return new Promise((resolve) => {
-    let text = ''
-    const socket = connect(port, '127.0.0.1', () =>
-      socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`),
-    )
-    socket.on('data', (chunk) => (text += chunk.toString()))
-    socket.on('error', () => {})
-    socket.on('close', () => resolve(parseRawResponse(text)?.status ?? 'reset'))
-  })
-}
-
-/** `serve --takeover` without waiting for it to listen, its stderr collected (all of it once `read` resolves). */
-function spawnTaker(args: string[]) {
-  const proc = killedAtEnd(
-    Bun.spawn([BINARY, 'serve', ...args, '--takeover'], { env: cleanEnv(), stdin: 'ignore', stdout: 'ignore', stderr: 'pipe' }),
-  )
-  const err = { text: '' }
-  const read = collect(proc.stderr, err)
-  return { proc, stderr: () => err.text, read }
-}
-
-const UNLIMITED = ['--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000']
-
-/** A data file with one key, made with `keyFlags` (and whatever `fill` adds), and the server to take over: on it, at a free port. */
-async function oldServer(keyFlags: string[], fill: (dataFile: string) => void = () => {}) {
-  const dataFile = join(tempDir(), 'petstore.db')
-  const key = createKeyWithCli(dataFile, keyFlags)
-  fill(dataFile)
-  const port = await unusedPort()
-  const old = await spawnServe(serveArgs(port, dataFile))
-  return { dataFile, key, port, old }
-}
-
-/** The old server is still running, still stores what it is sent, and stops cleanly. */
-async function expectStillServing(old: RawServer, key: string) {
-  expect(old.proc.exitCode).toBeNull()
-  expect((await postPet(old.base, key, { name: 'still here', categoryId: 1 })).status).toBe(201)
-  expect(await old.stop()).toBe(0)
-}
-
-async function until(check: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await Bun.sleep(20)
   }
 }
 
@@ -442,29 +380,6 @@ describe('serve --takeover', () => {
     expect(refused.stderr).toBe(
       `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
     )
-    await expectStillServing(old, key)
-  })
-
-  test('from a frozen server, it gives up; the requests it held get 503, not a reset; the old one, resumed, keeps serving', async () => {
-    const { dataFile, key, port, old } = await oldServer(UNLIMITED)
-    old.proc.kill('SIGSTOP')
-    const next = spawnTaker(serveArgs(port, dataFile))
-    await until(() => next.stderr().includes('taking over'))
-    // New connections: the kernel gives some to the frozen server, which answers none yet, and some
-    // to the new one, which holds them until it gives up (longer than Bun's default idle timeout).
-    const answers = Array.from({ length: 12 }, () => rawGet(port, '/v1/pets', key))
-    expect(await next.proc.exited).toBe(1)
-    await next.read
-    expect(next.stderr()).toMatch(
-      /^petstore: cannot take over: .* was not let go within 17 s .*; the takeover is withdrawn, so it keeps serving once it runs$/m,
-    )
-    const settled = await Promise.all(answers.map((answer) => Promise.race([answer, Bun.sleep(2_000).then(() => 'pending')])))
-    old.proc.kill('SIGCONT')
-    // Those the new server held are 503s; the frozen server's are answered once it runs again.
-    expect(settled.filter((status) => status !== 'pending').length).toBeGreaterThan(0)
-    expect(settled.filter((status) => status !== 'pending' && status !== 503)).toEqual([])
-    expect((await Promise.all(answers)).filter((status) => status !== 503 && status !== 200)).toEqual([])
-    await until(() => old.stderr().includes('no server is taking over'))
     await expectStillServing(old, key)
   })
 

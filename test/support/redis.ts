@@ -15,6 +15,9 @@ export interface RedisServer {
   port: number
   /** The test's own client: opened on first use, connected again by start(), closed by destroy(). */
   readonly admin: Bun.RedisClient
+  /** Whether redis-server runs (between start() and stop()): known without asking it, as a client's
+   * command to a stopped Redis waits out Bun's retries, about 32 s. */
+  readonly running: boolean
   stop(): Promise<void>
   start(): Promise<void>
   destroy(): Promise<void>
@@ -89,6 +92,9 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServe
     get admin() {
       admin ??= new Bun.RedisClient(url)
       return admin
+    },
+    get running() {
+      return proc !== null
     },
     stop,
     async start() {

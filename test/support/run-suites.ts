@@ -6,7 +6,8 @@
  * and timers rather than computing; here they run as jobs of `bun test` processes, LANES at a time,
  * longest first, so the waits overlap.
  *
- * - The binary is built once, first (the preload of each job then finds it fresh and builds nothing).
+ * - The binary is built once, first (the preload of each job then finds it fresh and builds nothing), and
+ *   a PostgreSQL cluster's files are made once, which each cluster the jobs start copies.
  * - A job is one file, or a few short files together, on one backend: each is a `bun test` process of its
  *   own, as the sequential run was one, with its own PostgreSQL and Redis where it needs them, and its
  *   own TMPDIR under this run's temp folder (removed at the end, clusters left running stopped first).
@@ -28,7 +29,7 @@ import { tmpdir, userInfo } from 'node:os'
 import { join, relative, resolve } from 'node:path'
 import { BACKENDS } from './app'
 import { buildIfStale } from './build'
-import { postgresBinaries } from './postgres'
+import { makeTemplate, postgresBinaries, TEMPLATE_VARIABLE } from './postgres'
 import { redisBinary } from './redis'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -47,11 +48,12 @@ const UNKNOWN_MS = 60_000
 const LANES = Math.max(1, Number(process.env.PETSTORE_TEST_LANES ?? 3))
 /**
  * Files that time process hand-overs to the millisecond (a takeover's waits, its 300 ms to serve again),
- * or send 128 requests at once through two instances to one Redis with its 100 ms deadline: run last,
- * with no other job beside them, as on a quiet machine; beside two busy jobs they failed now and then
- * on two cores (a 503 where Redis answered late is the documented answer, not the one the test is about).
+ * or send bursts of requests at once (128 of them) through instances to one Redis with its 100 ms
+ * deadline: run last, with no other job beside them, as on a quiet machine; beside two busy jobs they
+ * failed now and then on two cores (a 503 where Redis answered late is the documented answer, not the
+ * one the test is about). Their other tests are in files of their own, which run in the lanes.
  */
-const ALONE = new Set(['test/process/takeover.test.ts', 'test/scale/instances.test.ts'])
+const ALONE = new Set(['test/process/takeover.test.ts', 'test/scale/instances-bursts.test.ts'])
 
 const args = process.argv.slice(2)
 const updateTimings = args.includes('--update-timings') || process.env.PETSTORE_UPDATE_TIMINGS === '1'
@@ -237,6 +239,8 @@ if (buildError) {
   console.error(`petstore tests: ${buildError}`)
   process.exit(1)
 }
+// The clusters the jobs start are copies of one initdb's (support/postgres.ts).
+if (postgresBinaries()) process.env[TEMPLATE_VARIABLE] = await makeTemplate(root)
 console.error(`petstore tests: ${files.length} files in ${jobs.length} jobs (${backends.length} other backends), ${LANES} at a time`)
 const sameOnEvery = files.filter(API_SUITES).filter((file) => !startsApps(file))
 if (backends.length > 0 && sameOnEvery.length > 0)
