@@ -34,7 +34,11 @@ export const CLAIM_COLUMNS = new Words(
   'key_id AS "keyId", idem_key AS "key", request_hash AS "requestHash", status, body, location, created_at AS "createdAt"',
 )
 
-/** A pet as read with every integer exact: a categoryId is any int64. */
+/**
+ * A pet as read with every integer exact: a categoryId is any int64. An id past 2^53 (only in a hand-edited
+ * file) comes back as the nearest double, which is not a safe integer: the pets service never serves or
+ * keeps such an id, and the pets read beside it (a block read for one id) are still served.
+ */
 interface PetRow {
   id: Integer | bigint
   name: string
@@ -43,7 +47,7 @@ interface PetRow {
 }
 
 function toPet(row: PetRow): Pet {
-  return { id: exactInteger(row.id), name: row.name, categoryId: BigInt(row.category_id), status: row.status }
+  return { id: Number(row.id), name: row.name, categoryId: BigInt(row.category_id), status: row.status }
 }
 
 const PET_COLUMNS = new Words('id, name, category_id, status')
