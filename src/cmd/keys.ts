@@ -187,8 +187,8 @@ export async function keys(args: string[]): Promise<number> {
       const rolled = await rollKey(storage.keys, id, overlapMs, now)
       if (!rolled) return noKey('active key', id, where)
       console.error(
-        `petstore: rolled ${id} in ${where}: its previous secret ${overlapMs === 0 ? 'stopped working now' : `works until ${iso(rolled.previousEndsAt)}`}, ` +
-          'then gets 401 key_expired; a running server takes the new one at once. The new secret, shown only now, is the next line:',
+        `petstore: rolled ${id} in ${where}: its previous secret ${overlapMs === 0 ? 'gets 401 key_expired from now on (on a running server within a second)' : `works until ${iso(rolled.previousEndsAt)}, then gets 401 key_expired`}; ` +
+          'a running server takes the new one at once. The new secret, shown only now, is the next line:',
       )
       console.log(rolled.secret)
       await auditCommand(storage, 'key.roll', `${id} previous secret until ${iso(rolled.previousEndsAt)}`)
