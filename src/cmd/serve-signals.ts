@@ -40,13 +40,16 @@ export interface ServeSignals {
 
 let installed: ServeSignals | undefined
 
+/** A stop asked before the server runs: nothing was served, so nothing is left to save. */
+export function stopBeforeStart(reason: string): never {
+  console.error(`petstore: ${reason} before the server started`)
+  process.exit(0)
+}
+
 /** Installs the handlers once (the entry, then serve.ts, call it) and answers the one set of them. */
 export function serveSignals(): ServeSignals {
   if (installed) return installed
-  let stop = (reason: string): unknown => {
-    console.error(`petstore: ${reason} before the server started`)
-    process.exit(0)
-  }
+  let stop: (reason: string) => unknown = stopBeforeStart
   let handOverAsked = false
   let handOver: () => unknown = () => {
     handOverAsked = true

@@ -12,7 +12,7 @@ import { Server, type ServerOptions } from '../server/server'
 import { onHandOverSignal, takeOver } from '../server/takeover'
 import { bootstrapKey } from './bootstrap-key'
 import { bootstrapOperator } from './bootstrap-operator'
-import { serveSignals } from './serve-signals'
+import { serveSignals, stopBeforeStart } from './serve-signals'
 import { asUsageError, help, parse, UsageError } from './options'
 
 /** The server's flags (config.ts), and what this command alone does with them. */
@@ -36,8 +36,8 @@ export async function serve(args: string[]): Promise<number> {
   const config = asUsageError(() => resolveConfig(values), USAGE)
   // Installed by the entry already: until the server runs, a stop signal ends the process at once.
   const signals = serveSignals()
-  // Set once the server runs, before anything can call it.
-  let stop: (reason: string, code?: number) => unknown
+  // Replaced once the server runs; a stop asked during the start (the data file changed) ends it as a signal would.
+  let stop: (reason: string, code?: number) => unknown = stopBeforeStart
   const options: ServerOptions = {
     // Exit non-zero so a supervisor restarts the server, and the restart opens the file afresh.
     onDataFileChanged: () => stop('the read-only data file changed on disk; stopping so that a restart reads it afresh', 1),
