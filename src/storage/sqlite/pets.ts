@@ -1,6 +1,6 @@
 /**
- * What the data file does its own way for pets (storage/shared/pets.ts): a row per statement, each
- * prepared once, and a new pet's id given by its insert (AUTOINCREMENT).
+ * What the data file does its own way for pets (storage/shared/pets.ts): a row per statement (bun:sqlite
+ * keeps each prepared in its cache, by its text), and a new pet's id given by its insert (AUTOINCREMENT).
  */
 import { CLAIM_COLUMNS, type ClaimRow, type PetInserts } from '../shared/pets'
 import { rows, sql } from '../shared/sql'
