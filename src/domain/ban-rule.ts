@@ -13,3 +13,9 @@ export interface Range {
 export const BAN_AFTER: Range = { min: 1, max: 100_000 }
 /** A ban's length in seconds, up to a year. */
 export const BAN_SECONDS: Range = { min: 0, max: 31_536_000 }
+
+/**
+ * Times told after 429s kept per subject, for clients to claim when they come back (limiter/turns.ts):
+ * more than a fleet sharing a key holds; past it a refusal is told a time but keeps none.
+ */
+export const MAX_TURNS = 64

@@ -109,10 +109,12 @@ export interface HandedSubject {
   day?: SavedBucket
   /** When its ban ends (ms); absent when it is not banned. */
   bannedUntil?: number
-  /** Times (ms) of its recent rejections, oldest first: the count toward a ban. */
+  /** Times (ms) of its recent early requests, oldest first: the count toward a ban. */
   rejections?: number[]
-  /** The time its last refusal told it to wait for (ms); absent when passed. */
+  /** The time its last refusal told it to wait for (ms); absent when passed and no turn waits. */
   retryAt?: number
+  /** The times told and not yet claimed, earliest first (limiter/turns.ts); absent when none. */
+  turns?: number[]
 }
 
 export interface LimiterHandover {

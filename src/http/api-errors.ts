@@ -86,14 +86,14 @@ export const rateLimited = (retryAfter: number) =>
     'retry-after': String(retryAfter),
   })
 export const keyBanned = (retryAfter: number) =>
-  new ApiError(429, 'key_banned', `Banned for ${retryAfter} s: too many requests were sent before the time their 429 named.`, {
+  new ApiError(429, 'key_banned', `Banned for ${retryAfter} s: too many requests were sent before the time a 429 told them to wait for.`, {
     'retry-after': String(retryAfter),
   })
 export const addressBanned = (retryAfter: number) =>
   new ApiError(
     429,
     'address_banned',
-    `Your address is banned for ${retryAfter} s: too many requests without a valid key were sent before the time their 429 named.`,
+    `Your address is banned for ${retryAfter} s: too many requests without a valid key were sent before the time a 429 told them to wait for.`,
     { 'retry-after': String(retryAfter) },
   )
 export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')

@@ -36,26 +36,6 @@ export function msUntilTokens(minute: Bucket, day: Bucket, shape: { minute: Buck
   return Math.max(msUntilToken(minute, shape.minute), msUntilToken(day, shape.day))
 }
 
-/**
- * The time a refusal at `now` names: when both buckets hold a whole token, and, while earlier refusals
- * still wait (the last named `lastNamed`), at least one minute token's refill after theirs. Clients
- * sharing a subject are so told different times and come back one at a time, each to a token of its own,
- * not all at once to one. Only the minute bucket paces them: a client asking again while it waits for a
- * day token hours away is told about the same time, not a day more.
- */
-export function nextNamedTime(
-  minute: Bucket,
-  day: Bucket,
-  shape: { minute: BucketShape; day: BucketShape },
-  now: number,
-  lastNamed: number,
-): number {
-  const first = now + msUntilTokens(minute, day, shape)
-  if (lastNamed <= now) return first
-  // At least a second apart: Retry-After is in whole seconds, so closer times would send clients back together.
-  return Math.max(first, lastNamed + Math.max(shape.minute.windowMs / shape.minute.capacity, 1000))
-}
-
 export function msUntilFull(bucket: Bucket, shape: BucketShape): number {
   return ((shape.capacity - bucket.tokens) * shape.windowMs) / shape.capacity
 }

@@ -144,6 +144,38 @@ function conformance(makeLimiter: () => Make) {
     expect(allowed).toBeGreaterThan(60 + (elapsed - 60_000) / 1000 - 10)
   })
 
+  /** One client sending every `everyMs` on an injected clock for `ms`, whatever it is told: its answers in order. */
+  async function steady(limits: Limits, everyMs: number, ms: number, settings: LimiterSettings) {
+    const { check, advance } = make(settings)
+    const decisions: Decision[] = []
+    for (let at = 0; at < ms; at += everyMs) {
+      decisions.push(await check('key:a', limits))
+      advance(everyMs)
+    }
+    return decisions
+  }
+
+  test('a client that alternates allowed and refused without waiting its Retry-After (Pro, ten a second) is banned', async () => {
+    // The bucket's 300 last a minute at ten a second; then every other request is refused, and the next
+    // is let through before the time told: both early.
+    const decisions = await steady({ rpm: 300, rpd: 1_000_000 }, 100, 180_000, { banAfter: 50, banSeconds: 600 })
+    const banned = decisions.findIndex((d) => !d.allowed && d.bannedNow)
+    expect(banned).toBeGreaterThan(600)
+    expect(banned).toBeLessThan(600 + 30 * 10)
+    // Until then the times told stay within a minute: a flood of refusals does not send the key's other clients further.
+    expect(Math.max(...decisions.slice(0, banned).map((d) => (d.allowed ? 0 : d.retryAfter)))).toBeLessThanOrEqual(60)
+  })
+
+  test('a client at twice its bucket rate (Free, two a second) is banned, and the times told never grow meanwhile', async () => {
+    // It is let through half a second after each 429 that told it a second: early, though let through.
+    const decisions = await steady(FREE, 500, 180_000, { banAfter: 50, banSeconds: 600 })
+    const banned = decisions.findIndex((d) => !d.allowed && d.bannedNow)
+    expect(banned).toBeGreaterThan(0)
+    const before = decisions.slice(0, banned).filter((d) => !d.allowed)
+    expect(before.length).toBeGreaterThan(50)
+    expect(before.every((d) => !d.allowed && d.reason === 'rate_limited' && d.retryAfter === 1)).toBe(true)
+  })
+
   test('buckets refill over time: one token per second at 60 a minute, full after a minute', async () => {
     const { check, run, advance } = make()
     await run(60)

@@ -52,6 +52,32 @@ describe('limiter hand-over', () => {
     expect([...old.handover().addresses.keys()]).toEqual(['ip:203.0.113.5'])
   })
 
+  test('the turns its 429s told are handed over: clients back at their times are on time after the restart', async () => {
+    const clock = { now: T0 }
+    const old = make(clock)
+    // The key's 60, then three refusals at once: told 1, 2 and 3 s, the last two early (two of the four a ban needs).
+    for (let i = 0; i < 60; i++) await old.check(named('key:a'), FREE)
+    expect((await Promise.all([1, 2, 3].map(() => old.check(named('key:a'), FREE)))).map((d) => !d.allowed && d.retryAfter)).toEqual([
+      1, 2, 3,
+    ])
+    clock.now += 500
+    const file = join(tempDir(), 'petstore.db')
+    writeHandover(file, old.handover())
+    const next = make(clock, takeHandover(file))
+    // Each client comes back at its own time and is let through; had only the last time told been handed
+    // over, the first two would be early, and the second would start a ban.
+    for (const at of [1_000, 2_000, 3_000]) {
+      clock.now = T0 + at
+      expect(await next.check(named('key:a'), FREE)).toMatchObject({ allowed: true })
+    }
+    // Then one that does not wait: refused, told a second, and early twice after: with the two handed
+    // over, the fourth early request within the minute starts the ban.
+    for (const bannedNow of [false, false, true]) {
+      clock.now += 100
+      expect(await next.check(named('key:a'), FREE)).toMatchObject({ allowed: false, bannedNow })
+    }
+  })
+
   test('what would be as a new subject is not handed on: a key whose minute refilled, an unused one whose ban ended', async () => {
     const clock = { now: T0 }
     const old = make(clock)
@@ -107,14 +133,21 @@ describe('limiter hand-over', () => {
     writeFileSync(
       `${file}.handover`,
       JSON.stringify({
-        keys: { 'key:a': { minute: { tokens: -1e300, updatedAt: T0 + 9e12 }, bannedUntil: 1e300, rejections: [T0 + 9e12] } },
+        keys: {
+          'key:a': { minute: { tokens: -1e300, updatedAt: T0 + 9e12 }, bannedUntil: 1e300, rejections: [T0 + 9e12], turns: [T0 + 9e12, T0] },
+          'key:b': { minute: { tokens: 0, updatedAt: T0 }, turns: Array.from({ length: 65 }, () => T0) },
+        },
         addresses: {},
       }),
     )
-    expect(takeHandover(file, T0).keys.get('key:a')).toEqual({
+    const taken = takeHandover(file, T0)
+    expect(taken.keys.get('key:a')).toEqual({
       minute: { tokens: 0, updatedAt: T0 },
       bannedUntil: T0 + 31_536_000_000,
       rejections: [T0],
+      turns: [T0, T0 + 86_400_000],
     })
+    // More turns than a server keeps: none.
+    expect(taken.keys.get('key:b')).toEqual({ minute: { tokens: 0, updatedAt: T0 } })
   })
 })

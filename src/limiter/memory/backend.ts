@@ -17,7 +17,8 @@ import {
   type TakeResult,
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
-import { type Bucket, fullBucket, msUntilTokens, nextNamedTime, refill } from '../token-bucket'
+import { type Bucket, fullBucket, refill } from '../token-bucket'
+import { arrive, counts, nameTurn, noTurns, onBan, stepOf, type Turns } from '../turns'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -32,14 +33,12 @@ interface State {
   limits: Limits
   minute: Bucket
   day: Bucket
-  /** Times of the most recent rejections, as a ring; allocated on the first rejection. */
+  /** Times of the most recent early requests (turns.ts), as a ring; allocated on the first. */
   rejections: Float64Array | null
   nextRejection: number
   bannedUntil: number
-  /** The time the last refusal told the client to wait for (ms): a request before it counts toward a ban. */
-  retryAt: number
-  /** Whether a request was refused since the last one allowed (the first such refusal never counts). */
-  refused: boolean
+  /** The times refusals named, claimed in turn by clients coming back (see turns.ts). */
+  turns: Turns
   dayDirty: boolean
 }
 
@@ -95,29 +94,23 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     result.now = now
     result.bannedNow = false
     result.allowed = false
-    // While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
+    // While banned nothing is taken and nothing counts, so a ban is never extended.
     if (subject.bannedUntil <= now) {
-      if (subject.minute.tokens >= 1 && subject.day.tokens >= 1) {
+      const { turns } = subject
+      const arrival = arrive(turns, stepOf(shape), now)
+      const hasToken = subject.minute.tokens >= 1 && subject.day.tokens >= 1
+      if (counts(turns, arrival, hasToken, now) && this.recordEarly(subject, now)) {
+        // The request that starts a ban is refused by it, and says so.
+        result.bannedNow = true
+        onBan(turns, subject.minute, subject.day, shape, now)
+      } else if (hasToken) {
         subject.minute.tokens -= 1
         subject.day.tokens -= 1
         subject.dayDirty = who.kind === 'key'
-        subject.refused = false
         result.allowed = true
-      } else {
-        // Only a request sent before the time the last refusal named counts toward a ban, and never the
-        // first refusal after an allowed request: a client that waits out every Retry-After, or several
-        // sharing a key that each do, are refused now and then and never banned for it.
-        const counted = now < subject.retryAt && subject.refused
-        subject.refused = true
-        subject.retryAt = nextNamedTime(subject.minute, subject.day, shape, now, subject.retryAt)
-        if (counted && this.recordRejection(subject, now)) {
-          result.bannedNow = true
-          // A ban refuses every waiting client alike: the times named to them give way to the next token's.
-          subject.retryAt = now + msUntilTokens(subject.minute, subject.day, shape)
-        }
-      }
+      } else nameTurn(turns, subject.minute, subject.day, shape, now)
     }
-    result.retryAt = subject.retryAt
+    result.retryAt = subject.turns.told
     result.bannedUntil = subject.bannedUntil
     return result
   }
@@ -206,7 +199,9 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       refill(handed.day, shape.day, now)
     }
     if (subject.bannedUntil > now) handed.bannedUntil = subject.bannedUntil
-    if (subject.retryAt > now) handed.retryAt = subject.retryAt
+    const { turns } = subject
+    if (turns.told > now) handed.retryAt = turns.told
+    if (turns.waiting.length > 0) handed.turns = [...turns.waiting]
     const recent = subject.rejections ? [...subject.rejections].filter((at) => now - at < MINUTE_MS).sort((a, b) => a - b) : []
     if (recent.length) handed.rejections = recent
     return handed
@@ -237,8 +232,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       rejections: null,
       nextRejection: 0,
       bannedUntil: known?.bannedUntil ?? handed?.bannedUntil ?? 0,
-      retryAt: handed?.retryAt ?? 0,
-      refused: (handed?.retryAt ?? 0) > now,
+      turns: handed ? handedTurns(handed, now) : noTurns(),
       dayDirty: false,
     }
     if (handed?.rejections?.length) {
@@ -275,8 +269,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     this.currentAddresses.set(id, subject)
   }
 
-  /** True when this rejection starts a ban: more than banAfter rejections within one minute. */
-  private recordRejection(subject: State, now: number): boolean {
+  /** True when this early request starts a ban: more than banAfter within one minute. */
+  private recordEarly(subject: State, now: number): boolean {
     const size = this.rule.banAfter + 1
     subject.rejections ??= new Float64Array(size).fill(-Infinity)
     subject.rejections[subject.nextRejection] = now
@@ -305,6 +299,16 @@ function lapsed(handed: HandedSubject, now: number): boolean {
     (handed.day === undefined || now - handed.day.updatedAt >= DAY_MS) &&
     !handed.rejections?.some((at) => now - at < MINUTE_MS)
   )
+}
+
+/**
+ * The turns handed over (the time last named is taken as the time told, at most a second after it); from
+ * an older server, which kept only the last time named, one turn waits until it.
+ */
+function handedTurns(handed: HandedSubject, now: number): Turns {
+  const told = handed.retryAt ?? 0
+  const waiting = handed.turns ?? (told > now ? [told] : [])
+  return { last: told, told, waiting, credit: 0, creditUntil: 0 }
 }
 
 /** A bucket saved by an earlier run: never above the key's current limit, never dated in the future. */

@@ -61,9 +61,8 @@ type Answer = [
   clock: string,
   generation: string,
   counted: string,
-  namedBefore: string,
-  named: string,
-  refusedBefore: string,
+  turnsBefore: string,
+  turns: string,
 ]
 
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
@@ -223,7 +222,8 @@ export class RedisLimiterBackend implements SharedBackend {
       bannedUntil: Number(reply[6]),
       bannedNow: reply[1] === '1',
       now: Number(reply[7]),
-      retryAt: Number(reply[12]),
+      // The turns lead with the time the last refusal told.
+      retryAt: Number.parseFloat(reply[12]!),
     }
     return { result, name: subject.name, reply: reply as Answer }
   }
@@ -267,8 +267,8 @@ export class RedisLimiterBackend implements SharedBackend {
    */
   private undo({ result, name, reply }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
-    const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, namedBefore, named, refusedBefore] = reply
-    const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, namedBefore, named, refusedBefore]
+    const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, turnsBefore, turns] = reply
+    const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, turnsBefore, turns]
     this.evaluate(UNDO_SCRIPT, this.keysOf(name), args).catch(() => {})
   }
 

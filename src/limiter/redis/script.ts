@@ -6,6 +6,8 @@
  * them with 14 digits.
  */
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
+import { MAX_TURNS } from '../../domain/ban-rule'
+import { EARLY, MAX_CREDIT, NONE_WAITING, ON_TIME, RESEND_MS } from '../turns'
 
 /** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
 export const UNDO_KEEP_MS = 60_000
@@ -15,9 +17,8 @@ export const UNDO_KEEP_MS = 60_000
  * can carry several requests' takes (every argument and every element of the answer costs the client
  * about as much CPU as the call itself, so each take travels as one key and one string).
  * KEYS: each take's subject hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
- * b: banned until, g: the call that started this subject afresh, w: the time its last refusal named,
- * f: 1 when a request was refused since the last one allowed);
- * its list of the last banAfter+1 counted rejection times (oldest first), the list its last ban start set aside, and the sorted set of address
+ * b: banned until, g: the call that started this subject afresh, w: its turns (turns.ts);
+ * its list of the last banAfter+1 counted (early) request times (oldest first), the list its last ban start set aside, and the sorted set of address
  * subjects are named from it (one Redis server, no Cluster).
  * ARGV: per take, its fields separated by spaces: rpm, rpd, banAfter, banSeconds, deadline, now, call,
  * maxAddresses, and the prefix's length in bytes. The deadline is the time on Redis's clock after which
@@ -25,9 +26,9 @@ export const UNDO_KEEP_MS = 60_000
  * and answers 'late CLOCK'. `now` is empty for Redis's clock, or the caller's (Unix ms). `call` names this
  * take, unique across instances. maxAddresses is empty for a key subject; for an address, the most
  * addresses Redis may hold at once (shared by every instance).
- * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g counted w0 w f0', flags
- * as 0/1 (counted: the refusal counted toward a ban), w0 and w the time the last refusal named before and
- * after this take, f0 the field f before it, or
+ * Answers per take one string, 'allowed bannedNow m mt d dt bannedUntil now clock g counted w0 w', flags
+ * as 0/1 (counted: the request counted toward a ban), w0 and w the turns before and after this take (the
+ * time the last refusal told leads them), or
  * 'error MESSAGE' when Redis refused one of its commands.
  */
 export const LIMITER_SCRIPT = `
@@ -43,11 +44,62 @@ local function untilToken(tokens, capacity, windowMs)
   return ((1 - tokens) * windowMs) / capacity
 end
 
--- token-bucket.ts's nextNamedTime.
-local function nextNamed(m, d, rpm, rpd, now, lastNamed)
-  local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
-  if lastNamed <= now then return first end
-  return math.max(first, lastNamed + math.max(MINUTE / rpm, 1000))
+-- turns.ts, on turns as {last, told, credit, creditUntil, waiting = {told times, earliest first}}.
+local function toldOf(at, now) return math.floor(now + math.ceil((at - now) / 1000) * 1000) end
+
+local function arrive(t, step, now)
+  local waiting = t.waiting
+  local passed = 0
+  while passed < #waiting and now - waiting[passed + 1] >= step do passed = passed + 1 end
+  for _ = 1, passed do table.remove(waiting, 1) end
+  if #waiting == 0 then
+    t.credit = 0
+    return ${NONE_WAITING}
+  end
+  if now < waiting[1] then return ${EARLY} end
+  table.remove(waiting, 1)
+  return ${ON_TIME}
+end
+
+local function counts(t, arrival, hasToken, now)
+  if arrival == ${ON_TIME} then
+    if hasToken then
+      t.credit = math.min(t.credit + 1, ${MAX_CREDIT})
+      t.creditUntil = now + ${RESEND_MS}
+    end
+    return false
+  end
+  if arrival ~= ${EARLY} then return false end
+  if t.credit == 0 or now > t.creditUntil then return true end
+  if hasToken then t.creditUntil = now + ${RESEND_MS} else t.credit = t.credit - 1 end
+  return false
+end
+
+local function nameTurn(t, first, step, now)
+  local waiting = t.waiting
+  if #waiting > 0 and t.last > now then t.last = math.max(first, t.last + step) else t.last = first end
+  t.told = toldOf(t.last, now)
+  if #waiting < ${MAX_TURNS} then
+    local at = #waiting
+    while at > 0 and waiting[at] > t.told do at = at - 1 end
+    table.insert(waiting, at + 1, t.told)
+  end
+end
+
+-- The field w: 'told,last,credit,creditUntil' then each time waiting, all '%.17g'.
+local function readTurns(text)
+  local values = {}
+  for value in string.gmatch(text or '', '[^,]+') do values[#values + 1] = tonumber(value) end
+  if #values < 4 then return {last = 0, told = 0, credit = 0, creditUntil = 0, waiting = {}} end
+  local waiting = {}
+  for i = 5, #values do waiting[i - 4] = values[i] end
+  return {told = values[1], last = values[2], credit = values[3], creditUntil = values[4], waiting = waiting}
+end
+
+local function turnsText(t)
+  local parts = {fmt(t.told), fmt(t.last), fmt(t.credit), fmt(t.creditUntil)}
+  for i = 1, #t.waiting do parts[4 + i] = fmt(t.waiting[i]) end
+  return table.concat(parts, ',')
 end
 
 -- token-bucket.ts's refill.
@@ -81,16 +133,17 @@ local function take(key, packed)
   if a[6] ~= '' then now = tonumber(a[6]) end
   local rpm, rpd = tonumber(a[1]), tonumber(a[2])
 
-  local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g', 'w', 'f')
-  local m, mt, d, dt, bannedUntil, retryAt, refused
+  local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g', 'w')
+  local m, mt, d, dt, bannedUntil, turns
   local generation = state[8] or a[7]
   if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
     m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
-    retryAt, refused = tonumber(state[9]) or 0, state[10] or '0'
+    -- An older server's w (the time last named alone) reads as no turns: at most one refusal goes uncounted.
+    turns = readTurns(state[9])
   else
     -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections; a ban
     -- stays until it ends or is lifted (FORGET_SCRIPT).
-    m, mt, d, dt, bannedUntil, retryAt, refused = rpm, now, rpd, now, tonumber(state[7]) or 0, 0, '0'
+    m, mt, d, dt, bannedUntil, turns = rpm, now, rpd, now, tonumber(state[7]) or 0, readTurns(nil)
     generation = a[7]
     redis.call('DEL', rejections, setAside)
   end
@@ -98,39 +151,41 @@ local function take(key, packed)
   d, dt = refill(now, d, dt, rpd, DAY)
 
   -- While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
-  local allowed, bannedNow, counted, namedBefore, refusedBefore = 0, 0, 0, retryAt, refused
+  local allowed, bannedNow, counted, turnsBefore = 0, 0, 0, turnsText(turns)
   if bannedUntil <= now then
-    if m >= 1 and d >= 1 then
-      m, d, allowed, refused = m - 1, d - 1, 1, '0'
-    else
-      -- Only a request sent before the time the last refusal named counts toward a ban, and never the
-      -- first refusal after an allowed request.
-      local early = now < retryAt and refused == '1'
-      refused = '1'
-      retryAt = nextNamed(m, d, rpm, rpd, now, retryAt)
-      -- A ban starts when the oldest of the last banAfter+1 counted rejections is less than a minute old.
+    local step = math.max(MINUTE / rpm, 1000)
+    local arrival = arrive(turns, step, now)
+    local hasToken = m >= 1 and d >= 1
+    local ban = false
+    if counts(turns, arrival, hasToken, now) then
+      -- A ban starts when the oldest of the last banAfter+1 counted requests is less than a minute old.
       local size = tonumber(a[3]) + 1
-      local count = 0
-      if early then
-        count, counted = redis.call('RPUSH', rejections, fmt(now)), 1
-      end
+      local count = redis.call('RPUSH', rejections, fmt(now))
+      counted = 1
       if count > size then
         redis.call('LTRIM', rejections, -size, -1)
         count = size
       end
-      if count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE then
-        bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
-        -- A ban refuses every waiting client alike: the times named to them give way to the next token's.
-        retryAt = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
-        -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
-        redis.call('RENAME', rejections, setAside)
-        redis.call('PEXPIRE', setAside, ${UNDO_KEEP_MS})
-      end
+      ban = count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE
+    end
+    if ban then
+      -- The request that starts a ban is refused by it, and says so.
+      bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
+      -- A ban refuses every waiting client alike: the turns give way to the time of the next token.
+      local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
+      turns = {last = first, told = first, credit = 0, creditUntil = 0, waiting = {}}
+      -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
+      redis.call('RENAME', rejections, setAside)
+      redis.call('PEXPIRE', setAside, ${UNDO_KEEP_MS})
+    elseif hasToken then
+      m, d, allowed = m - 1, d - 1, 1
+    else
+      nameTurn(turns, now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY)), step, now)
     end
   end
-  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', fmt(retryAt), 'f', refused)
+  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', turnsText(turns))
 
-  local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil, retryAt)
+  local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil, turns.told)
   local last = redis.call('LINDEX', rejections, -1)
   if last then expireAt = math.max(expireAt, tonumber(last) + MINUTE) end
   expireAt = math.ceil(expireAt) + 1000
@@ -154,7 +209,7 @@ local function take(key, packed)
   end
 
   return table.concat({allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation,
-    counted, fmt(namedBefore), fmt(retryAt), refusedBefore}, ' ')
+    counted, turnsBefore, turnsText(turns)}, ' ')
 end
 
 -- A take that fails (a key of another type, say) fails alone: the others' answers are not lost, since
@@ -171,15 +226,15 @@ return answers
 
 /**
  * Undoes one take whose answer came after the caller gave up (its client got 503): the token goes back
- * to both buckets (never above capacity); a refusal's named time (and whether one came since the last
- * allowed request) goes back to the one before, unless a later refusal named another; a counted rejection leaves the history, and when a ban started with it
+ * to both buckets (never above capacity); the turns go back to what they were, unless a later take
+ * changed them; a counted request leaves the history, and when a ban started with it
  * counted (by this call, or by a later one while this answer was on its way), it would not have
  * started without it: it is lifted, and the history it set aside is put back without it.
  * Nothing is undone when the subject was started afresh since (forgotten, expired, evicted, or its
  * limits changed): its generation is another.
  * KEYS: the subject's hash, its rejection list, the list its last ban start set aside.
  * ARGV: generation, allowed, bannedNow, now (as the take pushed it), bannedUntil (as it set it), banAfter,
- * counted, the times the last refusal named before and after the take (w0, w), and f before it (f0).
+ * counted, the turns before and after the take (w0, w).
  * Answers 1 when it undid the take, else 0.
  */
 export const UNDO_SCRIPT = `
@@ -187,12 +242,11 @@ local MINUTE = ${MINUTE_MS}
 local function fmt(x) return string.format('%.17g', x) end
 local state = redis.call('HMGET', KEYS[1], 'g', 'rpm', 'rpd', 'm', 'd', 'b', 'w')
 if state[1] ~= ARGV[1] then return 0 end
+if state[7] == ARGV[9] then redis.call('HSET', KEYS[1], 'w', ARGV[8]) end
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 'm', fmt(math.min(tonumber(state[2]), tonumber(state[4]) + 1)),
     'd', fmt(math.min(tonumber(state[3]), tonumber(state[5]) + 1)))
-  return 1
 end
-if state[7] == ARGV[9] then redis.call('HSET', KEYS[1], 'w', ARGV[8], 'f', ARGV[10]) end
 if ARGV[7] == '0' then return 1 end
 -- In the history (a ban it started may have been lifted already, which put it back there).
 if redis.call('LREM', KEYS[2], -1, ARGV[4]) == 1 then return 1 end

@@ -5,7 +5,7 @@
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
 import { closeSync, existsSync, constants as fs, fstatSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
-import { BAN_SECONDS } from '../../domain/ban-rule'
+import { BAN_SECONDS, MAX_TURNS } from '../../domain/ban-rule'
 import { DAY_MS } from '../../domain/time'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
@@ -112,6 +112,8 @@ function subjects(record: unknown, now: number): Map<string, HandedSubject> {
       subject.rejections = entry.rejections.map((at: number) => Math.min(at, now))
     // A refusal's wait is at most a day's token: what a server writes.
     if (Number.isFinite(entry.retryAt)) subject.retryAt = Math.min(entry.retryAt!, now + DAY_MS)
+    if (Array.isArray(entry.turns) && entry.turns.length <= MAX_TURNS && entry.turns.every(Number.isFinite))
+      subject.turns = entry.turns.map((at: number) => Math.min(at, now + DAY_MS)).sort((a, b) => a - b)
     out.set(id, subject)
   }
   return out

@@ -1,0 +1,119 @@
+/**
+ * The times refusals tell, kept as turns in a queue: each refusal names the next free time and adds a
+ * turn; a request at or after the earliest turn is a client back when told, which claims that turn and
+ * never counts toward a ban. A request before it while turns wait is early and counts, let through or
+ * not (it takes a token a waiting client was told of), unless it is a worker let through on time asking
+ * again at once. So clients sharing a subject that each wait out their own Retry-After are never banned,
+ * and one that goes on without waiting is, even when it is let through every other time. Plain data and pure functions, repeated by
+ * redis/script.ts with the same operations in the same order.
+ */
+import { MAX_TURNS } from '../domain/ban-rule'
+import type { LimitShapes } from './backend'
+import { type Bucket, msUntilTokens } from './token-bucket'
+
+export interface Turns {
+  /** The time the last refusal named (ms): when its token comes; the next is named a step after it. */
+  last: number
+  /** The time the last refusal told (ms): `last` in Retry-After's whole seconds. */
+  told: number
+  /** The times told and not yet claimed (ms), earliest first; at most MAX_TURNS. */
+  waiting: number[]
+  /** Workers let through on time, each of whose next early refusal is forgiven if it comes by `creditUntil`. */
+  credit: number
+  creditUntil: number
+}
+
+export const MAX_CREDIT = 4
+/** How soon a worker let through asks again: later than this, its refusal is early like any other. */
+export const RESEND_MS = 250
+
+/** How a request stands to the turns: one waited before it, it claims one, or none waits. */
+export const EARLY = -1
+export const NONE_WAITING = 0
+export const ON_TIME = 1
+
+export function noTurns(): Turns {
+  return { last: 0, told: 0, waiting: [], credit: 0, creditUntil: 0 }
+}
+
+/**
+ * Times named are at least one minute token apart, and a second: Retry-After is in whole seconds, so
+ * closer times would send clients back together. Only the minute paces them: a client asking again while
+ * it waits for a day token hours away is told about the same time, not a day more.
+ */
+export function stepOf(shape: LimitShapes): number {
+  return Math.max(shape.minute.windowMs / shape.minute.capacity, 1000)
+}
+
+/**
+ * The time a client told to wait for `at` comes back at the earliest: Retry-After's whole seconds later,
+ * to the millisecond below, so the Retry-After said of it is those seconds exactly.
+ */
+function toldOf(at: number, now: number): number {
+  return Math.floor(now + Math.ceil((at - now) / 1000) * 1000)
+}
+
+/**
+ * Brings the turns to `now` and says how a request at `now` stands: EARLY, NONE_WAITING, or ON_TIME (it
+ * has claimed the earliest turn). A turn passed by a step with no claim is dropped: its client gave up.
+ */
+export function arrive(turns: Turns, step: number, now: number): number {
+  const { waiting } = turns
+  let passed = 0
+  while (passed < waiting.length && now - waiting[passed]! >= step) passed++
+  if (passed > 0) waiting.splice(0, passed)
+  if (waiting.length === 0) {
+    turns.credit = 0
+    return NONE_WAITING
+  }
+  if (now < waiting[0]!) return EARLY
+  waiting.shift()
+  return ON_TIME
+}
+
+/**
+ * Whether a request counts toward a ban: early, and not a worker's own asking again. A worker let through
+ * on time may ask again at once, and go on while it is let through: each such request within RESEND_MS
+ * of the one before is forgiven, until one is refused.
+ */
+export function counts(turns: Turns, arrival: number, hasToken: boolean, now: number): boolean {
+  if (arrival === ON_TIME) {
+    if (hasToken) {
+      turns.credit = Math.min(turns.credit + 1, MAX_CREDIT)
+      turns.creditUntil = now + RESEND_MS
+    }
+    return false
+  }
+  if (arrival !== EARLY) return false
+  if (turns.credit === 0 || now > turns.creditUntil) return true
+  if (hasToken) turns.creditUntil = now + RESEND_MS
+  else turns.credit -= 1
+  return false
+}
+
+/**
+ * A refused request: names its time (when both buckets hold a whole token, and a step after the last
+ * time named while turns wait) and keeps it as a turn.
+ */
+export function nameTurn(turns: Turns, minute: Bucket, day: Bucket, shape: LimitShapes, now: number): void {
+  const first = now + msUntilTokens(minute, day, shape)
+  turns.last = turns.waiting.length > 0 && turns.last > now ? Math.max(first, turns.last + stepOf(shape)) : first
+  turns.told = toldOf(turns.last, now)
+  const { waiting } = turns
+  if (waiting.length < MAX_TURNS) {
+    let at = waiting.length
+    while (at > 0 && waiting[at - 1]! > turns.told) at--
+    waiting.splice(at, 0, turns.told)
+  }
+}
+
+/**
+ * A ban refuses every waiting client alike: the turns give way to the time of the next token, told as it
+ * is (the ban's Retry-After covers it, from whenever it is asked).
+ */
+export function onBan(turns: Turns, minute: Bucket, day: Bucket, shape: LimitShapes, now: number): void {
+  turns.last = now + msUntilTokens(minute, day, shape)
+  turns.told = turns.last
+  turns.waiting.length = 0
+  turns.credit = 0
+}
