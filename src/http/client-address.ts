@@ -91,9 +91,18 @@ function formatIPv6(groups: number[]): string {
     }
     i = end
   }
-  const hex = groups.map((group) => group.toString(16))
-  if (bestStart < 0) return hex.join(':')
-  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLength).join(':')}`
+  // One string, built left to right: per request for keyless IPv6 clients, where map and join showed.
+  let text = ''
+  for (let i = 0; i < 8; i++) {
+    if (i === bestStart) {
+      text += '::'
+      i += bestLength - 1
+    } else {
+      if (i > 0 && i !== bestStart + bestLength) text += ':'
+      text += groups[i]!.toString(16)
+    }
+  }
+  return text
 }
 
 /**
@@ -103,7 +112,8 @@ function formatIPv6(groups: number[]): string {
 export class TrustedProxies {
   /** IPv4 blocks as [network, mask] over unsigned 32-bit numbers: checked per request, so no BigInt. */
   private readonly v4: [number, number][] = []
-  private readonly v6: { bits: bigint; prefix: number }[] = []
+  /** IPv6 blocks as their eight groups, masked to the prefix: no BigInt either. */
+  private readonly v6: { network: number[]; prefix: number }[] = []
   /** The last address asked about and the answer: behind a proxy, the peer is the same every time. */
   private lastAddress = ''
   private lastAnswer = false
@@ -117,7 +127,7 @@ export class TrustedProxies {
       const prefix = prefixText === undefined ? width : /^\d{1,3}$/.test(prefixText) ? Number(prefixText) : NaN
       if (!normal || extra !== undefined || !(prefix >= 0 && prefix <= width))
         throw new RangeError(`"${entry}" is not an IP address, a CIDR block like 10.0.0.0/8, or loopback`)
-      if (v6) this.v6.push({ bits: ipv6Bits(normal) >> BigInt(128 - prefix), prefix })
+      if (v6) this.v6.push({ network: ipv6Groups(normal).map((group, i) => group & groupMask(prefix, i)), prefix })
       else {
         const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0
         this.v4.push([(ipv4Number(normal) & mask) >>> 0, mask])
@@ -134,7 +144,7 @@ export class TrustedProxies {
     if (this.none) return false
     if (address === this.lastAddress) return this.lastAnswer
     const answer = address.includes(':')
-      ? this.v6.some((block) => ipv6Bits(address) >> BigInt(128 - block.prefix) === block.bits)
+      ? this.v6.some((block) => inBlock(address === lastNormal ? lastGroups : ipv6Groups(address), block.network, block.prefix))
       : this.v4.some(([network, mask]) => (ipv4Number(address) & mask) >>> 0 === network)
     this.lastAddress = address
     this.lastAnswer = answer
@@ -186,6 +196,13 @@ function ipv4Number(address: string): number {
   return value * 256 + octet
 }
 
-function ipv6Bits(address: string): bigint {
-  return ipv6Groups(address).reduce((bits, group) => (bits << 16n) | BigInt(group), 0n)
+/** The bits of group `i` (0 to 7) within the first `prefix` bits of an IPv6 address. */
+function groupMask(prefix: number, i: number): number {
+  const bits = Math.min(16, Math.max(0, prefix - 16 * i))
+  return bits === 0 ? 0 : (0xffff << (16 - bits)) & 0xffff
+}
+
+function inBlock(groups: number[], network: number[], prefix: number): boolean {
+  for (let i = 0; i * 16 < prefix; i++) if ((groups[i]! & groupMask(prefix, i)) !== network[i]) return false
+  return true
 }

@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import fc from 'fast-check'
-import { clientSubject, normaliseAddress } from '../../src/http/client-address'
+import { clientSubject, normaliseAddress, TrustedProxies } from '../../src/http/client-address'
 
 /** The URL parser's reading, or null for the few spellings it refuses (an embedded 0.0.0.0 after `::`). */
 function canonical(address: string): string | null {
@@ -48,6 +48,24 @@ describe('client addresses', () => {
         expect(clientSubject(normal!).name).toBe(`ip:${canonical(`${first4.join(':')}:0:0:0:0`)}/64`)
       }),
       { numRuns: 5000 },
+    )
+  })
+
+  test("an IPv6 address is in a trusted block exactly when its first prefix bits are the block's", () => {
+    // The reference: the addresses as 128-bit numbers, compared after shifting out the rest.
+    const bits = (normal: string) => expandedGroups(normal).reduce((value, group) => (value << 16n) | BigInt(`0x${group}`), 0n)
+    fc.assert(
+      fc.property(ipv6Text, ipv6Text, fc.integer({ min: 0, max: 128 }), (block, address, prefix) => {
+        const [network, normal] = [normaliseAddress(block), normaliseAddress(address)]
+        fc.pre(network !== null && normal !== null && canonical(block) !== null && canonical(address) !== null)
+        const shift = BigInt(128 - prefix)
+        expect(new TrustedProxies([`${network}/${prefix}`]).has(normal!)).toBe(bits(normal!) >> shift === bits(network!) >> shift)
+        // Sharing the block's first prefix bits, whatever the rest: inside.
+        const inside = ((bits(network!) >> shift) << shift) | (bits(normal!) & ((1n << shift) - 1n))
+        const groups = Array.from({ length: 8 }, (_, i) => ((inside >> BigInt(112 - 16 * i)) & 0xffffn).toString(16))
+        expect(new TrustedProxies([`${network}/${prefix}`]).has(normaliseAddress(groups.join(':'))!)).toBe(true)
+      }),
+      { numRuns: 3000 },
     )
   })
 })

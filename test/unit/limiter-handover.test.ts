@@ -134,7 +134,12 @@ describe('limiter hand-over', () => {
       `${file}.handover`,
       JSON.stringify({
         keys: {
-          'key:a': { minute: { tokens: -1e300, updatedAt: T0 + 9e12 }, bannedUntil: 1e300, rejections: [T0 + 9e12], turns: [T0 + 9e12, T0] },
+          'key:a': {
+            minute: { tokens: -1e300, updatedAt: T0 + 9e12 },
+            bannedUntil: 1e300,
+            rejections: [T0 + 9e12],
+            turns: [T0 + 9e12, T0],
+          },
           'key:b': { minute: { tokens: 0, updatedAt: T0 }, turns: Array.from({ length: 65 }, () => T0) },
         },
         addresses: {},
