@@ -153,8 +153,7 @@ export function isBare(word: string | undefined): word is undefined | '--help' |
  */
 export function bareUsage(word: undefined | '--help' | '-h', usage: string, missing: string): number {
   if (word === undefined) throw new UsageError(missing, usage)
-  console.log(usage)
-  return 0
+  return help(usage)
 }
 
 export function help(usage: string): number {

@@ -24,9 +24,7 @@ class InexactNumber {
 }
 
 function isJsonMediaType(contentType: string | null): boolean {
-  if (!contentType) return false
-  const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
-  return type === JSON_TYPE
+  return contentType?.split(';', 1)[0]?.trim().toLowerCase() === JSON_TYPE
 }
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
@@ -167,14 +165,7 @@ async function readChunks(request: Request, maxBytes: number): Promise<Uint8Arra
     if (total > maxBytes) throw payloadTooLarge(maxBytes, { connection: 'close' })
     chunks.push(chunk)
   }
-  if (chunks.length === 1) return chunks[0]!
-  const all = new Uint8Array(total)
-  let offset = 0
-  for (const chunk of chunks) {
-    all.set(chunk, offset)
-    offset += chunk.byteLength
-  }
-  return all
+  return Buffer.concat(chunks, total)
 }
 
 /**

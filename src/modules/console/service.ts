@@ -9,7 +9,6 @@ import { isoTimeMs } from '../../domain/duration'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
 import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
 import {
-  type AuditEntry,
   type Credential,
   type CredentialKind,
   LAST_SEEN_WRITE_MS,
@@ -199,11 +198,8 @@ export class ConsoleService {
   }
 
   /**
-   * The keys in use (and the revoked ones when asked), with their day quota left and ban as the limiter
-   * holds them (inspected, nothing taken), and their usage.
-   */
-  /**
-   * The keys (revoked ones too on request); with a page, only `limit` of them in id order after the key
+   * The keys (revoked ones too on request), with their day quota left and ban as the limiter holds them
+   * (inspected, nothing taken), and their usage; with a page, only `limit` of them in id order after the key
    * `after`, and only theirs are asked of the limiter: a page costs the same however many keys there are.
    */
   async listKeys(withRevoked = false, page?: { limit: number; after?: string }): Promise<Model<'KeyList'>> {
@@ -282,7 +278,6 @@ export class ConsoleService {
     }
   }
 
-  /** Every key with what the limiter holds of it. */
   /** The keys `pick` chooses (all by default), each with what the limiter holds of it. */
   private async limiterRows(
     pick: (records: ApiKeyRecord[]) => ApiKeyRecord[] = (records) => records,
@@ -391,8 +386,7 @@ export class ConsoleService {
   }
 
   private audit(actor: string, action: string, target: string): Promise<void> | void {
-    const entry: AuditEntry = { at: this.deps.now(), actor, action, target }
-    return this.deps.storage.operators.audit(entry)
+    return this.deps.storage.operators.audit({ at: this.deps.now(), actor, action, target })
   }
 }
 

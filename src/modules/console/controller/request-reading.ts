@@ -14,20 +14,11 @@ const MISDIRECTED = misdirectedRequest(
   'This console does not answer to that host name: use its own address, or a name given with --console-host.',
 )
 const TOO_LARGE = payloadTooLarge(MAX_BODY_BYTES, { connection: 'close' })
-export interface RequestReading {
-  /** The client's limiter subject, as the API finds it: the peer, or the client a trusted proxy names. */
-  clientOf(request: Request): AddressSubject
-  isHttps(request: Request): boolean
-  /** A request that changes something with the session cookie must come from this console's page. */
-  checkOrigin(request: Request): void
-  /** What every request passes first: the host name, then the declared body's size. */
-  admit(request: Request): void
-}
 
 export function requestReading(
   options: { trustProxy: TrustedProxies; address: { host: string; port: number }; hosts: readonly string[] },
   server: () => Server<unknown> | null,
-): RequestReading {
+) {
   let hosts: AllowedHosts | undefined
   /** Whether the request came through a trusted proxy, which then says the scheme and host the browser used. */
   const viaProxy = (request: Request) => {
@@ -37,7 +28,7 @@ export function requestReading(
   }
   const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
   /** The client's limiter subject, as the API finds it: the peer, or the client a trusted proxy names. */
-  const clientOf = (request: Request) => {
+  const clientOf = (request: Request): AddressSubject => {
     const socket = server()?.requestIP(request)?.address
     const peer = (socket && normaliseAddress(socket)) || 'unknown'
     const header = options.trustProxy.has(peer) ? request.headers.get('x-forwarded-for') : null

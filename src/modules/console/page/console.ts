@@ -174,8 +174,8 @@ function expiryText(key: Model<'Key'>): { text: string; soon: boolean } {
 }
 
 /**
- * Opens one of the key dialogs for `key`: `prepare` fills its form, `submit` acts on it; a refusal is
- * shown in the dialog, which stays open to correct it.
+ * Opens one of the key dialogs for `key`: `prepare` fills its form, `submit` acts on it, then the keys
+ * are read again; a refusal is shown in the dialog, which stays open to correct it.
  */
 function keyDialog(id: string, key: Model<'Key'>, prepare: (form: HTMLFormElement) => void, submit: (form: FormData) => Promise<void>) {
   const dialog = $<HTMLDialogElement>(`#${id}`)
@@ -190,6 +190,7 @@ function keyDialog(id: string, key: Model<'Key'>, prepare: (form: HTMLFormElemen
     done.disabled = true
     try {
       await submit(new FormData(form))
+      await loadKeys()
       dialog.close()
     } catch (error) {
       dialog.querySelector('.error')!.textContent = (error as Error).message
@@ -248,19 +249,19 @@ function drawKeys(): void {
       actions.textContent = `Revoked ${when(key.revokedAt)}`
       return
     }
+    const path = `/api/keys/${encodeURIComponent(key.id)}`
     button(actions, 'Revoke', async () => {
       if (!confirm(`Revoke the key "${key.name || key.id}"? Requests with it are refused within a second.`)) return
-      await api('DELETE', `/api/keys/${encodeURIComponent(key.id)}`)
+      await api('DELETE', path)
       // The new key's secret, still on show, is of no use once that key is revoked.
       if ($<HTMLElement>('#secret').dataset.keyId === key.id) $<HTMLElement>('#secret').hidden = true
       await loadKeys()
     })
     button(actions, 'Reset limits', async () => {
-      await api('POST', `/api/keys/${encodeURIComponent(key.id)}/reset-limits`)
+      await api('POST', `${path}/reset-limits`)
       await applied()
       await loadKeys()
     })
-    const path = `/api/keys/${encodeURIComponent(key.id)}`
     button(actions, 'Plan', async () =>
       keyDialog(
         'plan-dialog',
@@ -273,7 +274,6 @@ function drawKeys(): void {
           const input: Record<string, unknown> = { plan: form.get('plan') }
           for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
           await api('PUT', `${path}/plan`, input)
-          await loadKeys()
         },
       ),
     )
@@ -290,7 +290,6 @@ function drawKeys(): void {
             `The new secret of key ${key.name || key.id}, shown only now: copy it, it cannot be shown again. ` +
               `The previous secret works until ${when(rolled.previousSecretEndsAt)}.`,
           )
-          await loadKeys()
         },
       ),
     )
@@ -307,7 +306,6 @@ function drawKeys(): void {
           if (!form.get('never') && !at) throw new Error('Choose when the key expires, or tick Never expires.')
           const expiresAt = form.get('never') ? null : new Date(at).toISOString()
           await api('PUT', `${path}/expiry`, { expiresAt })
-          await loadKeys()
         },
       ),
     )
