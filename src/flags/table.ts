@@ -80,7 +80,7 @@ export function variable(environment: Environment, name: string): string | undef
 function given(row: Flag, text: string | string[] | boolean | undefined, environment: Environment) {
   if (text !== undefined || row.variable === undefined) return { name: `--${row.flag}`, text }
   const value = variable(environment, row.variable)
-  return { name: row.variable, text: row.kind === 'list' && value !== undefined ? splitList(value) : value }
+  return { name: row.variable, text: row.kind === 'list' && value !== undefined ? value.split(/[\s,]+/).filter(Boolean) : value }
 }
 
 /** The rows of `table` read from a command line's input and the environment. */
@@ -110,10 +110,6 @@ export const integer =
     if (value === undefined) throw new ConfigError(`${name} ${integerRule(min, max)}, not "${text}"`)
     return value
   }
-
-function splitList(value: string | undefined): string[] {
-  return value ? value.split(/[\s,]+/).filter(Boolean) : []
-}
 
 /** Where a flag's description starts in the usage. */
 const COLUMN = 29

@@ -36,7 +36,7 @@ export class ApiError extends Error {
 
   /** The Error body, serialised once: refusals on the hot path reuse their error objects. */
   get body(): string {
-    return (this.serialized ??= errorBody(this.status, this.code, this.message))
+    return (this.serialized ??= JSON.stringify({ code: this.code, message: this.message, status: this.status }))
   }
 }
 
@@ -106,10 +106,6 @@ export function errorResponse(error: ApiError): Response {
     status: error.status,
     headers: { 'content-type': JSON_TYPE, ...error.headers },
   })
-}
-
-export function errorBody(status: number, code: ErrorCode, message: string): string {
-  return JSON.stringify({ code, message, status })
 }
 
 /**

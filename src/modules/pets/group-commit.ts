@@ -141,9 +141,12 @@ export class GroupCommit {
   /** The answer to a create whose write failed: 503 when storage cannot be written or is damaged, else 500. */
   private answerFor(error: unknown): ApiError {
     if (error instanceof StorageUnavailableError) return storageUnavailable(error.down)
-    if (!(error instanceof StorageDamagedError)) return toInternal(error, this.options)
-    this.options.onDamaged(error.code)
-    return DATA_DAMAGED
+    if (error instanceof StorageDamagedError) {
+      this.options.onDamaged(error.code)
+      return DATA_DAMAGED
+    }
+    this.options.onInternalError(error)
+    return new ApiError(500, 'internal_error', 'The server failed to store the pet.')
   }
 
   /** Reports the change only, so a full disk logs one line, not one per refused request. */
@@ -152,9 +155,4 @@ export class GroupCommit {
     this.writesRefused = refusal !== null
     this.options.onWritesRefused(refusal)
   }
-}
-
-function toInternal(error: unknown, options: GroupCommitOptions): ApiError {
-  options.onInternalError(error)
-  return new ApiError(500, 'internal_error', 'The server failed to store the pet.')
 }
