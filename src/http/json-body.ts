@@ -15,6 +15,7 @@ import {
   unsupportedContentCoding,
   unsupportedMediaType,
 } from './api-errors'
+import { withDeadline } from '../domain/time'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 
@@ -141,16 +142,13 @@ async function readCapped(request: Request, maxBytes: number, budget: BodyBudget
   if (declared !== null && Number(declared) > maxBytes) throw payloadTooLarge(maxBytes)
   const reserved = declared === null ? maxBytes : Number(declared)
   if (!budget.take(reserved, address)) throw BUSY
-  let timer: ReturnType<typeof setTimeout> | undefined
   try {
     // With a declared length within the cap, Bun holds at most that much: read it in one go.
     const read = declared === null ? readChunks(request, maxBytes) : request.bytes()
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(requestTimeout(budget.deadlineMs / 1000)), budget.deadlineMs)
+    return await withDeadline(read, budget.deadlineMs, () => {
+      throw requestTimeout(budget.deadlineMs / 1000)
     })
-    return await Promise.race([read, late])
   } finally {
-    clearTimeout(timer)
     budget.give(reserved, address)
   }
 }

@@ -4,7 +4,8 @@
  * and creates say so, and the log says it once.
  */
 import type { RateLimiter } from '../limiter/limiter'
-import type { DataFileWatch, MaybePromise, Storage } from '../domain/repositories'
+import type { DataFileWatch, Storage } from '../domain/repositories'
+import { withDeadline } from '../domain/time'
 
 export class StorageFault {
   private reason: string | null = null
@@ -46,7 +47,9 @@ export function readinessCheck(parts: {
     const reason = fault.current()
     if (reason) return `Not ready: ${reason}.`
     try {
-      await withTimeout(storage.ping(), READY_TIMEOUT_MS)
+      await withDeadline(storage.ping(), READY_TIMEOUT_MS, () => {
+        throw new Error(`no answer within ${READY_TIMEOUT_MS} ms`)
+      })
     } catch {
       // Any client may ask /readyz: where the data lives (a path, a database host and user) stays in the log.
       return 'Storage does not answer.'
@@ -54,13 +57,4 @@ export function readinessCheck(parts: {
     if (sharedLimiterRequired && !(await limiter.ping())) return 'The shared rate limiter (Redis) does not answer.'
     return null
   }
-}
-
-/** Rejects when `value` has not settled within `ms`. */
-function withTimeout<T>(value: MaybePromise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)
-  })
-  return Promise.race([value, timeout]).finally(() => clearTimeout(timer))
 }

@@ -14,6 +14,7 @@ import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'
 import { consoleModule, type KeylessLimits } from '../modules/console'
 import { PLAN_LIMITS } from '../domain/plans'
+import { withDeadline } from '../domain/time'
 import { LimiterUnavailableError } from '../limiter/backend'
 import type { RateLimiter } from '../limiter/limiter'
 import { refusal } from '../plugins/gate'
@@ -205,11 +206,7 @@ export class Server {
       return true
     }
     // A timer of its own, cleared once settled: a start that failed ends the process by returning.
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const late = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), Math.max(drainEnds - Date.now(), STOP_SAVE_MS))
-    })
-    return Promise.race([finished(), late]).finally(() => clearTimeout(timer))
+    return withDeadline(finished(), Math.max(drainEnds - Date.now(), STOP_SAVE_MS), () => false)
   }
 
   /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */
