@@ -141,16 +141,16 @@ export interface UsageRepository {
   prune(resolution: Resolution, before: number): MaybePromise<number>
 }
 
-/**
- * The console's operators, their credentials (sessions and tokens, by secret hash), sign-in attempts
- * and the audit log; in storage, so that removing an operator ends their sessions on every instance.
- */
 /** What a sign-in checks: the operator's hash, and the oldest operator's, whose setting every hash of the store shares. */
 export interface PasswordHashes {
   hash: string | null
   oldest: string | null
 }
 
+/**
+ * The console's operators, their credentials (sessions and tokens, by secret hash), sign-in attempts
+ * and the audit log; in storage, so that removing an operator ends their sessions on every instance.
+ */
 export interface OperatorRepository {
   /** False when an operator of that name exists already. */
   add(name: string, passwordHash: string, now: number): MaybePromise<boolean>

@@ -107,7 +107,6 @@ export class SqlPets<M extends Mode> implements PetRepository {
     return failing(() => this.db.write(() => create(batch, this.inserts)), batchFailed)
   }
 
-  /** Deletes the records of Idempotency-Keys made before `olderThan`. */
   purgeIdempotency(olderThan: number): Answer<M, void> {
     return this.db.write(function* () {
       yield* changes(sql`DELETE FROM idempotency WHERE created_at < ${olderThan}`)

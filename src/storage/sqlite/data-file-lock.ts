@@ -6,11 +6,11 @@
  * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
-import { closeSync, existsSync, openSync, readSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
-import { canWrite } from './open'
+import { canWrite, readBytes } from './open'
 
 export interface DataFileLock {
   release(): void
@@ -55,15 +55,9 @@ export function lockDataFile(file: string): DataFileLock | null {
 export function lockHolder(file: string): number | null {
   const path = lockFileOf(file)
   if (!existsSync(path)) return null
-  const fd = openSync(path, 'r')
-  try {
-    const header = Buffer.alloc(4)
-    if (readSync(fd, header, 0, 4, 60) < 4) return null
-    const pid = header.readUInt32BE(0)
-    return pid > 0 ? pid : null
-  } finally {
-    closeSync(fd)
-  }
+  const header = readBytes(path, 60, 4)
+  const pid = header.length < 4 ? 0 : header.readUInt32BE(0)
+  return pid > 0 ? pid : null
 }
 
 /**

@@ -25,12 +25,16 @@ const SQLITE_HEADER = 'SQLite format 3\0'
 
 export function checkHeader(file: string): void {
   if (!existsSync(file) || statSync(file).size === 0) return
+  if (readBytes(file, 0, 16).toString('latin1') !== SQLITE_HEADER)
+    throw new StorageOpenError(`${file} is not a petstore data file (it is not an SQLite database)`)
+}
+
+/** Up to `length` bytes of `file` from `position`: fewer where the file ends sooner. */
+export function readBytes(file: string, position: number, length: number): Buffer {
   const fd = openSync(file, 'r')
   try {
-    const header = Buffer.alloc(16)
-    readSync(fd, header, 0, 16, 0)
-    if (header.toString('latin1') !== SQLITE_HEADER)
-      throw new StorageOpenError(`${file} is not a petstore data file (it is not an SQLite database)`)
+    const bytes = Buffer.alloc(length)
+    return bytes.subarray(0, readSync(fd, bytes, 0, length, position))
   } finally {
     closeSync(fd)
   }
