@@ -77,6 +77,7 @@ function asJson(usage: KeyUsage) {
   return {
     ...usage,
     lastUsed: iso(usage.lastUsed),
+    expiresAt: iso(usage.expiresAt),
     secrets: usage.secrets.map((s) => ({ secret: s.secret, lastUsed: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) })),
     deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
   }
@@ -96,7 +97,7 @@ function printKeys(keys: KeyUsage[]): void {
     keys.map((k) => [
       k.keyId ?? '(no key)',
       k.name ?? '-',
-      k.plan ? `${k.plan}${k.revoked ? ' (revoked)' : ''}` : '-',
+      k.plan ? `${k.plan}${k.revoked ? ' (revoked)' : k.expiresAt !== null && k.expiresAt <= Date.now() ? ' (expired)' : ''}` : '-',
       String(k.today.requests),
       String(k.today.limited),
       String(k.window.requests),

@@ -108,6 +108,17 @@ export function nameTurn(turns: Turns, minute: Bucket, day: Bucket, shape: Limit
 }
 
 /**
+ * After a take: with no turn waiting, no credit and no ban, the times last named and told matter no
+ * more (the next refusal names the first token), and are dropped, so the Redis script stores nothing.
+ */
+export function settle(turns: Turns, banned: boolean): void {
+  if (turns.waiting.length === 0 && turns.credit === 0 && !banned) {
+    turns.last = 0
+    turns.told = 0
+  }
+}
+
+/**
  * A ban refuses every waiting client alike: the turns give way to the time of the next token, told as it
  * is (the ban's Retry-After covers it, from whenever it is asked).
  */

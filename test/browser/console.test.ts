@@ -65,6 +65,7 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
       await page.locator('#secret').waitFor()
       const secret = await page.locator('#secret-value').innerText()
       expect(secret).toMatch(/^psk_/)
+      expect(await page.locator('#secret-note').innerText()).toStartWith('The secret of the new key browser key, shown only now')
       const row = page.locator('#key-table tbody tr', { hasText: 'browser key' })
       await row.waitFor()
       expect(await row.locator('td').nth(2).innerText()).toBe('2 / 100')
@@ -249,6 +250,8 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
         const keyFigures = await page.locator('#key-figures').innerText()
         expect(figure(keyFigures, 'Requests today')).toBe('7')
         expect(figure(keyFigures, '429s today')).toBe('4')
+        // A key without an expiry: never, and what that means.
+        expect(keyFigures).toMatch(/(^|\n)Expires\nnever\nit works until it is revoked/)
         await fits()
         await shot('key')
         await page.locator('[data-key-window=day]').click()

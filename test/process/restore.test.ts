@@ -179,7 +179,7 @@ describe('petstore restore', () => {
     const result = await cliAsync(['restore', backup, '--data', file])
     expect(result.code).toBe(1)
     expect(result.stderr.trimEnd().split('\n')).toEqual([
-      expect.stringMatching(/^petstore: .*live\.db is already served by another petstore; stop that one first$/),
+      expect.stringMatching(/^petstore: .*live\.db is in use by petstore process \d+ \(a server, or a restore\); stop it first$/),
     ])
     expect(readdirSync(dir).sort()).toEqual(before)
     const served = await listAll(server.base, key, (url) => url.replace(/^http:\/\/localhost:\d+/, server.origin))

@@ -274,7 +274,9 @@ describe('commits off the event loop', () => {
     const second = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', first.dataFile])
     expect(second.listened).toBe(false)
     expect(second.code).toBe(1)
-    expect(second.stderr).toBe(`petstore: ${first.dataFile} is already served by another petstore; stop that one first\n`)
+    expect(second.stderr).toBe(
+      `petstore: ${first.dataFile} is in use by petstore process ${first.proc.pid} (a server, or a restore); stop it first\n`,
+    )
     // Key commands and backups do not need the lock.
     expect(cli(['keys', 'list', '--data', first.dataFile]).code).toBe(0)
     expect((await fetch(`${first.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
@@ -305,7 +307,7 @@ describe('commits off the event loop', () => {
       const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', file])
       expect(served.listened).toBe(false)
       expect(served.code).toBe(1)
-      expect(served.stderr).toBe(`petstore: ${file} is already served by another petstore; stop that one first\n`)
+      expect(served.stderr).toBe(`petstore: ${file} is in use by another petstore (a server, or a restore); stop it first\n`)
       expect(snapshotOf(dir)).toEqual(before)
     } finally {
       lock.close()

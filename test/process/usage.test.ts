@@ -139,6 +139,25 @@ describe('keys usage', () => {
     expect(cli(['keys', 'usage', '--plan', 'pro', '--data', dataFile]).stderr).toContain('--plan does not apply to keys usage')
     expect(cli(['keys', 'usage', 'a', 'b', '--data', dataFile]).stderr).toContain('unexpected argument "b"')
   })
+
+  test('an expired key is marked as such in the table, as a revoked one is, and the JSON says when it expires', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'lasting'])
+    createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'brief', '--expires-in', '1s'])
+    createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'gone'])
+    expect(cli(['keys', 'revoke', keyId(dataFile, 'gone'), '--data', dataFile]).code).toBe(0)
+    const rowOf = (table: string, name: string) => table.split('\n').find((line) => line.includes(` ${name} `)) ?? ''
+    // The minimum expiry is a second away: the table is read until it has passed.
+    let table = ''
+    await eventually(async () =>
+      rowOf((table = (await cliAsync(['keys', 'usage', '--data', dataFile])).stdout), 'brief').includes('pro (expired)'),
+    )
+    expect(rowOf(table, 'gone')).toContain('free (revoked)')
+    expect(rowOf(table, 'lasting')).toMatch(/ free +\d/)
+    const json = (await usage(dataFile)) as unknown as { name: string; expiresAt: string | null }[]
+    expect(json.find((key) => key.name === 'brief')?.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT/)
+    expect(json.find((key) => key.name === 'lasting')?.expiresAt).toBeNull()
+  })
 })
 
 describe('the 501 of GET /store/orders', () => {

@@ -18,7 +18,7 @@ import {
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
-import { arrive, counts, nameTurn, noTurns, onBan, stepOf, type Turns } from '../turns'
+import { arrive, counts, nameTurn, noTurns, onBan, settle, stepOf, type Turns } from '../turns'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -110,6 +110,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
         result.allowed = true
       } else nameTurn(turns, subject.minute, subject.day, shape, now)
     }
+    settle(subject.turns, subject.bannedUntil > now)
     result.retryAt = subject.turns.told
     result.bannedUntil = subject.bannedUntil
     return result

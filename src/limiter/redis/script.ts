@@ -9,6 +9,9 @@ import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { MAX_TURNS } from '../../domain/ban-rule'
 import { EARLY, MAX_CREDIT, NONE_WAITING, ON_TIME, RESEND_MS } from '../turns'
 
+/** The field w of a subject whose turns are settled (turns.ts's settle): the time told reads as 0. */
+const NO_TURNS = '0'
+
 /** How long the rejection history a ban start set aside is kept, for the undo of a late answer. */
 export const UNDO_KEEP_MS = 60_000
 
@@ -96,6 +99,7 @@ local function readTurns(text)
   return {told = values[1], last = values[2], credit = values[3], creditUntil = values[4], waiting = waiting}
 end
 
+-- '${NO_TURNS}' (and anything shorter than the four leading fields) reads as no turns.
 local function turnsText(t)
   local parts = {fmt(t.told), fmt(t.last), fmt(t.credit), fmt(t.creditUntil)}
   for i = 1, #t.waiting do parts[4 + i] = fmt(t.waiting[i]) end
@@ -135,11 +139,13 @@ local function take(key, packed)
 
   local state = redis.call('HMGET', key, 'rpm', 'rpd', 'm', 'mt', 'd', 'dt', 'b', 'g', 'w')
   local m, mt, d, dt, bannedUntil, turns
+  local turnsBefore = '${NO_TURNS}'
   local generation = state[8] or a[7]
   if tonumber(state[1]) == rpm and tonumber(state[2]) == rpd then
     m, mt, d, dt, bannedUntil = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6]), tonumber(state[7])
     -- An older server's w (the time last named alone) reads as no turns: at most one refusal goes uncounted.
     turns = readTurns(state[9])
+    turnsBefore = state[9] or turnsBefore
   else
     -- Not seen (or forgotten, or expired), or seen with other limits: full buckets, no rejections; a ban
     -- stays until it ends or is lifted (FORGET_SCRIPT).
@@ -151,7 +157,7 @@ local function take(key, packed)
   d, dt = refill(now, d, dt, rpd, DAY)
 
   -- While banned nothing is taken and nothing counts as a new rejection, so a ban is never extended.
-  local allowed, bannedNow, counted, turnsBefore = 0, 0, 0, turnsText(turns)
+  local allowed, bannedNow, counted = 0, 0, 0
   if bannedUntil <= now then
     local step = math.max(MINUTE / rpm, 1000)
     local arrival = arrive(turns, step, now)
@@ -183,7 +189,10 @@ local function take(key, packed)
       nameTurn(turns, now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY)), step, now)
     end
   end
-  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', turnsText(turns))
+  -- turns.ts's settle: no turn waiting, no credit, no ban, as no turns at all, and nothing to format.
+  local turnsAfter = '${NO_TURNS}'
+  if #turns.waiting > 0 or turns.credit > 0 or bannedUntil > now then turnsAfter = turnsText(turns) end
+  redis.call('HSET', key, 'rpm', a[1], 'rpd', a[2], 'm', fmt(m), 'mt', fmt(mt), 'd', fmt(d), 'dt', fmt(dt), 'b', fmt(bannedUntil), 'g', generation, 'w', turnsAfter)
 
   local expireAt = math.max(fullAt(m, mt, rpm, MINUTE), fullAt(d, dt, rpd, DAY), bannedUntil, turns.told)
   local last = redis.call('LINDEX', rejections, -1)
@@ -209,7 +218,7 @@ local function take(key, packed)
   end
 
   return table.concat({allowed, bannedNow, fmt(m), fmt(mt), fmt(d), fmt(dt), fmt(bannedUntil), fmt(now), fmt(clock), generation,
-    counted, turnsBefore, turnsText(turns)}, ' ')
+    counted, turnsBefore, turnsAfter}, ' ')
 end
 
 -- A take that fails (a key of another type, say) fails alone: the others' answers are not lost, since

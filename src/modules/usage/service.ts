@@ -47,6 +47,8 @@ export interface KeyUsage {
   rpm: number | null
   rpd: number | null
   revoked: boolean
+  /** From this time on (ms) the key is refused as expired; null: never (or the keyless bucket). */
+  expiresAt: number | null
   /** The UTC day so far. */
   today: Outcomes
   /** From `since` (to the minute, or the hour beyond 24 hours) to now. */
@@ -178,6 +180,7 @@ function figures(keyId: string, record: ApiKeyRecord | undefined, { today, windo
     rpm: record?.rpm ?? null,
     rpd: record?.rpd ?? null,
     revoked: record ? record.revokedAt !== null : false,
+    expiresAt: record?.expiresAt ?? null,
     today: outcomes(today.get(keyId)?.counts),
     window: outcomes(window.get(keyId)?.counts),
     lastUsed: record ? record.lastUsedAt : (dayTotals?.lastAt ?? weekTotals?.lastAt ?? null),

@@ -45,10 +45,16 @@ export function lockDataFile(file: string): DataFileLock | null {
   } catch (error) {
     db.close()
     if (/^SQLITE_BUSY/.test((error as { code?: string }).code ?? ''))
-      throw new DataFileBusyError(`${file} is already served by another petstore; stop that one first`)
+      throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
     throw new StorageOpenError(`cannot lock ${file} for serving: ${(error as Error).message}`)
   }
   return { release: () => db.close() }
+}
+
+/** Who holds the lock, in words: its process id when it wrote one. */
+function holderOf(file: string): string {
+  const pid = lockHolder(file)
+  return pid === null ? 'another petstore' : `petstore process ${pid}`
 }
 
 /** The process id the lock's holder wrote (user_version, bytes 60-63 of the header); null when none. */

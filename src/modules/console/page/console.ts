@@ -101,8 +101,9 @@ async function run(action: () => Promise<unknown>): Promise<void> {
 const APPLIED_WITHIN_MS = 1_000
 const applied = () => new Promise((resolve) => setTimeout(resolve, APPLIED_WITHIN_MS))
 
+/** A time in the browser's zone, which it names: an operator comparing with logs in UTC sees which it is. */
 const when = (iso: string | null) =>
-  iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' })
+  iso === null ? null : new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'long' })
 
 /** Shows the sign-in form, or (with an operator's name) the console. */
 function signedIn(name: string | null): void {
@@ -163,7 +164,7 @@ async function loadKeys(more = false): Promise<void> {
 /** Keys expiring within this long are marked. */
 const EXPIRING_SOON_MS = 7 * 24 * 60 * 60 * 1000
 
-const expired = (key: Model<'Key'>) => key.expiresAt !== null && Date.parse(key.expiresAt) <= Date.now()
+const expired = (key: { expiresAt: string | null }) => key.expiresAt !== null && Date.parse(key.expiresAt) <= Date.now()
 
 /** The expiry as the table shows it: never, the time (marked when within 7 days), or when it expired. */
 function expiryText(key: Model<'Key'>): { text: string; soon: boolean } {
@@ -432,7 +433,9 @@ async function loadKey(): Promise<void> {
     ['getPet calls, last day', key.deprecated.day, 'calls of the deprecated GET /pets/{petId}'],
     ['getPet calls, last 7 days', key.deprecated.week, 'the same over a week'],
     ['Last used', when(key.lastUsedAt), 'its last request'],
-    ['Expires', key.expiresAt === null ? 'never' : when(key.expiresAt), 'refused from then on'],
+    key.expiresAt === null
+      ? ['Expires', 'never', 'it works until it is revoked']
+      : ['Expires', when(key.expiresAt), expired(key) ? 'refused since then (401 key_expired)' : 'refused from then on (401 key_expired)'],
     ...key.versions.map((version): [string, string | null, string] =>
       version.version === 'newest'
         ? ['Newest secret last used', when(version.lastUsedAt), 'its last request with the current secret']
@@ -554,7 +557,7 @@ function wire(): void {
     for (const limit of ['rpm', 'rpd']) if (form.get(limit)) input[limit] = Number(form.get(limit))
     run(async () => {
       const { key, secret } = await api<Model<'CreatedKey'>>('POST', '/api/keys', input)
-      showSecret(key.id, secret, "The new key's secret, shown only now: copy it, it cannot be shown again.")
+      showSecret(key.id, secret, `The secret of the new key ${key.name || key.id}, shown only now: copy it, it cannot be shown again.`)
       ;(event.target as HTMLFormElement).reset()
       await loadKeys()
     })
