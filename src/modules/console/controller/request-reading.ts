@@ -6,7 +6,8 @@
 import type { Server } from 'bun'
 import { forbidden, misdirectedRequest, payloadTooLarge } from '../../../http/api-errors'
 import { AllowedHosts } from '../../../http/allowed-hosts'
-import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../../../http/client-address'
+import { clientSubject, normaliseAddress, type TrustedProxies } from '../../../http/client-address'
+import { clientAddress } from '../../../plugins/request-info'
 import type { AddressSubject } from '../../../domain/subject'
 import { MAX_BODY_BYTES } from '../model'
 
@@ -27,14 +28,9 @@ export function requestReading(
     return normal ? options.trustProxy.has(normal) : false
   }
   const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
-  /** The client's limiter subject, as the API finds it: the peer, or the client a trusted proxy names. */
-  const clientOf = (request: Request): AddressSubject => {
-    const socket = server()?.requestIP(request)?.address
-    const peer = (socket && normaliseAddress(socket)) || 'unknown'
-    const header = options.trustProxy.has(peer) ? request.headers.get('x-forwarded-for') : null
-    const address = header ? forwardedClient(peer, header, options.trustProxy) : peer
-    return clientSubject(address === 'unknown' ? address : (normaliseAddress(address) ?? address))
-  }
+  /** The client's limiter subject, found as the API finds it (a proxy without X-Forwarded-For is the API's to warn of). */
+  const proxies = { trusted: options.trustProxy, onUnforwarded() {} }
+  const clientOf = (request: Request): AddressSubject => clientSubject(clientAddress(server(), request, proxies))
   const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
 
   /** A request that changes something with the session cookie must come from this console's page. */
