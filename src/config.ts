@@ -333,7 +333,7 @@ export const CONFIG_FLAGS = {
   banAfter: option({
     flag: 'ban-after',
     value: 'N',
-    help: `requests within a minute sent before the time a 429 told them to wait for, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max})`,
+    help: `429s within a minute for requests sent before the time an earlier 429 told, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max})`,
     parse: integer(BAN_AFTER),
     default: () => 50,
   }),

@@ -109,7 +109,7 @@ export interface HandedSubject {
   day?: SavedBucket
   /** When its ban ends (ms); absent when it is not banned. */
   bannedUntil?: number
-  /** Times (ms) of its recent early requests, oldest first: the count toward a ban. */
+  /** Times (ms) of its recent early refusals, oldest first: the count toward a ban. */
   rejections?: number[]
   /** The time its last refusal told it to wait for (ms); absent when passed and no turn waits. */
   retryAt?: number

@@ -10,7 +10,7 @@ import type { Bucket, BucketShape } from './token-bucket'
 
 /** When a subject that keeps going after 429s is banned, and for how long. */
 export interface BanRule {
-  /** A ban starts at the early request (limiter/turns.ts) that makes more than banAfter within one minute. */
+  /** A ban starts at the early refusal (limiter/turns.ts) that makes more than banAfter within one minute. */
   banAfter: number
   banSeconds: number
 }
@@ -23,7 +23,7 @@ export interface TakeResult {
   day: Bucket
   /** Time (ms) at which the subject's ban ends; not after `now` when it is not banned. */
   bannedUntil: number
-  /** Whether this request started the ban (it is refused by it). */
+  /** Whether this request's refusal started the ban. */
   bannedNow: boolean
   /** For a refusal, the time (ms) it tells the client to come back at (see turns.ts). */
   retryAt: number
@@ -38,7 +38,7 @@ export type PeekResult = Pick<TakeResult, 'minute' | 'day' | 'bannedUntil' | 'no
 export interface LimiterBackend {
   /**
    * Refills the subject's buckets to `now`, takes a token from both or neither, gives a refusal its turn,
-   * and records an early request and any ban due. Other limits than last time start afresh. An answer given at once may
+   * and records an early refusal and any ban due. Other limits than last time start afresh. An answer given at once may
    * be the same object every time: it is read before the next take.
    */
   take(subject: Subject, limits: Limits, now?: number): TakeResult | Promise<TakeResult>

@@ -1,10 +1,12 @@
 /**
  * The times refusals tell, kept as turns in a queue: each refusal names the next free time and adds a
  * turn; a request at or after the earliest turn is a client back when told, which claims that turn and
- * never counts toward a ban. A request before it while turns wait is early and counts, let through or
- * not (it takes a token a waiting client was told of), unless it is a worker let through on time asking
- * again at once. So clients sharing a subject that each wait out their own Retry-After are never banned,
- * and one that goes on without waiting is, even when it is let through every other time. Plain data and pure functions, repeated by
+ * never counts toward a ban. A request before it while turns wait is early: refused, it counts, unless a
+ * request let through at its turn came before it (a fleet's worker let through asks again, at once or
+ * after some work, before others' turns: one such refusal is forgiven for each). A request let through
+ * never counts: a worker of a fleet cannot know of the others' 429s. So clients sharing a subject that
+ * each wait out their own Retry-After are never banned, and one that does not wait and is refused again
+ * and again is, even when it is let through every other time. Plain data and pure functions, repeated by
  * redis/script.ts with the same operations in the same order.
  */
 import { MAX_TURNS } from '../domain/ban-rule'
@@ -18,14 +20,11 @@ export interface Turns {
   told: number
   /** The times told and not yet claimed (ms), earliest first; at most MAX_TURNS. */
   waiting: number[]
-  /** Workers let through on time, each of whose next early refusal is forgiven if it comes by `creditUntil`. */
+  /** Requests let through at their turn, each of which forgives one early refusal; at most MAX_CREDIT. */
   credit: number
-  creditUntil: number
 }
 
 export const MAX_CREDIT = 4
-/** How soon a worker let through asks again: later than this, its refusal is early like any other. */
-export const RESEND_MS = 250
 
 /** How a request stands to the turns: one waited before it, it claims one, or none waits. */
 export const EARLY = -1
@@ -33,7 +32,7 @@ export const NONE_WAITING = 0
 export const ON_TIME = 1
 
 export function noTurns(): Turns {
-  return { last: 0, told: 0, waiting: [], credit: 0, creditUntil: 0 }
+  return { last: 0, told: 0, waiting: [], credit: 0 }
 }
 
 /**
@@ -71,23 +70,15 @@ export function arrive(turns: Turns, step: number, now: number): number {
   return ON_TIME
 }
 
-/**
- * Whether a request counts toward a ban: early, and not a worker's own asking again. A worker let through
- * on time may ask again at once, and go on while it is let through: each such request within RESEND_MS
- * of the one before is forgiven, until one is refused.
- */
-export function counts(turns: Turns, arrival: number, hasToken: boolean, now: number): boolean {
+/** Whether a request counts toward a ban: refused early, with no request let through at its turn to forgive it. */
+export function counts(turns: Turns, arrival: number, hasToken: boolean): boolean {
   if (arrival === ON_TIME) {
-    if (hasToken) {
-      turns.credit = Math.min(turns.credit + 1, MAX_CREDIT)
-      turns.creditUntil = now + RESEND_MS
-    }
+    if (hasToken) turns.credit = Math.min(turns.credit + 1, MAX_CREDIT)
     return false
   }
-  if (arrival !== EARLY) return false
-  if (turns.credit === 0 || now > turns.creditUntil) return true
-  if (hasToken) turns.creditUntil = now + RESEND_MS
-  else turns.credit -= 1
+  if (arrival !== EARLY || hasToken) return false
+  if (turns.credit === 0) return true
+  turns.credit -= 1
   return false
 }
 

@@ -33,7 +33,7 @@ interface State {
   limits: Limits
   minute: Bucket
   day: Bucket
-  /** Times of the most recent early requests (turns.ts), as a ring; allocated on the first. */
+  /** Times of the most recent early refusals (turns.ts), as a ring; allocated on the first. */
   rejections: Float64Array | null
   nextRejection: number
   bannedUntil: number
@@ -99,8 +99,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       const { turns } = subject
       const arrival = arrive(turns, stepOf(shape), now)
       const hasToken = subject.minute.tokens >= 1 && subject.day.tokens >= 1
-      if (counts(turns, arrival, hasToken, now) && this.recordEarly(subject, now)) {
-        // The request that starts a ban is refused by it, and says so.
+      if (counts(turns, arrival, hasToken) && this.recordRejection(subject, now)) {
+        // The refusal that starts a ban says so.
         result.bannedNow = true
         onBan(turns, subject.minute, subject.day, shape, now)
       } else if (hasToken) {
@@ -270,8 +270,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     this.currentAddresses.set(id, subject)
   }
 
-  /** True when this early request starts a ban: more than banAfter within one minute. */
-  private recordEarly(subject: State, now: number): boolean {
+  /** True when this early refusal starts a ban: more than banAfter within one minute. */
+  private recordRejection(subject: State, now: number): boolean {
     const size = this.rule.banAfter + 1
     subject.rejections ??= new Float64Array(size).fill(-Infinity)
     subject.rejections[subject.nextRejection] = now
@@ -309,7 +309,7 @@ function lapsed(handed: HandedSubject, now: number): boolean {
 function handedTurns(handed: HandedSubject, now: number): Turns {
   const told = handed.retryAt ?? 0
   const waiting = handed.turns ?? (told > now ? [told] : [])
-  return { last: told, told, waiting, credit: 0, creditUntil: 0 }
+  return { last: told, told, waiting, credit: 0 }
 }
 
 /** A bucket saved by an earlier run: never above the key's current limit, never dated in the future. */

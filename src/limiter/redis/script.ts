@@ -7,7 +7,7 @@
  */
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { MAX_TURNS } from '../../domain/ban-rule'
-import { EARLY, MAX_CREDIT, NONE_WAITING, ON_TIME, RESEND_MS } from '../turns'
+import { EARLY, MAX_CREDIT, NONE_WAITING, ON_TIME } from '../turns'
 
 /** The field w of a subject whose turns are settled (turns.ts's settle): the time told reads as 0. */
 const NO_TURNS = '0'
@@ -21,7 +21,7 @@ export const UNDO_KEEP_MS = 60_000
  * about as much CPU as the call itself, so each take travels as one key and one string).
  * KEYS: each take's subject hash (rpm, rpd, m/mt and d/dt: minute and day tokens and their update times,
  * b: banned until, g: the call that started this subject afresh, w: its turns (turns.ts);
- * its list of the last banAfter+1 counted (early) request times (oldest first), the list its last ban start set aside, and the sorted set of address
+ * its list of the last banAfter+1 counted (early) refusal times (oldest first), the list its last ban start set aside, and the sorted set of address
  * subjects are named from it (one Redis server, no Cluster).
  * ARGV: per take, its fields separated by spaces: rpm, rpd, banAfter, banSeconds, deadline, now, call,
  * maxAddresses, and the prefix's length in bytes. The deadline is the time on Redis's clock after which
@@ -47,7 +47,7 @@ local function untilToken(tokens, capacity, windowMs)
   return ((1 - tokens) * windowMs) / capacity
 end
 
--- turns.ts, on turns as {last, told, credit, creditUntil, waiting = {told times, earliest first}}.
+-- turns.ts, on turns as {last, told, credit, waiting = {told times, earliest first}}.
 local function toldOf(at, now) return math.floor(now + math.ceil((at - now) / 1000) * 1000) end
 
 local function arrive(t, step, now)
@@ -64,17 +64,14 @@ local function arrive(t, step, now)
   return ${ON_TIME}
 end
 
-local function counts(t, arrival, hasToken, now)
+local function counts(t, arrival, hasToken)
   if arrival == ${ON_TIME} then
-    if hasToken then
-      t.credit = math.min(t.credit + 1, ${MAX_CREDIT})
-      t.creditUntil = now + ${RESEND_MS}
-    end
+    if hasToken then t.credit = math.min(t.credit + 1, ${MAX_CREDIT}) end
     return false
   end
-  if arrival ~= ${EARLY} then return false end
-  if t.credit == 0 or now > t.creditUntil then return true end
-  if hasToken then t.creditUntil = now + ${RESEND_MS} else t.credit = t.credit - 1 end
+  if arrival ~= ${EARLY} or hasToken then return false end
+  if t.credit == 0 then return true end
+  t.credit = t.credit - 1
   return false
 end
 
@@ -89,20 +86,20 @@ local function nameTurn(t, first, step, now)
   end
 end
 
--- The field w: 'told,last,credit,creditUntil' then each time waiting, all '%.17g'.
+-- The field w: 'told,last,credit' then each time waiting, all '%.17g'.
 local function readTurns(text)
   local values = {}
   for value in string.gmatch(text or '', '[^,]+') do values[#values + 1] = tonumber(value) end
-  if #values < 4 then return {last = 0, told = 0, credit = 0, creditUntil = 0, waiting = {}} end
+  if #values < 3 then return {last = 0, told = 0, credit = 0, waiting = {}} end
   local waiting = {}
-  for i = 5, #values do waiting[i - 4] = values[i] end
-  return {told = values[1], last = values[2], credit = values[3], creditUntil = values[4], waiting = waiting}
+  for i = 4, #values do waiting[i - 3] = values[i] end
+  return {told = values[1], last = values[2], credit = values[3], waiting = waiting}
 end
 
--- '${NO_TURNS}' (and anything shorter than the four leading fields) reads as no turns.
+-- '${NO_TURNS}' (and anything shorter than the three leading fields) reads as no turns.
 local function turnsText(t)
-  local parts = {fmt(t.told), fmt(t.last), fmt(t.credit), fmt(t.creditUntil)}
-  for i = 1, #t.waiting do parts[4 + i] = fmt(t.waiting[i]) end
+  local parts = {fmt(t.told), fmt(t.last), fmt(t.credit)}
+  for i = 1, #t.waiting do parts[3 + i] = fmt(t.waiting[i]) end
   return table.concat(parts, ',')
 end
 
@@ -163,8 +160,8 @@ local function take(key, packed)
     local arrival = arrive(turns, step, now)
     local hasToken = m >= 1 and d >= 1
     local ban = false
-    if counts(turns, arrival, hasToken, now) then
-      -- A ban starts when the oldest of the last banAfter+1 counted requests is less than a minute old.
+    if counts(turns, arrival, hasToken) then
+      -- A ban starts when the oldest of the last banAfter+1 counted refusals is less than a minute old.
       local size = tonumber(a[3]) + 1
       local count = redis.call('RPUSH', rejections, fmt(now))
       counted = 1
@@ -175,11 +172,11 @@ local function take(key, packed)
       ban = count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE
     end
     if ban then
-      -- The request that starts a ban is refused by it, and says so.
+      -- The refusal that starts a ban says so.
       bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
       -- A ban refuses every waiting client alike: the turns give way to the time of the next token.
       local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
-      turns = {last = first, told = first, credit = 0, creditUntil = 0, waiting = {}}
+      turns = {last = first, told = first, credit = 0, waiting = {}}
       -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
       redis.call('RENAME', rejections, setAside)
       redis.call('PEXPIRE', setAside, ${UNDO_KEEP_MS})
@@ -236,7 +233,7 @@ return answers
 /**
  * Undoes one take whose answer came after the caller gave up (its client got 503): the token goes back
  * to both buckets (never above capacity); the turns go back to what they were, unless a later take
- * changed them; a counted request leaves the history, and when a ban started with it
+ * changed them; a counted refusal leaves the history, and when a ban started with it
  * counted (by this call, or by a later one while this answer was on its way), it would not have
  * started without it: it is lifted, and the history it set aside is put back without it.
  * Nothing is undone when the subject was started afresh since (forgotten, expired, evicted, or its

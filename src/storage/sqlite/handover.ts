@@ -112,8 +112,14 @@ function subjects(record: unknown, now: number): Map<string, HandedSubject> {
       subject.rejections = entry.rejections.map((at: number) => Math.min(at, now))
     // A refusal's wait is at most a day's token: what a server writes.
     if (Number.isFinite(entry.retryAt)) subject.retryAt = Math.min(entry.retryAt!, now + DAY_MS)
-    if (Array.isArray(entry.turns) && entry.turns.length <= MAX_TURNS && entry.turns.every(Number.isFinite))
-      subject.turns = entry.turns.map((at: number) => Math.min(at, now + DAY_MS)).sort((a, b) => a - b)
+    // Turns are times told, none more than a second after the last one (retryAt): a later one is dropped.
+    if (
+      subject.retryAt !== undefined &&
+      Array.isArray(entry.turns) &&
+      entry.turns.length <= MAX_TURNS &&
+      entry.turns.every(Number.isFinite)
+    )
+      subject.turns = entry.turns.filter((at: number) => at <= subject.retryAt! + 1000).sort((a, b) => a - b)
     out.set(id, subject)
   }
   return out
