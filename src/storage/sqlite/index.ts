@@ -236,9 +236,7 @@ export class SqliteStorage implements Storage {
     return this.identity !== null && identityOf(this.file!) !== this.identity
   }
 
-  damagedCode(error: unknown): string | undefined {
-    return damagedCode(error)
-  }
+  readonly damagedCode = damagedCode
 
   ping(): void {
     this.db.query('SELECT 1').get()
