@@ -46,6 +46,9 @@ export interface Arrival {
   fail(): Promise<void>
 }
 
+/** A start on a port this process holds (`--port 0`): as afresh, but the port is known to be its own. */
+const HELD = (arrival: Arrival): Arrival => ({ ...arrival, checkPort() {} })
+
 export const AFRESH: Arrival = {
   checkPort: bindUnshared,
   without(_listener, reason) {
@@ -93,11 +96,15 @@ export class Server {
     const arrival = options.arrive?.(config, warn) ?? AFRESH
     let backend: StorageBackend | undefined
     let server: Server | undefined
+    // `--port 0`: the port the kernel gives is held until the API listens beside it, so nothing else takes
+    // it in between (released and bound again later, another program's socket took it now and then).
+    let held: Bun.Server<undefined> | null = null
     try {
+      if (config.port === 0) held = holdFreePort(config.host)
       backend = options.backend ?? (await openStorageBackend(config, { lockWaitMs: arrival.lockWaitMs, checked: arrival.checked }))
       if (config.database && !config.redisUrl)
         warn('rate limits are per instance: with several instances, give them --redis-url to share them')
-      const bound = config.port === 0 ? withBoundPort(config, freePort(config.host)) : config
+      const bound = held ? withBoundPort(config, held.port!) : config
       // Building the app is part of the start that is undone: it may refuse the config (the limiter's rule).
       const petstore = createApp(bound, {
         storage: backend.storage,
@@ -124,12 +131,14 @@ export class Server {
           `Redis at ${redactedUrl(bound.redisUrl)} does not answer yet${petstore.limiter.failure ? ` (${petstore.limiter.failure})` : ''}; ` +
             (bound.limiterFallback === 'local' ? 'limiting in this process until it does' : 'API requests answer 503 until it does'),
         )
-      server.listen(arrival, warn)
+      server.listen(held ? HELD(arrival) : arrival, warn)
+      held?.stop(true)
       arrival.ready(petstore)
       await options.onListening?.(server)
       jobs.start()
       return server
     } catch (error) {
+      held?.stop(true)
       // Nothing is served half started: what the start made goes (the listeners too), and it fails with one line.
       await arrival.fail()
       // A server leaves the rate-limit state at its stop; before there is one, what was read goes back as it was.
@@ -274,13 +283,14 @@ export class Server {
   }
 }
 
-/** A port free now, for `--port 0`: chosen before the app is built, so that its config and links name it. */
-function freePort(host: string): number {
+/**
+ * A free port for `--port 0`, taken before the app is built so that its config and links name it, and
+ * held (shared with SO_REUSEPORT, as the API's listener binds) until the API listens there too. Its
+ * port is announced only after, so no client reaches the holder.
+ */
+function holdFreePort(host: string): Bun.Server<undefined> {
   try {
-    const probe = Bun.listen({ hostname: host, port: 0, socket: { data() {} } })
-    const { port } = probe
-    probe.stop(true)
-    return port
+    return Bun.serve({ hostname: host, port: 0, reusePort: true, development: false, fetch: () => new Response(null, { status: 503 }) })
   } catch (error) {
     throw new ConfigError(`cannot listen on ${hostInUrl(host)}:0: ${(error as Error).message}`)
   }

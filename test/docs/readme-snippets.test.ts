@@ -14,7 +14,7 @@ import { chmodSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFile
 import { join } from 'node:path'
 import { BINARY, cleanEnv, eventually, tempDir } from '../support/binary'
 import { killedAtEnd } from '../process/helpers'
-import { freePort } from '../support/ports'
+import { freePorts } from '../support/ports'
 
 setDefaultTimeout(60_000)
 const ROOT = join(import.meta.dir, '..', '..')
@@ -142,7 +142,7 @@ describe('README', () => {
   })
 
   test('"Quick start": the release block starts the server; "in another terminal" and the console\'s script block run against it', async () => {
-    const [port, consolePort] = [await freePort(), await freePort()]
+    const [port, consolePort] = await freePorts(2)
     const { dir, env } = sandbox(
       { 8080: port, 8090: consolePort },
       { PETSTORE_PORT: String(port), PETSTORE_CONSOLE_ADDRESS: `127.0.0.1:${consolePort}` },
@@ -192,7 +192,7 @@ describe('README', () => {
   test('"Testing your client against petstore": the staging block runs as a script, as written, and docs/scenarios.md\'s forced 429 with its key', async () => {
     const block = blockAfter('Testing your client against petstore')
     expect(block).toContain('petstore serve --env staging &')
-    const [port, consolePort] = [await freePort(), await freePort()]
+    const [port, consolePort] = await freePorts(2)
     const { dir, env } = sandbox({ 8081: port }, { PETSTORE_PORT: String(port), PETSTORE_CONSOLE_ADDRESS: `127.0.0.1:${consolePort}` })
     const scenario = commandBlocks().find((b) => b.id.startsWith('docs/scenarios.md: curl -i'))!.code
     // Around the blocks: the server they start in the background is stopped however they end.

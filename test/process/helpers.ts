@@ -57,7 +57,7 @@ export async function listAll(base: string, key: string, rewrite: (url: string) 
 }
 
 /** A port nothing listens on: bound, read and released. */
-export { freePort as unusedPort } from '../support/ports'
+export { freePort as unusedPort, freePorts as unusedPorts } from '../support/ports'
 
 /** Runs a CLI command without blocking this process's event loop. */
 export async function cliAsync(args: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<CliResult> {

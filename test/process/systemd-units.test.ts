@@ -8,7 +8,7 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
-import { auth, killSpawned, spawnServe, unusedPort } from './helpers'
+import { auth, killSpawned, spawnServe, unusedPorts } from './helpers'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -66,7 +66,7 @@ describe('deploy/systemd', () => {
     mkdirSync(join(root, 'data'))
     const dataFile = join(root, 'data', 'petstore.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
-    const [port, metricsPort] = [await unusedPort(), await unusedPort()]
+    const [port, metricsPort] = await unusedPorts(2)
     const [execStart] = commands('petstore@.service', 'ExecStart', root)
     const args = execStart!
       .split(' ')

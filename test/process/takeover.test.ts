@@ -22,6 +22,7 @@ import {
   spawnServe,
   startSlowPost,
   unusedPort,
+  unusedPorts,
 } from './helpers'
 import { expectStillServing, oldServer, serveArgs, spawnTaker, UNLIMITED, until } from './takeover-helpers'
 
@@ -296,7 +297,7 @@ describe('serve --takeover', () => {
   test('the /metrics and console listeners move to the new server too, and a plain start still refuses their ports in use', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     createKeyWithCli(dataFile, ['--plan', 'pro'])
-    const [port, metricsPort, consolePort] = [await unusedPort(), await unusedPort(), await unusedPort()]
+    const [port, metricsPort, consolePort] = await unusedPorts(3)
     const args = [
       ...serveArgs(port, dataFile).slice(0, -2),
       '--metrics-address',

@@ -10,7 +10,7 @@ import type { Subprocess } from 'bun'
 import { cli, eventually, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { nginxInFront } from '../support/nginx'
-import { freePort } from '../support/ports'
+import { freePorts } from '../support/ports'
 import { postgresForSuite } from '../support/postgres'
 import { auth, killSpawned, listAll, postPet, type RawServer, spawnServe } from '../process/helpers'
 
@@ -32,7 +32,7 @@ describeWithEngines(['postgresql', 'nginx-light'], 'a rolling restart behind ngi
     const made = cli(['keys', 'create', '--plan', 'enterprise', '--rpm', '1000000', '--rpd', '1000000', '--database-url', databaseUrl])
     expect(made.code).toBe(0)
     const key = made.stdout.trim().split('\n').at(-1)!
-    const ports = [await freePort(), await freePort()]
+    const ports = await freePorts(2)
     const start = (port: number) =>
       spawnServe(
         [
