@@ -10,6 +10,7 @@
  * redis/script.ts with the same operations in the same order.
  */
 import { MAX_TURNS } from '../domain/ban-rule'
+import { MINUTE_MS } from '../domain/time'
 import type { LimitShapes } from './backend'
 import { type Bucket, msUntilTokens } from './token-bucket'
 
@@ -25,6 +26,8 @@ export interface Turns {
 }
 
 export const MAX_CREDIT = 4
+/** How long past its time a turn waits for its client: as long as the ban counts early refusals. */
+export const LATE_MS = MINUTE_MS
 
 /** How a request stands to the turns: one waited before it, it claims one, or none waits. */
 export const EARLY = -1
@@ -40,7 +43,7 @@ export function noTurns(): Turns {
  * closer times would send clients back together. Only the minute paces them: a client asking again while
  * it waits for a day token hours away is told about the same time, not a day more.
  */
-export function stepOf(shape: LimitShapes): number {
+function stepOf(shape: LimitShapes): number {
   return Math.max(shape.minute.windowMs / shape.minute.capacity, 1000)
 }
 
@@ -49,22 +52,22 @@ export function stepOf(shape: LimitShapes): number {
  * to the millisecond below, so the Retry-After said of it is those seconds exactly.
  */
 function toldOf(at: number, now: number): number {
-  return Math.floor(now + Math.ceil((at - now) / 1000) * 1000)
+  // At least a second, as Retry-After is: a bucket a rounding hair below a token names `now` itself.
+  return Math.floor(now + Math.max(1, Math.ceil((at - now) / 1000)) * 1000)
 }
 
 /**
  * Brings the turns to `now` and says how a request at `now` stands: EARLY, NONE_WAITING, or ON_TIME (it
- * has claimed the earliest turn). A turn passed by a step with no claim is dropped: its client gave up.
+ * has claimed the earliest turn). A turn a minute past its time with no claim is dropped: its client
+ * gave up. Until then it waits for a client back late (a backoff of its own on top of Retry-After), and
+ * any request may claim it, as it is no longer ahead of anyone.
  */
-export function arrive(turns: Turns, step: number, now: number): number {
+export function arrive(turns: Turns, now: number): number {
   const { waiting } = turns
   let passed = 0
-  while (passed < waiting.length && now - waiting[passed]! >= step) passed++
+  while (passed < waiting.length && now - waiting[passed]! >= LATE_MS) passed++
   if (passed > 0) waiting.splice(0, passed)
-  if (waiting.length === 0) {
-    turns.credit = 0
-    return NONE_WAITING
-  }
+  if (waiting.length === 0) return NONE_WAITING
   if (now < waiting[0]!) return EARLY
   waiting.shift()
   return ON_TIME

@@ -18,7 +18,7 @@ import {
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
-import { arrive, counts, nameTurn, noTurns, onBan, settle, stepOf, type Turns } from '../turns'
+import { arrive, counts, nameTurn, noTurns, onBan, settle, type Turns } from '../turns'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -97,7 +97,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     // While banned nothing is taken and nothing counts, so a ban is never extended.
     if (subject.bannedUntil <= now) {
       const { turns } = subject
-      const arrival = arrive(turns, stepOf(shape), now)
+      const arrival = arrive(turns, now)
       const hasToken = subject.minute.tokens >= 1 && subject.day.tokens >= 1
       if (counts(turns, arrival, hasToken) && this.recordRejection(subject, now)) {
         // The refusal that starts a ban says so.

@@ -7,7 +7,7 @@
  */
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { MAX_TURNS } from '../../domain/ban-rule'
-import { EARLY, MAX_CREDIT, NONE_WAITING, ON_TIME } from '../turns'
+import { EARLY, LATE_MS, MAX_CREDIT, NONE_WAITING, ON_TIME } from '../turns'
 
 /** The field w of a subject whose turns are settled (turns.ts's settle): the time told reads as 0. */
 const NO_TURNS = '0'
@@ -48,17 +48,14 @@ local function untilToken(tokens, capacity, windowMs)
 end
 
 -- turns.ts, on turns as {last, told, credit, waiting = {told times, earliest first}}.
-local function toldOf(at, now) return math.floor(now + math.ceil((at - now) / 1000) * 1000) end
+local function toldOf(at, now) return math.floor(now + math.max(1, math.ceil((at - now) / 1000)) * 1000) end
 
-local function arrive(t, step, now)
+local function arrive(t, now)
   local waiting = t.waiting
   local passed = 0
-  while passed < #waiting and now - waiting[passed + 1] >= step do passed = passed + 1 end
+  while passed < #waiting and now - waiting[passed + 1] >= ${LATE_MS} do passed = passed + 1 end
   for _ = 1, passed do table.remove(waiting, 1) end
-  if #waiting == 0 then
-    t.credit = 0
-    return ${NONE_WAITING}
-  end
+  if #waiting == 0 then return ${NONE_WAITING} end
   if now < waiting[1] then return ${EARLY} end
   table.remove(waiting, 1)
   return ${ON_TIME}
@@ -157,7 +154,7 @@ local function take(key, packed)
   local allowed, bannedNow, counted = 0, 0, 0
   if bannedUntil <= now then
     local step = math.max(MINUTE / rpm, 1000)
-    local arrival = arrive(turns, step, now)
+    local arrival = arrive(turns, now)
     local hasToken = m >= 1 and d >= 1
     local ban = false
     if counts(turns, arrival, hasToken) then
