@@ -180,43 +180,40 @@ function conformance(makeLimiter: () => Make) {
     expect(before.every((d) => !d.allowed && d.reason === 'rate_limited' && d.retryAfter <= 60)).toBe(true)
   })
 
+  /**
+   * `workers` workers on one key, each sending when `nextDelay` says after each answer, for `steps`
+   * requests on an injected clock (banAfter 50): every refusal must be rate_limited (no ban).
+   */
+  async function fleetNeverBanned(limits: Limits, workers: number, steps: number, nextDelay: (decision: Decision) => number) {
+    const { check, advance } = make({ banAfter: 50, banSeconds: 600 })
+    const nextAt = Array.from({ length: workers }, (_, i) => i)
+    let clock = 0
+    for (let step = 0; step < steps; step++) {
+      const worker = nextAt.indexOf(Math.min(...nextAt))
+      advance(nextAt[worker]! - clock)
+      clock = nextAt[worker]!
+      const decision = await check('key:a', limits)
+      expect(decision.allowed || decision.reason === 'rate_limited').toBe(true)
+      nextAt[worker] = clock + nextDelay(decision)
+    }
+  }
+
   test('workers sharing a key that each wait out their Retry-After and work a while after each answer let through are never banned', async () => {
     // Let through, a worker spends 0.9 s on the answer before its next request: by then others wait for
     // their turns, so that request is early, and refused. The request let through at its turn forgives it.
-    for (const [limits, workers] of [
-      [FREE, 8],
-      [{ rpm: 300, rpd: 1_000_000 }, 30],
-    ] as const) {
-      const { check, advance } = make({ banAfter: 50, banSeconds: 600 })
-      const nextAt = Array.from({ length: workers }, (_, i) => i)
-      let clock = 0
-      for (let step = 0; step < 3_000; step++) {
-        const worker = nextAt.indexOf(Math.min(...nextAt))
-        advance(nextAt[worker]! - clock)
-        clock = nextAt[worker]!
-        const decision = await check('key:a', limits)
-        expect(decision.allowed || decision.reason === 'rate_limited').toBe(true)
-        nextAt[worker] = clock + (decision.allowed ? 900 : decision.retryAfter * 1000)
-      }
-    }
+    const after = (decision: Decision) => (decision.allowed ? 900 : decision.retryAfter * 1000)
+    await fleetNeverBanned(FREE, 8, 3_000, after)
+    await fleetNeverBanned({ rpm: 300, rpd: 1_000_000 }, 30, 3_000, after)
   })
 
   test('workers that come back later than told (a backoff of their own, up to 5 s more) still find a turn and are never banned', async () => {
     // 40 on a Free key; a turn waits a minute past its time for its client, and any request may take it then.
-    const { check, advance } = make({ banAfter: 50, banSeconds: 600 })
-    const nextAt = Array.from({ length: 40 }, (_, i) => i)
-    let clock = 0
+    // Extra waits of 0 to 5 s from a seeded generator, so the run is the same every time.
     let seed = 7
-    for (let step = 0; step < 4_000; step++) {
-      const worker = nextAt.indexOf(Math.min(...nextAt))
-      advance(nextAt[worker]! - clock)
-      clock = nextAt[worker]!
-      const decision = await check('key:a', FREE)
-      expect(decision.allowed || decision.reason === 'rate_limited').toBe(true)
-      // Extra waits of 0 to 5 s from a seeded generator, so the run is the same every time.
+    await fleetNeverBanned(FREE, 40, 4_000, (decision) => {
       seed = (seed * 16_807) % 2_147_483_647
-      nextAt[worker] = clock + (decision.allowed ? 5 : decision.retryAfter * 1000 + (seed % 5_000))
-    }
+      return decision.allowed ? 5 : decision.retryAfter * 1000 + (seed % 5_000)
+    })
   })
 
   test('buckets refill over time: one token per second at 60 a minute, full after a minute', async () => {
