@@ -5,9 +5,9 @@
  * request let through at its turn came before it (a fleet's worker let through asks again, at once or
  * after some work, before others' turns: one such refusal is forgiven for each). A request let through
  * never counts: a worker of a fleet cannot know of the others' 429s. So clients sharing a subject that
- * each wait out their own Retry-After are never banned, and one that does not wait and is refused again
- * and again is, even when it is let through every other time. Plain data and pure functions, repeated by
- * redis/script.ts with the same operations in the same order.
+ * each wait out their own Retry-After, however late they come back within a minute, are never banned,
+ * and one that does not wait, refused again and again before its turn, is. Plain data and pure
+ * functions, repeated by redis/script.ts with the same operations in the same order.
  */
 import { MAX_TURNS } from '../domain/ban-rule'
 import { MINUTE_MS } from '../domain/time'
