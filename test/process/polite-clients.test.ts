@@ -23,7 +23,12 @@ interface Lived {
   allowed: number
   waits: number
   allowedAfterWait: number
-  /** The first answer other than 200 or rate_limited, if any ('key_banned' for a ban). */
+  /**
+   * 503s with Retry-After: 1 (Redis answered a take too late, as on a loaded host): waited out like a
+   * 429, and counted apart, as they are not the limiter's refusals.
+   */
+  unavailable: number
+  /** The first answer other than 200, rate_limited or unavailable, if any ('key_banned' for a ban). */
   other: string | null
 }
 
@@ -32,7 +37,7 @@ interface Lived {
  * after each answer let through (a worker busy with it before its next request).
  */
 async function politeClient(bases: string[], key: string, ms: number, workMs = 0): Promise<Lived> {
-  const lived: Lived = { allowed: 0, waits: 0, allowedAfterWait: 0, other: null }
+  const lived: Lived = { allowed: 0, waits: 0, allowedAfterWait: 0, unavailable: 0, other: null }
   let afterWait = false
   for (let i = 0, until = performance.now() + ms; performance.now() < until; i++) {
     const answer = await fetch(`${bases[i % bases.length]}/pets?limit=1`, { headers: auth(key) })
@@ -47,6 +52,9 @@ async function politeClient(bases: string[], key: string, ms: number, workMs = 0
       // The wait is the behaviour under test: exactly what the answer says.
       await Bun.sleep(Number(answer.headers.get('retry-after')) * 1000)
       afterWait = true
+    } else if (answer.status === 503 && body.code === 'unavailable') {
+      lived.unavailable++
+      await Bun.sleep(Number(answer.headers.get('retry-after')) * 1000)
     } else {
       lived.other = `${answer.status} ${body.code}`
       break
@@ -226,6 +234,10 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
           fastClient(bases, proKeys[1]!, POLITE_MS),
         ])
         for (const workers of [workingOnFile, workingOnTwo]) expect(workers.map((lived) => lived.other)).toEqual(Array(8).fill(null))
+        // A 503 now and then is Redis answering late on a loaded host, not a refusal; never more than a few.
+        const everyone = [onFile, onTwo, ...fleetOnFile, ...fleetOnTwo, ...workingOnFile, ...workingOnTwo]
+        const sum = (field: 'allowed' | 'unavailable') => everyone.reduce((total, lived) => total + lived[field], 0)
+        expect(sum('unavailable')).toBeLessThan(sum('allowed') / 50)
         // Refused again and again before the time it was told: banned, on both.
         expect(alternating).toEqual(['key_banned', 'key_banned'])
         for (const lived of [onFile, onTwo]) {

@@ -83,7 +83,12 @@ export async function allPets(server: Server, key: string): Promise<{ id: number
   const pets: { id: number; name: string }[] = []
   for (let page: typeof pets = [], first = true; first || page.length === 100; first = false) {
     const cursor = pets.length ? `&cursor=${encodeCursor(pets.at(-1)!.id)}` : ''
-    const answer = await fetch(`${server.base}/pets?limit=100${cursor}`, { headers: auth(key) })
+    let answer = await fetch(`${server.base}/pets?limit=100${cursor}`, { headers: auth(key) })
+    // A 503 with Retry-After (the shared limiter answered late on a loaded host) is waited out, as a client does; a few times at most.
+    for (let retries = 0; answer.status === 503 && answer.headers.has('retry-after') && retries < 5; retries++) {
+      await Bun.sleep(Number(answer.headers.get('retry-after')) * 1000)
+      answer = await fetch(`${server.base}/pets?limit=100${cursor}`, { headers: auth(key) })
+    }
     if (answer.status !== 200) throw new Error(`listing answered ${answer.status}: ${await answer.text()}`)
     page = (await answer.json()) as typeof pets
     pets.push(...page)
