@@ -214,7 +214,7 @@ export class Server {
       await this.backend.close()
       return true
     }
-    // A timer of its own, cleared once settled: a start that failed ends the process by returning.
+    // A start that failed ends the process by returning: the deadline's timer goes once settled (withDeadline).
     return withDeadline(finished(), Math.max(drainEnds - Date.now(), STOP_SAVE_MS), () => false)
   }
 

@@ -104,10 +104,17 @@ function conformance(makeLimiter: () => Make) {
     subject: string,
     limits: Limits,
     steps: number,
-    { workers = 8, banAfter = 7 } = {},
+    {
+      workers = 8,
+      banAfter = 7,
+      // When a worker sends next, after an answer: at once after a 200, its Retry-After after a 429.
+      nextDelay = (decision: Decision) => (decision.allowed ? 1 : decision.retryAfter * 1000),
+      // Milliseconds between the workers' first requests.
+      startApart = 0,
+    } = {},
   ): Promise<{ allowed: number; elapsed: number }> {
     const { check, advance } = make({ banAfter, banSeconds: 600 })
-    const nextAt = Array.from({ length: workers }, () => 0)
+    const nextAt = Array.from({ length: workers }, (_, i) => i * startApart)
     let clock = 0
     let allowed = 0
     for (let step = 0; step < steps; step++) {
@@ -119,7 +126,7 @@ function conformance(makeLimiter: () => Make) {
       const decision = await check(subject, limits)
       if (decision.allowed) allowed++
       else expect(decision.reason).toBe('rate_limited')
-      nextAt[worker] = clock + (decision.allowed ? 1 : decision.retryAfter * 1000)
+      nextAt[worker] = clock + nextDelay(decision)
     }
     return { allowed, elapsed: clock }
   }
@@ -180,40 +187,23 @@ function conformance(makeLimiter: () => Make) {
     expect(before.every((d) => !d.allowed && d.reason === 'rate_limited' && d.retryAfter <= 60)).toBe(true)
   })
 
-  /**
-   * `workers` workers on one key, each sending when `nextDelay` says after each answer, for `steps`
-   * requests on an injected clock (banAfter 50): every refusal must be rate_limited (no ban).
-   */
-  async function fleetNeverBanned(limits: Limits, workers: number, steps: number, nextDelay: (decision: Decision) => number) {
-    const { check, advance } = make({ banAfter: 50, banSeconds: 600 })
-    const nextAt = Array.from({ length: workers }, (_, i) => i)
-    let clock = 0
-    for (let step = 0; step < steps; step++) {
-      const worker = nextAt.indexOf(Math.min(...nextAt))
-      advance(nextAt[worker]! - clock)
-      clock = nextAt[worker]!
-      const decision = await check('key:a', limits)
-      expect(decision.allowed || decision.reason === 'rate_limited').toBe(true)
-      nextAt[worker] = clock + nextDelay(decision)
-    }
-  }
-
   test('workers sharing a key that each wait out their Retry-After and work a while after each answer let through are never banned', async () => {
     // Let through, a worker spends 0.9 s on the answer before its next request: by then others wait for
     // their turns, so that request is early, and refused. The request let through at its turn forgives it.
-    const after = (decision: Decision) => (decision.allowed ? 900 : decision.retryAfter * 1000)
-    await fleetNeverBanned(FREE, 8, 3_000, after)
-    await fleetNeverBanned({ rpm: 300, rpd: 1_000_000 }, 30, 3_000, after)
+    const nextDelay = (decision: Decision) => (decision.allowed ? 900 : decision.retryAfter * 1000)
+    await politeFleet('key:a', FREE, 3_000, { workers: 8, banAfter: 50, nextDelay, startApart: 1 })
+    await politeFleet('key:b', { rpm: 300, rpd: 1_000_000 }, 3_000, { workers: 30, banAfter: 50, nextDelay, startApart: 1 })
   })
 
   test('workers that come back later than told (a backoff of their own, up to 5 s more) still find a turn and are never banned', async () => {
     // 40 on a Free key; a turn waits a minute past its time for its client, and any request may take it then.
     // Extra waits of 0 to 5 s from a seeded generator, so the run is the same every time.
     let seed = 7
-    await fleetNeverBanned(FREE, 40, 4_000, (decision) => {
+    const nextDelay = (decision: Decision) => {
       seed = (seed * 16_807) % 2_147_483_647
       return decision.allowed ? 5 : decision.retryAfter * 1000 + (seed % 5_000)
-    })
+    }
+    await politeFleet('key:a', FREE, 4_000, { workers: 40, banAfter: 50, nextDelay, startApart: 1 })
   })
 
   test('buckets refill over time: one token per second at 60 a minute, full after a minute', async () => {
