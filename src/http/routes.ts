@@ -1,7 +1,8 @@
 /**
  * What the app's routes say about themselves, read once after the app is built: each route's
- * operationId (for logs and metrics), the statuses it documents (for answers forced on request), and
- * the methods each path allows (for 405 and its Allow header).
+ * operationId (for logs and metrics), the statuses it documents (for answers forced on request), the
+ * query parameters it declares (for a strict query), and the methods each path allows (for 405 and its
+ * Allow header).
  */
 /**
  * Whether a routed path is the API's (the base path or under it): what usage counts and the console's
@@ -22,12 +23,21 @@ export class RouteTable {
   private readonly operations = new Map<string, Map<string, string>>()
   private readonly entries: { pattern: RegExp; methods: string[]; operations: Map<string, string> }[] = []
   private readonly statuses = new Map<string, number[]>()
+  private readonly queries = new Map<string, string[]>()
 
   /** Filled once every route exists, before the server listens. */
   read(routes: RouteInfo[]): void {
     const byPath = new Map<string, Set<string>>()
     for (const route of routes) {
-      const detail = (route.hooks as { detail?: { operationId?: string; responses?: object } } | undefined)?.detail
+      const detail = (
+        route.hooks as { detail?: { operationId?: string; responses?: object; parameters?: { in: string; name: string }[] } } | undefined
+      )?.detail
+      const parameters = detail?.parameters?.filter((parameter) => parameter.in === 'query')
+      if (parameters)
+        this.queries.set(
+          `${route.method} ${route.path}`,
+          parameters.map((parameter) => parameter.name),
+        )
       const operationId = detail?.operationId
       if (operationId) {
         if (!this.operations.has(route.path)) this.operations.set(route.path, new Map())
@@ -58,6 +68,11 @@ export class RouteTable {
   /** The operationId of the route matched, or 'unmatched'. A HEAD request is answered by the GET route. */
   operationOf(method: string, route: string): string {
     return this.operations.get(route)?.get(method === 'HEAD' ? 'GET' : method) ?? 'unmatched'
+  }
+
+  /** The query parameters a route declares. A HEAD request is answered by the GET route. */
+  queryParameters(method: string, route: string): string[] {
+    return this.queries.get(`${method === 'HEAD' ? 'GET' : method} ${route}`) ?? []
   }
 
   /** The methods a path allows, or null when no route has the path. */

@@ -1,6 +1,7 @@
 /** The console page's files, and the security headers on every answer of the console listener. */
 import type { HTMLBundle } from 'bun'
 import { basename } from 'node:path'
+import { notFound } from '../../../http/api-errors'
 import { compressedAsset, noFraming } from '../../../http/assets'
 
 /** On every answer of the console listener. */
@@ -13,12 +14,22 @@ export const SECURITY_HEADERS: Record<string, string> = {
   'cache-control': 'no-store',
 }
 
+/** Answers a path of the page with its file (found at the first ask), else 404. */
+export function pageFiles(bundle: HTMLBundle): (path: string, request: Request) => Promise<Response> {
+  let assets: ReturnType<typeof pageAssets> | undefined
+  return async (path, request) => {
+    const found = (await (assets ??= pageAssets(bundle))).get(path)
+    if (!found) throw notFound(`No resource at ${path.slice(0, 200)}.`)
+    return found(request)
+  }
+}
+
 /**
  * The page's files by path, each an answer with the console's security headers. In the binary, `bun
  * build --compile` has bundled the page (HTML, script, stylesheet) into files of its own; from source,
  * the page is bundled here, once, in memory.
  */
-export async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
+async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
   let files: { path: string; type: string; body: Blob }[]
   const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
   if (compiled)

@@ -1,5 +1,5 @@
 /** The session cookie: read from a Cookie header (several of its name may arrive), and set. */
-import { SESSION_COOKIE } from './model'
+import { SESSION_COOKIE } from '../model'
 
 /** Session cookies tried per request, when several of that name arrive (another path's or site's beside ours). */
 const SESSION_COOKIES_TRIED = 4
