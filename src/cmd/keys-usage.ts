@@ -2,7 +2,7 @@
 import { ConfigError } from '../config'
 import type { Storage } from '../domain/repositories'
 import { durationMs } from '../domain/duration'
-import { DAY_MS, MINUTE_MS } from '../domain/time'
+import { DAY_MS, iso, MINUTE_MS } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
 import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
@@ -23,8 +23,6 @@ export function noKey(what: 'key' | 'active key', id: string, where: string): nu
   return 1
 }
 
-const iso = (time: number | null) => (time === null ? null : new Date(time).toISOString())
-
 export async function printUsage(
   storage: Storage,
   options: { id: string | undefined; sinceMs: number; json: boolean; where: string },
@@ -33,8 +31,8 @@ export async function printUsage(
   const heading = () => console.error(`petstore: usage in ${options.where}`)
   const service = new UsageService(storage)
   const now = Date.now()
-  const since = new Date(now - options.sinceMs).toISOString()
-  const dayStart = new Date(utcDayStart(now)).toISOString()
+  const since = iso(now - options.sinceMs)
+  const dayStart = iso(utcDayStart(now))
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
     if (options.json) console.log(JSON.stringify({ dayStart, since, keys: keys.map(asJson) }, null, 2))

@@ -3,9 +3,9 @@ import { ConfigError } from '../config'
 import { flagLines, integer, option, reader, toggle } from '../flags/table'
 import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
 import { durationMs, isoTimeMs } from '../domain/duration'
-import { CUSTOM_LIMIT, checkKeyName, limitsFor } from '../domain/key-input'
+import { CUSTOM_LIMIT, checkKeyName, DEFAULT_OVERLAP_MS, LONGEST_OVERLAP_MS, limitsFor } from '../domain/key-input'
 import { PLAN_LIMITS, PLANS } from '../domain/plans'
-import { DAY_MS, HOUR_MS } from '../domain/time'
+import { DAY_MS, HOUR_MS, iso } from '../domain/time'
 import { createKey, rollKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { noKey, parseSince, printUsage } from './keys-usage'
@@ -22,9 +22,8 @@ function ownLimit(flag: 'rpm' | 'rpd', per: string) {
   })
 }
 
-/** Longest a key may be given to live from now, and a rolled secret to overlap with the new one. */
+/** Longest a key may be given to live from now. */
 const LONGEST_EXPIRY_MS = 3650 * DAY_MS
-const LONGEST_OVERLAP_MS = 365 * DAY_MS
 
 /** A parser for a duration (90s, 30m, 24h, 7d) within a range, which its complaint names. */
 const duration =
@@ -81,9 +80,9 @@ const FLAGS = {
     flag: 'overlap',
     value: 'DURATION',
     help: 'how long the previous secret keeps working (0s ends it now)',
-    parse: duration('0s', '365d', LONGEST_OVERLAP_MS),
-    default: () => DAY_MS,
-    shownDefault: () => `${DAY_MS / HOUR_MS}h`,
+    parse: duration('0s', `${LONGEST_OVERLAP_MS / DAY_MS}d`, LONGEST_OVERLAP_MS),
+    default: () => DEFAULT_OVERLAP_MS,
+    shownDefault: () => `${DEFAULT_OVERLAP_MS / HOUR_MS}h`,
     only: ['roll'],
   }),
   json: toggle({ flag: 'json', help: 'print JSON', only: ['list', 'usage'] }),
@@ -248,9 +247,6 @@ function expiryOf(sub: string, read: ReturnType<typeof reader<typeof FLAGS>>, no
   return at
 }
 
-const iso = (time: number) => new Date(time).toISOString()
-const isoOrNull = (time: number | null) => (time === null ? null : iso(time))
-
 function printKeys(records: ApiKeyRecord[], json: boolean): void {
   const now = Date.now()
   // The console's API's names (createdAt, lastUsedAt, revokedAt, expiresAt): one shape of a key.
@@ -261,9 +257,9 @@ function printKeys(records: ApiKeyRecord[], json: boolean): void {
     rpm: r.rpm,
     rpd: r.rpd,
     createdAt: iso(r.createdAt),
-    lastUsedAt: isoOrNull(r.lastUsedAt),
-    revokedAt: isoOrNull(r.revokedAt),
-    expiresAt: isoOrNull(r.expiresAt),
+    lastUsedAt: iso(r.lastUsedAt),
+    revokedAt: iso(r.revokedAt),
+    expiresAt: iso(r.expiresAt),
     format: r.secretFormat,
     previousSecretEndsAt: r.previousSecretHash !== null && r.previousEndsAt! > now ? iso(r.previousEndsAt!) : null,
   }))

@@ -1,11 +1,12 @@
 /**
- * What a new key's input (or a plan change's) may be: a known plan, own limits for an enterprise key only,
- * a short name. A broken rule is its field and which rule; each adapter phrases it in its own words.
+ * What a new key's input (or a plan change's, or a roll's) may be: a known plan, own limits for an enterprise
+ * key only, a short name, an overlap of at most a year. A broken rule is its field and which rule; each adapter phrases it in its own words.
  * Needs nothing of Bun, so the console's page is type-checked against the schemas built from it.
  */
 import type { Range } from './ban-rule'
 import { CONTROL_CHARACTERS } from './pet'
 import { CUSTOM_PLAN, type Limits, type Plan, PLAN_LIMITS, PLANS } from './plans'
+import { DAY_MS } from './time'
 
 export interface CreateKeyInput {
   plan: string
@@ -19,6 +20,9 @@ export type KeyField = keyof CreateKeyInput
 /** An enterprise key's own limits, per minute and per day. */
 export const CUSTOM_LIMIT: Range = { min: 1, max: 1_000_000_000 }
 export const KEY_NAME_MAX = 200
+/** How long a roll keeps the previous secret working unless told, and at most. */
+export const DEFAULT_OVERLAP_MS = DAY_MS
+export const LONGEST_OVERLAP_MS = 365 * DAY_MS
 /**
  * Characters no key name may hold: the controls, and the bidirectional formatting characters (ALM, LRM,
  * RLM, the embeddings and overrides, the isolates), which would turn `keys list` and the console's rows

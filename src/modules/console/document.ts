@@ -10,6 +10,7 @@ import { toOpenAPISchema } from '@elysiajs/openapi/openapi'
 import type { TObject } from '@sinclair/typebox'
 import { type AnyElysia, parametersFrom } from '../../http/openapi'
 import type { RouteInfo } from '../../http/routes'
+import { PLAN_LIMITS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
 import { MAX_BODY_BYTES, SCHEMAS, type SchemaName, SESSION_COOKIE } from './model'
 
@@ -65,7 +66,7 @@ const ERRORS = {
     "The Host (or a trusted proxy's X-Forwarded-Host) is not one of the console's names (--console-host); refused before anything else.",
   ),
   429: json(
-    "Requests without a valid session or token share the API's limit for requests without a key, per client address (the Free plan's 60 a minute, then a ban); this address has spent it.",
+    `Requests without a valid session or token share the API's limit for requests without a key, per client address (the Free plan's ${PLAN_LIMITS.free.rpm} a minute, then a ban); this address has spent it.`,
     'Error',
     { 'Retry-After': header('Seconds until the address may try again.', { type: 'integer', minimum: 1 }) },
   ),

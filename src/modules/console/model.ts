@@ -7,7 +7,7 @@
 import { integerRule } from '../../domain/integer-range'
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
-import { CUSTOM_LIMIT, KEY_NAME_FORBIDDEN, KEY_NAME_MAX } from '../../domain/key-input'
+import { CUSTOM_LIMIT, DEFAULT_OVERLAP_MS, KEY_NAME_FORBIDDEN, KEY_NAME_MAX, LONGEST_OVERLAP_MS } from '../../domain/key-input'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
@@ -52,15 +52,14 @@ export const NewKey = Type.Object(
 
 export const PlanChange = Type.Object({ plan: Plan, rpm: Type.Optional(Rpm), rpd: Type.Optional(Rpd) }, { additionalProperties: false })
 
-/** The longest overlap a roll may give the previous secret: a year, in seconds. */
-export const MAX_OVERLAP_SECONDS = 365 * 24 * 60 * 60
+const MAX_OVERLAP_SECONDS = LONGEST_OVERLAP_MS / 1000
 export const Roll = Type.Object(
   {
     overlapSeconds: Type.Optional(
       Type.Integer({
         minimum: 0,
         maximum: MAX_OVERLAP_SECONDS,
-        description: 'How long the previous secret keeps working, in seconds (default 86400, a day; 0 ends it now).',
+        description: `How long the previous secret keeps working, in seconds (default ${DEFAULT_OVERLAP_MS / 1000}, a day; 0 ends it now).`,
       }),
     ),
   },
@@ -242,6 +241,10 @@ const Overview = Type.Object({
   week: Series,
 })
 
+/** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
+export const REFUSALS = [429, 401]
+export const REFUSALS_SHOWN = 100
+
 const KeyUsage = Type.Object({
   key: Type.Object({
     id: Type.String(),
@@ -260,7 +263,7 @@ const KeyUsage = Type.Object({
   window: UsageWindow,
   series: Series,
   refusals: Type.Array(RecentRequest, {
-    description: "The key's latest 429s and 401s, up to 100, newest first, among the last 5,000 API answers this instance keeps.",
+    description: `The key's latest ${REFUSALS.join('s and ')}s, up to ${REFUSALS_SHOWN}, newest first, among the last 5,000 API answers this instance keeps.`,
   }),
 })
 

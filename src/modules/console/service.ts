@@ -7,7 +7,7 @@
 import { type ApiKeyRecord, hashSecret, type SecretUse, secretUses } from '../../domain/api-key'
 import { isoTimeMs } from '../../domain/duration'
 import { DEPRECATED_OPERATION, SUNSET } from '../../domain/deprecation'
-import { type CreateKeyInput, KeyInputError, type KeyRule } from '../../domain/key-input'
+import { type CreateKeyInput, DEFAULT_OVERLAP_MS, KeyInputError, type KeyRule } from '../../domain/key-input'
 import {
   type Credential,
   type CredentialKind,
@@ -24,7 +24,7 @@ import { type Limits, PLAN_LIMITS } from '../../domain/plans'
 import type { Storage } from '../../domain/repositories'
 import { type AddressSubject, keySubject, type Subject } from '../../domain/subject'
 import { RESOLUTION_MS, utcDayStart } from '../../domain/usage'
-import { DAY_MS } from '../../domain/time'
+import { DAY_MS, iso } from '../../domain/time'
 import { ApiError, badRequest, notFound } from '../../http/api-errors'
 import { createKey, type KeyRegistry, rollKey, setKeyPlan } from '../keys/service'
 import { type KeyUsage, type UsageSeries, UsageService, type Window, WINDOWS } from '../usage/service'
@@ -49,7 +49,6 @@ export interface ConsoleServiceDeps {
 
 /** The deprecated operation's sunset, from the same text the API's Sunset header sends. */
 const SUNSET_MS = Date.parse(SUNSET)
-const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
 
 const UNAUTHORIZED = new ApiError(
   401,
@@ -328,7 +327,7 @@ export class ConsoleService {
   }
 
   /** A new secret for the key; the previous works `overlapSeconds` more (a day by default). Audited. */
-  async rollKey(operator: string, id: string, overlapSeconds = DAY_MS / 1000): Promise<Model<'RolledKey'>> {
+  async rollKey(operator: string, id: string, overlapSeconds = DEFAULT_OVERLAP_MS / 1000): Promise<Model<'RolledKey'>> {
     const rolled = await rollKey(this.deps.storage.keys, id, overlapSeconds * 1000, this.deps.now())
     if (!rolled) throw noKey(id, ' (or it is revoked)')
     // This instance takes the new secret at once; others find it on its first request (a catch-up read).

@@ -4,7 +4,6 @@ import { basename } from 'node:path'
 import { notFound } from '../../../http/api-errors'
 import { compressedAsset, noFraming } from '../../../http/assets'
 
-/** On every answer of the console listener. */
 export const SECURITY_HEADERS: Record<string, string> = {
   ...noFraming(
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; ",

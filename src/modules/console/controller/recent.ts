@@ -4,11 +4,7 @@
  */
 import type { Storage } from '../../../domain/repositories'
 import type { RecentFilter, RecentRequests } from '../../../observability/recent-requests'
-import type { Model } from '../model'
-
-/** A key's refusals shown in its view: 429s, and 401s the buffer attributes to it. */
-const REFUSALS = [429, 401]
-const REFUSALS_SHOWN = 100
+import { type Model, REFUSALS, REFUSALS_SHOWN } from '../model'
 
 export class RecentAnswers {
   constructor(
