@@ -83,11 +83,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   const { clientOf, isHttps } = proxy
   const admit = admission(options, server, proxy)
   const checkOrigin = originCheck(proxy)
-  const { resolveOperator, behindGuard } = consoleGuard(
-    operatorOf(service, options.keyless, clientOf, checkOrigin),
-    routes,
-    options.storageFault,
-  )
+  const operator = operatorOf(service, options.keyless, clientOf, checkOrigin)
+  const { resolveOperator, behindGuard } = consoleGuard(operator, routes, options.storageFault)
   const bodies = consoleBodies()
   const asset = pageFiles(page)
   let document: object | undefined

@@ -5,7 +5,8 @@
  * sign-ins' bytes, so that a client stalling bodies cannot lock operators out.
  */
 import { BodyBudget, readJsonBody } from '../../../http/json-body'
-import { compileValidator, type Validator } from '../../../http/validation'
+import type { TSchema } from '@sinclair/typebox'
+import { compileValidator } from '../../../http/validation'
 import { OPERATOR_NAME_RULE } from '../../../domain/operator-name'
 import { ExpiryChange, FIELD_RULES, MAX_BODY_BYTES, NewKey, PlanChange, Roll, SignIn } from '../model'
 
@@ -20,10 +21,6 @@ const SIGN_IN_BODIES_PER_ADDRESS = 4
 const SIGN_IN_DEADLINE_MS = 2_000
 
 const signInValidator = compileValidator(SignIn, { ...FIELD_RULES, name: OPERATOR_NAME_RULE })
-const newKeyValidator = compileValidator(NewKey, FIELD_RULES)
-const planValidator = compileValidator(PlanChange, FIELD_RULES)
-const rollValidator = compileValidator(Roll, FIELD_RULES)
-const expiryValidator = compileValidator(ExpiryChange, FIELD_RULES)
 
 export function consoleBodies() {
   const signIns = new BodyBudget(SIGN_IN_BODIES * SIGN_IN_MAX_BYTES, {
@@ -31,17 +28,18 @@ export function consoleBodies() {
     deadlineMs: SIGN_IN_DEADLINE_MS,
   })
   const operators = new BodyBudget(BODIES_IN_FLIGHT * MAX_BODY_BYTES)
-  const operatorBody =
-    <S extends Parameters<typeof compileValidator>[0]>(validator: Validator<S>) =>
-    async (request: Request) =>
-      validator.parse(await readJsonBody(request, MAX_BODY_BYTES, operators))
+  /** An operator's body of the schema's shape. */
+  const operatorBody = <S extends TSchema>(schema: S) => {
+    const validator = compileValidator(schema, FIELD_RULES)
+    return async (request: Request) => validator.parse(await readJsonBody(request, MAX_BODY_BYTES, operators))
+  }
   return {
     /** A sign-in's body, from the client address that sends it. */
     signIn: async (request: Request, address: string) =>
       signInValidator.parse(await readJsonBody(request, SIGN_IN_MAX_BYTES, signIns, address)),
-    newKey: operatorBody(newKeyValidator),
-    plan: operatorBody(planValidator),
-    roll: operatorBody(rollValidator),
-    expiry: operatorBody(expiryValidator),
+    newKey: operatorBody(NewKey),
+    plan: operatorBody(PlanChange),
+    roll: operatorBody(Roll),
+    expiry: operatorBody(ExpiryChange),
   }
 }
