@@ -19,6 +19,9 @@ export interface RouteInfo {
   hooks?: unknown
 }
 
+/** What the table reads of a route's OpenAPI detail. */
+type Detail = { operationId?: string; responses?: object; parameters?: { in: string; name: string }[] }
+
 export class RouteTable {
   private readonly operations = new Map<string, Map<string, string>>()
   private readonly entries: { pattern: RegExp; methods: string[]; operations: Map<string, string> }[] = []
@@ -29,15 +32,9 @@ export class RouteTable {
   read(routes: RouteInfo[]): void {
     const byPath = new Map<string, Set<string>>()
     for (const route of routes) {
-      const detail = (
-        route.hooks as { detail?: { operationId?: string; responses?: object; parameters?: { in: string; name: string }[] } } | undefined
-      )?.detail
-      const parameters = detail?.parameters?.filter((parameter) => parameter.in === 'query')
-      if (parameters)
-        this.queries.set(
-          `${route.method} ${route.path}`,
-          parameters.map((parameter) => parameter.name),
-        )
+      const detail = (route.hooks as { detail?: Detail } | undefined)?.detail
+      const query = detail?.parameters?.filter((parameter) => parameter.in === 'query').map((parameter) => parameter.name)
+      if (query) this.queries.set(`${route.method} ${route.path}`, query)
       const operationId = detail?.operationId
       if (operationId) {
         if (!this.operations.has(route.path)) this.operations.set(route.path, new Map())
