@@ -306,12 +306,15 @@ describe('bans', () => {
     const starts = await list(app, auth(key))
     expect(await expect429(starts, 'key_banned')).toBe(60)
     expect(rl(starts)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + 60) })
-    // Half-way through the ban the minute bucket holds 30 tokens again: none of them can be spent.
-    app.clock.advance(30_000)
+    // Half-way through the ban the minute bucket holds 30 tokens again: none of them can be spent. Half a
+    // second into a second, Reset is still the ban's end, Retry-After's seconds from the second it is in.
+    const end = unixNow(app) + 60
+    app.clock.advance(30_500)
     const banned = await list(app, auth(key))
     const retryAfter = await expect429(banned, 'key_banned')
     expect(retryAfter).toBe(30)
-    expect(rl(banned)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + retryAfter) })
+    expect(rl(banned)).toEqual({ limit: '60', remaining: '0', reset: String(end) })
+    expect(Math.floor(app.clock.now / 1000) + retryAfter).toBe(end)
     expect(banned.headers.get('ratelimit')).toBe(`"minute";r=0;t=${retryAfter}`)
   })
 
