@@ -68,7 +68,15 @@ export interface Quota {
 
 export type Decision =
   | { allowed: true; quota: Quota }
-  | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
+  | {
+      allowed: false
+      reason: 'rate_limited' | 'key_banned'
+      retryAfter: number
+      quota: Quota
+      bannedNow: boolean
+      /** The rule's banAfter, which a refusal's message states. */
+      banAfter: number
+    }
 
 export class RateLimiter {
   private readonly backend: LimiterBackend
@@ -284,10 +292,12 @@ export class RateLimiter {
         retryAfter,
         quota: { ...quotaOf(taken, shape, now), remaining: 0, resetAt, resetIn: retryAfter },
         bannedNow: taken.bannedNow,
+        banAfter: this.options.banAfter,
       }
     }
     const retryAfter = Math.max(1, Math.ceil((taken.retryAt - now) / 1000))
-    return { allowed: false, reason: 'rate_limited', retryAfter, quota: quotaOf(taken, shape, now), bannedNow: false }
+    const { banAfter } = this.options
+    return { allowed: false, reason: 'rate_limited', retryAfter, quota: quotaOf(taken, shape, now), bannedNow: false, banAfter }
   }
 }
 
