@@ -333,7 +333,7 @@ export const CONFIG_FLAGS = {
   banAfter: option({
     flag: 'ban-after',
     value: 'N',
-    help: `429s within a minute for requests sent before the time an earlier 429 told, before a ban (${BAN_AFTER.min} to ${BAN_AFTER.max})`,
+    help: `how many 429s a key (or address) may get within a minute for requests sent before their Retry-After was over; the next such request starts a ban (${BAN_AFTER.min} to ${BAN_AFTER.max})`,
     parse: integer(BAN_AFTER),
     default: () => 50,
   }),

@@ -6,6 +6,7 @@ import { DAY_MS, iso, MINUTE_MS } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
 import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
+import { type KeyBans, keyBans } from './key-bans'
 
 const LONGEST_MS = 90 * DAY_MS
 
@@ -25,39 +26,55 @@ export function noKey(what: 'key' | 'active key', id: string, where: string): nu
 
 export async function printUsage(
   storage: Storage,
-  options: { id: string | undefined; sinceMs: number; json: boolean; where: string },
+  options: { id: string | undefined; sinceMs: number; json: boolean; where: string; redisUrl: string | null },
 ): Promise<number> {
-  // After the reads, so that a failed read is the only line.
-  const heading = () => console.error(`petstore: usage in ${options.where}`)
+  // After the reads, so that a failed read is the only line; a ban that cannot be known is said, not guessed.
+  const heading = (bans: KeyBans) => {
+    console.error(`petstore: usage in ${options.where}`)
+    if ('unknown' in bans) console.error(`petstore: keys banned now are not marked: ${bans.unknown}`)
+  }
+  const bansOf = (keys: KeyUsage[]) =>
+    keyBans(
+      options.redisUrl,
+      keys.flatMap((k) => (k.keyId === null ? [] : [k.keyId])),
+    )
   const service = new UsageService(storage)
   const now = Date.now()
   const since = iso(now - options.sinceMs)
   const dayStart = iso(utcDayStart(now))
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
-    if (options.json) console.log(JSON.stringify({ dayStart, since, keys: keys.map(asJson) }, null, 2))
+    const bans = await bansOf(keys)
+    if (options.json) console.log(JSON.stringify({ dayStart, since, ...bansJson(bans), keys: keys.map((k) => asJson(k, bans)) }, null, 2))
     else {
-      heading()
-      printKeys(keys)
+      heading(bans)
+      printKeys(keys, bans)
     }
     return 0
   }
   const key = await service.key(options.id, options.sinceMs)
   if (!key) return noKey('key', options.id, options.where)
   const series = await service.series(options.sinceMs, key.keyId)
+  const bans = await bansOf([key])
   const points = series.points.filter((point) => point.requests > 0)
   if (options.json) {
     console.log(
       JSON.stringify(
-        { dayStart, since, ...asJson(key), series: { resolution: series.resolution, points: points.map(pointJson) } },
+        {
+          dayStart,
+          since,
+          ...bansJson(bans),
+          ...asJson(key, bans),
+          series: { resolution: series.resolution, points: points.map(pointJson) },
+        },
         null,
         2,
       ),
     )
     return 0
   }
-  heading()
-  printKeys([key])
+  heading(bans)
+  printKeys([key], bans)
   console.log('\nSecrets (after a roll, the previous one works until its overlap ends):')
   printTable(
     ['SECRET', 'LAST USED', 'WORKS UNTIL'],
@@ -71,9 +88,22 @@ export async function printUsage(
   return 0
 }
 
-function asJson(usage: KeyUsage) {
+/** When bans cannot be known, why (and no key has a bannedUntil). */
+function bansJson(bans: KeyBans) {
+  return 'unknown' in bans ? { bansUnknown: bans.unknown } : {}
+}
+
+/** The key's ban end, when bans are known: null when it is not banned. */
+function bannedUntil(usage: KeyUsage, bans: KeyBans): number | null | undefined {
+  if ('unknown' in bans || usage.keyId === null) return undefined
+  return bans.until.get(usage.keyId) ?? null
+}
+
+function asJson(usage: KeyUsage, bans: KeyBans) {
+  const until = bannedUntil(usage, bans)
   return {
     ...usage,
+    ...(until === undefined ? {} : { bannedUntil: iso(until) }),
     lastUsed: iso(usage.lastUsed),
     expiresAt: iso(usage.expiresAt),
     secrets: usage.secrets.map((s) => ({ secret: s.secret, lastUsed: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) })),
@@ -89,13 +119,21 @@ function outcomeCells(o: Outcomes): string[] {
   return [o.requests, o.ok, o.clientErrors, o.limited, o.notImplemented, o.serverErrors].map(String)
 }
 
-function printKeys(keys: KeyUsage[]): void {
+/** The plan, marked when the key is refused whatever it sends: revoked, expired, or banned right now. */
+function planCell(k: KeyUsage, bans: KeyBans): string {
+  if (!k.plan) return '-'
+  if (k.revoked) return `${k.plan} (revoked)`
+  if (k.expiresAt !== null && k.expiresAt <= Date.now()) return `${k.plan} (expired)`
+  return bannedUntil(k, bans) ? `${k.plan} (banned)` : k.plan
+}
+
+function printKeys(keys: KeyUsage[], bans: KeyBans): void {
   printTable(
     ['ID', 'NAME', 'PLAN', 'TODAY', '429 TODAY', 'SINCE', '429 SINCE', 'LAST USED', 'GETPET 24H', 'GETPET 7D', 'LAST GETPET'],
     keys.map((k) => [
       k.keyId ?? '(no key)',
       k.name ?? '-',
-      k.plan ? `${k.plan}${k.revoked ? ' (revoked)' : k.expiresAt !== null && k.expiresAt <= Date.now() ? ' (expired)' : ''}` : '-',
+      planCell(k, bans),
       String(k.today.requests),
       String(k.today.limited),
       String(k.window.requests),

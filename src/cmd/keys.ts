@@ -1,5 +1,5 @@
 /** `petstore keys create|list|revoke|reset-limits|set-plan|set-expiry|roll|usage`: API keys, straight in storage; a running server follows. */
-import { ConfigError } from '../config'
+import { ConfigError, resolveRedisUrl } from '../config'
 import { flagLines, integer, option, reader, toggle } from '../flags/table'
 import { type ApiKeyRecord, looksLikeSecret } from '../domain/api-key'
 import { durationMs, isoTimeMs } from '../domain/duration'
@@ -111,7 +111,8 @@ export const USAGE = `Usage: petstore keys create --plan free|pro|business|enter
   set-plan gives the key the plan's limits (enterprise: its own); a running server applies it within a second.
   usage prints requests and 429s today (the UTC day) and since DURATION ago (30m, 24h, 7d; default 24h),
   the last use, and the deprecated getPet calls of the last day and week; with ID, one key and its
-  requests per minute (per hour beyond 24h). See docs/usage.md.
+  requests per minute (per hour beyond 24h). A key banned now is marked only with --redis-url (the
+  Redis the servers share): without it, a ban lives in a server's memory. See docs/usage.md.
 
   create and roll print the new secret once, alone, as the last line of stdout. roll keeps the key's id,
   plan, limits, ban, usage and expiry; its previous secret works until the overlap ends (at most two
@@ -203,7 +204,8 @@ export async function keys(args: string[]): Promise<number> {
       if (values.json !== true) console.error(`petstore: keys in ${where}`)
       printKeys(listed, values.json === true)
     } else if (sub === 'usage') {
-      return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where })
+      const redisUrl = resolveRedisUrl(values, process.env)
+      return await printUsage(storage, { id: positionals[0], sinceMs: since, json: values.json === true, where, redisUrl })
     } else if (sub === 'set-plan') {
       if (!(await setKeyPlan(storage.keys, id, input))) return noKey('active key', id, where)
       await auditCommand(storage, 'key.set-plan', `${id} ${input.plan}`)

@@ -80,20 +80,30 @@ export const LIMITER_DOWN = new ApiError(503, 'unavailable', 'Rate limits cannot
 })
 /** A read or write met a damaged page of the data file: nothing is answered from it until a restart on a good copy. */
 export const DATA_DAMAGED = unavailable('The data file is damaged; the server needs a restart on a good copy.')
-/** RFC 6585 §4 refusals, each with Retry-After: the bucket in force is empty, or the key or address is banned. */
-export const rateLimited = (retryAfter: number) =>
-  new ApiError(429, 'rate_limited', `Rate limit exceeded; retry after ${retryAfter} s (requests sent before then count toward a ban).`, {
-    'retry-after': String(retryAfter),
-  })
-export const keyBanned = (retryAfter: number) =>
-  new ApiError(429, 'key_banned', `Banned for ${retryAfter} s: too many requests were sent before the time a 429 told them to wait for.`, {
-    'retry-after': String(retryAfter),
-  })
-export const addressBanned = (retryAfter: number) =>
+/**
+ * RFC 6585 §4 refusals, each with Retry-After: the bucket in force is empty, or the key or address is
+ * banned. `banAfter` is --ban-after: after that many requests within a minute sent before their wait was
+ * over, the next such request starts a ban (docs/api.md); each message says it the same way.
+ */
+export const rateLimited = (retryAfter: number, banAfter: number) =>
+  new ApiError(
+    429,
+    'rate_limited',
+    `Rate limit exceeded; retry after ${retryAfter} s. Requests sent before then count toward a ban: after ${banAfter} of them within a minute, the next one starts it.`,
+    { 'retry-after': String(retryAfter) },
+  )
+export const keyBanned = (retryAfter: number, banAfter: number) =>
+  new ApiError(
+    429,
+    'key_banned',
+    `Banned for ${retryAfter} s: more than ${banAfter} requests within a minute were sent before the time a 429 told them to wait for.`,
+    { 'retry-after': String(retryAfter) },
+  )
+export const addressBanned = (retryAfter: number, banAfter: number) =>
   new ApiError(
     429,
     'address_banned',
-    `Your address is banned for ${retryAfter} s: too many requests without a valid key were sent before the time a 429 told them to wait for.`,
+    `Your address is banned for ${retryAfter} s: more than ${banAfter} requests without a valid key within a minute were sent before the time a 429 told them to wait for.`,
     { 'retry-after': String(retryAfter) },
   )
 export const internalError = () => new ApiError(500, 'internal_error', 'The server failed to handle this request.')

@@ -176,6 +176,7 @@ export function withInt64Bounds<T>(value: T): T {
 
 /** What the error examples depend on: the settings the server runs with. */
 export interface ExampleSettings {
+  banAfter: number
   banSeconds: number
   maxBodyBytes: number
 }
@@ -184,7 +185,7 @@ export interface ExampleSettings {
  * Each error code's example, made by the builder the server answers with and the settings it runs with
  * (a ban says --ban-seconds), as the document's `components.examples`; the error answers refer to them.
  */
-export function errorExamples({ banSeconds, maxBodyBytes }: ExampleSettings): Record<string, object> {
+export function errorExamples({ banAfter, banSeconds, maxBodyBytes }: ExampleSettings): Record<string, object> {
   const answers = [
     badRequest('limit: must be an integer from 1 to 100'),
     MISSING_KEY,
@@ -194,9 +195,9 @@ export function errorExamples({ banSeconds, maxBodyBytes }: ExampleSettings): Re
     idempotencyConflict(),
     payloadTooLarge(maxBodyBytes),
     unsupportedMediaType(),
-    rateLimited(1),
-    keyBanned(banSeconds),
-    addressBanned(banSeconds),
+    rateLimited(1, banAfter),
+    keyBanned(banSeconds, banAfter),
+    addressBanned(banSeconds, banAfter),
     internalError(),
     notImplemented('GET /store/orders'),
     storageUnavailable(true),

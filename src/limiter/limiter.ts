@@ -68,7 +68,15 @@ export interface Quota {
 
 export type Decision =
   | { allowed: true; quota: Quota }
-  | { allowed: false; reason: 'rate_limited' | 'key_banned'; retryAfter: number; quota: Quota; bannedNow: boolean }
+  | {
+      allowed: false
+      reason: 'rate_limited' | 'key_banned'
+      retryAfter: number
+      quota: Quota
+      bannedNow: boolean
+      /** The rule's banAfter, which a refusal's message states. */
+      banAfter: number
+    }
 
 export class RateLimiter {
   private readonly backend: LimiterBackend
@@ -270,26 +278,27 @@ export class RateLimiter {
     if (taken.allowed) return { allowed: true, quota: quotaOf(taken, shape, now) }
     // Retry-After covers both the ban and the time the refusal named, so a retry at that time is not refused
     // (unless another client sharing the subject goes first).
-    const wait = taken.retryAt - now
     if (taken.bannedUntil > now) {
-      // The refusal that starts a ban says so, as every later one does.
-      const retryAfter = Math.max(1, Math.ceil(Math.max(taken.bannedUntil - now, wait) / 1000))
+      // The refusal that starts a ban says so, as every later one does. X-RateLimit-Reset is the later of
+      // the ban's end and the time named, rounded up to a whole Unix second (never early); Retry-After
+      // counts the seconds to it from the whole second this answer is in (what its Date header says), so
+      // the two name one moment. A ban ends on a whole second (banEnd): at its start, Retry-After is
+      // --ban-seconds exactly.
+      const resetAt = Math.ceil(Math.max(taken.bannedUntil, taken.retryAt) / 1000)
+      const retryAfter = resetAt - Math.floor(now / 1000)
       return {
         allowed: false,
         reason: 'key_banned',
         retryAfter,
-        quota: bannedQuota(taken, shape, now, retryAfter),
+        quota: { ...quotaOf(taken, shape, now), remaining: 0, resetAt, resetIn: retryAfter },
         bannedNow: taken.bannedNow,
+        banAfter: this.options.banAfter,
       }
     }
-    const retryAfter = Math.max(1, Math.ceil(wait / 1000))
-    return { allowed: false, reason: 'rate_limited', retryAfter, quota: quotaOf(taken, shape, now), bannedNow: false }
+    const retryAfter = Math.max(1, Math.ceil((taken.retryAt - now) / 1000))
+    const { banAfter } = this.options
+    return { allowed: false, reason: 'rate_limited', retryAfter, quota: quotaOf(taken, shape, now), bannedNow: false, banAfter }
   }
-}
-
-/** While banned nothing is left: Remaining is 0 and Reset says the same time as Retry-After. */
-function bannedQuota(taken: TakeResult, shape: LimitShapes, now: number, retryAfter: number): Quota {
-  return { ...quotaOf(taken, shape, now), remaining: 0, resetAt: Math.ceil(now / 1000) + retryAfter, resetIn: retryAfter }
 }
 
 function quotaOf(taken: Pick<TakeResult, 'minute' | 'day'>, shape: LimitShapes, now: number): Quota {

@@ -76,12 +76,12 @@ export async function standingFields(
 const REFUSALS = { rate_limited: rateLimited, key_banned: keyBanned, address_banned: addressBanned }
 
 /** A refusal; `byAddress` when the request was limited as its client address (no valid key). */
-export function refusal({ reason, retryAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
+export function refusal({ reason, retryAfter, banAfter }: Extract<Decision, { allowed: false }>, byAddress = false): ApiError {
   const code = reason === 'key_banned' && byAddress ? 'address_banned' : reason
-  const id = `${code} ${retryAfter}`
+  const id = `${code} ${retryAfter} ${banAfter}`
   let error = refusals.get(id)
   if (!error) {
-    error = REFUSALS[code](retryAfter)
+    error = REFUSALS[code](retryAfter, banAfter)
     if (refusals.size >= 10_000) refusals.clear()
     refusals.set(id, error)
   }

@@ -241,7 +241,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         notReady,
         metrics: config.metricsAddress ? null : metricsBesideApi(answerMetrics, config.metricsToken),
         scenarios: config.scenarios,
-        examples: { banSeconds: config.banSeconds, maxBodyBytes: config.maxBodyBytes },
+        examples: { banAfter: config.banAfter, banSeconds: config.banSeconds, maxBodyBytes: config.maxBodyBytes },
       }),
     )
     .use(api)

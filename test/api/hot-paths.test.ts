@@ -77,7 +77,7 @@ describe('the hot answers, whole', () => {
       fields: [...ALWAYS, ...DEPRECATION, 'retry-after'].sort(),
       body: JSON.stringify({
         code: 'rate_limited',
-        message: `Rate limit exceeded; retry after ${retryAfter} s (requests sent before then count toward a ban).`,
+        message: `Rate limit exceeded; retry after ${retryAfter} s. Requests sent before then count toward a ban: after 50 of them within a minute, the next one starts it.`,
         status: 429,
       }),
     })

@@ -151,7 +151,7 @@ describe('OpenAPI document', () => {
       const examples = ((await (await fetch(`${banning.origin}/openapi.json`)).json()) as Json).components.examples
       expect(examples.key_banned.value).toEqual({
         code: 'key_banned',
-        message: 'Banned for 60 s: too many requests were sent before the time a 429 told them to wait for.',
+        message: 'Banned for 60 s: more than 1 requests within a minute were sent before the time a 429 told them to wait for.',
         status: 429,
       })
       // What a request refused for lack of a key gets, word for word.

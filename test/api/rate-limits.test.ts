@@ -275,13 +275,24 @@ describe('bans', () => {
     expect((await list(app, auth(key))).status).toBe(200)
   })
 
-  test('the default is a ban after more than 50 early 429s within a minute', async () => {
+  test('the default: after 50 early 429s within a minute, the next early request (the 51st) starts the ban, as the answers say', async () => {
     const app = await fresh()
     const key = await app.key('enterprise', { rpm: 1, rpd: 1000 })
     await list(app, auth(key))
-    // The first refusal names the wait, then 50 sent before it: none bans.
-    for (let i = 0; i < 51; i++) await expect429(await list(app, auth(key)), 'rate_limited')
-    await expect429(await list(app, auth(key)), 'key_banned')
+    // The first refusal names the wait (it is not early), then 50 sent before it: each a plain 429 that
+    // says how many the rule allows.
+    const warning = 'Requests sent before then count toward a ban: after 50 of them within a minute, the next one starts it.'
+    for (let i = 0; i < 51; i++) {
+      const refused = await list(app, auth(key))
+      expect(((await jsonOf(refused.clone() as Response)) as { message: string }).message).toEndWith(warning)
+      await expect429(refused, 'rate_limited')
+    }
+    // The 51st early one starts the ban and says so.
+    const banned = await list(app, auth(key))
+    expect(((await jsonOf(banned.clone() as Response)) as { message: string }).message).toBe(
+      'Banned for 600 s: more than 50 requests within a minute were sent before the time a 429 told them to wait for.',
+    )
+    await expect429(banned, 'key_banned')
     app.clock.advance(599_000)
     await expect429(await list(app, auth(key)), 'key_banned')
     app.clock.advance(1_000)
@@ -295,7 +306,9 @@ describe('bans', () => {
     const banned = await list(app, auth('psk_wrong'))
     const body = await jsonOf(banned.clone() as Response)
     await expect429(banned, 'address_banned')
-    expect(body.message).toContain('address is banned')
+    expect(body.message).toBe(
+      'Your address is banned for 60 s: more than 3 requests without a valid key within a minute were sent before the time a 429 told them to wait for.',
+    )
   })
 
   test("while banned, X-RateLimit-Remaining is 0 and X-RateLimit-Reset is the ban's end, as Retry-After says", async () => {
@@ -306,12 +319,15 @@ describe('bans', () => {
     const starts = await list(app, auth(key))
     expect(await expect429(starts, 'key_banned')).toBe(60)
     expect(rl(starts)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + 60) })
-    // Half-way through the ban the minute bucket holds 30 tokens again: none of them can be spent.
-    app.clock.advance(30_000)
+    // Half-way through the ban the minute bucket holds 30 tokens again: none of them can be spent. Half a
+    // second into a second, Reset is still the ban's end, Retry-After's seconds from the second it is in.
+    const end = unixNow(app) + 60
+    app.clock.advance(30_500)
     const banned = await list(app, auth(key))
     const retryAfter = await expect429(banned, 'key_banned')
     expect(retryAfter).toBe(30)
-    expect(rl(banned)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + retryAfter) })
+    expect(rl(banned)).toEqual({ limit: '60', remaining: '0', reset: String(end) })
+    expect(Math.floor(app.clock.now / 1000) + retryAfter).toBe(end)
     expect(banned.headers.get('ratelimit')).toBe(`"minute";r=0;t=${retryAfter}`)
   })
 

@@ -269,10 +269,32 @@ function conformance(makeLimiter: () => Make) {
       advance(59_999)
       expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: true, retryAfter: 10 })
       expect(await check('key:a', limits)).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
-      advance(9_001)
+      // Started 59.999 s in, it ends 10 s after the whole second it started in: at 69 s.
+      advance(9_000)
       expect(await check('key:a', limits)).toMatchObject({ reason: 'key_banned', retryAfter: 1 })
-      advance(999)
+      advance(1)
       expect((await check('key:a', limits)).allowed).toBe(true)
+    })
+
+    test("a ban answer's X-RateLimit-Reset is the second Retry-After names, counted from the second it is given in, and the ban ends then", async () => {
+      const { check, run, advance, start } = make({ banAfter: 3, banSeconds: 10 })
+      // The bucket emptied, the refusal naming the wait, three early ones; 250 ms later the 4th early one bans.
+      await run(64)
+      advance(250)
+      const seen: Decision[] = [await check()]
+      for (const step of [4_350, 5_399]) {
+        advance(step)
+        seen.push(await check())
+      }
+      // At 0.25 s, 4.6 s and 9.999 s: Retry-After counts from the whole second the answer is in (its Date),
+      // to the ban's end, which is banSeconds after the whole second it started in.
+      expect(seen.map((d) => d.allowed || [d.reason, d.retryAfter, d.quota.resetAt - start / 1000, d.quota.resetIn])).toEqual([
+        ['key_banned', 10, 10, 10],
+        ['key_banned', 6, 10, 6],
+        ['key_banned', 1, 10, 1],
+      ])
+      advance(1)
+      expect((await check()).allowed).toBe(true)
     })
 
     test('rejections spread over more than a minute do not ban', async () => {

@@ -14,6 +14,7 @@ import { openSqliteStorage } from '../../src/storage/sqlite'
 import { TAKE_BACK } from '../support/previous-schema'
 import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { startRedis } from '../support/redis'
 import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure, startWithConsole } from './helpers'
 
 afterAll(killSpawned)
@@ -157,6 +158,56 @@ describe('keys usage', () => {
     const json = (await usage(dataFile)) as unknown as { name: string; expiresAt: string | null }[]
     expect(json.find((key) => key.name === 'brief')?.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT/)
     expect(json.find((key) => key.name === 'lasting')?.expiresAt).toBeNull()
+  })
+
+  test('a key banned right now is marked (banned), with its bannedUntil, when its bans are in Redis; without --redis-url, the command says it cannot know', async () => {
+    const redis = await startRedis()
+    try {
+      const dataFile = join(tempDir(), 'petstore.db')
+      const noisy = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'noisy'])
+      createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'calm'])
+      const server = await startServer({ dataFile, args: ['--no-access-log', '--redis-url', redis.url, '--ban-after', '1'] })
+      // Its one token, the 429 naming the wait, one early 429, and the next early request starts the ban.
+      const codes: string[] = []
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${server.base}/pets`, { headers: auth(noisy) })
+        codes.push(res.status === 200 ? '200' : ((await res.json()) as { code: string }).code)
+      }
+      expect(codes).toEqual(['200', 'rate_limited', 'rate_limited', 'key_banned'])
+      const rowOf = (table: string, name: string) => table.split('\n').find((line) => line.includes(` ${name} `)) ?? ''
+
+      const table = await cliAsync(['keys', 'usage', '--data', dataFile, '--redis-url', redis.url])
+      expect(table.code).toBe(0)
+      expect(rowOf(table.stdout, 'noisy')).toContain('enterprise (banned)')
+      expect(rowOf(table.stdout, 'calm')).toMatch(/ free +\d/)
+      const json = JSON.parse((await cliAsync(['keys', 'usage', '--json', '--data', dataFile, '--redis-url', redis.url])).stdout) as {
+        bansUnknown?: string
+        keys: { name: string | null; bannedUntil?: string | null }[]
+      }
+      expect(json.bansUnknown).toBeUndefined()
+      // --ban-seconds 600 by default: it ends 599 to 600 s from now.
+      const until = Date.parse(json.keys.find((key) => key.name === 'noisy')!.bannedUntil!)
+      expect(until - Date.now()).toBeGreaterThan(590_000)
+      expect(until - Date.now()).toBeLessThanOrEqual(600_000)
+      expect(json.keys.find((key) => key.name === 'calm')!.bannedUntil).toBeNull()
+      const one = JSON.parse(
+        (await cliAsync(['keys', 'usage', keyId(dataFile, 'noisy'), '--json', '--data', dataFile, '--redis-url', redis.url])).stdout,
+      )
+      expect(Date.parse(one.bannedUntil)).toBe(until)
+
+      // Without the Redis the bans are in, nothing is marked and the command says why, in the table and the JSON.
+      const blind = await cliAsync(['keys', 'usage', '--data', dataFile])
+      expect(rowOf(blind.stdout, 'noisy')).toMatch(/ enterprise +\d/)
+      expect(blind.stderr).toContain(
+        'keys banned now are not marked: without --redis-url, a ban lives only in the memory of the server that started it',
+      )
+      const blindJson = JSON.parse((await cliAsync(['keys', 'usage', '--json', '--data', dataFile])).stdout)
+      expect(blindJson.bansUnknown).toStartWith('without --redis-url')
+      expect(blindJson.keys.every((key: object) => !('bannedUntil' in key))).toBe(true)
+      await server.stop()
+    } finally {
+      await redis.destroy()
+    }
   })
 })
 

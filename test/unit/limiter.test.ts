@@ -140,9 +140,10 @@ describe('RateLimiter bans', () => {
     expect(fourth).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: true, retryAfter: 10 })
     const banned = await limiter.check(named('key:a'), limits)
     expect(banned).toMatchObject({ allowed: false, reason: 'key_banned', bannedNow: false, retryAfter: 10 })
-    advance(9_001)
+    // Started 59.999 s in, it ends 10 s after the whole second it started in: at 69 s.
+    advance(9_000)
     expect(await limiter.check(named('key:a'), limits)).toMatchObject({ allowed: false, reason: 'key_banned', retryAfter: 1 })
-    advance(999)
+    advance(1)
     expect((await limiter.check(named('key:a'), limits)).allowed).toBe(true)
   })
 

@@ -17,6 +17,7 @@ import {
   type TakeResult,
 } from '../backend'
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
+import { banEnd } from '../../domain/ban-rule'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
 import { arrive, counts, nameTurn, noTurns, onBan, settle, type Turns } from '../turns'
 
@@ -279,7 +280,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     // After the write, the next slot holds the oldest of the last banAfter+1 rejections.
     const oldest = subject.rejections[subject.nextRejection]!
     if (now - oldest >= MINUTE_MS) return false
-    subject.bannedUntil = now + this.rule.banSeconds * 1000
+    subject.bannedUntil = banEnd(now, this.rule.banSeconds)
     subject.rejections.fill(-Infinity)
     return true
   }

@@ -169,8 +169,8 @@ local function take(key, packed)
       ban = count == size and now - tonumber(redis.call('LINDEX', rejections, 0)) < MINUTE
     end
     if ban then
-      -- The refusal that starts a ban says so.
-      bannedUntil, bannedNow = now + tonumber(a[4]) * 1000, 1
+      -- The refusal that starts a ban says so. It ends as ban-rule.ts's banEnd says.
+      bannedUntil, bannedNow = math.floor(now / 1000) * 1000 + tonumber(a[4]) * 1000, 1
       -- A ban refuses every waiting client alike: the turns give way to the time of the next token.
       local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
       turns = {last = first, told = first, credit = 0, waiting = {}}
