@@ -18,10 +18,19 @@ export function fullBucket(shape: BucketShape, now: number): Bucket {
   return { tokens: shape.capacity, updatedAt: now }
 }
 
+/**
+ * Tokens within a billionth of a whole number are that number: refills add fractions floating point
+ * cannot hold exactly (1,601 ms at 60 a minute), and a client back at the time it was told must find
+ * the whole token it was told of, not 0.99999999999992 of it.
+ */
+export const SNAP = 1e-9
+
 export function refill(bucket: Bucket, shape: BucketShape, now: number): void {
   if (now <= bucket.updatedAt) return
   const gained = ((now - bucket.updatedAt) * shape.capacity) / shape.windowMs
-  bucket.tokens = Math.min(shape.capacity, bucket.tokens + gained)
+  const tokens = Math.min(shape.capacity, bucket.tokens + gained)
+  const whole = Math.round(tokens)
+  bucket.tokens = Math.abs(tokens - whole) < SNAP ? whole : tokens
   bucket.updatedAt = now
 }
 

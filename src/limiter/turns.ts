@@ -1,18 +1,20 @@
 /**
  * The times refusals tell, kept as turns in a queue: each refusal names the next free time and adds a
  * turn; a request at or after the earliest turn is a client back when told, which claims that turn and
- * never counts toward a ban. A request before it while turns wait is early: refused, it counts, unless a
- * request let through at its turn came before it (a fleet's worker let through asks again, at once or
- * after some work, before others' turns: one such refusal is forgiven for each). A request let through
- * never counts: a worker of a fleet cannot know of the others' 429s. So clients sharing a subject that
- * each wait out their own Retry-After, however late they come back within a minute, are never banned,
- * and one that does not wait, refused again and again before its turn, is. Plain data and pure
- * functions, repeated by redis/script.ts with the same operations in the same order.
+ * never counts toward a ban. A turn is a promise: the token it was told of is kept for it, and a request
+ * before it may take only a token the turns leave spare. A request before it while turns wait is early:
+ * refused, it counts, unless a request let through at its turn came before it (a fleet's worker let
+ * through asks again, at once or after some work, before others' turns: one such refusal is forgiven for
+ * each). A request let through never counts: a worker of a fleet cannot know of the others' 429s. So
+ * clients sharing a subject that each wait out their own Retry-After, however late they come back within
+ * a minute, are never banned and mostly find their token, and one that does not wait, refused again and
+ * again before its turn, is. Plain data and pure functions, repeated by redis/script.ts with the same
+ * operations in the same order.
  */
 import { MAX_TURNS } from '../domain/ban-rule'
 import { MINUTE_MS } from '../domain/time'
 import type { LimitShapes } from './backend'
-import { type Bucket, msUntilTokens } from './token-bucket'
+import { type Bucket, type BucketShape, msUntilTokens } from './token-bucket'
 
 export interface Turns {
   /** The time the last refusal named (ms): when its token comes; the next is named a step after it. */
@@ -25,7 +27,7 @@ export interface Turns {
   credit: number
 }
 
-export const MAX_CREDIT = 4
+export const MAX_CREDIT = 6
 /** How long past its time a turn waits for its client: as long as the ban counts early refusals. */
 export const LATE_MS = MINUTE_MS
 
@@ -83,6 +85,23 @@ export function counts(turns: Turns, arrival: number, hasToken: boolean): boolea
   if (turns.credit === 0) return true
   turns.credit -= 1
   return false
+}
+
+/**
+ * Whether a request at `now`, as it stands to the turns (`arrival`), finds a token it may take: one in
+ * both buckets, and, before the earliest turn, one more by that turn's time, which is the turn's.
+ * (Later turns are a step apart, a token's refill each.)
+ */
+export function tokenFor(turns: Turns, arrival: number, minute: Bucket, day: Bucket, shape: LimitShapes, now: number): boolean {
+  if (minute.tokens < 1 || day.tokens < 1) return false
+  if (arrival !== EARLY) return true
+  const wait = turns.waiting[0]! - now
+  return msUntilSecond(minute.tokens, shape.minute) <= wait && msUntilSecond(day.tokens, shape.day) <= wait
+}
+
+/** Milliseconds until a bucket holding `tokens` holds two. */
+function msUntilSecond(tokens: number, shape: BucketShape): number {
+  return tokens >= 2 ? 0 : ((2 - tokens) * shape.windowMs) / shape.capacity
 }
 
 /**

@@ -69,7 +69,10 @@ describe('RateLimiter buckets', () => {
     const d = await limiter.check(named('key:a'), FREE)
     expect(d.allowed).toBe(false)
     if (!d.allowed) expect(d.retryAfter).toBe(1)
+    // The token comes a millisecond later, kept for the turn told: a second on.
     advance(1)
+    expect((await limiter.check(named('key:a'), FREE)).allowed).toBe(false)
+    advance(999)
     expect((await limiter.check(named('key:a'), FREE)).allowed).toBe(true)
   })
 
@@ -158,11 +161,11 @@ describe('RateLimiter bans', () => {
       advance(30_000)
       expect((await limiter.check(named('key:a'), fast)).allowed).toBe(true)
     }
-    // Then asking at once, again and again: the first refusal names a turn, the next four are early but
-    // forgiven (as many as its on-time requests let through, at most four); with --ban-after 1, the
+    // Then asking at once, again and again: the first refusal names a turn, the next six are early but
+    // forgiven (as many as its on-time requests let through, at most six); with --ban-after 1, the
     // second counted one bans.
     await limiter.check(named('key:a'), fast)
-    for (let i = 0; i < 5; i++)
+    for (let i = 0; i < 7; i++)
       expect(await limiter.check(named('key:a'), fast)).toMatchObject({ reason: 'rate_limited', bannedNow: false })
     expect(await limiter.check(named('key:a'), fast)).toMatchObject({ reason: 'key_banned', bannedNow: true })
   })

@@ -19,7 +19,7 @@ import {
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { banEnd } from '../../domain/ban-rule'
 import { type Bucket, fullBucket, refill } from '../token-bucket'
-import { arrive, counts, nameTurn, noTurns, onBan, settle, type Turns } from '../turns'
+import { arrive, counts, nameTurn, noTurns, onBan, settle, tokenFor, type Turns } from '../turns'
 
 export interface MemoryBackendOptions {
   /** Most client addresses remembered at once. */
@@ -99,7 +99,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     if (subject.bannedUntil <= now) {
       const { turns } = subject
       const arrival = arrive(turns, now)
-      const hasToken = subject.minute.tokens >= 1 && subject.day.tokens >= 1
+      const hasToken = tokenFor(turns, arrival, subject.minute, subject.day, shape, now)
       if (counts(turns, arrival, hasToken) && this.recordRejection(subject, now)) {
         // The refusal that starts a ban says so.
         result.bannedNow = true

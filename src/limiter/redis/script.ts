@@ -8,6 +8,7 @@
 import { DAY_MS, MINUTE_MS } from '../../domain/time'
 import { MAX_TURNS } from '../../domain/ban-rule'
 import { EARLY, LATE_MS, MAX_CREDIT, NONE_WAITING, ON_TIME } from '../turns'
+import { SNAP } from '../token-bucket'
 
 /** The field w of a subject whose turns are settled (turns.ts's settle): the time told reads as 0. */
 const NO_TURNS = '0'
@@ -47,6 +48,12 @@ local function untilToken(tokens, capacity, windowMs)
   return ((1 - tokens) * windowMs) / capacity
 end
 
+-- turns.ts's msUntilSecond.
+local function untilSecond(tokens, capacity, windowMs)
+  if tokens >= 2 then return 0 end
+  return ((2 - tokens) * windowMs) / capacity
+end
+
 -- turns.ts, on turns as {last, told, credit, waiting = {told times, earliest first}}.
 local function toldOf(at, now) return math.floor(now + math.max(1, math.ceil((at - now) / 1000)) * 1000) end
 
@@ -70,6 +77,14 @@ local function counts(t, arrival, hasToken)
   if t.credit == 0 then return true end
   t.credit = t.credit - 1
   return false
+end
+
+-- tokenFor, with the buckets' tokens m and d.
+local function tokenFor(t, arrival, m, d, rpm, rpd, now)
+  if m < 1 or d < 1 then return false end
+  if arrival ~= ${EARLY} then return true end
+  local wait = t.waiting[1] - now
+  return untilSecond(m, rpm, MINUTE) <= wait and untilSecond(d, rpd, DAY) <= wait
 end
 
 local function nameTurn(t, first, step, now)
@@ -104,7 +119,10 @@ end
 local function refill(now, tokens, updatedAt, capacity, windowMs)
   if now <= updatedAt then return tokens, updatedAt end
   local gained = ((now - updatedAt) * capacity) / windowMs
-  return math.min(capacity, tokens + gained), now
+  local t = math.min(capacity, tokens + gained)
+  local whole = math.floor(t + 0.5)
+  if math.abs(t - whole) < ${SNAP} then t = whole end
+  return t, now
 end
 
 -- The keys outlive the subject's state by nothing that matters: they expire once both buckets are full
@@ -155,7 +173,7 @@ local function take(key, packed)
   if bannedUntil <= now then
     local step = math.max(MINUTE / rpm, 1000)
     local arrival = arrive(turns, now)
-    local hasToken = m >= 1 and d >= 1
+    local hasToken = tokenFor(turns, arrival, m, d, rpm, rpd, now)
     local ban = false
     if counts(turns, arrival, hasToken) then
       -- A ban starts when the oldest of the last banAfter+1 counted refusals is less than a minute old.
