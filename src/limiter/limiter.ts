@@ -305,12 +305,16 @@ function quotaOf(taken: Pick<TakeResult, 'minute' | 'day'>, shape: LimitShapes, 
   const useMinute = Math.floor(taken.minute.tokens) <= Math.floor(taken.day.tokens)
   const bucket = useMinute ? taken.minute : taken.day
   const bucketShape = useMinute ? shape.minute : shape.day
-  const resetIn = Math.ceil(msUntilFull(bucket, bucketShape) / 1000)
+  // As for a ban (decide): the moment the bucket is full, rounded up to a whole Unix second, and the
+  // seconds to it from the whole second the answer is in, so X-RateLimit-Reset is Date plus RateLimit's t.
+  const untilFull = msUntilFull(bucket, bucketShape)
+  const second = Math.floor(now / 1000)
+  const resetAt = untilFull > 0 ? Math.ceil((now + untilFull) / 1000) : second
   return {
     window: useMinute ? 'minute' : 'day',
     limit: bucketShape.capacity,
     remaining: Math.max(0, Math.floor(bucket.tokens)),
-    resetAt: Math.ceil(now / 1000) + resetIn,
-    resetIn,
+    resetAt,
+    resetIn: resetAt - second,
   }
 }

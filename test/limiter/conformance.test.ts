@@ -40,6 +40,16 @@ function conformance(makeLimiter: () => Make) {
     expect(await check()).toMatchObject({ allowed: false, reason: 'rate_limited', retryAfter: 1, bannedNow: false })
   })
 
+  test("X-RateLimit-Reset is the answer's whole second plus RateLimit's t, and never before the bucket is full", async () => {
+    const { check, advance, start } = make()
+    // 250 ms into a second: one token taken, full again 1 s later (1.25 s in), so at the whole second 2.
+    advance(250)
+    expect((await check()).quota).toMatchObject({ remaining: 59, resetAt: start / 1000 + 2, resetIn: 2 })
+    // 600 ms later (0.85 s in): two taken, one refilled by 0.6; full at 2.25 s in, so at 3; t counts from 0.
+    advance(600)
+    expect((await check()).quota).toMatchObject({ remaining: 58, resetAt: start / 1000 + 3, resetIn: 3 })
+  })
+
   test('the day bucket is in force when it holds fewer whole tokens', async () => {
     const { check, run, start } = make()
     const limits = { rpm: 100, rpd: 5 }
