@@ -59,16 +59,18 @@ export class LimiterAdmin {
 
   /**
    * A subject's day quota left and ban, nothing taken: a full day when the backend holds nothing of it (or
-   * under other limits). Rejects with LimiterUnavailableError when a shared backend does not answer.
+   * holds it under other limits, whose ban still stands). Rejects with LimiterUnavailableError when a shared backend does not answer.
    */
   async inspect(subject: Subject, limits: Limits): Promise<InspectedSubject> {
     const held = await this.reader.inspect(subject)
-    if (!held || (held.limits && (held.limits.rpm !== limits.rpm || held.limits.rpd !== limits.rpd)))
-      return { dayLeft: limits.rpd, bannedUntil: null }
+    if (!held) return { dayLeft: limits.rpd, bannedUntil: null }
     const now = this.now?.() ?? held.now
+    const bannedUntil = held.bannedUntil > now ? held.bannedUntil : null
+    // Other limits start the buckets afresh, and keep a ban until it ends (as the next take will).
+    if (held.limits && (held.limits.rpm !== limits.rpm || held.limits.rpd !== limits.rpd)) return { dayLeft: limits.rpd, bannedUntil }
     const day = { ...held.day, tokens: Math.min(held.day.tokens, limits.rpd) }
     refill(day, shapesOf(limits).day, now)
-    return { dayLeft: Math.floor(day.tokens), bannedUntil: held.bannedUntil > now ? held.bannedUntil : null }
+    return { dayLeft: Math.floor(day.tokens), bannedUntil }
   }
 
   /** The bans this process started and that have not ended by `now`. */

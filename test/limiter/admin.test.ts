@@ -1,7 +1,7 @@
 /**
  * The console's seam (SubjectReader, through the limiter's `admin`): one suite every backend passes, in
  * process and in Redis, on an injected clock. Inspecting takes nothing; a subject not held, or held under
- * other limits, has a full day; the bans started here are listed, inspected and lifted.
+ * other limits, has a full day (the latter keeps its ban); the bans started here are listed, inspected and lifted.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { addressSubject } from '../../src/domain/subject'
@@ -41,6 +41,10 @@ function conformance(makeLimiter: () => (settings: LimiterSettings) => AnyLimite
     for (let i = 0; i < 4; i++) await limiter.check(address, limits)
     expect(limiter.admin.bans(start)).toEqual([{ subject: address, until: start + 600_000 }])
     expect(await limiter.admin.inspect(address, limits)).toEqual({ dayLeft: 999, bannedUntil: start + 600_000 })
+    // Read under other limits (a key given another plan): the day is afresh, the ban stands, as a take finds it.
+    const other = { rpm: 2, rpd: 50 }
+    expect(await limiter.admin.inspect(address, other)).toEqual({ dayLeft: 50, bannedUntil: start + 600_000 })
+    expect(await limiter.check(address, other)).toMatchObject({ allowed: false, reason: 'key_banned' })
     await limiter.admin.liftAddress(address)
     expect(limiter.admin.bans(start)).toEqual([])
     expect(await limiter.admin.inspect(address, limits)).toEqual({ dayLeft: 1000, bannedUntil: null })
