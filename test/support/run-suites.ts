@@ -14,7 +14,8 @@
  * - Jobs are ordered by the durations in test/timings.json (a file it does not name counts as long, so
  *   it starts early); `--update-timings` (or PETSTORE_UPDATE_TIMINGS=1) writes this run's durations there.
  * - Each job's output is held and printed whole when it ends, under one line naming it, so jobs never
- *   interleave. At the end: the jobs that failed, the skipped tests, and one closing line
+ *   interleave. At the end: the jobs that failed, the skipped tests, the run's time with the host's
+ *   load average through it (median and most of the one-minute figure), and one closing line
  *   `N passed, N failed`. Any failure anywhere (a failed test, a job that crashed or printed no
  *   summary) makes the exit status 1.
  *
@@ -27,7 +28,7 @@
  * under CI (CI=true) that fails the run.
  */
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir, userInfo } from 'node:os'
+import { loadavg, tmpdir, userInfo } from 'node:os'
 import { join, relative, resolve } from 'node:path'
 import { BACKENDS } from './app'
 import { buildIfStale } from './build'
@@ -274,6 +275,10 @@ async function run(job: Job, index: number): Promise<Outcome> {
 }
 
 const started = performance.now()
+// The host's load average through the run, said with its time: a run beside other work (other suites,
+// benchmarks) takes longer and meets its deadlines later, which the time alone does not tell.
+const loads = [loadavg()[0]!]
+const sampling = setInterval(() => loads.push(loadavg()[0]!), 15_000)
 const buildError = buildIfStale()
 if (buildError) {
   console.error(`petstore tests: ${buildError}`)
@@ -345,6 +350,10 @@ if (leftRunning.length > 0)
   console.error(`petstore tests: stopped ${leftRunning.length} PostgreSQL clusters that jobs left running: ${leftRunning.join(', ')}`)
 if (totals.skip > 0) console.error(`petstore tests: ${totals.skip} tests skipped (each job's output above says which and why)`)
 if (failed.length > 0) console.error(`petstore tests: failed in ${failed.length} jobs: ${failed.join('; ')}`)
-console.error(`petstore tests: ${jobs.length} jobs in ${((performance.now() - started) / 1000).toFixed(0)} s`)
+clearInterval(sampling)
+loads.push(loadavg()[0]!)
+const sorted = loads.toSorted((a, b) => a - b)
+const load = `, load average ${sorted[sorted.length >> 1]!.toFixed(1)} (median of the minute's, ${sorted.at(-1)!.toFixed(1)} at most)`
+console.error(`petstore tests: ${jobs.length} jobs in ${((performance.now() - started) / 1000).toFixed(0)} s${load}`)
 console.log(`${totals.pass} passed, ${totals.fail} failed`)
 process.exit(failed.length > 0 || totals.fail > 0 ? 1 : 0)
