@@ -61,8 +61,9 @@ describe('bootstrap key', () => {
 describe('keys take effect while the server runs', () => {
   test('a key created with the CLI works within one second', async () => {
     const server = await startServer()
-    const created = Date.now()
     const secret = createKeyWithCli(server.dataFile, ['--plan', 'pro', '--name', 'late'])
+    // Timed from when the command has made the key: its own start-up (slow on a busy host) is not the server's delay.
+    const created = Date.now()
     let works = 0
     await eventually(async () => {
       const response = await fetch(`${server.base}/pets`, { headers: auth(secret) })
@@ -70,7 +71,7 @@ describe('keys take effect while the server runs', () => {
       else expect(response.status).toBe(401)
       return works > 0
     }, 3_000)
-    expect(works - created).toBeLessThan(1_500)
+    expect(works - created).toBeLessThan(1_000)
     // It is the Pro key, with Pro limits.
     const response = await fetch(`${server.base}/pets`, { headers: auth(secret) })
     expect(response.headers.get('x-ratelimit-limit')).toBe('300')
@@ -85,8 +86,8 @@ describe('keys take effect while the server runs', () => {
     const id = JSON.parse(cli(['keys', 'list', '--json', '--data', server.dataFile]).stdout).find(
       (r: { name: string }) => r.name === 'doomed',
     ).id
-    const revoked = Date.now()
     const result = cli(['keys', 'revoke', id, '--data', server.dataFile])
+    const revoked = Date.now()
     expect(result.code).toBe(0)
     let refused = 0
     let last: Response | undefined
@@ -96,7 +97,7 @@ describe('keys take effect while the server runs', () => {
       else expect(last.status).toBe(200)
       return refused > 0
     }, 3_000)
-    expect(refused - revoked).toBeLessThan(1_500)
+    expect(refused - revoked).toBeLessThan(1_000)
     expect(last!.headers.get('www-authenticate')).toContain('error="invalid_token"')
     expect(await last!.json()).toMatchObject({ code: 'unauthorized', status: 401 })
     // And it stays refused; the other key is unaffected.
@@ -124,10 +125,10 @@ describe('keys take effect while the server runs', () => {
         expect(response.status).toBe(201)
       }
     })()
-    const revoked = Date.now()
     expect(cli(['keys', 'revoke', id, '--data', server.dataFile]).code).toBe(0)
+    const revoked = Date.now()
     await eventually(async () => (await fetch(`${server.base}/pets`, { headers: auth(secret) })).status === 401, 3_000)
-    expect(Date.now() - revoked).toBeLessThan(1_500)
+    expect(Date.now() - revoked).toBeLessThan(1_000)
     writing = false
     await writer
     expect(await server.stop()).toBe(0)
