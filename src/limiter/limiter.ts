@@ -305,16 +305,15 @@ function quotaOf(taken: Pick<TakeResult, 'minute' | 'day'>, shape: LimitShapes, 
   const useMinute = Math.floor(taken.minute.tokens) <= Math.floor(taken.day.tokens)
   const bucket = useMinute ? taken.minute : taken.day
   const bucketShape = useMinute ? shape.minute : shape.day
-  // As for a ban (decide): the moment the bucket is full, rounded up to a whole Unix second, and the
-  // seconds to it from the whole second the answer is in, so X-RateLimit-Reset is Date plus RateLimit's t.
+  // Each rounded up once, from the moment itself: the Unix second the bucket is full (never early), and the
+  // seconds until then (at most the window). Rounding the now and the wait apart and adding them put
+  // X-RateLimit-Reset a second late in some answers.
   const untilFull = msUntilFull(bucket, bucketShape)
-  const second = Math.floor(now / 1000)
-  const resetAt = untilFull > 0 ? Math.ceil((now + untilFull) / 1000) : second
   return {
     window: useMinute ? 'minute' : 'day',
     limit: bucketShape.capacity,
     remaining: Math.max(0, Math.floor(bucket.tokens)),
-    resetAt,
-    resetIn: resetAt - second,
+    resetAt: Math.ceil((now + untilFull) / 1000),
+    resetIn: Math.ceil(untilFull / 1000),
   }
 }
