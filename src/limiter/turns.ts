@@ -99,6 +99,11 @@ export function tokenFor(turns: Turns, arrival: number, minute: Bucket, day: Buc
   return msUntilSecond(minute.tokens, shape.minute) <= wait && msUntilSecond(day.tokens, shape.day) <= wait
 }
 
+/** Milliseconds until the minute bucket holds `count` tokens, as it refills (the turns before take theirs on the way). */
+function msUntilMinuteTokens(minute: Bucket, count: number, shape: BucketShape): number {
+  return minute.tokens >= count ? 0 : ((count - minute.tokens) * shape.windowMs) / shape.capacity
+}
+
 /** Milliseconds until a bucket holding `tokens` holds two. */
 function msUntilSecond(tokens: number, shape: BucketShape): number {
   return tokens >= 2 ? 0 : ((2 - tokens) * shape.windowMs) / shape.capacity
@@ -109,7 +114,8 @@ function msUntilSecond(tokens: number, shape: BucketShape): number {
  * time named while turns wait) and keeps it as a turn.
  */
 export function nameTurn(turns: Turns, minute: Bucket, day: Bucket, shape: LimitShapes, now: number): void {
-  const first = now + msUntilTokens(minute, day, shape)
+  // Each waiting turn keeps a minute token: the next time is when the bucket holds one more than they take.
+  const first = now + Math.max(msUntilMinuteTokens(minute, 1 + turns.waiting.length, shape.minute), msUntilTokens(minute, day, shape))
   turns.last = turns.waiting.length > 0 && turns.last > now ? Math.max(first, turns.last + stepOf(shape)) : first
   turns.told = toldOf(turns.last, now)
   const { waiting } = turns

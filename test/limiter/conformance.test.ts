@@ -220,6 +220,20 @@ function conformance(makeLimiter: () => Make) {
     }
   })
 
+  test('workers that work a while between requests, and come back a little after their time, mostly find their token', async () => {
+    // Three on a Free-rate key, working 0.5 to 1.5 s on each answer let through, back 0 to 20 ms after their
+    // time (a network's delay); seeded, so the run is the same every time.
+    let seed = 11
+    const next = (range: number) => {
+      seed = (seed * 16_807) % 2_147_483_647
+      return seed % range
+    }
+    const nextDelay = (decision: Decision) => (decision.allowed ? 500 + next(1_000) : decision.retryAfter * 1000 + next(20))
+    const fleet = await politeFleet('key:a', { rpm: 60, rpd: 100_000 }, 1_500, { workers: 3, banAfter: 50, nextDelay, startApart: 1 })
+    expect(fleet.afterWait).toBeGreaterThan(100)
+    expect(fleet.allowedAfterWait / fleet.afterWait).toBeGreaterThan(0.95)
+  })
+
   test('workers that come back later than told (a backoff of their own, up to 5 s more) still find a turn and are never banned', async () => {
     // 40 on a Free key; a turn waits a minute past its time for its client, and any request may take it then.
     // Extra waits of 0 to 5 s from a seeded generator, so the run is the same every time.

@@ -198,7 +198,11 @@ local function take(key, packed)
     elseif hasToken then
       m, d, allowed = m - 1, d - 1, 1
     else
-      nameTurn(turns, now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY)), step, now)
+      -- turns.ts's nameTurn: each waiting turn keeps a minute token, so the next is told one more.
+      local kept = #turns.waiting + 1
+      local minuteAt = 0
+      if m < kept then minuteAt = ((kept - m) * MINUTE) / rpm end
+      nameTurn(turns, now + math.max(minuteAt, untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY)), step, now)
     end
   end
   -- turns.ts's settle: no turn waiting, no credit, no ban, as no turns at all, and nothing to format.
