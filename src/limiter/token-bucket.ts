@@ -34,10 +34,10 @@ export function refill(bucket: Bucket, shape: BucketShape, now: number): void {
   bucket.updatedAt = now
 }
 
-/** Milliseconds until the bucket holds at least one whole token (0 when it already does). */
-export function msUntilToken(bucket: Bucket, shape: BucketShape): number {
-  if (bucket.tokens >= 1) return 0
-  return ((1 - bucket.tokens) * shape.windowMs) / shape.capacity
+/** Milliseconds until the bucket holds at least `count` whole tokens (0 when it already does). */
+export function msUntilToken(bucket: Bucket, shape: BucketShape, count = 1): number {
+  if (bucket.tokens >= count) return 0
+  return ((count - bucket.tokens) * shape.windowMs) / shape.capacity
 }
 
 /** Milliseconds until both a minute and a day bucket hold a whole token: the honest wait after a refusal. */

@@ -14,7 +14,7 @@
 import { MAX_TURNS } from '../domain/ban-rule'
 import { MINUTE_MS } from '../domain/time'
 import type { LimitShapes } from './backend'
-import { type Bucket, type BucketShape, msUntilTokens } from './token-bucket'
+import { type Bucket, msUntilToken, msUntilTokens } from './token-bucket'
 
 export interface Turns {
   /** The time the last refusal named (ms): when its token comes; the next is named a step after it. */
@@ -96,17 +96,7 @@ export function tokenFor(turns: Turns, arrival: number, minute: Bucket, day: Buc
   if (minute.tokens < 1 || day.tokens < 1) return false
   if (arrival !== EARLY) return true
   const wait = turns.waiting[0]! - now
-  return msUntilSecond(minute.tokens, shape.minute) <= wait && msUntilSecond(day.tokens, shape.day) <= wait
-}
-
-/** Milliseconds until the minute bucket holds `count` tokens, as it refills (the turns before take theirs on the way). */
-function msUntilMinuteTokens(minute: Bucket, count: number, shape: BucketShape): number {
-  return minute.tokens >= count ? 0 : ((count - minute.tokens) * shape.windowMs) / shape.capacity
-}
-
-/** Milliseconds until a bucket holding `tokens` holds two. */
-function msUntilSecond(tokens: number, shape: BucketShape): number {
-  return tokens >= 2 ? 0 : ((2 - tokens) * shape.windowMs) / shape.capacity
+  return msUntilToken(minute, shape.minute, 2) <= wait && msUntilToken(day, shape.day, 2) <= wait
 }
 
 /**
@@ -114,8 +104,9 @@ function msUntilSecond(tokens: number, shape: BucketShape): number {
  * time named while turns wait) and keeps it as a turn.
  */
 export function nameTurn(turns: Turns, minute: Bucket, day: Bucket, shape: LimitShapes, now: number): void {
-  // Each waiting turn keeps a minute token: the next time is when the bucket holds one more than they take.
-  const first = now + Math.max(msUntilMinuteTokens(minute, 1 + turns.waiting.length, shape.minute), msUntilTokens(minute, day, shape))
+  // Each waiting turn keeps a minute token (taken on the way as it refills): the next time is when the
+  // bucket holds one more than they take, and the day a token.
+  const first = now + Math.max(msUntilToken(minute, shape.minute, 1 + turns.waiting.length), msUntilToken(day, shape.day))
   turns.last = turns.waiting.length > 0 && turns.last > now ? Math.max(first, turns.last + stepOf(shape)) : first
   turns.told = toldOf(turns.last, now)
   const { waiting } = turns

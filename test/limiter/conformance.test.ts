@@ -149,6 +149,21 @@ function conformance(makeLimiter: () => Make) {
     return { allowed, elapsed: clock, afterWait, allowedAfterWait }
   }
 
+  /** Over a hundred requests sent after a wait, and more than `share` of them let through. */
+  function expectWaitsEndInToken(fleet: { afterWait: number; allowedAfterWait: number }, share: number): void {
+    expect(fleet.afterWait).toBeGreaterThan(100)
+    expect(fleet.allowedAfterWait / fleet.afterWait).toBeGreaterThan(share)
+  }
+
+  /** Whole numbers below `range` from a seeded generator (Lehmer's), so a run is the same every time. */
+  function seeded(seed: number): (range: number) => number {
+    let state = seed
+    return (range) => {
+      state = (state * 16_807) % 2_147_483_647
+      return state % range
+    }
+  }
+
   test('clients sharing a key of a faster plan (a token every 0.2 s) that each wait out their Retry-After are never banned', async () => {
     // Retry-After is in whole seconds: times named closer than a second apart would send the workers back together.
     await politeFleet('key:pro', { rpm: 300, rpd: 1_000_000 }, 3_000)
@@ -214,33 +229,25 @@ function conformance(makeLimiter: () => Make) {
     const minute = await politeFleet('key:c', { rpm: 60, rpd: 100_000 }, 3_000, { workers: 8, banAfter: 50, nextDelay, startApart: 1 })
     // The token a 429 told of is kept for its turn: a worker let through, back before others' turns, does
     // not take it, so a wait mostly ends in a 200 (without keeping it, half or more of them ended in a 429).
-    for (const fleet of [pro, minute]) {
-      expect(fleet.afterWait).toBeGreaterThan(100)
-      expect(fleet.allowedAfterWait / fleet.afterWait).toBeGreaterThan(0.9)
-    }
+    for (const fleet of [pro, minute]) expectWaitsEndInToken(fleet, 0.9)
   })
 
   test('workers that work a while between requests, and come back a little after their time, mostly find their token', async () => {
     // Three on a Free-rate key, working 0.5 to 1.5 s on each answer let through, back 0 to 20 ms after their
     // time (a network's delay); seeded, so the run is the same every time.
-    let seed = 11
-    const next = (range: number) => {
-      seed = (seed * 16_807) % 2_147_483_647
-      return seed % range
-    }
+    const next = seeded(11)
     const nextDelay = (decision: Decision) => (decision.allowed ? 500 + next(1_000) : decision.retryAfter * 1000 + next(20))
     const fleet = await politeFleet('key:a', { rpm: 60, rpd: 100_000 }, 1_500, { workers: 3, banAfter: 50, nextDelay, startApart: 1 })
-    expect(fleet.afterWait).toBeGreaterThan(100)
-    expect(fleet.allowedAfterWait / fleet.afterWait).toBeGreaterThan(0.95)
+    expectWaitsEndInToken(fleet, 0.95)
   })
 
   test('workers that come back later than told (a backoff of their own, up to 5 s more) still find a turn and are never banned', async () => {
     // 40 on a Free key; a turn waits a minute past its time for its client, and any request may take it then.
     // Extra waits of 0 to 5 s from a seeded generator, so the run is the same every time.
-    let seed = 7
+    const next = seeded(7)
     const nextDelay = (decision: Decision) => {
-      seed = (seed * 16_807) % 2_147_483_647
-      return decision.allowed ? 5 : decision.retryAfter * 1000 + (seed % 5_000)
+      const extra = next(5_000)
+      return decision.allowed ? 5 : decision.retryAfter * 1000 + extra
     }
     await politeFleet('key:a', FREE, 4_000, { workers: 40, banAfter: 50, nextDelay, startApart: 1 })
   })

@@ -42,16 +42,10 @@ local function fmt(x) return string.format('%.17g', x) end
 local time = redis.call('TIME')
 local clock = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 
--- token-bucket.ts's msUntilToken.
-local function untilToken(tokens, capacity, windowMs)
-  if tokens >= 1 then return 0 end
-  return ((1 - tokens) * windowMs) / capacity
-end
-
--- turns.ts's msUntilSecond.
-local function untilSecond(tokens, capacity, windowMs)
-  if tokens >= 2 then return 0 end
-  return ((2 - tokens) * windowMs) / capacity
+-- token-bucket.ts's msUntilToken, the count given.
+local function untilToken(tokens, capacity, windowMs, count)
+  if tokens >= count then return 0 end
+  return ((count - tokens) * windowMs) / capacity
 end
 
 -- turns.ts, on turns as {last, told, credit, waiting = {told times, earliest first}}.
@@ -84,7 +78,7 @@ local function tokenFor(t, arrival, m, d, rpm, rpd, now)
   if m < 1 or d < 1 then return false end
   if arrival ~= ${EARLY} then return true end
   local wait = t.waiting[1] - now
-  return untilSecond(m, rpm, MINUTE) <= wait and untilSecond(d, rpd, DAY) <= wait
+  return untilToken(m, rpm, MINUTE, 2) <= wait and untilToken(d, rpd, DAY, 2) <= wait
 end
 
 local function nameTurn(t, first, step, now)
@@ -190,7 +184,7 @@ local function take(key, packed)
       -- The refusal that starts a ban says so. It ends as ban-rule.ts's banEnd says.
       bannedUntil, bannedNow = math.floor(now / 1000) * 1000 + tonumber(a[4]) * 1000, 1
       -- A ban refuses every waiting client alike: the turns give way to the time of the next token.
-      local first = now + math.max(untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY))
+      local first = now + math.max(untilToken(m, rpm, MINUTE, 1), untilToken(d, rpd, DAY, 1))
       turns = {last = first, told = first, credit = 0, waiting = {}}
       -- The history starts afresh; it is set aside a while, in case an answer it counted comes too late.
       redis.call('RENAME', rejections, setAside)
@@ -199,10 +193,7 @@ local function take(key, packed)
       m, d, allowed = m - 1, d - 1, 1
     else
       -- turns.ts's nameTurn: each waiting turn keeps a minute token, so the next is told one more.
-      local kept = #turns.waiting + 1
-      local minuteAt = 0
-      if m < kept then minuteAt = ((kept - m) * MINUTE) / rpm end
-      nameTurn(turns, now + math.max(minuteAt, untilToken(m, rpm, MINUTE), untilToken(d, rpd, DAY)), step, now)
+      nameTurn(turns, now + math.max(untilToken(m, rpm, MINUTE, #turns.waiting + 1), untilToken(d, rpd, DAY, 1)), step, now)
     end
   end
   -- turns.ts's settle: no turn waiting, no credit, no ban, as no turns at all, and nothing to format.
