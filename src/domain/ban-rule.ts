@@ -15,9 +15,9 @@ export const BAN_AFTER: Range = { min: 1, max: 100_000 }
 export const BAN_SECONDS: Range = { min: 0, max: 31_536_000 }
 
 /**
- * When a ban that starts at `now` (ms) ends: banSeconds after the start of the whole second it starts in
- * (the second its answer's Date header names), so that answer says Retry-After banSeconds exactly and
- * X-RateLimit-Reset that second, and the two agree (limiter.ts). redis/script.ts repeats it.
+ * When a ban that starts at `now` (ms) ends: banSeconds after the start of the whole second it starts in,
+ * so that answer says Retry-After banSeconds exactly and X-RateLimit-Reset that second, and the two agree
+ * (limiter.ts). redis/script.ts repeats it.
  */
 export function banEnd(now: number, banSeconds: number): number {
   return Math.floor(now / 1000) * 1000 + banSeconds * 1000

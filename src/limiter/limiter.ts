@@ -281,9 +281,9 @@ export class RateLimiter {
     if (taken.bannedUntil > now) {
       // The refusal that starts a ban says so, as every later one does. X-RateLimit-Reset is the later of
       // the ban's end and the time named, rounded up to a whole Unix second (never early); Retry-After
-      // counts the seconds to it from the whole second this answer is in (what its Date header says), so
-      // the two name one moment. A ban ends on a whole second (banEnd): at its start, Retry-After is
-      // --ban-seconds exactly.
+      // counts the seconds to it from the whole second this answer is made in (by this clock: Bun's Date
+      // header may lag it), so the two name one moment. A ban ends on a whole second (banEnd): at its
+      // start, Retry-After is --ban-seconds exactly.
       const resetAt = Math.ceil(Math.max(taken.bannedUntil, taken.retryAt) / 1000)
       const retryAfter = resetAt - Math.floor(now / 1000)
       return {
