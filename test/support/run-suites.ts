@@ -308,33 +308,36 @@ let jobEnded = Promise.withResolvers<void>()
  * Runs the queues' jobs, `lanes` at a time: each lane takes the first job that fits beside the running
  * ones from the first queue that has one (the queues are longest first), or waits for a job to end.
  */
-const drain = (queues: (typeof numbered)[], lanes: number) =>
-  Promise.all(
+const drain = (queues: (typeof numbered)[], lanes: number) => {
+  /** Takes the first job that fits from the first queue that has one. */
+  const take = () => {
+    for (const queue of queues) {
+      const at = queue.findIndex(({ job }) => fits(job))
+      if (at >= 0) return queue.splice(at, 1)[0]
+    }
+  }
+  return Promise.all(
     Array.from({ length: lanes }, async () => {
-      for (;;) {
-        if (queues.every((queue) => queue.length === 0)) return
-        const queue = queues.find((q) => q.some(({ job }) => fits(job)))
-        if (!queue) {
+      while (queues.some((queue) => queue.length > 0)) {
+        const next = take()
+        if (!next) {
           await jobEnded.promise
           continue
         }
-        const [next] = queue.splice(
-          queue.findIndex(({ job }) => fits(job)),
-          1,
-        )
-        active.add(next!.job)
-        const outcome = await run(next!.job, next!.index)
-        active.delete(next!.job)
+        active.add(next.job)
+        const outcome = await run(next.job, next.index)
+        active.delete(next.job)
         jobEnded.resolve()
         jobEnded = Promise.withResolvers<void>()
         totals.pass += outcome.pass
         // A job that failed without a failed test (it crashed, or ran nothing) counts as one failure.
         totals.fail += outcome.fail || (outcome.ok ? 0 : 1)
         totals.skip += outcome.skip
-        if (!outcome.ok) failed.push(`${next!.job.files.join(' ')} (${next!.job.backend})`)
+        if (!outcome.ok) failed.push(`${next.job.files.join(' ')} (${next.job.backend})`)
       }
     }),
   )
+}
 const lanesQueue = numbered.filter(({ job }) => !alone(job) && !waiting(job))
 await Promise.all([drain([lanesQueue], LANES), drain([numbered.filter(({ job }) => waiting(job)), lanesQueue], 1)])
 await drain([numbered.filter(({ job }) => alone(job))], 1)
