@@ -1,9 +1,9 @@
 /**
  * Limits as a client lives them, over the binary: on the data file and on two instances over PostgreSQL
  * and Redis, a client that waits out every Retry-After for 75 s is never banned and is let through after
- * at least 95 % of its waits, and so are eight such clients sharing a key (working a while on each answer
- * or not), while one that does not wait is
- * banned, also when it sends at only three times its bucket's rate and so is let through now and then; with Redis, a banned subject is
+ * at least 95 % of its waits; eight such clients sharing a key (working a while on each answer or not)
+ * are never banned and let through after at least 90 %; one that does not wait is banned, also when it
+ * sends at only three times its bucket's rate and so is let through now and then; with Redis, a banned subject is
  * refused from each instance's memory (no script call reaches Redis), and a ban lifted with the CLI or
  * the console is lifted on both instances within a second.
  */
@@ -251,21 +251,27 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
           expect(lived.allowedAfterWait).toBeGreaterThanOrEqual(Math.ceil(lived.afterWait * 0.95))
         }
         const fleets = [
-          [fleetOnFile, PLAN_LIMITS.free.rpm],
-          [fleetOnTwo, PLAN_LIMITS.free.rpm],
-          [workingOnFile, PLAN_LIMITS.pro.rpm],
-          [workingOnTwo, PLAN_LIMITS.pro.rpm],
+          ['eight on a Free key, data file', fleetOnFile, PLAN_LIMITS.free.rpm],
+          ['eight on a Free key, two instances', fleetOnTwo, PLAN_LIMITS.free.rpm],
+          ['eight working on a Pro key, data file', workingOnFile, PLAN_LIMITS.pro.rpm],
+          ['eight working on a Pro key, two instances', workingOnTwo, PLAN_LIMITS.pro.rpm],
         ] as const
-        for (const [workers, rpm] of fleets) {
+        for (const [name, workers, rpm] of fleets) {
           expect(workers.map((lived) => lived.other)).toEqual(Array(8).fill(null))
           const total = (field: 'allowed' | 'waits' | 'afterWait' | 'allowedAfterWait') =>
             workers.reduce((sum, lived) => sum + lived[field], 0)
+          console.log(
+            `${name}: ${total('allowed')} let through, ${total('waits')} waits, ${total('allowedAfterWait')} of ${total('afterWait')} requests after a wait let through`,
+          )
           // The key's bucket, then its refill, nearly all of it used among the eight, never banned.
           expect(total('allowed')).toBeGreaterThan(rpm * (1 + POLITE_MS / 60_000) * 0.9)
           expect(total('waits')).toBeGreaterThan(55)
-          // A wait ends in a token: the one a 429 told of is kept for its turn, so a worker let through and
-          // back before it (at once, or after 300 ms of work) does not take it.
-          expect(total('allowedAfterWait')).toBeGreaterThanOrEqual(Math.ceil(total('afterWait') * 0.95))
+          // Most waits end in a token: the one a 429 told of is kept for its turn, so a worker let through
+          // and back before it (at once, or after 300 ms of work) does not take it. Not every wait: once a
+          // turn's time has passed any request may claim it, and on a loaded host (timers late by tens of
+          // ms) a worker back from its work sometimes lands between a turn's time and its owner's return
+          // (56 of 60 in a CI run at a load of 11; 60 of 60 quiet). Before turns kept their token: 53 of 60.
+          expect(total('allowedAfterWait')).toBeGreaterThanOrEqual(Math.ceil(total('afterWait') * 0.9))
         }
         expect((await rudeClient([file.base], auth(createKeyWithCli(file.dataFile, ['--plan', 'free'])))).at(-1)).toBe('key_banned')
         expect((await rudeClient(bases, auth(newKey('free')))).at(-1)).toBe('key_banned')
