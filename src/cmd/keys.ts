@@ -97,6 +97,9 @@ const FLAGS = {
   }),
 }
 
+/** 10000 → 10,000; not toLocaleString, whose locale data costs every command's start 16 ms of CPU. */
+const thousands = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',')
+
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
                             [--expires-in DURATION | --expires-at TIME]
        petstore keys list [--json]
@@ -120,7 +123,7 @@ export const USAGE = `Usage: petstore keys create --plan free|pro|business|enter
   past its overlap, gets 401 key_expired. See docs/keys.md.
   Plans (requests per minute / per day):
 ${Object.entries(PLAN_LIMITS)
-  .map(([plan, limits]) => `    ${plan.padEnd(11)}${`${limits.rpm}`.padStart(6)} / ${limits.rpd.toLocaleString('en')}`)
+  .map(([plan, limits]) => `    ${plan.padEnd(11)}${`${limits.rpm}`.padStart(6)} / ${thousands(limits.rpd)}`)
   .join('\n')}
     enterprise   --rpm N / --rpd N (its own limits)
   Without --data or PETSTORE_DATA, the commands use the environment's default data file, which must
