@@ -13,7 +13,8 @@ const USAGE = `Usage: petstore COMMAND [options]
 Commands:
   serve                      run the server
   help [COMMAND]             show the usage of petstore or of one command
-  keys create|list|revoke|reset-limits|set-plan|usage   manage API keys, see their use
+  keys create|list|revoke|roll|reset-limits|set-plan|set-expiry|usage
+                             manage API keys, see their use
   operators add|list|remove|reset-password|token   manage the console's operators
   pets seed|reset            add sample pets, or delete every pet (keys are kept)
   backup FILE                write a consistent copy of the data file
