@@ -97,7 +97,7 @@ const FLAGS = {
   }),
 }
 
-/** 10000 → 10,000; not toLocaleString, whose locale data costs every command's start 16 ms of CPU. */
+/** 10000 → 10,000; not toLocaleString, which loads the locale data at every start (see SUNSET_DAY). */
 const thousands = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',')
 
 export const USAGE = `Usage: petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N]
