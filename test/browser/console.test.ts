@@ -29,7 +29,7 @@ const signIn = (page: Page, operatorPassword = password) => signInAsAdmin(page, 
 describeWithEngines(['chromium'], 'the console page in a browser', () => {
   beforeAll(async () => {
     browser = await launchChromium()
-    server = await startServer({ args: ['--ban-after', '1'] })
+    server = await startServer({ console: true, args: ['--ban-after', '1'] })
     consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
     password = readFileSync(/its password is in (\S+) \(readable/.exec(server.stderr())![1]!, 'utf8').trim()
     mkdirSync(SCREENSHOTS, { recursive: true })
@@ -169,7 +169,7 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
     const limited = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '3', '--rpd', '1000', '--name', 'limited'])
     const caller = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'caller'])
     const args = ['--ban-after', '1', '--no-access-log']
-    let usageServer = await startServer({ dataFile, args })
+    let usageServer = await startServer({ console: true, dataFile, args })
     const origin = () => `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(usageServer.stderr())![1]}`
     const operatorPassword = readFileSync(/its password is in (\S+) \(readable/.exec(usageServer.stderr())![1]!, 'utf8').trim()
     const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' })
@@ -306,7 +306,7 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
 
       // A restart: the same counts, read from the data file (the recent refusals were this process's).
       expect(await usageServer.stop()).toBe(0)
-      usageServer = await startServer({ dataFile, args })
+      usageServer = await startServer({ console: true, dataFile, args })
       await look(1280, false, false)
     } finally {
       await usageServer.stop()
@@ -316,7 +316,7 @@ describeWithEngines(['chromium'], 'the console page in a browser', () => {
   test("at 390 pixels every action of the Keys and Bans tables is on screen and clickable; revoked keys on request; the command line's changes in the audit view; screenshots at both widths", async () => {
     const shots = join(SCREENSHOTS, 'operator')
     mkdirSync(shots, { recursive: true })
-    const opsServer = await startServer({ args: ['--ban-after', '1', '--no-access-log'] })
+    const opsServer = await startServer({ console: true, args: ['--ban-after', '1', '--no-access-log'] })
     const origin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(opsServer.stderr())![1]}`
     const operatorPassword = readFileSync(/its password is in (\S+) \(readable/.exec(opsServer.stderr())![1]!, 'utf8').trim()
     const data = ['--data', opsServer.dataFile]

@@ -22,7 +22,7 @@ describeWithEngines(['chromium'], "a key's lifecycle in the console page", () =>
 
   beforeAll(async () => {
     browser = await launchChromium()
-    server = await startServer({ args: ['--no-access-log'] })
+    server = await startServer({ console: true, args: ['--no-access-log'] })
     origin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
     password = readFileSync(/its password is in (\S+) \(readable/.exec(server.stderr())![1]!, 'utf8').trim()
     mkdirSync(SCREENSHOTS, { recursive: true })

@@ -11,7 +11,7 @@ import { type Server, startServer } from '../support/binary'
 let server: Server
 let consoleOrigin: string
 beforeAll(async () => {
-  server = await startServer()
+  server = await startServer({ console: true })
   consoleOrigin = `http://127.0.0.1:${/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]}`
 }, 60_000)
 afterAll(async () => {

@@ -29,7 +29,8 @@ let realFile: string
 let realKey: string
 beforeAll(async () => {
   realFile = join(tempDir(), 'real.db')
-  const server = await startServer({ dataFile: realFile })
+  // With the console, so that the file holds its first operator too (a password reset below).
+  const server = await startServer({ dataFile: realFile, console: true })
   realKey = server.bootstrapKey!
   for (let i = 0; i < 60; i++)
     expect((await postPet(server.base, server.bootstrapKey!, { name: `pet ${i} ${'x'.repeat(100)}`, categoryId: i })).status).toBe(201)

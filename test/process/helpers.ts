@@ -252,7 +252,7 @@ export interface ConsoleServer extends Server {
 
 /** The binary with its console on a free port, read from the startup line. */
 export async function startWithConsole(options: Parameters<typeof startServer>[0] = {}): Promise<ConsoleServer> {
-  const server = await startServer(options)
+  const server = await startServer({ ...options, console: true })
   const port = Number(/, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())?.[1])
   if (!port) throw new Error(`no console in the startup line:\n${server.stderr()}`)
   const file = /its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())?.[1]

@@ -54,7 +54,7 @@ describe('messages', () => {
   })
 
   test('operators reset-password admin removes the password file the first start wrote', async () => {
-    const server = await startServer()
+    const server = await startServer({ console: true })
     const file = server.dataFile.replace(/\.db$/, '-console-password.txt')
     expect(existsSync(file)).toBe(true)
     await server.stop()

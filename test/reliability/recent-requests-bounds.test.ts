@@ -39,7 +39,7 @@ async function flood(urls: string[]): Promise<Map<number, number>> {
 
 test('10,000 GETs with 16 KB paths, then 10,000 with 8 KB queries: RSS grows by under 48 MB each, the list stays under 5 MB', async () => {
   // The access log goes to /dev/null: it writes each whole path, which this test need not keep.
-  const server = await startServer({ stdoutFile: '/dev/null' })
+  const server = await startServer({ console: true, stdoutFile: '/dev/null' })
   const consolePort = /, console at http:\/\/127\.0\.0\.1:(\d+)\//.exec(server.stderr())![1]
   const consoleOrigin = `http://127.0.0.1:${consolePort}`
   const password = readFileSync(/its password is in (\S+) \(readable by this user only\)/.exec(server.stderr())![1]!, 'utf8').trim()

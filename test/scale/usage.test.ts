@@ -31,7 +31,7 @@ describeWithEngines(['postgresql'], 'usage summed over two instances on PostgreS
     // Without Redis each instance limits on its own: 3 a minute on each, so 5 to each is 3 answered and 2 refused.
     const limited = createKey('--plan', 'enterprise', '--rpm', '3', '--rpd', '1000', '--name', 'limited')
     const caller = createKey('--plan', 'pro', '--name', 'caller')
-    const servers = await Promise.all([0, 1].map(() => startServer({ databaseUrl, args: ['--no-access-log'] })))
+    const servers = await Promise.all([0, 1].map(() => startServer({ console: true, databaseUrl, args: ['--no-access-log'] })))
     const figures = () => {
       const result = cli(['keys', 'usage', '--json', '--database-url', databaseUrl])
       if (result.code !== 0) throw new Error(result.stderr)

@@ -81,6 +81,13 @@ export interface StartOptions {
   cwd?: string
   /** Write the server's stdout (the access log) to this file instead of keeping it in memory. */
   stdoutFile?: string
+  /**
+   * Serve the operators' console as `serve` does by default (on a free port beside `--port 0`). Without
+   * it, the server has none unless `args` give `--console-address`: a store's first start with the
+   * console hashes its first operator's password (argon2id, about 0.1 s of CPU), which the suites of
+   * the API alone need not pay some two hundred times a run.
+   */
+  console?: boolean
 }
 
 /** Appends what `stream` carries to `sink.text` as it comes, calling `onText` after each piece. */
@@ -149,7 +156,8 @@ export async function startServer(options: StartOptions = {}): Promise<Server> {
   const given = options.args ?? []
   // A flag given twice is refused: the test's own --port or --host replaces the default.
   const unless = (flag: string, value: string) => (given.includes(flag) ? [] : [flag, value])
-  const args = ['serve', ...unless('--port', '0'), ...unless('--host', '127.0.0.1'), ...storage, ...given]
+  const consoleOff = options.console ? [] : unless('--console-address', 'off')
+  const args = ['serve', ...unless('--port', '0'), ...unless('--host', '127.0.0.1'), ...consoleOff, ...storage, ...given]
   const cwd = options.cwd ?? (options.databaseUrl ? tempDir() : undefined)
   return { ...(await spawnListening([BINARY, ...args], { ...options, cwd })), dataFile }
 }
