@@ -12,7 +12,10 @@
  * what such a take changed is undone, so a call answered 503 spends nothing and counts toward nothing.
  * For that, a connection that still answers is never replaced, however slow: the answers it carries
  * would be lost, and the takes Redis ran for them never undone. Only a connection silent for
- * connectTimeoutMs is; what Redis ran for the takes it carried stays done.
+ * connectTimeoutMs is, and it is kept open for UNDO_KEEP_MS after that (as long as Redis keeps what an
+ * undo needs): a stall of the network or of either process, not a dead peer, still delivers its answers
+ * there, and each late take is undone on the connection that carried it. What Redis ran for takes whose
+ * answers never come stays done.
  * The client does not reconnect by itself (Bun's own retries give up for good after about 32 s, and a
  * connect() during them waits for all of them): the backend checks Redis every reconnectEveryMs, idle or
  * not, and reconnects in the background, one attempt at a time, however long Redis was away.
@@ -31,7 +34,7 @@ import {
   TRIES_PER_KEY,
 } from '../backend'
 import { fullBucket, refill } from '../token-bucket'
-import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_SCRIPT } from './script'
+import { COUNT_SCRIPT, FORGET_SCRIPT, LIMITER_SCRIPT, PEEK_SCRIPT, UNDO_KEEP_MS, UNDO_SCRIPT } from './script'
 
 export interface RedisBackendOptions {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
@@ -70,6 +73,8 @@ interface Taken {
   result: TakeResult
   name: string
   reply: Answer
+  /** The connection that carried it: a late answer may come on one replaced since. */
+  client: Bun.RedisClient
 }
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
@@ -84,7 +89,10 @@ const BATCH_TAKES = 16
 const OFFSET_RENEWAL_MS = 10_000
 
 export class RedisLimiterBackend implements SharedBackend {
-  private readonly client: Bun.RedisClient
+  private client: Bun.RedisClient
+  /** Connections replaced for their silence, open a while for the answers they may still carry. */
+  private readonly retired = new Set<Bun.RedisClient>()
+  private readonly newClient: () => Bun.RedisClient
   private readonly prefix: string
   private readonly timeoutMs: number
   private readonly reconnectEveryMs: number
@@ -97,7 +105,12 @@ export class RedisLimiterBackend implements SharedBackend {
   private readonly instance = randomBytes(9).toString('base64url')
   private calls = 0
   /** Takes waiting for this turn's script call. */
-  private batch: { key: string; take: string; resolve: (answer: string) => void; reject: (error: unknown) => void }[] = []
+  private batch: {
+    key: string
+    take: string
+    resolve: (answered: { answer: string; client: Bun.RedisClient }) => void
+    reject: (error: unknown) => void
+  }[] = []
   private readonly health: ReturnType<typeof setInterval>
   /**
    * A lower bound of Redis's clock minus performance.now(), from the latest replies, to turn the time a
@@ -127,11 +140,9 @@ export class RedisLimiterBackend implements SharedBackend {
     this.maxAddresses = String(maxAddresses)
     this.ruleFields = `${rule.banAfter} ${rule.banSeconds}`
     this.prefixBytes = Buffer.byteLength(this.prefix)
-    this.client = new Bun.RedisClient(options.url, {
-      enableOfflineQueue: false,
-      autoReconnect: false,
-      connectionTimeout: this.connectTimeoutMs,
-    })
+    this.newClient = () =>
+      new Bun.RedisClient(options.url, { enableOfflineQueue: false, autoReconnect: false, connectionTimeout: this.connectTimeoutMs })
+    this.client = this.newClient()
     this.reconnect()
     // An idle instance learns of a lost Redis, and reconnects, before its next request needs Redis.
     this.health = setInterval(() => this.checkHealth(), this.reconnectEveryMs)
@@ -201,6 +212,7 @@ export class RedisLimiterBackend implements SharedBackend {
     this.closed = true
     clearInterval(this.health)
     this.client.close()
+    for (const client of this.retired) client.close()
   }
 
   private async runTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<Taken> {
@@ -208,7 +220,8 @@ export class RedisLimiterBackend implements SharedBackend {
     const call = `${this.instance}.${(++this.calls).toString(36)}`
     // Redis's clock has been read once connected: the deadline can be said on it.
     const take = `${limits.rpm} ${limits.rpd} ${this.ruleFields} ${giveUpAt + this.offset!} ${now ?? ''} ${call} ${subject.kind === 'key' ? '' : this.maxAddresses} ${this.prefixBytes}`
-    const reply = (await this.sendTake(this.hashOf(subject.name), take)).split(' ')
+    const { answer, client } = await this.sendTake(this.hashOf(subject.name), take)
+    const reply = answer.split(' ')
     if (reply[0] === 'late') {
       this.noteClock(Number(reply[1]))
       throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
@@ -225,7 +238,7 @@ export class RedisLimiterBackend implements SharedBackend {
       // The turns lead with the time the last refusal told.
       retryAt: Number.parseFloat(reply[12]!),
     }
-    return { result, name: subject.name, reply: reply as Answer }
+    return { result, name: subject.name, reply: reply as Answer, client }
   }
 
   /**
@@ -234,8 +247,8 @@ export class RedisLimiterBackend implements SharedBackend {
    * and its answer is bounded by its own timer (see take). At most BATCH_TAKES a call, so one call never
    * holds Redis, which runs one script at a time for every instance, for long.
    */
-  private sendTake(key: string, take: string): Promise<string> {
-    const { promise, resolve, reject } = Promise.withResolvers<string>()
+  private sendTake(key: string, take: string): Promise<{ answer: string; client: Bun.RedisClient }> {
+    const { promise, resolve, reject } = Promise.withResolvers<{ answer: string; client: Bun.RedisClient }>()
     if (this.batch.length === 0) setImmediate(() => this.sendBatch())
     this.batch.push({ key, take, resolve, reject })
     if (this.batch.length === BATCH_TAKES) this.sendBatch()
@@ -246,13 +259,15 @@ export class RedisLimiterBackend implements SharedBackend {
     const batch = this.batch
     if (batch.length === 0) return
     this.batch = []
+    const client = this.client
     this.evaluate<string[]>(
       LIMITER_SCRIPT,
       batch.map(({ key }) => key),
       batch.map(({ take }) => take),
+      client,
     ).then(
       (answers) => {
-        for (const [i, { resolve }] of batch.entries()) resolve(answers[i]!)
+        for (const [i, { resolve }] of batch.entries()) resolve({ answer: answers[i]!, client })
       },
       (error: unknown) => {
         for (const { reject } of batch) reject(error)
@@ -265,11 +280,11 @@ export class RedisLimiterBackend implements SharedBackend {
    * recorded a rejection or started a ban (a take refused by a ban in force changed nothing). One
    * attempt: when Redis fails it too, the take stays done.
    */
-  private undo({ result, name, reply }: Taken): void {
+  private undo({ result, name, reply, client }: Taken): void {
     if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
     const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, turnsBefore, turns] = reply
     const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, turnsBefore, turns]
-    this.evaluate(UNDO_SCRIPT, this.keysOf(name), args).catch(() => {})
+    this.evaluate(UNDO_SCRIPT, this.keysOf(name), args, client).catch(() => {})
   }
 
   /**
@@ -317,13 +332,13 @@ export class RedisLimiterBackend implements SharedBackend {
     return this.bounded(work, giveUpAt)
   }
 
-  private async evaluate<T>(script: string, keys: string[], args: string[]): Promise<T> {
+  private async evaluate<T>(script: string, keys: string[], args: string[], client = this.client): Promise<T> {
     try {
-      return await this.client.send('EVALSHA', [SHAS.get(script)!, String(keys.length), ...keys, ...args])
+      return await client.send('EVALSHA', [SHAS.get(script)!, String(keys.length), ...keys, ...args])
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error
       // Redis restarted or its script cache was flushed: EVAL runs the script and caches it again.
-      return await this.client.send('EVAL', [script, String(keys.length), ...keys, ...args])
+      return await client.send('EVAL', [script, String(keys.length), ...keys, ...args])
     }
   }
 
@@ -395,7 +410,7 @@ export class RedisLimiterBackend implements SharedBackend {
     let timer: ReturnType<typeof setTimeout> | undefined
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        this.client.close()
+        this.dropConnection()
         reject(new LimiterUnavailableError(`Redis did not finish connecting within ${this.connectTimeoutMs} ms`))
       }, this.connectTimeoutMs)
     })
@@ -409,7 +424,7 @@ export class RedisLimiterBackend implements SharedBackend {
   /** A connection that looks open but stays silent (a dead peer, a lost network) is replaced; see the header. */
   private async attemptConnect(): Promise<void> {
     if (this.client.connected && this.offset !== null && (await this.answers())) return
-    if (this.client.connected && this.offset !== null) this.client.close()
+    if (this.client.connected && this.offset !== null) this.dropConnection()
     if (!this.client.connected) {
       await this.client.connect()
       // Perhaps another server, with another clock: its offset is measured afresh.
@@ -419,6 +434,24 @@ export class RedisLimiterBackend implements SharedBackend {
     const [seconds, micros] = (await this.client.send('TIME', [])) as [string, string]
     this.noteClock(Number(seconds) * 1000 + Number(micros) / 1000)
     this.hasConnected = true
+  }
+
+  /**
+   * Gives up the current connection: one that was open is kept a while on a client of its own (see the
+   * header), so the answers it still carries arrive; the next connect opens a new one.
+   */
+  private dropConnection(): void {
+    const client = this.client
+    if (!client.connected) {
+      client.close()
+      return
+    }
+    this.client = this.newClient()
+    this.retired.add(client)
+    setTimeout(() => {
+      this.retired.delete(client)
+      client.close()
+    }, UNDO_KEEP_MS).unref()
   }
 
   private answers(): Promise<boolean> {
