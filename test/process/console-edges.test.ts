@@ -160,7 +160,10 @@ describe('no console route reads a body before the operator is known', () => {
         expect(JSON.parse(answer.body)).toMatchObject({ status: answer.status, code: expect.any(String), message: expect.any(String) })
     }
     expect(grew).toBeLessThan(30)
-    expect(slowest).toBeLessThan(250)
+    // The API answers meanwhile, within the answers' own bound: a server reading those bodies first would
+    // take seconds (20 MB each). The flood's sending and the host's other jobs take the CPU too: 290 to
+    // 349 ms were measured beside other test files on two cores, 2 to 4 alone.
+    expect(slowest).toBeLessThan(1_000)
   })
 
   test("'{bad json' without credentials is a 401, not a 400 about the JSON, on every route but sign-in", async () => {
