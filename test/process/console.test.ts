@@ -422,9 +422,9 @@ describe('console on its own listener', () => {
       ['admin', 'key.reset-limits', key.id],
       ['admin', 'ban.lift', key.id],
       ['admin', 'key.revoke', key.id],
-      ['admin', 'operator.sign-in-refused', ''],
-      ['admin', 'operator.sign-in', ''],
-      ['admin', 'operator.sign-out', ''],
+      ['admin', 'operator.sign-in-refused', 'admin'],
+      ['admin', 'operator.sign-in', 'admin'],
+      ['admin', 'operator.sign-out', 'admin'],
     ])
     for (const entry of entries) expect(Date.parse(entry.at)).toBeGreaterThanOrEqual(since - 5)
   })

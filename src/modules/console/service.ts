@@ -124,14 +124,14 @@ export class ConsoleService {
     if (!(await passwordMatches(password, checked, oldest))) {
       // An operator's name is throttled, so its refusals are few; other names are counted in one entry a day.
       if (checked === null) await storage.operators.countUnknownSignIn(now(), utcDayStart(now()))
-      else await this.audit(name, SIGN_IN_REFUSED, '')
+      else await this.audit(name, SIGN_IN_REFUSED, name)
       throw BAD_SIGN_IN
     }
     const { secret, hash } = makeCredentialSecret('session')
     if (!(await storage.operators.addCredential(hash, name, 'session', now(), checked!))) throw BAD_SIGN_IN
     remember(this.live, `session ${hash}`)
     await storage.operators.releaseSignIn(name, at)
-    await this.audit(name, 'operator.sign-in', '')
+    await this.audit(name, 'operator.sign-in', name)
     return { secret, operator: name }
   }
 
@@ -193,7 +193,7 @@ export class ConsoleService {
 
   async signOut(operator: string, secret: string): Promise<void> {
     await this.deps.storage.operators.endCredential(hashSecret(secret))
-    await this.audit(operator, 'operator.sign-out', '')
+    await this.audit(operator, 'operator.sign-out', operator)
   }
 
   /**
