@@ -23,7 +23,7 @@ Commands:
 
 Options:
   --help                     show usage (also after a command: petstore serve --help)
-  --version                  print the version, the commit and the build date
+  --version                  print the version and the commit (a built binary also its build time)
 
 Run 'petstore COMMAND --help' for a command's options.`
 
