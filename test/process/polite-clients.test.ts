@@ -114,7 +114,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
     ;[cluster, redis] = await Promise.all([startPostgres(), startRedis()])
     databaseUrl = await cluster.createDatabase('polite_clients')
     const args = ['--redis-url', redis.url, '--no-access-log', '--trust-proxy', 'loopback']
-    // The first start makes the console's first operator; the second finds it.
+    // The first instance has the console (its operator lifts an address's ban below), the second none.
     const first = await startWithConsole({ databaseUrl, args })
     instances = [first, await startServer({ databaseUrl, args })]
     bases = instances.map((server) => server.base)

@@ -61,7 +61,12 @@ describeWithEngines(['postgresql', 'redis-server'], 'secrets in URLs', () => {
       // Redis has no password set; Bun's client sends the one given, which Redis refuses or ignores.
       const redisUrl =
         i === 0 ? `redis://default:${SECRETS[3]}@127.0.0.1:${redisPort}` : `redis://127.0.0.1:${redisPort}?password=${SECRETS[4]}`
-      const server = await startServer({ databaseUrl: url, args: ['--redis-url', redisUrl, '--limiter-fallback', 'local'] })
+      // With the console: its first operator's lines name a file made from the database URL.
+      const server = await startServer({
+        databaseUrl: url,
+        console: true,
+        args: ['--redis-url', redisUrl, '--limiter-fallback', 'local'],
+      })
       expect(server.stderr()).toContain('listening on')
       await fetch(`${server.base}/pets`, { headers: { authorization: `Bearer ${server.bootstrapKey}` } })
       await server.stop()
