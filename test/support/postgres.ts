@@ -134,8 +134,11 @@ export async function startPostgres(): Promise<PostgresCluster> {
     async createDatabase(name, encoding) {
       const admin = new Bun.SQL(`${base}/postgres`, { max: 1 })
       const other = encoding ? ` ENCODING '${encoding.replace(/\W/g, '')}' TEMPLATE template0 LOCALE 'C'` : ''
+      // FILE_COPY copies the template's files where the default (WAL_LOG) writes each block to the WAL:
+      // a third of the CPU for these small databases (10 made: 0.57 CPU-s against 1.87), and every
+      // in-process app on PostgreSQL makes one.
       try {
-        await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '')}"${other}`)
+        await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '')}"${other} STRATEGY = FILE_COPY`)
       } finally {
         await admin.close()
       }
