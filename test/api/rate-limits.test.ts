@@ -4,6 +4,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { appsPerTest, auth, postPet, type TestApp } from '../support/app'
+import { inTurn } from '../support/in-turn'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()
@@ -17,26 +18,6 @@ const unixNow = (app: TestApp) => Math.ceil(app.clock.now / 1000)
 
 function list(app: TestApp, headers: Record<string, string> = {}) {
   return fetch(`${app.base}/pets`, { headers })
-}
-
-/** Sends `n` requests one after another; returns the responses (bodies consumed). */
-/**
- * `n` answers to requests sent one after another. A request answered 503 `unavailable` is sent again, as
- * a client does after its Retry-After (the fake clock needs no wait): on PostgreSQL + Redis on a loaded
- * host, Redis now and then answers a take past its deadline, and that documented answer takes no token,
- * so a burst of 60 that kept it would leave the key a token (a fresh-clone CI run: the 61st was a 200).
- * At most ten times in a burst: more is a fault the test should show.
- */
-async function burst(n: number, send: () => Promise<Response>): Promise<Response[]> {
-  const out: Response[] = []
-  let resent = 0
-  while (out.length < n) {
-    const res = await send()
-    const body = new TextDecoder().decode(await res.arrayBuffer())
-    if (res.status === 503 && resent < 10 && (JSON.parse(body) as { code?: string }).code === 'unavailable') resent++
-    else out.push(res)
-  }
-  return out
 }
 
 function rl(res: Response) {
@@ -90,7 +71,7 @@ describe('rate-limit fields on every response under the base', () => {
 
   test('paths outside the base carry no rate-limit fields and are not limited', async () => {
     const app = await fresh()
-    await burst(61, () => list(app))
+    await inTurn(61, () => list(app))
     expect((await list(app)).status).toBe(429)
     for (const path of ['/healthz', '/readyz', '/metrics', '/openapi.json']) {
       const res = await fetch(`${app.origin}${path}`)
@@ -123,7 +104,7 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   test('the minute bucket refills continuously as the clock advances', async () => {
     const app = await fresh()
     const key = await app.key('free')
-    await burst(60, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
     await expect429(await list(app, auth(key)), 'rate_limited')
 
     // Asked again before the time the first 429 named: the token after that one, 1.5 s on, rounded up.
@@ -137,7 +118,7 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
     await expect429(await list(app, auth(key)), 'rate_limited')
 
     app.clock.advance(10_000)
-    const after = await burst(11, () => list(app, auth(key)))
+    const after = await inTurn(11, () => list(app, auth(key)))
     expect(after.map((r) => r.status)).toEqual([...Array(10).fill(200), 429])
 
     app.clock.advance(60_000)
@@ -149,8 +130,8 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   test('a rejected request takes no token', async () => {
     const app = await fresh()
     const key = await app.key('free')
-    await burst(60, () => list(app, auth(key)))
-    const rejected = await burst(20, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
+    const rejected = await inTurn(20, () => list(app, auth(key)))
     expect(rejected.every((r) => r.status === 429)).toBe(true)
     app.clock.advance(1000)
     expect((await list(app, auth(key))).status).toBe(200)
@@ -159,8 +140,8 @@ describe('Free plan: 60 per minute, 1000 per day', () => {
   test('POST counts against the same buckets as GET', async () => {
     const app = await fresh()
     const key = await app.key('free')
-    await burst(30, () => list(app, auth(key)))
-    await burst(30, () => postPet(app.base, key, { name: 'x', categoryId: 1 }))
+    await inTurn(30, () => list(app, auth(key)))
+    await inTurn(30, () => postPet(app.base, key, { name: 'x', categoryId: 1 }))
     const res = await postPet(app.base, key, { name: 'x', categoryId: 1 })
     await expect429(res, 'rate_limited')
     expect(await app.storage.pets.count()).toBe(30)
@@ -223,8 +204,8 @@ describe('the day bucket', () => {
   test('rejections take no token from the day bucket either', async () => {
     const app = await fresh()
     const key = await app.key('enterprise', { rpm: 3, rpd: 5 })
-    await burst(3, () => list(app, auth(key)))
-    const rejected = await burst(5, () => list(app, auth(key)))
+    await inTurn(3, () => list(app, auth(key)))
+    const rejected = await inTurn(5, () => list(app, auth(key)))
     expect(rejected.every((r) => r.status === 429)).toBe(true)
     app.clock.advance(60_000)
     const res = await list(app, auth(key))
@@ -240,7 +221,7 @@ describe('bans', () => {
   test('more than banAfter 429s sent before the wait they were told, within a minute, ban the key until the ban ends', async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const key = await app.key('free')
-    await burst(60, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
     // The first refusal names the wait (1 s); the next three, sent before it, are plain 429s that count.
     for (let i = 0; i < 4; i++) await expect429(await list(app, auth(key)), 'rate_limited')
     // The 4th early one (> banAfter) starts the ban and says so; its Retry-After covers it.
@@ -266,7 +247,7 @@ describe('bans', () => {
   test('exactly banAfter 429s sent before the wait they were told, within a minute, do not ban', async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const key = await app.key('free')
-    await burst(60, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
     for (let i = 0; i < 4; i++) await expect429(await list(app, auth(key)), 'rate_limited')
     app.clock.advance(1000)
     expect((await list(app, auth(key))).status).toBe(200)
@@ -275,10 +256,10 @@ describe('bans', () => {
   test('429s spread over more than a minute do not ban', async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const key = await app.key('free')
-    await burst(60, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
     for (let i = 0; i < 3; i++) await expect429(await list(app, auth(key)), 'rate_limited')
     app.clock.advance(61_000)
-    await burst(60, () => list(app, auth(key)))
+    await inTurn(60, () => list(app, auth(key)))
     await expect429(await list(app, auth(key)), 'rate_limited')
     app.clock.advance(1000)
     expect((await list(app, auth(key))).status).toBe(200)
@@ -310,8 +291,8 @@ describe('bans', () => {
 
   test('an address without a valid key is banned the same way, and the answer says the address is banned', async () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
-    await burst(60, () => list(app))
-    await burst(4, () => list(app))
+    await inTurn(60, () => list(app))
+    await inTurn(4, () => list(app))
     const banned = await list(app, auth('psk_wrong'))
     const body = await jsonOf(banned.clone() as Response)
     await expect429(banned, 'address_banned')
@@ -324,7 +305,7 @@ describe('bans', () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const key = await app.key('free')
     // 60 allowed, a refusal naming the wait and 3 early ones; the 4th early one starts the ban.
-    await burst(64, () => list(app, auth(key)))
+    await inTurn(64, () => list(app, auth(key)))
     const starts = await list(app, auth(key))
     expect(await expect429(starts, 'key_banned')).toBe(60)
     expect(rl(starts)).toEqual({ limit: '60', remaining: '0', reset: String(unixNow(app) + 60) })
@@ -344,7 +325,7 @@ describe('bans', () => {
     const app = await fresh({ banAfter: '3', banSeconds: '60' })
     const a = await app.key('free')
     const b = await app.key('free')
-    await burst(65, () => list(app, auth(a)))
+    await inTurn(65, () => list(app, auth(a)))
     await expect429(await list(app, auth(a)), 'key_banned')
     expect((await list(app, auth(b))).status).toBe(200)
   })
@@ -355,7 +336,7 @@ describe('isolation and per-address limiting', () => {
     const app = await fresh()
     const a = await app.key('free')
     const b = await app.key('free')
-    await burst(60, () => list(app, auth(a)))
+    await inTurn(60, () => list(app, auth(a)))
     await expect429(await list(app, auth(a)), 'rate_limited')
     const res = await list(app, auth(b))
     expect(res.status).toBe(200)
@@ -382,7 +363,7 @@ describe('isolation and per-address limiting', () => {
 
   test('with trustProxy the rightmost X-Forwarded-For entry is the client address', async () => {
     const app = await fresh({ trustProxy: ['loopback'] })
-    await burst(60, () => list(app, { 'x-forwarded-for': '10.0.0.1, 203.0.113.5' }))
+    await inTurn(60, () => list(app, { 'x-forwarded-for': '10.0.0.1, 203.0.113.5' }))
     // Same rightmost address, different leftmost (client-supplied) part: same bucket.
     await expect429(await list(app, { 'x-forwarded-for': '198.51.100.7, 203.0.113.5' }), 'rate_limited')
     await expect429(await list(app, { 'x-forwarded-for': '203.0.113.5' }), 'rate_limited')
@@ -396,7 +377,7 @@ describe('isolation and per-address limiting', () => {
 
   test('without trustProxy X-Forwarded-For is ignored', async () => {
     const app = await fresh()
-    await burst(60, () => list(app, { 'x-forwarded-for': '203.0.113.5' }))
+    await inTurn(60, () => list(app, { 'x-forwarded-for': '203.0.113.5' }))
     await expect429(await list(app, { 'x-forwarded-for': '203.0.113.6' }), 'rate_limited')
     await expect429(await list(app), 'rate_limited')
   })
