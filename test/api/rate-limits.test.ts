@@ -4,7 +4,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { appsPerTest, auth, postPet, type TestApp } from '../support/app'
-import { inTurn } from '../support/in-turn'
+import { inTurn } from '../support/unavailable'
 
 /** A response body as loosely typed JSON (the DOM typings say unknown). */
 const jsonOf = (res: Response): Promise<any> => res.json()

@@ -12,6 +12,7 @@ import { eventually } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { postgresForSuite } from '../support/postgres'
 import { type ConsoleServer, cliAsync, killSpawned, startWithConsole } from './helpers'
+import { atOnce } from '../support/unavailable'
 
 afterAll(killSpawned)
 setDefaultTimeout(120_000)
@@ -29,30 +30,20 @@ const me = (origin: string, cookie: string) => fetch(`${origin}/api/me`, { heade
 /**
  * 40 wrong passwords for `name` at once, spread over the consoles, and the right one sent last: at most
  * 5 are checked (401), the rest are 429 with Retry-After, and the right one gets no session. An attempt
- * answered 503 `unavailable` (storage past its deadline: twice on PostgreSQL with two instances, as the
- * first job of a fresh-clone run on a cold cluster, 4 and 40 of the 41) is sent again as a client does
- * after "try again shortly", once every instance is ready: at most three rounds.
+ * answered 503 `unavailable` is sent again once every instance is ready (support/unavailable.ts).
  */
 async function burst(servers: ConsoleServer[], name: string, password: string) {
   const sends = [
     ...Array.from({ length: 40 }, (_, i) => () => attempt(servers[i % servers.length]!.console, name, `wrong-${i}`)),
     () => attempt(servers.at(-1)!.console, name, password),
   ]
-  const answers = await Promise.all(sends.map((send) => send()))
-  const unavailable: string[] = []
-  for (let round = 0; round < 3; round++) {
-    const again = answers.flatMap((answer, i) => (answer.status === 503 ? [i] : []))
-    if (again.length === 0) break
-    for (const i of again) unavailable.push(await answers[i]!.clone().text())
-    await eventually(async () => (await Promise.all(servers.map((s) => fetch(`${s.origin}/readyz`)))).every((r) => r.ok), 15_000)
-    const resent = await Promise.all(again.map((i) => sends[i]!()))
-    for (const [k, i] of again.entries()) answers[i] = resent[k]!
-  }
+  const ready = async () => (await Promise.all(servers.map((s) => fetch(`${s.origin}/readyz`)))).every((r) => r.ok)
+  const { answers, resent } = await atOnce(sends, ready)
   const statuses = answers.map((answer) => answer.status)
   const counted = { 401: statuses.filter((s) => s === 401).length, 429: statuses.filter((s) => s === 429).length }
   console.log(
     `burst of 40 wrong + the right one over ${servers.length} instance(s): ${JSON.stringify(counted)}, the right one ${statuses.at(-1)}` +
-      (unavailable.length > 0 ? `; sent again: ${unavailable.length} (${[...new Set(unavailable)].join(' | ')})` : ''),
+      (resent.length > 0 ? `; sent again: ${resent.length} (${[...new Set(resent)].join(' | ')})` : ''),
   )
   expect(counted[401]).toBe(5)
   expect(counted[429]).toBe(36)
