@@ -68,6 +68,12 @@ type Answer = [
   turns: string,
 ]
 
+/** A take's answer in the script's reply, and the connection that carried it. */
+interface Answered {
+  answer: string
+  client: Bun.RedisClient
+}
+
 /** A take as Redis answered it, with what its undo needs should the answer come too late. */
 interface Taken {
   result: TakeResult
@@ -108,7 +114,7 @@ export class RedisLimiterBackend implements SharedBackend {
   private batch: {
     key: string
     take: string
-    resolve: (answered: { answer: string; client: Bun.RedisClient }) => void
+    resolve: (answered: Answered) => void
     reject: (error: unknown) => void
   }[] = []
   private readonly health: ReturnType<typeof setInterval>
@@ -247,8 +253,8 @@ export class RedisLimiterBackend implements SharedBackend {
    * and its answer is bounded by its own timer (see take). At most BATCH_TAKES a call, so one call never
    * holds Redis, which runs one script at a time for every instance, for long.
    */
-  private sendTake(key: string, take: string): Promise<{ answer: string; client: Bun.RedisClient }> {
-    const { promise, resolve, reject } = Promise.withResolvers<{ answer: string; client: Bun.RedisClient }>()
+  private sendTake(key: string, take: string): Promise<Answered> {
+    const { promise, resolve, reject } = Promise.withResolvers<Answered>()
     if (this.batch.length === 0) setImmediate(() => this.sendBatch())
     this.batch.push({ key, take, resolve, reject })
     if (this.batch.length === BATCH_TAKES) this.sendBatch()
