@@ -5,8 +5,8 @@
  * prefilled value, sent as is, gives a meaningful answer (no cursor that skips the pets); enums are
  * choices; the list's schema is Pet's; the page says where a key comes from; on staging, getPet's
  * Prefer field starts empty and a scenario typed into it is answered; on a 390-pixel phone nothing
- * scrolls sideways. Each test is one page load of the four (host × environment): a load costs Chromium
- * about two seconds of CPU running Swagger UI's script, so what one load can show is shown there.
+ * scrolls sideways. Each test is one page load of the four (host × environment): a page and its load
+ * cost Chromium about six seconds of CPU here, so what one load can show is shown there.
  * Without Chromium the suite says so in one line and skips this file; with CI=true it fails instead.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
