@@ -60,17 +60,12 @@ export function sql(strings: TemplateStringsArray, ...values: unknown[]): Statem
   }, parameters)
 }
 
-/** A statement whose text is built by `build` from a placeholder function (n is 1-based). */
-export function built(build: (param: (n: number) => string) => string, values: unknown[]): Statement {
-  return new Statement((engine, before = 0) => build((n) => placeholder(engine, before + n)), values)
-}
-
 /** `head` (INSERT INTO table (columns)) with many rows of values, each in the columns' order, then `tail`. */
 export function insertRows(head: string, rows: unknown[][], tail = ''): Statement {
   const width = rows[0]?.length ?? 0
-  return built(
-    (param) =>
-      `${head} VALUES ${rows.map((_, r) => `(${Array.from({ length: width }, (_, c) => param(r * width + c + 1)).join(', ')})`).join(', ')} ${tail}`,
+  return new Statement(
+    (engine, before = 0) =>
+      `${head} VALUES ${rows.map((_, r) => `(${Array.from({ length: width }, (_, c) => placeholder(engine, before + r * width + c + 1)).join(', ')})`).join(', ')} ${tail}`,
     rows.flat(),
   )
 }

@@ -44,40 +44,5 @@ export function notImplementedColumnSql(integer: string): string {
     .join('\n   ')
 }
 
-/** `INSERT … ON CONFLICT DO UPDATE` adding `rows` rows to `table`, with placeholders made by `param(n)` (1-based). */
-export function addRowsSql(table: string, rows: number, param: (n: number) => string): string {
-  const width = 2 + COUNTER_COLUMNS.length
-  const values = Array.from(
-    { length: rows },
-    (_, r) => `(${Array.from({ length: width }, (_, c) => param(r * width + c + 1)).join(', ')})`,
-  ).join(', ')
-  return `INSERT INTO ${table} (at, key_id, ${COUNTER_COLUMNS.join(', ')}) VALUES ${values}
-          ON CONFLICT (at, key_id) DO UPDATE SET ${COUNTER_COLUMNS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`
-}
-
-/** The values of rows, flat, in addRowsSql's order. */
-export function rowValues(rows: readonly { at: number; keyId: string; counts: number[] }[]): (number | string)[] {
-  return rows.flatMap((row) => [row.at, row.keyId, ...row.counts])
-}
-
-/** The sums of every counter, as c0, c1, … */
-export const SUMS = COUNTER_COLUMNS.map((column, i) => `sum(${column}) AS c${i}`).join(', ')
-
-/** Per-key totals from `at` on (one parameter, the start). */
-export function totalsSql(table: string, param: string, key: string | null): string {
-  return `SELECT key_id, max(at) AS last_at, max(CASE WHEN deprecated > 0 THEN at END) AS last_deprecated_at, ${SUMS}
-          FROM ${table} WHERE at >= ${param}${key ? ` AND key_id = ${key}` : ''} GROUP BY key_id ORDER BY key_id`
-}
-
-/** Buckets from `at` on, summed over every key (one parameter) or for one key (two: the start, the key). */
-export function seriesSql(table: string, start: string, key: string | null): string {
-  return `SELECT at, ${SUMS} FROM ${table} WHERE at >= ${start}${key ? ` AND key_id = ${key}` : ''} GROUP BY at ORDER BY at`
-}
-
-/** The counters of a row that carries c0, c1, … (numbers, or the strings PostgreSQL sends for sums). */
-export function countsOf(row: Record<string, unknown>, toNumber: (value: string | number) => number): number[] {
-  return COUNTER_COLUMNS.map((_, i) => toNumber(row[`c${i}`] as string | number))
-}
-
 /** Rows per INSERT: well under both engines' limits on parameters (SQLite 32766, PostgreSQL 65535). */
 export const ROWS_PER_INSERT = 500

@@ -5,10 +5,13 @@
 import type { UsageRepository } from '../../domain/repositories'
 import { type KeyTotals, NO_KEY, type Resolution, summed, type UsageRow } from '../../domain/usage'
 import { exactInteger } from './numbers'
-import { type Answer, built, changes, type Mode, rows, type Runner } from './sql'
-import { addRowsSql, countsOf, ROWS_PER_INSERT, rowValues, seriesSql, totalsSql, USAGE_TABLES } from './usage-columns'
+import { type Answer, changes, insertRows, type Mode, type Runner, rows, type Statement, sql, Words } from './sql'
+import { COUNTER_COLUMNS, ROWS_PER_INSERT, USAGE_TABLES } from './usage-columns'
 
 type SumsRow = Record<string, number | string | null>
+
+/** The sums of every counter, as c0, c1, … */
+const SUMS = new Words(COUNTER_COLUMNS.map((column, i) => `sum(${column}) AS c${i}`).join(', '))
 
 export class SqlUsage<M extends Mode> implements UsageRepository {
   constructor(private readonly db: Runner<M>) {}
@@ -17,21 +20,29 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
     return this.db.write(function* () {
       if (minutes.length === 0) return
       for (const resolution of ['minute', 'hour'] as const) {
+        const table = USAGE_TABLES[resolution]
         const all = summed(minutes, resolution)
-        for (let i = 0; i < all.length; i += ROWS_PER_INSERT) {
-          const chunk = all.slice(i, i + ROWS_PER_INSERT)
-          yield* changes(built((param) => addRowsSql(USAGE_TABLES[resolution], chunk.length, param), rowValues(chunk)))
-        }
+        for (let i = 0; i < all.length; i += ROWS_PER_INSERT)
+          yield* changes(
+            insertRows(
+              `INSERT INTO ${table} (at, key_id, ${COUNTER_COLUMNS.join(', ')})`,
+              all.slice(i, i + ROWS_PER_INSERT).map((row) => [row.at, row.keyId, ...row.counts]),
+              `ON CONFLICT (at, key_id) DO UPDATE SET ${COUNTER_COLUMNS.map((c) => `${c} = ${table}.${c} + excluded.${c}`).join(', ')}`,
+            ),
+          )
       }
     })
   }
 
   totals(resolution: Resolution, from: number, keyId?: string): Answer<M, KeyTotals[]> {
     return this.db.read(function* () {
-      const found = yield* rows<SumsRow>(ofKey(USAGE_TABLES[resolution], totalsSql, from, keyId))
+      const found = yield* rows<SumsRow>(
+        sql`SELECT key_id, max(at) AS last_at, max(CASE WHEN deprecated > 0 THEN at END) AS last_deprecated_at, ${SUMS}
+            FROM ${tableOf(resolution)} WHERE at >= ${from} ${ofKey(keyId)} GROUP BY key_id ORDER BY key_id`,
+      )
       return found.map((row) => ({
         keyId: row.key_id as string,
-        counts: countsOf(row, exactInteger),
+        counts: countsOf(row),
         lastAt: exactInteger(row.last_at!),
         lastDeprecatedAt: row.last_deprecated_at === null ? null : exactInteger(row.last_deprecated_at!),
       }))
@@ -40,21 +51,26 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
 
   series(resolution: Resolution, from: number, keyId?: string): Answer<M, UsageRow[]> {
     return this.db.read(function* () {
-      const found = yield* rows<SumsRow>(ofKey(USAGE_TABLES[resolution], seriesSql, from, keyId))
-      return found.map((row) => ({ at: exactInteger(row.at!), keyId: keyId ?? NO_KEY, counts: countsOf(row, exactInteger) }))
+      const found = yield* rows<SumsRow>(
+        sql`SELECT at, ${SUMS} FROM ${tableOf(resolution)} WHERE at >= ${from} ${ofKey(keyId)} GROUP BY at ORDER BY at`,
+      )
+      return found.map((row) => ({ at: exactInteger(row.at!), keyId: keyId ?? NO_KEY, counts: countsOf(row) }))
     })
   }
 
   prune(resolution: Resolution, before: number): Answer<M, number> {
     return this.db.write(function* () {
-      return yield* changes(built((param) => `DELETE FROM ${USAGE_TABLES[resolution]} WHERE at < ${param(1)}`, [before]))
+      return yield* changes(sql`DELETE FROM ${tableOf(resolution)} WHERE at < ${before}`)
     })
   }
 }
 
-/** A usage statement from `from` on, of every key or of one. */
-function ofKey(table: string, sql: (table: string, from: string, key: string | null) => string, from: number, keyId?: string) {
-  return keyId === undefined
-    ? built((param) => sql(table, param(1), null), [from])
-    : built((param) => sql(table, param(1), param(2)), [from, keyId])
+const tableOf = (resolution: Resolution) => new Words(USAGE_TABLES[resolution])
+
+/** Of one key, or (nothing added) of every key. */
+const ofKey = (keyId: string | undefined): Statement | Words => (keyId === undefined ? new Words('') : sql`AND key_id = ${keyId}`)
+
+/** The counters of a row that carries c0, c1, … (numbers, or the strings PostgreSQL sends for sums). */
+function countsOf(row: SumsRow): number[] {
+  return COUNTER_COLUMNS.map((_, i) => exactInteger(row[`c${i}`]!))
 }
