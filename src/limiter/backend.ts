@@ -84,13 +84,8 @@ export interface TryStore {
 /** A backend shared by instances (Redis) serves the three seams over one connection. */
 export type SharedBackend = LimiterBackend & SubjectReader & TryStore
 
-export interface Inspected {
-  limits: Limits | null
-  day: Bucket
-  bannedUntil: number
-  /** The backend's clock when it answered (ms). */
-  now: number
-}
+/** `now` is the backend's clock when it answered. */
+export type Inspected = Pick<TakeResult, 'day' | 'bannedUntil' | 'now'> & { limits: Limits | null }
 
 /** A TryStore held as many counts as it may, all groups together: this new id was not counted. */
 export class TriesFullError extends Error {

@@ -40,9 +40,7 @@ interface HeldBan {
   lifts: string | undefined
 }
 
-export interface LimiterOptions {
-  banAfter: number
-  banSeconds: number
+export interface LimiterOptions extends BanRule {
   /** Most client addresses remembered at once by the in-process backend (and by the local fallback). */
   maxAddresses: number
   /** The clock (Unix ms). Unset, each backend uses its own: Redis's TIME, so instances sharing it share one clock. */
