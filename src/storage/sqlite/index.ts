@@ -17,7 +17,6 @@ import {
   statSync,
 } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
-import type { ApiKeyRecord } from '../../domain/api-key'
 import { type BackendOptions, type LimiterHandover, type Storage, type StorageBackend, StorageOpenError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { isAlive, passwdName } from '../../os/process'
@@ -311,8 +310,7 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
     storage = openSqliteStorage(dataFile, { verify: options.checked === undefined || identityOf(file) !== options.checked })
     if (storage.readOnly && storage.keys.list().length === 0)
       throw new StorageOpenError(`${readOnlyBecause(dataFile)} and holds no API keys, so no request could be served`)
-    const opened = storage
-    handedOver = ofActiveKeys(takeHandover(file), () => opened.keys.list())
+    handedOver = ofActiveKeys(takeHandover(file), storage.keys)
   } catch (error) {
     storage?.close()
     lock?.release()
@@ -338,13 +336,9 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
 }
 
 /** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
-function ofActiveKeys(state: LimiterHandover, keys: () => ApiKeyRecord[]): LimiterHandover {
+function ofActiveKeys(state: LimiterHandover, keys: SqlKeys<'sync'>): LimiterHandover {
   if (state.keys.size === 0) return state
-  const active = new Set(
-    keys()
-      .filter((key) => key.revokedAt === null)
-      .map((key) => keySubject(key.id).name),
-  )
+  const active = new Set(keys.list().flatMap((key) => (key.revokedAt === null ? [keySubject(key.id).name] : [])))
   for (const name of state.keys.keys()) if (!active.has(name)) state.keys.delete(name)
   return state
 }
