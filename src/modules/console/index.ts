@@ -200,8 +200,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         .post(
           '/api/keys/:id/roll',
           async ({ who, params, request, set }) => {
-            const { overlapSeconds } = await bodies.roll(request)
-            const rolled = await service.rollKey(who.operator, params.id!, overlapSeconds)
+            const rolled = await service.rollKey(who.operator, params.id!, await bodies.roll(request))
             set.status = 201
             return rolled
           },
@@ -213,10 +212,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .put(
           '/api/keys/:id/expiry',
-          noContent(async ({ who, params, request }) => {
-            const { expiresAt } = await bodies.expiry(request)
-            await service.setExpiry(who.operator, params.id!, expiresAt)
-          }),
+          noContent(async ({ who, params, request }) => service.setExpiry(who.operator, params.id!, await bodies.expiry(request))),
           operation('setExpiry', 'keys', 'Set when a key expires (or never), on every instance within a second', {
             path: KeyParams,
             body: 'ExpiryChange',

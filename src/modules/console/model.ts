@@ -5,7 +5,7 @@
  * types of what is sent. Imports nothing that needs Bun, so the page's tsconfig can check it.
  */
 import { integerRule } from '../../domain/integer-range'
-import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
+import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox'
 import { DEPRECATED_OPERATION } from '../../domain/deprecation'
 import { CUSTOM_LIMIT, DEFAULT_OVERLAP_MS, KEY_NAME_FORBIDDEN, KEY_NAME_MAX, LONGEST_OVERLAP_MS } from '../../domain/key-input'
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
@@ -26,53 +26,43 @@ const Rpm = Limit('Requests per minute')
 const Rpd = Limit('Requests per day')
 const Time = (description: string) => Type.String({ format: 'date-time', description })
 const NullableTime = (description: string) => Type.Union([Time(description), Type.Null()], { description })
+/** A request body: a field it does not name is refused. */
+const Body = <P extends TProperties>(properties: P) => Type.Object(properties, { additionalProperties: false })
 
-export const SignIn = Type.Object(
-  {
-    name: Type.String({
-      pattern: OPERATOR_NAME.source,
-      description: `The operator's name: ${OPERATOR_NAME_RULE.replace('an operator name is ', '')}.`,
-    }),
-    password: Type.String({ description: "The operator's password." }),
-  },
-  { additionalProperties: false },
-)
+export const SignIn = Body({
+  name: Type.String({
+    pattern: OPERATOR_NAME.source,
+    description: `The operator's name: ${OPERATOR_NAME_RULE.replace('an operator name is ', '')}.`,
+  }),
+  password: Type.String({ description: "The operator's password." }),
+})
 
-export const NewKey = Type.Object(
-  {
-    plan: Plan,
-    name: Type.Optional(
-      Type.String({ maxLength: KEY_NAME_MAX, description: `A name to tell the key by (at most ${KEY_NAME_MAX} characters).` }),
-    ),
-    rpm: Type.Optional(Rpm),
-    rpd: Type.Optional(Rpd),
-  },
-  { additionalProperties: false },
-)
+export const NewKey = Body({
+  plan: Plan,
+  name: Type.Optional(
+    Type.String({ maxLength: KEY_NAME_MAX, description: `A name to tell the key by (at most ${KEY_NAME_MAX} characters).` }),
+  ),
+  rpm: Type.Optional(Rpm),
+  rpd: Type.Optional(Rpd),
+})
 
-export const PlanChange = Type.Object({ plan: Plan, rpm: Type.Optional(Rpm), rpd: Type.Optional(Rpd) }, { additionalProperties: false })
+export const PlanChange = Body({ plan: Plan, rpm: Type.Optional(Rpm), rpd: Type.Optional(Rpd) })
 
 const MAX_OVERLAP_SECONDS = LONGEST_OVERLAP_MS / 1000
-export const Roll = Type.Object(
-  {
-    overlapSeconds: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: MAX_OVERLAP_SECONDS,
-        description: `How long the previous secret keeps working, in seconds (default ${DEFAULT_OVERLAP_MS / 1000}, a day; 0 ends it now).`,
-      }),
-    ),
-  },
-  { additionalProperties: false },
-)
-export const ExpiryChange = Type.Object(
-  {
-    expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
-      description: 'When the key expires (ISO 8601 with its zone, still to come), or null for never.',
+export const Roll = Body({
+  overlapSeconds: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: MAX_OVERLAP_SECONDS,
+      description: `How long the previous secret keeps working, in seconds (default ${DEFAULT_OVERLAP_MS / 1000}, a day; 0 ends it now).`,
     }),
-  },
-  { additionalProperties: false },
-)
+  ),
+})
+export const ExpiryChange = Body({
+  expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'When the key expires (ISO 8601 with its zone, still to come), or null for never.',
+  }),
+})
 
 /**
  * A body with a plan as the document states it: the validator's object (which names a wrong field in
@@ -87,17 +77,14 @@ function byPlan<T extends TObject>(object: T, description: string) {
   return Type.Unsafe<Static<T>>({
     description,
     oneOf: [
-      Type.Object(
-        {
-          ...rest,
-          plan: Type.Union(
-            fixed.map((plan) => Type.Literal(plan)),
-            { description: "The plan's own limits apply." },
-          ),
-        },
-        { additionalProperties: false },
-      ),
-      Type.Object({ ...rest, plan: Type.Literal(CUSTOM_PLAN), rpm: Rpm, rpd: Rpd }, { additionalProperties: false }),
+      Body({
+        ...rest,
+        plan: Type.Union(
+          fixed.map((plan) => Type.Literal(plan)),
+          { description: "The plan's own limits apply." },
+        ),
+      }),
+      Body({ ...rest, plan: Type.Literal(CUSTOM_PLAN), rpm: Rpm, rpd: Rpd }),
     ],
   })
 }

@@ -283,16 +283,13 @@ export class ConsoleService {
   ): Promise<{ keys: { record: ApiKeyRecord; held: Held | null }[]; limiterAnswered: boolean }> {
     const records = pick(await this.deps.storage.keys.list())
     let limiterAnswered = true
+    const inspect = (record: ApiKeyRecord) =>
+      this.deps.limiter.inspect(keySubject(record.id), record).catch(() => {
+        limiterAnswered = false
+        return null
+      })
     const keys = await Promise.all(
-      records.map(async (record) => {
-        let held: Held | null = null
-        if (record.revokedAt === null)
-          held = await this.deps.limiter.inspect(keySubject(record.id), record).catch(() => {
-            limiterAnswered = false
-            return null
-          })
-        return { record, held }
-      }),
+      records.map(async (record) => ({ record, held: record.revokedAt === null ? await inspect(record) : null })),
     )
     return { keys, limiterAnswered }
   }
@@ -327,7 +324,7 @@ export class ConsoleService {
   }
 
   /** A new secret for the key; the previous works `overlapSeconds` more (a day by default). Audited. */
-  async rollKey(operator: string, id: string, overlapSeconds = DEFAULT_OVERLAP_MS / 1000): Promise<Model<'RolledKey'>> {
+  async rollKey(operator: string, id: string, { overlapSeconds = DEFAULT_OVERLAP_MS / 1000 }: Model<'Roll'>): Promise<Model<'RolledKey'>> {
     const rolled = await rollKey(this.deps.storage.keys, id, overlapSeconds * 1000, this.deps.now())
     if (!rolled) throw noKey(id, ' (or it is revoked)')
     // This instance takes the new secret at once; others find it on its first request (a catch-up read).
@@ -338,7 +335,7 @@ export class ConsoleService {
   }
 
   /** Sets when the key expires (an ISO time still to come), or null for never. Audited. */
-  async setExpiry(operator: string, id: string, expiresAt: string | null): Promise<void> {
+  async setExpiry(operator: string, id: string, { expiresAt }: Model<'ExpiryChange'>): Promise<void> {
     const at = expiresAt === null ? null : isoTimeMs(expiresAt)
     if (expiresAt !== null && at === null) throw badRequest(`expiresAt: ${FIELD_RULES.expiresAt}`)
     // As `keys set-expiry` says it: the time was read, and is not to come.

@@ -35,11 +35,11 @@ export function operatorOf(
   checkOrigin: (request: Request) => void,
 ): (request: Request) => Promise<Who> {
   /**
-   * The session of the cookie. Several cookies of that name can arrive (a sibling site's or another
-   * path's beside ours, listed first by the browser): the first that is a live session is the one.
+   * The session of the cookies' `secrets`. Several cookies of that name can arrive (a sibling site's or
+   * another path's beside ours, listed first by the browser): the first that is a live session is the one.
    */
-  const session = async (request: Request): Promise<Who> => {
-    for (const secret of sessionCookies(request.headers.get('cookie'))) {
+  const session = async (secrets: string[]): Promise<Who> => {
+    for (const secret of secrets) {
       try {
         return { ...(await service.authenticate(secret, 'session')), secret }
       } catch (error) {
@@ -71,7 +71,7 @@ export function operatorOf(
     if (taken) await keyless(subject)
     try {
       if (token !== undefined) return { ...(await service.authenticate(token, 'token')), secret: token }
-      const credential = await session(request)
+      const credential = await session(secrets)
       if (!SAFE_METHODS.has(request.method)) checkOrigin(request)
       return credential
     } catch (error) {

@@ -29,24 +29,13 @@ export function pageFiles(bundle: HTMLBundle): (path: string, request: Request) 
  * the page is bundled here, once, in memory.
  */
 async function pageAssets(bundle: HTMLBundle): Promise<Map<string, (request: Request) => Promise<Response>>> {
-  let files: { path: string; type: string; body: Blob }[]
+  /** A file's path in the page (the HTML's is `/`), and its answer. */
+  const served = (path: string, html: boolean, type: string, body: Blob) =>
+    [html ? '/' : `/${basename(path)}`, compressedAsset(() => body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': type })] as const
   const compiled = (bundle as HTMLBundle & { files?: { path: string; loader: string; headers: Record<string, string> }[] }).files
   if (compiled)
-    files = compiled.map((file) => ({
-      path: file.loader === 'html' ? '/' : `/${basename(file.path)}`,
-      type: file.headers['content-type']!,
-      body: Bun.file(file.path),
-    }))
-  else {
-    const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
-    if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
-    files = built.outputs.map((output) => ({
-      path: output.path.endsWith('.html') ? '/' : `/${basename(output.path)}`,
-      type: output.type,
-      body: output,
-    }))
-  }
-  const answer = (file: (typeof files)[number]) =>
-    compressedAsset(() => file.body.arrayBuffer(), { ...SECURITY_HEADERS, 'content-type': file.type })
-  return new Map(files.map((file) => [file.path, answer(file)]))
+    return new Map(compiled.map((file) => served(file.path, file.loader === 'html', file.headers['content-type']!, Bun.file(file.path))))
+  const built = await Bun.build({ entrypoints: [bundle.index], target: 'browser', minify: true })
+  if (!built.success) throw new Error(`the console's page does not build: ${built.logs.join('; ')}`)
+  return new Map(built.outputs.map((output) => served(output.path, output.path.endsWith('.html'), output.type, output)))
 }
