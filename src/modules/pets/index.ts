@@ -58,12 +58,8 @@ function parseQueryText(text: string): ListQuery {
     })
   }
   listQueryValidator.parse(query)
-  let afterId = 0
-  if (query.cursor !== undefined) {
-    const decoded = decodeCursor(query.cursor)
-    if (decoded === null) throw badRequest(`cursor: ${FIELD_RULES.cursor}`)
-    afterId = decoded
-  }
+  const afterId = query.cursor === undefined ? 0 : decodeCursor(query.cursor)
+  if (afterId === null) throw badRequest(`cursor: ${FIELD_RULES.cursor}`)
   return { limit: query.limit ?? LIMIT_DEFAULT, status: query.status as PetStatus | undefined, afterId }
 }
 
