@@ -109,12 +109,8 @@ const decoys = new Map<string, Promise<string>>()
 export function decoyHash(oldest: string | null): Promise<string> {
   const setting = settingOf(oldest)
   const id = `${setting.memoryCost},${setting.timeCost}`
-  let decoy = decoys.get(id)
-  if (!decoy) {
-    decoy = Bun.password.hash(generatePassword(), setting)
-    decoys.set(id, decoy)
-  }
-  return decoy
+  if (!decoys.has(id)) decoys.set(id, Bun.password.hash(generatePassword(), setting))
+  return decoys.get(id)!
 }
 
 /** A new session or token secret, with the hash that is stored. */

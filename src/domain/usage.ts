@@ -116,15 +116,9 @@ export function summed(rows: readonly UsageRow[], resolution: Resolution): Usage
     if (bucket) addCounts(bucket.counts, row.counts)
     else buckets.set(id, { at, keyId: row.keyId, counts: [...row.counts] })
   }
-  return inWriteOrder([...buckets.values()])
-}
-
-/**
- * One ordering for every batch of rows written: two instances adding to the same rows at once take
- * their row locks in the same order, so neither waits on the other in a ring (PostgreSQL).
- */
-function inWriteOrder(rows: UsageRow[]): UsageRow[] {
-  return rows.sort((a, b) => a.at - b.at || (a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0))
+  // One ordering for every batch of rows written: two instances adding to the same rows at once take
+  // their row locks in the same order, so neither waits on the other in a ring (PostgreSQL).
+  return [...buckets.values()].sort((a, b) => a.at - b.at || (a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0))
 }
 
 /** A key's sums over a period, with the newest bucket that had any request and any deprecated call. */

@@ -37,24 +37,18 @@ export function compressedAsset(
   headers: Record<string, string>,
 ): (request: Request) => Promise<Response> {
   let plain: Promise<Uint8Array> | undefined
-  const encoded = new Map<Encoding, Promise<Uint8Array>>()
+  const encoded: Partial<Record<Encoding, Promise<Uint8Array>>> = {}
   const bytes = () => (plain ??= Promise.resolve(load()).then((body) => new Uint8Array(body)))
-  const compress = (encoding: Encoding) => {
-    let body = encoded.get(encoding)
-    if (!body) {
-      body = bytes().then(async (input) =>
-        encoding === 'br'
-          ? new Uint8Array(
-              await brotli(input, {
-                params: { [constants.BROTLI_PARAM_QUALITY]: 5, [constants.BROTLI_PARAM_SIZE_HINT]: input.byteLength },
-              }),
-            )
-          : new Uint8Array(await gzipped(input, { level: 6 })),
-      )
-      encoded.set(encoding, body)
-    }
-    return body
-  }
+  const compress = (encoding: Encoding) =>
+    (encoded[encoding] ??= bytes().then(async (input) =>
+      encoding === 'br'
+        ? new Uint8Array(
+            await brotli(input, {
+              params: { [constants.BROTLI_PARAM_QUALITY]: 5, [constants.BROTLI_PARAM_SIZE_HINT]: input.byteLength },
+            }),
+          )
+        : new Uint8Array(await gzipped(input, { level: 6 })),
+    ))
   return async (request) => {
     const input = await bytes()
     const encoding = input.byteLength < WORTH_COMPRESSING ? null : chooseEncoding(request.headers.get('accept-encoding'))

@@ -24,10 +24,6 @@ class InexactNumber {
   constructor(readonly source: string) {}
 }
 
-function isJsonMediaType(contentType: string | null): boolean {
-  return contentType?.split(';', 1)[0]?.trim().toLowerCase() === JSON_TYPE
-}
-
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
 /** Digits beyond which a literal's integer is out of every range we take: no need to compute it. */
 const MAX_INTEGER_DIGITS = 40
@@ -204,7 +200,7 @@ export async function readJsonBody(
   address?: string,
 ): Promise<unknown> {
   const contentType = request.headers.get('content-type')
-  if (!isJsonMediaType(contentType)) {
+  if (contentType?.split(';', 1)[0]?.trim().toLowerCase() !== JSON_TYPE) {
     if (contentType === null && request.headers.get('content-length') === '0') throw badRequest('body: is required (a JSON object)')
     throw unsupportedMediaType()
   }
@@ -216,10 +212,8 @@ export async function readJsonBody(
   try {
     bytes = await readCapped(request, maxBytes, budget, address)
   } catch (error) {
-    if (error instanceof ApiError) throw error
     // The client went away before its body arrived: its own doing, not the server's.
-    if (request.signal.aborted) throw new ClientClosedError()
-    throw error
+    throw !(error instanceof ApiError) && request.signal.aborted ? new ClientClosedError() : error
   }
   if (bytes.byteLength === 0) throw badRequest('body: is required (a JSON object)')
   let text: string
@@ -232,8 +226,7 @@ export async function readJsonBody(
   try {
     value = JSON.parse(text, strictValues as (key: string, value: unknown) => unknown)
   } catch (error) {
-    if (error instanceof ApiError) throw error
-    throw badRequest('body: is not valid JSON')
+    throw error instanceof ApiError ? error : badRequest('body: is not valid JSON')
   }
   const repeated = duplicateKey(text)
   if (repeated !== null) throw badRequest(`${repeated.slice(0, 40)}: is given more than once`)

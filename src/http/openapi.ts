@@ -79,7 +79,7 @@ export const schemaRef = (name: string) => ref('schemas', name)
 export function errorResponses(statuses: number[], extraHeaders: readonly HeaderName[] = []): Record<string, any> {
   if (extraHeaders.length === 0)
     return Object.fromEntries(statuses.map((status) => [String(status), ref('responses', ERROR_NAMES[status]!)]))
-  const shared = components({ $ref: '#/components/schemas/Error' }).responses as Record<string, ErrorResponse>
+  const shared: Record<string, { headers: object }> = components().responses
   return Object.fromEntries(
     statuses.map((status) => {
       const response = shared[ERROR_NAMES[status]!]!
@@ -87,8 +87,6 @@ export function errorResponses(statuses: number[], extraHeaders: readonly Header
     }),
   )
 }
-
-type ErrorResponse = { description: string; headers: object; content: object }
 
 /**
  * Where a first key comes from, for the document and the docs page. The same document is served in every
@@ -163,13 +161,16 @@ export function schemaComponents(models: { Pet: TObject; NewPet: TObject; Error:
 const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON
 
 /**
- * Every int64 schema of the document with int64's bounds where it states none of its own, written as
- * exact digits: a JS number cannot hold 2^63 − 1, so JSON.stringify would write 9223372036854776000.
+ * The document as served, in one pass: every int64 schema with int64's bounds where it states none of its
+ * own, written as exact digits (a JS number cannot hold 2^63 − 1, so JSON.stringify would write
+ * 9223372036854776000); and without the `$id` Elysia's `.model()` gives each schema
+ * (`#/components/schemas/<name>`), which JSON Schema 2020-12 forbids and Swagger UI cannot resolve
+ * (references use `$ref`).
  */
-export function withInt64Bounds<T>(value: T): T {
-  if (Array.isArray(value)) return value.map(withInt64Bounds) as T
+export function asServed<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(asServed) as T
   if (value === null || typeof value !== 'object') return value
-  const object = Object.fromEntries(Object.entries(value).map(([key, v]) => [key, withInt64Bounds(v)]))
+  const object = Object.fromEntries(Object.entries(value).flatMap(([key, v]) => (key === '$id' ? [] : [[key, asServed(v)]])))
   if (object.type !== 'integer' || object.format !== 'int64') return object as T
   return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
 }
@@ -209,7 +210,7 @@ export function errorExamples({ banAfter, banSeconds, maxBodyBytes }: ExampleSet
  * The document's shared parts. With `scenarios` on, every error answer may name what a `Prefer`
  * applied (`Preference-Applied`); the operations' own answers get it in the document builder.
  */
-export function components(errorSchema: object, scenarios = false) {
+export function components(scenarios = false) {
   const applied = scenarios ? ['Preference-Applied'] : []
   const error = (
     description: string,
@@ -221,7 +222,7 @@ export function components(errorSchema: object, scenarios = false) {
     headers,
     content: {
       'application/json': {
-        schema: errorSchema,
+        schema: schemaRef('Error'),
         examples: Object.fromEntries(codes.map((code) => [code, ref('examples', code)])),
       },
     },
@@ -304,11 +305,7 @@ export function components(errorSchema: object, scenarios = false) {
         [],
         {
           ...headerRefs([...COMMON_HEADERS, ...applied]),
-          'Accept-Encoding': {
-            description: '`identity`, when the refusal is for the content coding.',
-            required: false,
-            schema: { type: 'string' },
-          },
+          'Accept-Encoding': text('`identity`, when the refusal is for the content coding.', false),
         },
       ),
       TooManyRequests: error(

@@ -6,16 +6,12 @@ import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler'
 import { ValueErrorType } from '@sinclair/typebox/errors'
 import { badRequest } from './api-errors'
 
-export interface Validator<S extends TSchema> {
-  /** Returns the value typed, or throws a 400 naming the first offending field. */
-  parse(value: unknown): Static<S>
-}
-
-export function compileValidator<S extends TSchema>(schema: S, rules: Record<string, string>, what = 'body'): Validator<S> {
+export function compileValidator<S extends TSchema>(schema: S, rules: Record<string, string>, what = 'body') {
   const check: TypeCheck<S> = TypeCompiler.Compile(schema)
   const known = Object.keys((schema as unknown as TObject).properties ?? {}).join(', ')
   return {
-    parse(value) {
+    /** Returns the value typed, or throws a 400 naming the first offending field. */
+    parse(value: unknown): Static<S> {
       if (check.Check(value)) return value
       const error = check.Errors(value).First()!
       const field = error.path.split('/').filter(Boolean).join('.')

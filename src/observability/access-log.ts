@@ -84,8 +84,7 @@ export class AccessLog {
   }
 
   flush(): void {
-    if (this.closed || !this.handOver()) return
-    if (!this.unflushed || this.flushing) return
+    if (this.closed || !this.handOver() || !this.unflushed || this.flushing) return
     this.unflushed = false
     let result: unknown
     try {

@@ -8,6 +8,9 @@ import { DEPRECATED_OPERATION } from '../domain/deprecation'
 /** The /metrics histogram's upper bounds, in seconds (Prometheus's `le`). */
 const LATENCY_BOUNDS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
+/** A value kept elsewhere, as render takes it. */
+export type Figure = { help: string; value: number; type?: 'gauge' | 'counter' }
+
 interface OperationStats {
   statuses: Map<number, number>
   /** Non-cumulative counts per latency bucket; the last slot is beyond the largest bound. */
@@ -50,7 +53,7 @@ export class Metrics {
   }
 
   /** The text exposition; `extra` adds values kept elsewhere (gauges unless said to be counters). */
-  render(extra: Record<string, { help: string; value: number; type?: 'gauge' | 'counter' }> = {}): string {
+  render(extra: Record<string, Figure> = {}): string {
     const lines: string[] = []
     const family = (name: string, type: string, help: string) => lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
 

@@ -4,8 +4,7 @@
  * start time, descriptors (Linux, from /proc) and the event loop's lag.
  */
 import { readdirSync, readFileSync } from 'node:fs'
-
-type Figure = { help: string; value: number; type?: 'gauge' | 'counter' }
+import type { Figure } from './metrics'
 
 const START_SECONDS = Date.now() / 1000 - process.uptime()
 const LAG_EVERY_MS = 500

@@ -76,8 +76,7 @@ function planOf(header: string, operationId: string, documented: number[], idemp
   try {
     preferences = parsePrefer(header)
   } catch (error) {
-    if (error instanceof PreferSyntaxError) throw badRequest(`Prefer: ${error.message}`)
-    throw error
+    throw error instanceof PreferSyntaxError ? badRequest(`Prefer: ${error.message}`) : error
   }
   const code = preferences.get('code')
   const fail = preferences.get('fail')
@@ -164,8 +163,7 @@ export function scenarios(options: ScenarioOptions) {
     try {
       return await withQuota(error, key, set, info)
     } catch (down) {
-      if (down instanceof LimiterUnavailableError) throw error
-      throw down
+      throw down instanceof LimiterUnavailableError ? error : down
     }
   }
 

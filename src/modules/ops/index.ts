@@ -13,6 +13,7 @@ import { errorResponse, JSON_TYPE, unavailable } from '../../http/api-errors'
 import { compressedAsset, noFavicon, noFraming } from '../../http/assets'
 import {
   type AnyElysia,
+  asServed,
   components,
   errorExamples,
   errorResponses,
@@ -20,7 +21,6 @@ import {
   KEY_HINT,
   REQUEST_ID_PARAMETER,
   schemaComponents,
-  withInt64Bounds,
 } from '../../http/openapi'
 import { requestInfo } from '../../plugins/request-info'
 import { preferParameter } from '../../plugins/scenarios'
@@ -74,10 +74,7 @@ export function buildDocument(options: OpsModuleOptions) {
     operation.parameters = [...(detail?.parameters ?? operation.parameters ?? []), REQUEST_ID_PARAMETER]
     if (options.scenarios && detail?.responses) {
       const takesIdempotencyKey = detail.parameters?.some((parameter) => parameter.name === 'Idempotency-Key') ?? false
-      operation.parameters = [
-        ...(operation.parameters ?? []),
-        preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey),
-      ]
+      operation.parameters.push(preferParameter(Object.keys(detail.responses).map(Number), takesIdempotencyKey))
       // A Prefer the server cannot honour is a 400 on any operation; any answer may say what a Prefer
       // applied (the shared error answers say it in their components).
       operation.responses = Object.fromEntries(
@@ -112,27 +109,13 @@ export function buildDocument(options: OpsModuleOptions) {
       { name: 'pets', description: 'The animals in the store.' },
       { name: 'store', description: 'Orders: named by the interface, not implemented.' },
     ],
-    paths: withoutIds(paths),
+    paths,
     components: {
-      ...components({ $ref: '#/components/schemas/Error' }, options.scenarios),
+      ...components(options.scenarios),
       examples: errorExamples(options.examples),
-      schemas: withoutIds(schemaComponents({ ...PetModel, PetStatus: PetStatusSchema, maxPets: LIMIT_MAX })),
+      schemas: schemaComponents({ ...PetModel, PetStatus: PetStatusSchema, maxPets: LIMIT_MAX }),
     },
   }
-}
-
-/**
- * Elysia's `.model()` gives each schema an `$id` of `#/components/schemas/<name>`, which JSON Schema
- * 2020-12 forbids and Swagger UI cannot resolve: the document drops them (references use `$ref`).
- */
-function withoutIds(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(withoutIds)
-  if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(([key]) => key !== '$id')
-      .map(([key, v]) => [key, withoutIds(v)]),
-  )
 }
 
 /** The docs page takes a key through Authorize and sends requests with it. */
@@ -197,7 +180,7 @@ export function opsModule(options: OpsModuleOptions) {
     .use((ops) =>
       answerMetrics ? ops.get('/metrics', ({ request, info }) => answerMetrics(request, info.address), hidden('metrics')) : ops,
     )
-    .get('/openapi.json', () => json((document ??= JSON.stringify(withInt64Bounds(buildDocument(options))))), hidden('openapi.json'))
+    .get('/openapi.json', () => json((document ??= JSON.stringify(asServed(buildDocument(options))))), hidden('openapi.json'))
     .get('/docs', () => new Response(docsPage, { headers: DOCS_HEADERS }), hidden('docs'))
     .get('/docs/swagger-ui-bundle.js', ({ request }) => script(request), hidden('docs/swagger-ui-bundle.js'))
     .get('/docs/swagger-ui.css', ({ request }) => style(request), hidden('docs/swagger-ui.css'))

@@ -95,10 +95,8 @@ export class GroupCommit {
     // answer), so the pages it could have changed are made again, as after a create.
     if (results.some((result) => !('outcome' in result) || result.outcome.kind === 'created')) this.onMayHaveAdded()
     const written = results.some((result) => 'outcome' in result)
-    if (written) {
-      const after = this.options.storageFault()
-      if (after) return refuse(after)
-    }
+    const after = written ? this.options.storageFault() : null
+    if (after) return refuse(after)
     const refusal = results.find(
       (result): result is { error: StorageUnavailableError } => 'error' in result && result.error instanceof StorageUnavailableError,
     )

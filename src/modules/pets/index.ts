@@ -12,7 +12,7 @@ import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/reques
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET, SUNSET_DAY } from '../../domain/deprecation'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, IDEMPOTENCY_TTL_MS } from '../../domain/idempotency'
 import { HOUR_MS } from '../../domain/time'
-import { INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
+import { DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetStatus } from '../../domain/pet'
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
 import type { ListQuery, Page, PetService } from './service'
@@ -58,12 +58,8 @@ function parseQueryText(text: string): ListQuery {
     })
   }
   listQueryValidator.parse(query)
-  let afterId = 0
-  if (query.cursor !== undefined) {
-    const decoded = decodeCursor(query.cursor)
-    if (decoded === null) throw badRequest(`cursor: ${FIELD_RULES.cursor}`)
-    afterId = decoded
-  }
+  const afterId = query.cursor === undefined ? 0 : decodeCursor(query.cursor)
+  if (afterId === null) throw badRequest(`cursor: ${FIELD_RULES.cursor}`)
   return { limit: query.limit ?? LIMIT_DEFAULT, status: query.status as PetStatus | undefined, afterId }
 }
 
@@ -79,7 +75,7 @@ function parseNewPet(body: unknown): NewPet {
   if (input.name.length > NAME_MAX && [...input.name].length > NAME_MAX) throw badRequest(`name: ${FIELD_RULES.name}`)
   const categoryId = BigInt(input.categoryId)
   if (categoryId < INT64_MIN || categoryId > INT64_MAX) throw badRequest(`categoryId: ${FIELD_RULES.categoryId}`)
-  return { name: input.name, categoryId, status: input.status ?? 'available' }
+  return { name: input.name, categoryId, status: input.status ?? DEFAULT_STATUS }
 }
 
 function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {

@@ -157,9 +157,8 @@ export class PetService {
     const command = { pet, idempotency: idempotency && { ...idempotency, requestHash: requestHash(pet) } }
     const outcome = await this.commits.create(command, clientGone)
     if (outcome.kind === 'conflict') throw idempotencyConflict()
-    if (outcome.kind === 'replayed')
-      return { status: 201, body: outcome.response.body, location: outcome.response.location, replayed: true }
-    return { status: 201, body: outcome.body, location: outcome.location, replayed: false }
+    const { body, location } = outcome.kind === 'replayed' ? outcome.response : outcome
+    return { status: 201, body, location, replayed: outcome.kind === 'replayed' }
   }
 
   /** Waits for the creates already taken to be committed and answered, then closes the writer. */

@@ -95,8 +95,8 @@ export interface Overview extends Record<Window, UsageSeries> {
   activeKeysToday: number
 }
 
-/** Windows up to this long are read by the minute. */
-export const MINUTE_WINDOW_MS = DAY_MS
+/** Windows up to a day are read by the minute, longer ones by the hour. */
+const resolutionOf = (sinceMs: number): Resolution => (sinceMs <= DAY_MS ? 'minute' : 'hour')
 
 export class UsageService {
   constructor(
@@ -122,7 +122,7 @@ export class UsageService {
    * of the keyless bucket (null), or of every request (undefined).
    */
   async series(sinceMs: number, keyId?: string | null): Promise<UsageSeries> {
-    const resolution: Resolution = sinceMs <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
+    const resolution = resolutionOf(sinceMs)
     const now = this.now()
     const step = RESOLUTION_MS[resolution]
     const from = bucketStart(now - sinceMs, resolution)
@@ -151,11 +151,10 @@ export class UsageService {
   /** The sums each figure is made of, per key (of one key, `keyId`): today, the window, the last day and week. */
   private async windows(sinceMs: number, keyId?: string): Promise<Windows> {
     const now = this.now()
-    const fromWindow = now - sinceMs
-    const windowResolution: Resolution = sinceMs <= MINUTE_WINDOW_MS ? 'minute' : 'hour'
+    const windowResolution = resolutionOf(sinceMs)
     const [today, window, day, week] = await Promise.all([
       this.totals('hour', utcDayStart(now), keyId),
-      this.totals(windowResolution, bucketStart(fromWindow, windowResolution), keyId),
+      this.totals(windowResolution, bucketStart(now - sinceMs, windowResolution), keyId),
       this.totals('minute', bucketStart(now - DAY_MS, 'minute'), keyId),
       this.totals('hour', bucketStart(now - 7 * DAY_MS, 'hour'), keyId),
     ])
