@@ -1,22 +1,10 @@
 /** `petstore keys usage [ID] [--since DURATION] [--json]`: the usage figures (modules/usage) of every key, or of one. */
-import { ConfigError } from '../config'
 import type { Storage } from '../domain/repositories'
-import { durationMs } from '../domain/duration'
-import { DAY_MS, iso, MINUTE_MS } from '../domain/time'
+import { iso } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
 import { type KeyUsage, UsageService } from '../modules/usage/service'
 import { type KeyBans, keyBans } from './key-bans'
-
-const LONGEST_MS = 90 * DAY_MS
-
-/** A duration such as 30m, 24h or 7d, from a minute to 90 days. */
-export function parseSince(value: string): number {
-  const ms = durationMs(value) ?? 0
-  if (ms < MINUTE_MS || ms > LONGEST_MS)
-    throw new ConfigError(`--since must be a duration from 1m to 90d such as 30m, 24h or 7d, not "${value.slice(0, 40)}"`)
-  return ms
-}
 
 /** The key named is not there (or not active): its id cut short, since what was given may be anything. */
 export function noKey(what: 'key' | 'active key', id: string, where: string): number {
