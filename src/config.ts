@@ -106,8 +106,7 @@ export interface DatabaseConfig {
   pool: number
 }
 
-function parseEnvName(value: string | undefined, name = '--env'): EnvName {
-  const env = value ?? 'production'
+function parseEnvName(env: string, name: string): EnvName {
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }

@@ -80,10 +80,9 @@ export interface PetstoreApp {
 }
 
 export function createApp(config: Config, deps: AppDeps): PetstoreApp {
-  const { storage } = deps
+  const { storage, warn } = deps
   const now = deps.now ?? Date.now
   const isApi = apiPaths(config.basePath)
-  const { warn } = deps
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
   const accessLog =
     sink && config.accessLog ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) }) : null
