@@ -54,7 +54,6 @@ export interface PetstoreApp {
   app: AnyElysia
   keys: KeyRegistry
   limiter: RateLimiter
-  metrics: Metrics
   pets: PetService
   /** Per-key usage counted since the last write to storage; null when storage cannot be written. */
   usage: UsageCounter | null
@@ -250,7 +249,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     app,
     keys,
     limiter,
-    metrics,
     pets,
     usage,
     recent,
