@@ -93,6 +93,9 @@ const FLAGS = {
   }),
 }
 
+/** Each sub-command, with how many words it takes after its name: none, a key's ID, or (set-plan) an ID and a plan. */
+const WORDS = { create: [0], list: [0], revoke: [1], 'reset-limits': [1], 'set-plan': [2], 'set-expiry': [1], roll: [1], usage: [0, 1] }
+
 /** 10000 → 10,000; not toLocaleString, which loads the locale data at every start (see SUNSET_DAY). */
 const thousands = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',')
 
@@ -129,7 +132,7 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
-  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'set-expiry', 'roll', 'usage'])
+  const line = parseSub(args, FLAGS, USAGE, 'keys', Object.keys(WORDS) as (keyof typeof WORDS)[])
   if (typeof line === 'number') return line
   const { sub, values, positionals } = line
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
@@ -139,13 +142,7 @@ export async function keys(args: string[]): Promise<number> {
       `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
       USAGE,
     )
-  const expected = ['revoke', 'reset-limits', 'set-expiry', 'roll'].includes(sub)
-    ? [1]
-    : sub === 'set-plan'
-      ? [2]
-      : sub === 'usage'
-        ? [0, 1]
-        : [0]
+  const expected = WORDS[sub]
   if (!expected.includes(positionals.length))
     throw new UsageError(
       sub === 'set-plan'
