@@ -106,8 +106,7 @@ export interface DatabaseConfig {
   pool: number
 }
 
-function parseEnvName(value: string | undefined, name = '--env'): EnvName {
-  const env = value ?? 'production'
+function parseEnvName(env: string, name: string): EnvName {
   if (env !== 'production' && env !== 'staging') throw new ConfigError(`${name} must be production or staging, not "${env}"`)
   return env
 }
@@ -425,17 +424,15 @@ export function resolveConfig(input: ConfigInput, environment: Environment = pro
     : parseBaseUrl('base URL', `http://localhost:${port}${new URL(defaults.baseUrl).pathname}`)
   const { basePath } = parsed
   const baseUrl = explicitBase || linksFollowPort ? parsed.baseUrl : basePath
+  const servers: Record<EnvName, string | null> = { production: null, staging: null, [env]: baseUrl }
   // The other environment: its variable's URL, or its default on this machine. A server reached from
   // other machines with relative links (no base URL) leaves that default out: localhost there is the
   // reader's own machine.
-  const servers: Record<EnvName, string | null> = { production: null, staging: null }
-  servers[env] = baseUrl
-  for (const name of ['production', 'staging'] as const) {
-    if (name === env) continue
-    const other = variable(environment, ENVIRONMENTS[name].baseUrlVariable)
-    if (other !== undefined) servers[name] = parseBaseUrl(ENVIRONMENTS[name].baseUrlVariable, other).baseUrl
-    else if (!baseUrl.startsWith('/')) servers[name] = parseBaseUrl('base URL', ENVIRONMENTS[name].baseUrl).baseUrl
-  }
+  const other = env === 'production' ? 'staging' : 'production'
+  const { baseUrlVariable, baseUrl: otherDefault } = ENVIRONMENTS[other]
+  const otherUrl = variable(environment, baseUrlVariable)
+  if (otherUrl !== undefined) servers[other] = parseBaseUrl(baseUrlVariable, otherUrl).baseUrl
+  else if (!baseUrl.startsWith('/')) servers[other] = parseBaseUrl('base URL', otherDefault).baseUrl
 
   const fallback = read.given('limiterFallback')
   if (fallback.given && redisUrl === null) throw new ConfigError(`${fallback.name} applies only with --redis-url`)

@@ -1,5 +1,4 @@
 /** `petstore backup FILE`: a consistent copy of the data file, safe while the server runs. */
-import { resolve } from 'node:path'
 import { openSqliteStorage } from '../storage/sqlite'
 import { COMMON, dataFileFor, help, oneFile, parse } from './options'
 
@@ -21,6 +20,6 @@ export async function backup(args: string[]): Promise<number> {
   } finally {
     storage.close()
   }
-  console.error(`petstore: backup written to ${target} (a copy of ${resolve(file)})`)
+  console.error(`petstore: backup written to ${target} (a copy of ${file})`)
   return 0
 }

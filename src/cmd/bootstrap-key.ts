@@ -13,23 +13,23 @@ import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
   const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
-  const file = secretFile(config.dataFile, config.database?.url ?? null, 'bootstrap-key.txt')
-  const made = await secretFileFirst(file, secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
+  const where = await firstSecret(config, 'bootstrap-key.txt', secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
-  if (!made) return
+  if (where === null) return
   console.error(
-    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${file} (readable by this user only)` +
-      (process.stderr.isTTY ? `:\n${secret}` : '') +
+    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${where}` +
       `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
   )
   await auditCommand(storage, 'key.create', record.id, { firstStart: true })
 }
 
 /**
- * Writes `secret` to `file` (owner-only) before `make` stores what it opens, so nothing is ever made
- * whose secret was lost; the file is kept only when `make` says it made it. True when it did.
+ * Writes `secret` to its file (secretFile, owner-only) before `make` stores what it opens, so nothing is
+ * ever made whose secret was lost; the file is kept only when `make` says it made it. When it did, where
+ * the secret is, as the log says it (and the secret itself on an interactive terminal); else null.
  */
-export async function secretFileFirst(file: string, secret: string, what: string, make: () => MaybePromise<boolean>): Promise<boolean> {
+export async function firstSecret(config: Config, suffix: string, secret: string, what: string, make: () => MaybePromise<boolean>) {
+  const file = secretFile(config.dataFile, config.database?.url ?? null, suffix)
   const temporary = `${file}.${process.pid}.tmp`
   // With PostgreSQL there is no data file, so the folder may not exist yet.
   opening(`cannot write the ${what} to ${temporary}`, () => {
@@ -37,9 +37,9 @@ export async function secretFileFirst(file: string, secret: string, what: string
     writeFileSync(temporary, `${secret}\n`, { mode: 0o600, flag: 'wx' })
   })
   try {
-    const made = await make()
-    if (made) renameSync(temporary, file)
-    return made
+    if (!(await make())) return null
+    renameSync(temporary, file)
+    return `${file} (readable by this user only)${process.stderr.isTTY ? `:\n${secret}` : ''}`
   } finally {
     rmSync(temporary, { force: true })
   }
@@ -90,11 +90,8 @@ function databaseName(url: string): string {
  * whole path), or the sources through Bun.
  */
 export function commandName(): string {
-  return Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/') ? process.argv0 : `bun ${within(process.cwd(), Bun.main)}`
-}
-
-/** `src/index.ts` from the project folder; from anywhere else the whole path, which works from there too. */
-function within(folder: string, file: string): string {
-  const path = relative(folder, file)
-  return path && !path.startsWith('..') ? path : file
+  if (Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:/~BUN/')) return process.argv0
+  // `src/index.ts` from the project folder; from anywhere else the whole path, which works from there too.
+  const path = relative(process.cwd(), Bun.main)
+  return `bun ${path && !path.startsWith('..') ? path : Bun.main}`
 }

@@ -1,22 +1,10 @@
 /** `petstore keys usage [ID] [--since DURATION] [--json]`: the usage figures (modules/usage) of every key, or of one. */
-import { ConfigError } from '../config'
 import type { Storage } from '../domain/repositories'
-import { durationMs } from '../domain/duration'
-import { DAY_MS, iso, MINUTE_MS } from '../domain/time'
+import { iso } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
 import { printTable } from './options'
-import { type KeyUsage, type Outcomes, type UsagePoint, UsageService } from '../modules/usage/service'
+import { type KeyUsage, UsageService } from '../modules/usage/service'
 import { type KeyBans, keyBans } from './key-bans'
-
-const LONGEST_MS = 90 * DAY_MS
-
-/** A duration such as 30m, 24h or 7d, from a minute to 90 days. */
-export function parseSince(value: string): number {
-  const ms = durationMs(value) ?? 0
-  if (ms < MINUTE_MS || ms > LONGEST_MS)
-    throw new ConfigError(`--since must be a duration from 1m to 90d such as 30m, 24h or 7d, not "${value.slice(0, 40)}"`)
-  return ms
-}
 
 /** The key named is not there (or not active): its id cut short, since what was given may be anything. */
 export function noKey(what: 'key' | 'active key', id: string, where: string): number {
@@ -42,10 +30,13 @@ export async function printUsage(
   const now = Date.now()
   const since = iso(now - options.sinceMs)
   const dayStart = iso(utcDayStart(now))
+  // When bans cannot be known, the JSON says why (and no key has a bannedUntil).
+  const printJson = (bans: KeyBans, fields: object) =>
+    console.log(JSON.stringify({ dayStart, since, ...('unknown' in bans ? { bansUnknown: bans.unknown } : {}), ...fields }, null, 2))
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
     const bans = await bansOf(keys)
-    if (options.json) console.log(JSON.stringify({ dayStart, since, ...bansJson(bans), keys: keys.map((k) => asJson(k, bans)) }, null, 2))
+    if (options.json) printJson(bans, { keys: keys.map((k) => asJson(k, bans)) })
     else {
       heading(bans)
       printKeys(keys, bans)
@@ -58,19 +49,10 @@ export async function printUsage(
   const bans = await bansOf([key])
   const points = series.points.filter((point) => point.requests > 0)
   if (options.json) {
-    console.log(
-      JSON.stringify(
-        {
-          dayStart,
-          since,
-          ...bansJson(bans),
-          ...asJson(key, bans),
-          series: { resolution: series.resolution, points: points.map(pointJson) },
-        },
-        null,
-        2,
-      ),
-    )
+    printJson(bans, {
+      ...asJson(key, bans),
+      series: { resolution: series.resolution, points: points.map((p) => ({ ...p, at: iso(p.at) })) },
+    })
     return 0
   }
   heading(bans)
@@ -83,14 +65,12 @@ export async function printUsage(
   console.log(`\nRequests per ${series.resolution} since ${since} (only ${series.resolution}s with requests):`)
   printTable(
     ['AT', 'REQUESTS', '2XX', '4XX', '429', '501', '5XX', 'P50 MS', 'P99 MS'],
-    points.map((p) => [iso(p.at)!, ...outcomeCells(p), String(p.p50), String(p.p99)]),
+    points.map((p) => [
+      iso(p.at)!,
+      ...[p.requests, p.ok, p.clientErrors, p.limited, p.notImplemented, p.serverErrors, p.p50, p.p99].map(String),
+    ]),
   )
   return 0
-}
-
-/** When bans cannot be known, why (and no key has a bannedUntil). */
-function bansJson(bans: KeyBans) {
-  return 'unknown' in bans ? { bansUnknown: bans.unknown } : {}
 }
 
 /** The key's ban end, when bans are known: null when it is not banned. */
@@ -109,14 +89,6 @@ function asJson(usage: KeyUsage, bans: KeyBans) {
     secrets: usage.secrets.map((s) => ({ secret: s.secret, lastUsed: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) })),
     deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
   }
-}
-
-function pointJson(point: UsagePoint) {
-  return { ...point, at: iso(point.at) }
-}
-
-function outcomeCells(o: Outcomes): string[] {
-  return [o.requests, o.ok, o.clientErrors, o.limited, o.notImplemented, o.serverErrors].map(String)
 }
 
 /** The plan, marked when the key is refused whatever it sends: revoked, expired, or banned right now. */

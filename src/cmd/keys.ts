@@ -8,7 +8,7 @@ import { PLAN_LIMITS, PLANS } from '../domain/plans'
 import { DAY_MS, HOUR_MS, iso } from '../domain/time'
 import { createKey, rollKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
-import { noKey, parseSince, printUsage } from './keys-usage'
+import { noKey, printUsage } from './keys-usage'
 import { asUsageError, COMMON, parseSub, printTable, UsageError, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
@@ -22,18 +22,13 @@ function ownLimit(flag: 'rpm' | 'rpd', per: string) {
   })
 }
 
-/** Longest a key may be given to live from now. */
-const LONGEST_EXPIRY_MS = 3650 * DAY_MS
-
-/** A parser for a duration (90s, 30m, 24h, 7d) within a range, which its complaint names. */
+/** A parser for a duration (90s, 30m, 24h, 7d) from `shortest` to `longest`, which its complaint names with `examples`. */
 const duration =
-  (shortest: string, longest: string, maxMs: number) =>
+  (shortest: string, longest: string, examples = '90s, 30m, 24h or 7d') =>
   (text: string, name: string): number => {
     const ms = durationMs(text)
-    if (ms === null || ms < (durationMs(shortest) ?? 0) || ms > maxMs)
-      throw new ConfigError(
-        `${name} must be a duration from ${shortest} to ${longest} such as 90s, 30m, 24h or 7d, not "${text.slice(0, 40)}"`,
-      )
+    if (ms === null || ms < durationMs(shortest)! || ms > durationMs(longest)!)
+      throw new ConfigError(`${name} must be a duration from ${shortest} to ${longest} such as ${examples}, not "${text.slice(0, 40)}"`)
     return ms
   }
 
@@ -45,7 +40,8 @@ const time = (text: string, name: string): number => {
   return ms
 }
 
-const expiryIn = duration('1s', '3650d', LONGEST_EXPIRY_MS)
+/** How long from now a key may be given to live: at most ten years. */
+const expiryIn = duration('1s', '3650d')
 
 /** Each flag with the sub-commands it applies to. */
 const FLAGS = {
@@ -80,7 +76,7 @@ const FLAGS = {
     flag: 'overlap',
     value: 'DURATION',
     help: 'how long the previous secret keeps working (0s ends it now)',
-    parse: duration('0s', `${LONGEST_OVERLAP_MS / DAY_MS}d`, LONGEST_OVERLAP_MS),
+    parse: duration('0s', `${LONGEST_OVERLAP_MS / DAY_MS}d`),
     default: () => DEFAULT_OVERLAP_MS,
     shownDefault: () => `${DEFAULT_OVERLAP_MS / HOUR_MS}h`,
     only: ['roll'],
@@ -90,12 +86,15 @@ const FLAGS = {
     flag: 'since',
     value: 'DURATION',
     help: 'how far back usage looks',
-    parse: parseSince,
+    parse: duration('1m', '90d', '30m, 24h or 7d'),
     default: () => DAY_MS,
     shownDefault: () => `${DAY_MS / HOUR_MS}h`,
     only: ['usage'],
   }),
 }
+
+/** Each sub-command, with how many words it takes after its name: none, a key's ID, or (set-plan) an ID and a plan. */
+const WORDS = { create: [0], list: [0], revoke: [1], 'reset-limits': [1], 'set-plan': [2], 'set-expiry': [1], roll: [1], usage: [0, 1] }
 
 /** 10000 → 10,000; not toLocaleString, which loads the locale data at every start (see SUNSET_DAY). */
 const thousands = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',')
@@ -133,7 +132,7 @@ ${flagLines(FLAGS)}
 ${COMMON}`
 
 export async function keys(args: string[]): Promise<number> {
-  const line = parseSub(args, FLAGS, USAGE, 'keys', ['create', 'list', 'revoke', 'reset-limits', 'set-plan', 'set-expiry', 'roll', 'usage'])
+  const line = parseSub(args, FLAGS, USAGE, 'keys', Object.keys(WORDS) as (keyof typeof WORDS)[])
   if (typeof line === 'number') return line
   const { sub, values, positionals } = line
   // A secret pasted among the words: refused without repeating it, as every message may end up in a
@@ -143,13 +142,7 @@ export async function keys(args: string[]): Promise<number> {
       `keys ${sub} takes a key's ID (key_…, as keys list shows), and what was given is shaped like a key's secret (psk_…), which is not repeated here`,
       USAGE,
     )
-  const expected = ['revoke', 'reset-limits', 'set-expiry', 'roll'].includes(sub)
-    ? [1]
-    : sub === 'set-plan'
-      ? [2]
-      : sub === 'usage'
-        ? [0, 1]
-        : [0]
+  const expected = WORDS[sub]
   if (!expected.includes(positionals.length))
     throw new UsageError(
       sub === 'set-plan'

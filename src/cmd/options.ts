@@ -122,10 +122,9 @@ export function asUsageError<T>(check: () => T, usage: string): T {
   try {
     return check()
   } catch (error) {
-    if (error instanceof ConfigError) throw new UsageError(error.message, usage)
+    if (error instanceof ConfigError || error instanceof OperatorInputError) throw new UsageError(error.message, usage)
     // A key's rule, with its fields named as this command's flags.
     if (error instanceof KeyInputError) throw new UsageError(keyRuleMessage(error), usage)
-    if (error instanceof OperatorInputError) throw new UsageError(error.message, usage)
     throw error
   }
 }

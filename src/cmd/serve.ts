@@ -56,10 +56,6 @@ export async function serve(args: string[]): Promise<number> {
   let stopping = false
   /** A stop asked during a hand-over that then did not happen; acted on once this process serves again. */
   let stopAsked: string | undefined
-  const serveOn = () => {
-    stopping = false
-    if (stopAsked !== undefined) void stop(stopAsked)
-  }
   const exit = (stopped: boolean, code: number) => {
     if (!stopped) {
       console.error('petstore: storage did not answer in time: stopped without saving the rate-limit state')
@@ -88,7 +84,8 @@ export async function serve(args: string[]): Promise<number> {
       server = after.serving
       console.error(startupLine(server))
     }
-    serveOn()
+    stopping = false
+    if (stopAsked !== undefined) void stop(stopAsked)
   })
   return new Promise<number>(() => {})
 }

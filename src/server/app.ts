@@ -54,7 +54,6 @@ export interface PetstoreApp {
   app: AnyElysia
   keys: KeyRegistry
   limiter: RateLimiter
-  metrics: Metrics
   pets: PetService
   /** Per-key usage counted since the last write to storage; null when storage cannot be written. */
   usage: UsageCounter | null
@@ -80,10 +79,9 @@ export interface PetstoreApp {
 }
 
 export function createApp(config: Config, deps: AppDeps): PetstoreApp {
-  const { storage } = deps
+  const { storage, warn } = deps
   const now = deps.now ?? Date.now
   const isApi = apiPaths(config.basePath)
-  const { warn } = deps
   const sink = deps.logSink === undefined ? Bun.stdout.writer() : deps.logSink
   const accessLog =
     sink && config.accessLog ? new AccessLog(sink, { onClosed: (reason) => warn(`${reason}; the access log is off from now on`) }) : null
@@ -251,7 +249,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
     app,
     keys,
     limiter,
-    metrics,
     pets,
     usage,
     recent,
