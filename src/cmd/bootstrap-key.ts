@@ -13,11 +13,11 @@ import { auditCommand } from './audit'
 
 export async function bootstrapKey(config: Config, storage: Storage, reload: () => unknown): Promise<void> {
   const { secret, record } = makeKey({ plan: 'free', name: 'bootstrap' }, Date.now())
-  const where = await firstSecret(config, 'bootstrap-key.txt', secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
+  const file = await firstSecret(config, 'bootstrap-key.txt', secret, "bootstrap key's secret", () => storage.keys.insertIfNone(record))
   await reload()
-  if (where === null) return
+  if (file === null) return
   console.error(
-    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${where}` +
+    `petstore: no API keys yet, so a Free key was created (id ${record.id}); its secret is in ${shownAt(file, secret)}` +
       `\npetstore: make more with: ${commandName()} keys create --plan pro --name NAME${storeFlags(config)}`,
   )
   await auditCommand(storage, 'key.create', record.id, { firstStart: true })
@@ -25,10 +25,16 @@ export async function bootstrapKey(config: Config, storage: Storage, reload: () 
 
 /**
  * Writes `secret` to its file (secretFile, owner-only) before `make` stores what it opens, so nothing is
- * ever made whose secret was lost; the file is kept only when `make` says it made it. When it did, where
- * the secret is, as the log says it (and the secret itself on an interactive terminal); else null.
+ * ever made whose secret was lost; the file is kept only when `make` says it made it. The file when it
+ * did, else null.
  */
-export async function firstSecret(config: Config, suffix: string, secret: string, what: string, make: () => MaybePromise<boolean>) {
+export async function firstSecret(
+  config: Config,
+  suffix: string,
+  secret: string,
+  what: string,
+  make: () => MaybePromise<boolean>,
+): Promise<string | null> {
   const file = secretFile(config.dataFile, config.database?.url ?? null, suffix)
   const temporary = `${file}.${process.pid}.tmp`
   // With PostgreSQL there is no data file, so the folder may not exist yet.
@@ -39,10 +45,15 @@ export async function firstSecret(config: Config, suffix: string, secret: string
   try {
     if (!(await make())) return null
     renameSync(temporary, file)
-    return `${file} (readable by this user only)${process.stderr.isTTY ? `:\n${secret}` : ''}`
+    return file
   } finally {
     rmSync(temporary, { force: true })
   }
+}
+
+/** Where a first secret is, as the start line says it: and the secret itself on an interactive terminal. */
+export function shownAt(file: string, secret: string): string {
+  return `${file} (readable by this user only)${process.stderr.isTTY ? `:\n${secret}` : ''}`
 }
 
 /** The flags that name the store the server uses, so a command run by following a hint lands there. */

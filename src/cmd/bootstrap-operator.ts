@@ -7,7 +7,7 @@ import type { Config } from '../config'
 import { generatePassword, hashPassword } from '../domain/operators'
 import type { Storage } from '../domain/repositories'
 import { auditCommand } from './audit'
-import { commandName, firstSecret, storeFlags } from './bootstrap-key'
+import { commandName, firstSecret, shownAt, storeFlags } from './bootstrap-key'
 
 export const FIRST_OPERATOR = 'admin'
 
@@ -15,12 +15,12 @@ export async function bootstrapOperator(config: Config, storage: Storage, consol
   if ((await storage.operators.list()).length > 0) return
   const password = generatePassword()
   const hash = await hashPassword(password, null)
-  const where = await firstSecret(config, 'console-password.txt', password, "console operator's password", () =>
+  const file = await firstSecret(config, 'console-password.txt', password, "console operator's password", () =>
     storage.operators.addIfNone(FIRST_OPERATOR, hash, Date.now()),
   )
-  if (where === null) return
+  if (file === null) return
   console.error(
-    `petstore: no console operators yet, so "${FIRST_OPERATOR}" was created; its password is in ${where}` +
+    `petstore: no console operators yet, so "${FIRST_OPERATOR}" was created; its password is in ${shownAt(file, password)}` +
       `\npetstore: sign in at ${consoleUrl}; add operators with: ${commandName()} operators add NAME${storeFlags(config)}`,
   )
   await auditCommand(storage, 'operator.add', FIRST_OPERATOR, { firstStart: true })

@@ -30,9 +30,11 @@ export async function printUsage(
   const now = Date.now()
   const since = iso(now - options.sinceMs)
   const dayStart = iso(utcDayStart(now))
-  // When bans cannot be known, the JSON says why (and no key has a bannedUntil).
-  const printJson = (bans: KeyBans, fields: object) =>
-    console.log(JSON.stringify({ dayStart, since, ...('unknown' in bans ? { bansUnknown: bans.unknown } : {}), ...fields }, null, 2))
+  const printJson = (bans: KeyBans, fields: object) => {
+    // When bans cannot be known, the JSON says why (and no key has a bannedUntil).
+    const unknown = 'unknown' in bans ? { bansUnknown: bans.unknown } : {}
+    console.log(JSON.stringify({ dayStart, since, ...unknown, ...fields }, null, 2))
+  }
   if (options.id === undefined) {
     const keys = await service.keys(options.sinceMs)
     const bans = await bansOf(keys)

@@ -23,14 +23,17 @@ function ownLimit(flag: 'rpm' | 'rpd', per: string) {
 }
 
 /** A parser for a duration (90s, 30m, 24h, 7d) from `shortest` to `longest`, which its complaint names with `examples`. */
-const duration =
-  (shortest: string, longest: string, examples = '90s, 30m, 24h or 7d') =>
-  (text: string, name: string): number => {
+function duration(shortest: string, longest: string, examples = '90s, 30m, 24h or 7d') {
+  const [min, max] = [durationMs(shortest), durationMs(longest)]
+  // Checked when the flag table is built: a bound that is not a duration would refuse every value.
+  if (min === null || max === null) throw new Error(`duration bounds ${shortest} and ${longest} must be durations`)
+  return (text: string, name: string): number => {
     const ms = durationMs(text)
-    if (ms === null || ms < durationMs(shortest)! || ms > durationMs(longest)!)
+    if (ms === null || ms < min || ms > max)
       throw new ConfigError(`${name} must be a duration from ${shortest} to ${longest} such as ${examples}, not "${text.slice(0, 40)}"`)
     return ms
   }
+}
 
 /** A parser for an ISO 8601 time with its zone; whether it is still to come is checked when it is used. */
 const time = (text: string, name: string): number => {

@@ -213,7 +213,8 @@ export async function readJsonBody(
     bytes = await readCapped(request, maxBytes, budget, address)
   } catch (error) {
     // The client went away before its body arrived: its own doing, not the server's.
-    throw !(error instanceof ApiError) && request.signal.aborted ? new ClientClosedError() : error
+    if (!(error instanceof ApiError) && request.signal.aborted) throw new ClientClosedError()
+    throw error
   }
   if (bytes.byteLength === 0) throw badRequest('body: is required (a JSON object)')
   let text: string

@@ -170,7 +170,11 @@ const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON
 export function asServed<T>(value: T): T {
   if (Array.isArray(value)) return value.map(asServed) as T
   if (value === null || typeof value !== 'object') return value
-  const object = Object.fromEntries(Object.entries(value).flatMap(([key, v]) => (key === '$id' ? [] : [[key, asServed(v)]])))
+  const object = Object.fromEntries(
+    Object.entries(value)
+      .filter(([key]) => key !== '$id')
+      .map(([key, v]) => [key, asServed(v)]),
+  )
   if (object.type !== 'integer' || object.format !== 'int64') return object as T
   return { ...object, minimum: object.minimum ?? rawJSON(String(INT64_MIN)), maximum: object.maximum ?? rawJSON(String(INT64_MAX)) } as T
 }

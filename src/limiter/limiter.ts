@@ -100,6 +100,7 @@ export class RateLimiter {
   ) {
     if (options.banAfter < BAN_AFTER.min || options.banAfter > BAN_AFTER.max)
       throw new RangeError(`banAfter must be ${BAN_AFTER.min}..${BAN_AFTER.max}`)
+    // The backends are given the ban rule alone, not the limiter's other options.
     const rule: BanRule = { banAfter: options.banAfter, banSeconds: options.banSeconds }
     const local = options.fallback === 'local'
     const shared = options.backend?.(rule)

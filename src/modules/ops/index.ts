@@ -58,7 +58,7 @@ function hidden(operationId: string) {
   return { detail: { hide: true, operationId } }
 }
 
-export function buildDocument(options: OpsModuleOptions) {
+function buildDocument(options: OpsModuleOptions) {
   const api = options.api()
   const generated = toOpenAPISchema(api)
   // The generator replaces a route's own path parameters with untyped strings; put the typed ones back,

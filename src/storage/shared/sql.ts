@@ -63,11 +63,10 @@ export function sql(strings: TemplateStringsArray, ...values: unknown[]): Statem
 /** `head` (INSERT INTO table (columns)) with many rows of values, each in the columns' order, then `tail`. */
 export function insertRows(head: string, rows: unknown[][], tail = ''): Statement {
   const width = rows[0]?.length ?? 0
-  return new Statement(
-    (engine, before = 0) =>
-      `${head} VALUES ${rows.map((_, r) => `(${Array.from({ length: width }, (_, c) => placeholder(engine, before + r * width + c + 1)).join(', ')})`).join(', ')} ${tail}`,
-    rows.flat(),
-  )
+  return new Statement((engine, before = 0) => {
+    const row = (r: number) => `(${Array.from({ length: width }, (_, c) => placeholder(engine, before + r * width + c + 1)).join(', ')})`
+    return `${head} VALUES ${rows.map((_, r) => row(r)).join(', ')} ${tail}`
+  }, rows.flat())
 }
 
 function placeholder(engine: Engine, n: number): string {

@@ -338,7 +338,12 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
 /** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
 function ofActiveKeys(state: LimiterHandover, keys: SqlKeys<'sync'>): LimiterHandover {
   if (state.keys.size === 0) return state
-  const active = new Set(keys.list().flatMap((key) => (key.revokedAt === null ? [keySubject(key.id).name] : [])))
+  const active = new Set(
+    keys
+      .list()
+      .filter((key) => key.revokedAt === null)
+      .map((key) => keySubject(key.id).name),
+  )
   for (const name of state.keys.keys()) if (!active.has(name)) state.keys.delete(name)
   return state
 }
