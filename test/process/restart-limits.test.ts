@@ -64,7 +64,7 @@ async function spendAddress(server: RawServer, address: string, ban: boolean): P
 
 async function stopWith(server: RawServer, signal: NodeJS.Signals): Promise<number> {
   server.proc.kill(signal)
-  return server.proc.exited
+  return server.exited
 }
 
 interface LeftState {

@@ -35,7 +35,7 @@ describe('graceful shutdown', () => {
         expect(response.headers['content-type']).toContain('application/json')
         expect(JSON.parse(response.body)).toMatchObject({ name: `inflight ${i}`, categoryId: i, status: 'available' })
       }
-      expect(await server.proc.exited).toBe(0)
+      expect(await server.exited).toBe(0)
       expect(server.stderr()).toMatch(/stopped/)
       for (const request of slow) request.close()
       expect(await connectionRefused(server.port)).toBe(true)
@@ -59,7 +59,7 @@ describe('graceful shutdown', () => {
     )
     server.proc.kill('SIGTERM')
     const settled = await Promise.allSettled(burst)
-    expect(await server.proc.exited).toBe(0)
+    expect(await server.exited).toBe(0)
     const answered = settled.filter((s) => s.status === 'fulfilled').map((s) => s.value)
     for (const answer of answered) {
       expect(answer.status).toBe(201)
@@ -109,7 +109,7 @@ describe('graceful shutdown', () => {
       message: 'The server is stopping; retry in a moment.',
       status: 503,
     })
-    expect(await server.proc.exited).toBe(0)
+    expect(await server.exited).toBe(0)
 
     const again = await startServer({ dataFile, args })
     expect(await listAll(again.base, key)).toEqual([])

@@ -88,7 +88,7 @@ describe('signals', () => {
         ),
       ).toBe(201)
       slow.close()
-      expect({ exitCode: await server.proc.exited, signalCode: server.proc.signalCode }).toEqual({ exitCode: 0, signalCode: null })
+      expect({ exitCode: await server.exited, signalCode: server.proc.signalCode }).toEqual({ exitCode: 0, signalCode: null })
       expect(server.stderr()).toContain('petstore: stopped')
       // Every answer the clients got was a whole 200 (the others were refused before reaching it).
       expect(traffic.statuses.filter((status) => status !== 200)).toEqual([])
@@ -114,7 +114,7 @@ describe('signals', () => {
       const clients = keptAliveClients(server.port, key, 32)
       await eventually(() => clients.outcomes.length >= 300)
       server.proc.kill(signal)
-      expect(await server.proc.exited).toBe(0)
+      expect(await server.exited).toBe(0)
       await clients.done
       const tally = clients.tally()
       // Every answer is a 200, and each client ends refused (nothing listens): none of its requests was

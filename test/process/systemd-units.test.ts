@@ -75,7 +75,7 @@ describe('deploy/systemd', () => {
     expect(args).toContain('--takeover')
     const a = await spawnServe([...args, '--no-access-log'], { cwd: root })
     const b = await spawnServe([...args, '--no-access-log'], { cwd: root })
-    expect(await a.proc.exited).toBe(0)
+    expect(await a.exited).toBe(0)
     expect((await fetch(`http://127.0.0.1:${port}/v1/pets`, { headers: auth(key) })).status).toBe(200)
     expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200)
     expect(await b.stop()).toBe(0)

@@ -225,7 +225,7 @@ describe('serve --takeover', () => {
     const load = steadyLoad(old.base, loadKey)
     await until(() => load.outcomes.length >= 60)
     const next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
-    expect(await old.proc.exited).toBe(0)
+    expect(await old.exited).toBe(0)
     expect(old.stderr()).toContain('SIGUSR2 received')
     const atHandover = load.outcomes.length
     await until(() => load.outcomes.length >= atHandover + 120)
@@ -279,7 +279,7 @@ describe('serve --takeover', () => {
     expect((await answer(old.base, from('203.0.113.6'))).code).toBe('address_banned')
 
     const next = await spawnServe([...args, '--takeover'])
-    expect(await old.proc.exited).toBe(0)
+    expect(await old.exited).toBe(0)
     const banLeft = 600 - Math.floor((Date.now() - bannedAt) / 1000)
     const keyNow = await answer(next.base, auth(key, from('198.51.100.1')))
     expect(keyNow).toMatchObject({ status: 429, code: 'key_banned' })
@@ -313,7 +313,7 @@ describe('serve --takeover', () => {
     ])
     expect(other.stderr).toContain(`cannot listen on 127.0.0.1:${consolePort}`)
     const next = await spawnServe([...args, '--takeover'])
-    expect(await old.proc.exited).toBe(0)
+    expect(await old.exited).toBe(0)
     expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200)
     expect((await fetch(`http://127.0.0.1:${consolePort}/`)).status).toBe(200)
     expect(await next.stop()).toBe(0)
@@ -342,7 +342,7 @@ describe('serve --takeover', () => {
     expect(old.proc.exitCode).toBeNull()
     slow.finish()
     expect((await slow.response).status).toBe(201)
-    expect(await old.proc.exited).toBe(0)
+    expect(await old.exited).toBe(0)
     const server = await next
     expect(await Promise.all(pending.map((p) => p.answer))).toEqual(pending.map(() => 200))
     expect((await listAll(server.base, key)).map((pet) => pet.name)).toContain('in flight')
@@ -479,7 +479,7 @@ describe('serve --takeover', () => {
     db.run('PRAGMA user_version = 999')
     db.close()
     taker.proc.kill('SIGKILL')
-    expect(await old.proc.exited).toBe(1)
+    expect(await old.exited).toBe(1)
     await stream.stop()
     expect(old.stderr()).toMatch(/^petstore: cannot serve again: .* was written by a newer petstore \(schema 999, .*$/m)
     expect(stream.outcomes.filter((o) => typeof o.outcome === 'number' && o.outcome !== 200 && o.outcome !== 503)).toEqual([])
@@ -511,14 +511,14 @@ describe('serve --takeover', () => {
     const winner = (first!.server ?? second!.server)!
     const refusal = first!.server ? second!.refusal : first!.refusal
     expect(refusal).toMatch(/petstore: cannot take over: process \d+ is taking over .* already; the running server keeps serving/)
-    expect(await old.proc.exited).toBe(0)
+    expect(await old.exited).toBe(0)
     const atHandover = load.outcomes.length
     await until(() => load.outcomes.length >= atHandover + 60)
     await load.stop()
     expect(load.outcomes.filter((o) => o.status !== 200 && o.status !== 201)).toEqual([])
     // The winner's claim stays, naming the running server: the next takeover, from it, goes ahead.
     const third = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
-    expect(await winner.proc.exited).toBe(0)
+    expect(await winner.exited).toBe(0)
     expect(await third.stop()).toBe(0)
   })
 
@@ -527,7 +527,7 @@ describe('serve --takeover', () => {
     const other = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {
       const next = await spawnServe([...serveArgs(port, dataFile), '--takeover', '--metrics-address', `127.0.0.1:${other.port}`])
-      expect(await old.proc.exited).toBe(0)
+      expect(await old.exited).toBe(0)
       expect(next.stderr()).toContain(`petstore: cannot listen on 127.0.0.1:${other.port}: `)
       expect(next.stderr()).toContain('; serving without /metrics')
       expect((await postPet(next.base, key, { name: 'served', categoryId: 1 })).status).toBe(201)

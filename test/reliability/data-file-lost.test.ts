@@ -36,6 +36,7 @@ describe('a data file lost or damaged while serving', () => {
       expect(((await right.json()) as { code: string }).code).toBe('unavailable')
       await eventually(async () => (await fetch(`${server.origin}/readyz`)).status === 503, 2_000)
       expect((await fetch(`${server.origin}/healthz`)).status).toBe(200)
+      await server.said('the data file was deleted or replaced under the server')
       expect(server.stderr().match(/the data file was deleted or replaced under the server/g)).toHaveLength(1)
       // What was there is still served from the open file.
       expect(((await (await fetch(`${server.base}/pets`, { headers: auth(key) })).json()) as unknown[]).length).toBe(1)
@@ -67,6 +68,7 @@ describe('a data file lost or damaged while serving', () => {
     }
     expect((await ask('GET', '/api/keys', cookie)).status).toBe(200)
     expect((await ask('DELETE', '/api/session', cookie)).status).toBe(204)
+    await server.said('the data file was deleted or replaced under the server')
     expect(server.stderr().match(/the data file was deleted or replaced under the server/g)).toHaveLength(1)
     expect(await server.stop()).toBe(0)
   })
@@ -92,6 +94,7 @@ describe('a data file lost or damaged while serving', () => {
     expect(deep.status).toBe(503)
     expect(((await deep.json()) as { code: string }).code).toBe('unavailable')
     expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
+    await server.said('the data file is damaged (SQLITE_CORRUPT')
     expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
     expect(server.stdout()).not.toContain('"status":500')
     await server.stop('SIGKILL')
@@ -124,6 +127,7 @@ describe('a data file lost or damaged while serving', () => {
     expect([create.status, ((await create.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
     expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
     expect((await signInAsAdmin(server.console, password)).status).toBe(503)
+    await server.said('the data file is damaged (SQLITE_CORRUPT')
     expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT/g)).toHaveLength(1)
     expect(server.stderr()).not.toContain('internal error')
     expect(server.stdout()).not.toContain('"status":500')

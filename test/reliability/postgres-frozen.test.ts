@@ -166,7 +166,7 @@ describeWithEngines(['postgresql'], 'a frozen PostgreSQL under the binary', () =
     await Bun.sleep(200)
     const started = performance.now()
     server.proc.kill('SIGTERM')
-    const exited = await Promise.race([server.proc.exited, Bun.sleep(20_000).then(() => 'still running')])
+    const exited = await Promise.race([server.exited, Bun.sleep(20_000).then(() => 'still running')])
     const ms = performance.now() - started
     console.log(`SIGTERM while frozen: exit ${exited} after ${Math.round(ms)} ms`)
     expect(exited).not.toBe('still running')

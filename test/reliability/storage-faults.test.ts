@@ -157,7 +157,7 @@ describe.skipIf(!canMount)('a read-only view of a file that another process writ
 
     const listed = JSON.parse(cli(['keys', 'list', '--json', '--data', join(writable, 'petstore.db')]).stdout) as { id: string }[]
     expect(cli(['keys', 'revoke', listed[0]!.id, '--data', join(writable, 'petstore.db')]).code).toBe(0)
-    expect(await server.proc.exited).toBe(1)
+    expect(await server.exited).toBe(1)
     expect(server.stderr()).toContain('the read-only data file changed on disk')
 
     const restarted = await startServer({ dataFile: join(readOnly, 'petstore.db'), args: ['--no-access-log'] })

@@ -68,7 +68,17 @@ export interface Server {
   bootstrapKey: string | undefined
   stderr: () => string
   stdout: () => string
-  /** Sends a signal and resolves with the exit code. */
+  /**
+   * The exit code, once the process has ended and what it wrote is read: `proc.exited` can come before
+   * its last lines reach stderr() (another pipe, read in its own turn).
+   */
+  exited: Promise<number>
+  /**
+   * Waits (up to 5 s) until stderr holds `text`, and fails naming it otherwise: a line the server prints
+   * as it answers a request may reach this process after the answer does.
+   */
+  said: (text: string) => Promise<void>
+  /** Sends a signal and resolves with the exit code, once the output is read (`exited`). */
   stop: (signal?: 'SIGTERM' | 'SIGINT' | 'SIGKILL') => Promise<number>
 }
 
@@ -120,8 +130,15 @@ export async function spawnListening(
   const out = { text: '' }
   const err = { text: '' }
   let wake = () => {}
-  if (proc.stdout instanceof ReadableStream) void collect(proc.stdout, out, () => wake())
-  void collect(proc.stderr, err, () => wake())
+  const collected = Promise.all([
+    proc.stdout instanceof ReadableStream ? collect(proc.stdout, out, () => wake()) : null,
+    collect(proc.stderr, err, () => wake()),
+  ])
+  // Bounded: a pipe some other process still holds open would keep it from ending.
+  const exited = proc.exited.then(async (code) => {
+    await Promise.race([collected, Bun.sleep(2_000)])
+    return code
+  })
   const deadline = Date.now() + 15_000
   while (!LISTENING.test(err.text)) {
     if (proc.exitCode !== null || Date.now() > deadline) {
@@ -141,9 +158,17 @@ export async function spawnListening(
     bootstrapKey: bootstrapSecret(err.text),
     stderr: () => err.text,
     stdout: () => out.text,
+    exited,
+    said: async (text) => {
+      try {
+        await eventually(() => err.text.includes(text))
+      } catch {
+        throw new Error(`the server did not say "${text}" within 5 s; its stderr:\n${err.text}`)
+      }
+    },
     stop: async (signal = 'SIGTERM') => {
       proc.kill(signal)
-      const code = await proc.exited
+      const code = await exited
       running.delete(proc)
       return code
     },
