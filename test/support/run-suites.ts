@@ -213,6 +213,24 @@ interface Outcome {
 
 const count = (text: string, word: string) =>
   [...text.matchAll(new RegExp(`^ *(\\d+) ${word}$`, 'gm'))].reduce((sum, [, n]) => sum + Number(n), 0)
+/** At most this many lines of what bun printed for a failed test (its error, above its `(fail)` line). */
+const FAILURE_LINES = 30
+/**
+ * Each failed test's line with the error bun printed above it, repeated at the end of the run: a CI log
+ * cut to its tail still says which test failed and why, not only which job.
+ */
+const failures: string[] = []
+function failuresOf(text: string, on: string): string[] {
+  const lines = text.split('\n')
+  const found: string[] = []
+  let from = 0
+  for (const [i, line] of lines.entries()) {
+    if (line.startsWith('(fail) ')) found.push([`${line}${on}`, ...lines.slice(Math.max(from, i - FAILURE_LINES), i)].join('\n'))
+    // What comes after a test's own line belongs to the next test.
+    if (/^\((pass|fail|skip|todo)\) /.test(line)) from = i + 1
+  }
+  return found
+}
 const measured: Record<string, number> = {}
 let done = 0
 
@@ -263,6 +281,7 @@ async function run(job: Job, index: number): Promise<Outcome> {
   }
   const text = `${out}\n${err}`
   const outcome = { pass: count(text, 'pass'), fail: count(text, 'fail'), skip: count(text, 'skip'), ok: code === 0 }
+  failures.push(...failuresOf(err, ` (in ${job.files.join(' ')}${job.backend === 'sqlite+memory' ? '' : ` on ${job.backend}`})`))
   // A job that exits 0 without a summary line ran nothing it was given: that is a failure too.
   if (outcome.pass + outcome.fail + outcome.skip === 0) outcome.ok = false
   done++
@@ -355,6 +374,7 @@ for (const notice of notices) console.error(notice)
 if (leftRunning.length > 0)
   console.error(`petstore tests: stopped ${leftRunning.length} PostgreSQL clusters that jobs left running: ${leftRunning.join(', ')}`)
 if (totals.skip > 0) console.error(`petstore tests: ${totals.skip} tests skipped (each job's output above says which and why)`)
+for (const failure of failures) console.error(`petstore tests: ${failure}\n`)
 if (failed.length > 0) console.error(`petstore tests: failed in ${failed.length} jobs: ${failed.join('; ')}`)
 clearInterval(sampling)
 loads.push(loadavg()[0]!)
