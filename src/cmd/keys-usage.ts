@@ -86,9 +86,16 @@ function asJson(usage: KeyUsage, bans: KeyBans) {
   return {
     ...usage,
     ...(until === undefined ? {} : { bannedUntil: iso(until) }),
+    // The console's name, as `keys list --json` has it; the earlier `lastUsed` beside it until the next release.
+    lastUsedAt: iso(usage.lastUsed),
     lastUsed: iso(usage.lastUsed),
     expiresAt: iso(usage.expiresAt),
-    secrets: usage.secrets.map((s) => ({ secret: s.secret, lastUsed: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) })),
+    secrets: usage.secrets.map((s) => ({
+      secret: s.secret,
+      lastUsedAt: iso(s.lastUsedAt),
+      lastUsed: iso(s.lastUsedAt),
+      worksUntil: iso(s.endsAt),
+    })),
     deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
   }
 }

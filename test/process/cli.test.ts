@@ -387,7 +387,7 @@ describe('the data file is never a surprise', () => {
       const result = cli(args, { cwd })
       expect(result.code).toBe(1)
       expect(result.stderr).toBe(
-        `petstore: no data file at ${join(cwd, 'data', 'petstore.db')}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)\n`,
+        `petstore: no data file at ${join(cwd, 'data', 'petstore.db')}; start the server once to create it, or name an existing one with --data (staging uses its own: --env staging)\n`,
       )
     }
     expect(readdirSync(cwd)).toEqual([])

@@ -130,8 +130,8 @@ function lifecycle(deployment: () => { bases: string[]; storage: string[] }) {
     await everywhere(second, 200)
     // The operator sees which secret is still in use before the overlap ends.
     await eventually(() => {
-      const usage = JSON.parse(keys(['usage', id, '--json']).stdout) as { secrets: { secret: string; lastUsed: string | null }[] }
-      return usage.secrets.every((secret) => secret.lastUsed !== null)
+      const usage = JSON.parse(keys(['usage', id, '--json']).stdout) as { secrets: { secret: string; lastUsedAt: string | null }[] }
+      return usage.secrets.every((secret) => secret.lastUsedAt !== null)
     }, 10_000)
     const fourth = secretOf(keys(['roll', id, '--overlap', '0s']))
     await everywhere(third, 401, 'key_expired', 1_500)

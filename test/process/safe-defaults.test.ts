@@ -162,7 +162,7 @@ describe('an empty environment variable counts as unset', () => {
     const result = cli(['keys', 'list'], { cwd, env: { PETSTORE_DATA: '' } })
     expect([result.code, result.stderr]).toEqual([
       1,
-      `petstore: no data file at ${join(cwd, 'data', 'petstore.db')}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)\n`,
+      `petstore: no data file at ${join(cwd, 'data', 'petstore.db')}; start the server once to create it, or name an existing one with --data (staging uses its own: --env staging)\n`,
     ])
   })
 

@@ -60,7 +60,7 @@ export function openSqliteStorage(file: string, options: OpenOptions & { mustWri
     refuseInterruptedRestore(file)
     if (options.mustExist && !existsSync(file))
       throw new StorageOpenError(
-        `no data file at ${file}; start the server once to create it, or name the file with --data (staging uses its own: --env staging)`,
+        `no data file at ${file}; start the server once to create it, or name an existing one with --data (staging uses its own: --env staging)`,
       )
     prepareDataFolder(file)
     opening(`cannot use ${file} as the data file`, () => checkHeader(file))
