@@ -129,7 +129,8 @@ ${Object.entries(PLAN_LIMITS)
   .join('\n')}
     enterprise   --rpm N / --rpd N (its own limits)
   Without --data or PETSTORE_DATA, the commands use the environment's default data file, which must
-  exist (start the server once); naming the file with --data creates it when missing.
+  exist (start the server once); a file named with --data is made when missing by create alone, and
+  the other commands refuse a missing file.
 
 ${flagLines(FLAGS)}
 ${COMMON}`

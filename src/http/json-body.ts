@@ -227,7 +227,10 @@ export async function readJsonBody(
   try {
     value = JSON.parse(text, strictValues as (key: string, value: unknown) => unknown)
   } catch (error) {
-    throw error instanceof ApiError ? error : badRequest('body: is not valid JSON')
+    if (error instanceof ApiError) throw error
+    // Valid JSON nested past the stack the reviver's walk can take (some thousands of levels).
+    if (error instanceof RangeError) throw badRequest('body: is nested too deeply')
+    throw badRequest('body: is not valid JSON')
   }
   const repeated = duplicateKey(text)
   if (repeated !== null) throw badRequest(`${repeated.slice(0, 40)}: is given more than once`)

@@ -266,6 +266,13 @@ describe('POST /pets body format', () => {
     })
   }
 
+  test('JSON nested deeper than the parser goes is a 400 that says so, not "not valid JSON"', async () => {
+    const depth = 20_000
+    const res = await postRaw(`{"name":"x","categoryId":1,"x":${'['.repeat(depth)}${']'.repeat(depth)}}`)
+    expect(res.status).toBe(400)
+    expect(await jsonOf(res)).toEqual({ code: 'invalid_request', message: 'body: is nested too deeply', status: 400 })
+  })
+
   test('invalid UTF-8 is a 400', async () => {
     const bytes = new Uint8Array([...Buffer.from('{"name":"'), 0xff, 0xfe, ...Buffer.from('","categoryId":1}')])
     const res = await postRaw(bytes)
