@@ -45,8 +45,13 @@ async function burst(servers: ConsoleServer[], name: string, password: string) {
     `burst of 40 wrong + the right one over ${servers.length} instance(s): ${JSON.stringify(counted)}, the right one ${statuses.at(-1)}` +
       (resent.length > 0 ? `; sent again: ${resent.length} (${[...new Set(resent)].join(' | ')})` : ''),
   )
-  expect(counted[401]).toBe(5)
-  expect(counted[429]).toBe(36)
+  // The promise is "at most 5 checked". An attempt answered 503 may have taken its place in storage (the
+  // insert commits there though our deadline passed), or been checked and then missed the deadline of its
+  // audit line: its place is spent without a 401, so with any such attempt fewer than 5 answers may be
+  // 401. Exactly 5 when none was answered 503.
+  if (resent.length === 0) expect(counted[401]).toBe(5)
+  else expect(counted[401]).toBeLessThanOrEqual(5)
+  expect(counted[401] + counted[429]).toBe(41)
   expect(statuses.at(-1)).toBe(429)
   for (const answer of answers.filter((a) => a.status === 429)) {
     expect(Number(answer.headers.get('retry-after'))).toBeGreaterThan(0)
