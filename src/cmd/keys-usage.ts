@@ -2,7 +2,7 @@
 import type { Storage } from '../domain/repositories'
 import { iso } from '../domain/time'
 import { utcDayStart } from '../domain/usage'
-import { printTable } from './options'
+import { printTable, withEarlierNames } from './options'
 import { type KeyUsage, UsageService } from '../modules/usage/service'
 import { type KeyBans, keyBans } from './key-bans'
 
@@ -83,21 +83,22 @@ function bannedUntil(usage: KeyUsage, bans: KeyBans): number | null | undefined 
 
 function asJson(usage: KeyUsage, bans: KeyBans) {
   const until = bannedUntil(usage, bans)
-  return {
-    ...usage,
-    ...(until === undefined ? {} : { bannedUntil: iso(until) }),
-    // The console's name, as `keys list --json` has it; the earlier `lastUsed` beside it until the next release.
-    lastUsedAt: iso(usage.lastUsed),
-    lastUsed: iso(usage.lastUsed),
-    expiresAt: iso(usage.expiresAt),
-    secrets: usage.secrets.map((s) => ({
-      secret: s.secret,
-      lastUsedAt: iso(s.lastUsedAt),
-      lastUsed: iso(s.lastUsedAt),
-      worksUntil: iso(s.endsAt),
-    })),
-    deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
-  }
+  const { lastUsed, ...rest } = usage
+  // A last request is `lastUsedAt`, the console's name, as in `keys list --json`.
+  const earlier = { lastUsed: 'lastUsedAt' } as const
+  return withEarlierNames(
+    {
+      ...rest,
+      ...(until === undefined ? {} : { bannedUntil: iso(until) }),
+      lastUsedAt: iso(lastUsed),
+      expiresAt: iso(usage.expiresAt),
+      secrets: usage.secrets.map((s) =>
+        withEarlierNames({ secret: s.secret, lastUsedAt: iso(s.lastUsedAt), worksUntil: iso(s.endsAt) }, earlier),
+      ),
+      deprecated: { ...usage.deprecated, last: iso(usage.deprecated.last) },
+    },
+    earlier,
+  )
 }
 
 /** The plan, marked when the key is refused whatever it sends: revoked, expired, or banned right now. */

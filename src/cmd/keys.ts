@@ -9,7 +9,7 @@ import { DAY_MS, HOUR_MS, iso } from '../domain/time'
 import { createKey, rollKey, setKeyPlan } from '../modules/keys/service'
 import { auditCommand } from './audit'
 import { noKey, printUsage } from './keys-usage'
-import { asUsageError, COMMON, parseSub, printTable, UsageError, withStorage } from './options'
+import { asUsageError, COMMON, parseSub, printTable, UsageError, withEarlierNames, withStorage } from './options'
 
 /** An enterprise key's own limit, per minute or per day. */
 function ownLimit(flag: 'rpm' | 'rpd', per: string) {
@@ -266,9 +266,14 @@ function printKeys(records: ApiKeyRecord[], json: boolean): void {
     previousSecretEndsAt: r.previousSecretHash !== null && r.previousEndsAt! > now ? iso(r.previousEndsAt!) : null,
   }))
   if (json) {
-    // The names of earlier releases, kept readable for scripts until the next release (docs/upgrading.md).
-    const withOldNames = rows.map((row) => ({ ...row, created: row.createdAt, lastUsed: row.lastUsedAt, revoked: row.revokedAt }))
-    console.log(JSON.stringify(withOldNames, null, 2))
+    const earlier = { created: 'createdAt', lastUsed: 'lastUsedAt', revoked: 'revokedAt' } as const
+    console.log(
+      JSON.stringify(
+        rows.map((row) => withEarlierNames(row, earlier)),
+        null,
+        2,
+      ),
+    )
     return
   }
   printTable(

@@ -208,6 +208,14 @@ export async function withStorage<T>(
   }
 }
 
+/**
+ * A JSON object with the names of earlier releases beside the current ones, for scripts, until the next
+ * release (docs/upgrading.md): `earlier` maps each earlier name to the current one whose value it repeats.
+ */
+export function withEarlierNames<T extends object>(row: T, earlier: Record<string, keyof T>): T & Record<string, unknown> {
+  return { ...row, ...Object.fromEntries(Object.entries(earlier).map(([name, current]) => [name, row[current]])) }
+}
+
 /** Rows under a header, in columns as wide as their widest cell. */
 export function printTable(header: string[], rows: string[][]): void {
   const table = [header, ...rows]
