@@ -24,7 +24,7 @@ describe('graceful shutdown', () => {
         Array.from({ length: 5 }, (_, i) => startSlowPost(server.port, '/v1', key, { name: `inflight ${i}`, categoryId: i })),
       )
       server.proc.kill(signal)
-      await eventually(() => server.stderr().includes(`${signal} received`))
+      await server.said(`${signal} received`)
       // No new connection while it drains.
       await eventually(() => connectionRefused(server.port), 2_000)
       expect(server.proc.exitCode).toBeNull()

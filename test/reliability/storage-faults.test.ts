@@ -194,7 +194,7 @@ describe.skipIf(!canLoopExt4)('a volume that turns read-only under the running s
 
     await expectReadOnlyService(server, key, acknowledged)
     await expectReadOnlyService(server, key, acknowledged)
-    await eventually(() => /refuses writes/.test(server.stderr()))
+    await server.said('refuses writes')
     expect(server.stderr().match(/refuses writes/g)).toHaveLength(1)
     await server.stop()
     expect(server.stderr()).not.toMatch(/\n\s+at /)

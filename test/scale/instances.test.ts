@@ -74,9 +74,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     await engines.redis.stop()
     try {
       const refused = await fetch(`${server!.base}/pets`, { headers: auth(key) })
-      await eventually(() =>
-        server!.stderr().includes('petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does\n'),
-      )
+      await server!.said('petstore: the shared rate limiter (Redis) does not answer: API requests get 503 until it does\n')
       expect(refused.status).toBe(503)
       expect(refused.headers.get('retry-after')).toBe('1')
       expect(((await refused.json()) as { code: string }).code).toBe('unavailable')
@@ -88,7 +86,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'several instances on Postgr
     }
     await eventually(async () => (await fetch(`${server!.base}/pets`, { headers: auth(key) })).status === 200, 5_000)
     expect((await fetch(`${server!.origin}/readyz`)).status).toBe(200)
-    await eventually(() => server!.stderr().includes('petstore: the shared rate limiter (Redis) answers again\n'))
+    await server!.said('petstore: the shared rate limiter (Redis) answers again\n')
     expect(server!.stderr().match(/the shared rate limiter \(Redis\)/g)).toHaveLength(2)
   })
 
