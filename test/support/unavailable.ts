@@ -1,7 +1,8 @@
 /**
  * Requests sent as a client sends them, where a 503 `unavailable` (the limiter or storage missed its
- * deadline: the documented answer on a loaded host, which takes no token and checks nothing) is sent
- * again, so that a test counts the answers it is about. Seen in fresh-clone runs: Redis past its deadline
+ * deadline: the documented answer on a loaded host, which takes no token) is sent again, so that a test
+ * counts the answers it is about. A sign-in answered so may still hold its place in the throttle (the
+ * burst in console-sign-in.test.ts counts with that). Seen in fresh-clone runs: Redis past its deadline
  * left a burst of 60 a token (the 61st a 200) and put a 503 among 70 keyless requests through nginx;
  * PostgreSQL past its deadline answered 4, and once 40, of 41 sign-ins at once.
  */
