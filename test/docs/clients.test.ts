@@ -110,7 +110,7 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
 
   if (twice) {
     // Sixty a minute, spent to the last token, then main.ts twice in a row, as a developer reruns it: each
-    // request waits a token's second. The server bans at the second 429 within a minute sent before the
+    // wait is a token's second. The server bans at the second 429 within a minute sent before the
     // time the last one named (--ban-after 1); a client that waits never is.
     const fast = onStorage(['keys', 'create', '--plan', 'enterprise', '--rpm', '60', '--rpd', '1000'])
     await eventually(
@@ -126,8 +126,10 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
         `${first + 2} Odd 9007199254740993 available`,
         `${first + 2} pets in all`,
       ])
+      // At least two 429s a run, whatever the host's load (a slow client finds more tokens refilled): a
+      // server that counted every 429 toward --ban-after 1 would ban at the second and say 600 s.
       const waits = run.stderr.trim().split('\n')
-      expect(waits.length).toBeGreaterThanOrEqual(3)
+      expect(waits.length).toBeGreaterThanOrEqual(2)
       // The first run's first 429 may come while the wait this test's own 429 named still runs: it is
       // told the token after that one, 2 s. Every other wait is a token's second.
       if (first === 254) expect(waits.shift()).toMatch(/^petstore: 429, waiting [12] s as Retry-After says$/)
