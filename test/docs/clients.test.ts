@@ -109,16 +109,17 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
   expect(main.stderr).toMatch(/^petstore: 429, waiting \d+ s as Retry-After says\n$/)
 
   if (twice) {
-    // Sixty a minute, spent to the last token, then main.ts twice in a row, as a developer reruns it: each
-    // wait is a token's second. The server bans at the second 429 within a minute sent before the
-    // time the last one named (--ban-after 1); a client that waits never is.
-    const fast = onStorage(['keys', 'create', '--plan', 'enterprise', '--rpm', '60', '--rpd', '1000'])
+    // Thirty a minute (a token every 2 s), spent to the last token, then main.ts twice in a row, as a
+    // developer reruns it. The server bans at the second 429 within a minute sent before the time the last
+    // one named (--ban-after 1); a client that waits never is, and each wait is at most a token's 2 s.
+    const paced = onStorage(['keys', 'create', '--plan', 'enterprise', '--rpm', '30', '--rpd', '1000'])
     await eventually(
-      async () => (await fetch(`${server.base}/pets?limit=1`, { headers: { authorization: `Bearer ${fast}` } })).status === 200,
+      async () => (await fetch(`${server.base}/pets?limit=1`, { headers: { authorization: `Bearer ${paced}` } })).status === 200,
     )
-    while ((await fetch(`${server.base}/pets?limit=1`, { headers: { authorization: `Bearer ${fast}` } })).status !== 429);
+    while ((await fetch(`${server.base}/pets?limit=1`, { headers: { authorization: `Bearer ${paced}` } })).status !== 429);
+    const waits: string[] = []
     for (const first of [254, 257]) {
-      const run = await shell('bun main.ts', fast)
+      const run = await shell('bun main.ts', paced)
       expect(run.stdout.trim().split('\n')).toEqual([
         `created ${first}, ${first + 1} and ${first + 2}`,
         `${first} Big 9223372036854775807 available`,
@@ -126,15 +127,17 @@ async function recipeAsWritten(server: Server, onStorage: OnStorage, { twice = f
         `${first + 2} Odd 9007199254740993 available`,
         `${first + 2} pets in all`,
       ])
-      // At least two 429s a run, whatever the host's load (a slow client finds more tokens refilled): a
-      // server that counted every 429 toward --ban-after 1 would ban at the second and say 600 s.
-      const waits = run.stderr.trim().split('\n')
-      expect(waits.length).toBeGreaterThanOrEqual(2)
+      const lines = run.stderr.split('\n').filter(Boolean)
+      waits.push(...lines)
       // The first run's first 429 may come while the wait this test's own 429 named still runs: it is
-      // told the token after that one, 2 s. Every other wait is a token's second.
-      if (first === 254) expect(waits.shift()).toMatch(/^petstore: 429, waiting [12] s as Retry-After says$/)
-      for (const line of waits) expect(line).toBe('petstore: 429, waiting 1 s as Retry-After says')
+      // told the token after that one, up to 4 s. Every other wait is at most a token's 2 s.
+      if (first === 254 && lines.length > 0) expect(lines.shift()).toMatch(/^petstore: 429, waiting [1-4] s as Retry-After says$/)
+      for (const line of lines) expect(line).toMatch(/^petstore: 429, waiting [12] s as Retry-After says$/)
     }
+    // How many 429s a run meets depends on the client's speed (a slow one finds tokens refilled): at least
+    // one over both runs, which with this test's own is the second, where a server counting every 429
+    // toward --ban-after 1 would have banned and said 600 s. On a quiet host they meet several.
+    expect(waits.length).toBeGreaterThanOrEqual(1)
   }
 
   // Stored exactly, as the server itself answers them.

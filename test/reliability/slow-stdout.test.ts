@@ -54,15 +54,20 @@ function killPipeline(dataFile: string, reader: string): void {
   }
 }
 
-/** Sends `count` keyless requests with a long path (so each log line is long), `concurrency` at a time. */
-async function flood(origin: string, count: number, concurrency = 32): Promise<Map<number, number>> {
+/**
+ * Sends `count` keyless requests with a long path (so each log line is long), `concurrency` at a time; a
+ * request that gets no answer fails with the server's stderr so far (`said`), to tell a stop from a refusal.
+ */
+async function flood(origin: string, said: () => string, count: number, concurrency = 32): Promise<Map<number, number>> {
   const statuses = new Map<number, number>()
   let next = 0
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (next < count) {
         next++
-        const response = await fetch(`${origin}/${'p'.repeat(900)}`)
+        const response = await fetch(`${origin}/${'p'.repeat(900)}`).catch((error: Error) => {
+          throw new Error(`request ${next} of ${count} got no answer (${error.message}); the server's stderr:\n${said()}`)
+        })
         await response.arrayBuffer()
         statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1)
       }
@@ -87,7 +92,7 @@ describe('stdout that is not read or is closed', () => {
       const server = serverPid(join(dir, 'p.db'))
       const before = rssMiB(server)
       // About 1,000 bytes of log a request: 20,000 requests are 20 MB of log against a 4 MiB cap.
-      const statuses = await flood(origin, 20_000)
+      const statuses = await flood(origin, stderr, 20_000)
       expect([...statuses.keys()]).toEqual([404])
       const metrics = await (await fetch(`${origin}/metrics`)).text()
       const dropped = Number(/^petstore_log_lines_dropped_total (\d+)$/m.exec(metrics)![1])
@@ -120,10 +125,10 @@ describe('stdout that is not read or is closed', () => {
     try {
       await eventually(() => LISTENING.test(stderr()), 15_000)
       const origin = `http://127.0.0.1:${LISTENING.exec(stderr())![1]}`
-      await flood(origin, 2_000, 8)
+      await flood(origin, stderr, 2_000, 8)
       await eventually(() => /stdout was closed/.test(stderr()), 5_000)
       expect((await fetch(`${origin}/healthz`)).status).toBe(200)
-      await flood(origin, 500, 8)
+      await flood(origin, stderr, 500, 8)
       const lines = stderr()
         .split('\n')
         .filter((line) => /stdout/.test(line))
