@@ -199,6 +199,8 @@ async function handOver(server: Server, givenUp: () => boolean): Promise<HandOve
   const file = resolve(config.dataFile)
   const claimant = config.database ? null : claimantOf(file)
   if (claimant === null) {
+    // A taker killed before this signal was handled left its claim: it goes now, not at the next start.
+    if (!config.database) dropDeadClaim(file)
     warn(`SIGUSR2 received, but no server is taking over ${file}: still serving`)
     return 'unclaimed'
   }

@@ -497,16 +497,38 @@ describe('serve --takeover', () => {
     expect(await server.stop()).toBe(0)
   })
 
+  test('SIGUSR2 after the taker died: still serving, and the dead claim is removed at once', async () => {
+    const { dataFile, key, old } = await oldServer(['--plan', 'pro'])
+    // A taker killed after its claim and before the running server handled its signal (seen under load).
+    const gone = Bun.spawn(['true'])
+    await gone.exited
+    writeFileSync(`${dataFile}.takeover`, String(gone.pid), { mode: 0o600 })
+    old.proc.kill('SIGUSR2')
+    await until(() => old.stderr().includes('but no server is taking over'))
+    expect(existsSync(`${dataFile}.takeover`)).toBe(false)
+    await expectStillServing(old, key)
+    expect(await old.stop()).toBe(0)
+  })
+
   test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {
     const { dataFile, key, port, old } = await oldServer(UNLIMITED)
     const load = steadyLoad(old.base, key)
     await until(() => load.outcomes.length >= 60)
+    // Together by construction: the running server is stopped until one of the two is refused, so neither
+    // can finish taking over before the other claims (on a loaded host one may start seconds late, and a
+    // takeover that comes after another one served rightly goes ahead). Requests wait meanwhile.
+    old.proc.kill('SIGSTOP')
     const takers = [0, 1].map(() =>
       spawnServe([...serveArgs(port, dataFile), '--takeover']).then(
         (server) => ({ server, refusal: '' }),
         (error: Error) => ({ server: undefined, refusal: error.message }),
       ),
     )
+    try {
+      await Promise.race(takers.map((taker) => taker.then((outcome) => outcome.server === undefined || new Promise(() => {}))))
+    } finally {
+      old.proc.kill('SIGCONT')
+    }
     const [first, second] = await Promise.all(takers)
     const winner = (first!.server ?? second!.server)!
     const refusal = first!.server ? second!.refusal : first!.refusal
