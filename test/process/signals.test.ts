@@ -69,6 +69,19 @@ async function primed(name: string) {
   return { dataFile, key, keyId, server }
 }
 
+/** `promise`'s value, or what `late` says once `ms` have passed without one. */
+async function within<T>(promise: Promise<T>, ms: number, late: () => string): Promise<T | string> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const deadline = new Promise<string>((resolve) => {
+    timer = setTimeout(() => resolve(late()), ms)
+  })
+  try {
+    return await Promise.race([promise, deadline])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 describe('signals', () => {
   test.each(['SIGQUIT', 'SIGXCPU', 'SIGTERM', 'SIGINT'] as const)(
     '%s under load stops as SIGTERM does: the request in flight answered, usage and day quota kept over a restart',
@@ -114,8 +127,12 @@ describe('signals', () => {
       const clients = keptAliveClients(server.port, key, 32)
       await eventually(() => clients.outcomes.length >= 300)
       server.proc.kill(signal)
-      expect(await server.exited).toBe(0)
-      await clients.done
+      // Deadlines well inside the test's, so a hang says where it is (one run on a loaded host hung here).
+      expect(await within(server.exited, 30_000, () => `still running 30 s after ${signal}; its stderr:\n${server.stderr()}`)).toBe(0)
+      const done = clients.done.then(() => 'done')
+      expect(
+        await within(done, 15_000, () => `clients still sending 15 s after the server exited: ${JSON.stringify(clients.tally())}`),
+      ).toBe('done')
       const tally = clients.tally()
       // Every answer is a 200, and each client ends refused (nothing listens): none of its requests was
       // cut on a connection it was told it could keep. (One sent on a connection opened as the socket
