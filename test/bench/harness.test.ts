@@ -63,7 +63,7 @@ function expectMode(name: string, figures: ModeFigures, pairs: number, shared = 
     // each made-up token comes from a client never seen before (no 429). PostgreSQL + Redis on two cores
     // shared with everything else may answer a 503 now and then: counted as unexpected, as any other.
     const outside = Object.entries(pair.petstore.statuses!).filter(([status]) => !scenario.expected.includes(Number(status)))
-    if (!shared) expect(outside).toEqual([])
+    if (!shared) expect({ scenario: name, outside }).toEqual({ scenario: name, outside: [] })
     for (const [status] of outside) expect(status).toBe('503')
     expect(pair.petstore.unexpected).toBe(outside.reduce((sum, [, n]) => sum + n, 0) + pair.petstore.socketErrors)
     expect(pair.bare.unexpected).toBe(pair.bare.socketErrors)

@@ -210,19 +210,35 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
 /** The flags of every server: behind a trusted proxy, so the made-up scenario can name its client. */
 const SERVE_FLAGS = ['serve', '--host', '127.0.0.1', '--port', '0', '--trust-proxy', 'loopback']
 
-/** The server's access log: truncated before a measured run, counted by status after it. */
+/**
+ * The server's access log: emptied before a measured run, counted by status after it. The server writes
+ * its lines every 50 ms, so both wait for the file to stop growing: lines of requests made before the run
+ * (the captures, a banned client's setup) land before it is emptied, not in the run's count.
+ */
 class AccessLogWindow {
   constructor(
     readonly path: string,
     private readonly fd: number,
   ) {}
 
-  reset(): void {
+  /** Waits for the lines already buffered to land, then empties the log. */
+  async open(): Promise<void> {
+    await this.settled()
     ftruncateSync(this.fd, 0)
   }
 
-  /** Waits for the buffered lines to land (the log flushes every 50 ms), counts statuses, truncates. */
+  /** Waits for the buffered lines to land, counts statuses, empties the log. */
   async collect(): Promise<Record<string, number>> {
+    await this.settled()
+    const text = readFileSync(this.path, 'latin1')
+    ftruncateSync(this.fd, 0)
+    const counts: Record<string, number> = {}
+    const pattern = /"status":(\d{3})/g
+    for (let match = pattern.exec(text); match; match = pattern.exec(text)) counts[match[1]!] = (counts[match[1]!] ?? 0) + 1
+    return counts
+  }
+
+  private async settled(): Promise<void> {
     let size = -1
     for (let i = 0; i < 40; i++) {
       await Bun.sleep(100)
@@ -230,12 +246,6 @@ class AccessLogWindow {
       if (now === size) break
       size = now
     }
-    const text = readFileSync(this.path, 'latin1')
-    this.reset()
-    const counts: Record<string, number> = {}
-    const pattern = /"status":(\d{3})/g
-    for (let match = pattern.exec(text); match; match = pattern.exec(text)) counts[match[1]!] = (counts[match[1]!] ?? 0) + 1
-    return counts
   }
 }
 
@@ -424,7 +434,7 @@ async function bench(options: Options): Promise<BenchResult> {
       offset: ++runs * CLIENTS_PER_RUN,
     })
   const measurePetstore = async (server: Server, scenario: Scenario, durationS: number): Promise<RunFigures> => {
-    server.accessLog.reset()
+    await server.accessLog.open()
     const cpuBefore = cpuSecondsOf(server.proc.pid)
     const busyBefore = systemBusySeconds()
     const result = await load(server.port, durationS, server.specs.get(scenario.name)!)
