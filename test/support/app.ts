@@ -83,7 +83,7 @@ export function appsPerTest(): (input?: ConfigInput) => Promise<TestApp> {
 }
 
 /** A Redis call's deadline in these suites, patient for the reason PATIENT is (support/postgres.ts). */
-const PATIENT_REDIS_MS = 1_000
+const PATIENT_REDIS_MS = 5_000
 
 let cluster: Promise<PostgresCluster> | undefined
 let redis: Promise<RedisServer> | undefined
