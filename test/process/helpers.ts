@@ -296,8 +296,13 @@ export function keptAliveClients(port: number, key: string, clients: number) {
         connection.text += chunk.toString()
         connection.wake()
       })
+      // Refused: nothing listens. Any other failure, before or after connecting (a connection reset while
+      // the kernel still held it for the closing listener), closes it: the client counts a reset and tries
+      // again, where waiting for a connect that never comes hung it.
       connection.socket.on('error', (error: NodeJS.ErrnoException) => {
-        if (error.code === 'ECONNREFUSED') resolve('refused')
+        if (error.code === 'ECONNREFUSED') return resolve('refused')
+        connection.closed = true
+        resolve(connection)
       })
       connection.socket.on('close', () => {
         connection.closed = true
