@@ -1,14 +1,21 @@
 /**
  * A TCP relay to a local port (Redis, in the limiter's tests) that can misbehave as a network does:
  * go silent (forward nothing either way, accept new connections and leave them unanswered, as when
- * packets are dropped without a reset), or hold each answer back for a while, in order.
+ * packets are dropped without a reset), or hold each answer back for a while, or until told, in order.
  */
 export interface Relay {
   port: number
   /** While true, nothing is forwarded and new connections are left unanswered. */
   silent: boolean
-  /** How long each chunk the target sends back (given) is held, in milliseconds; chunks keep their order. */
+  /**
+   * How long each chunk the target sends back (given) is held, in milliseconds; chunks keep their order.
+   * Infinity holds it until release().
+   */
   answerDelayMs: (chunk: Uint8Array) => number
+  /** Told of each chunk a client sends, before it is forwarded. */
+  sent: (chunk: Uint8Array) => void
+  /** Sends every chunk held back, on every connection, in order. */
+  release(): void
   /** Chunks held back right now, over every connection. */
   held(): number
   close(): void
@@ -18,8 +25,19 @@ type Upstream = Awaited<ReturnType<typeof Bun.connect>>
 
 export function startRelay(targetPort: number): Relay {
   let heldChunks = 0
-  const relay: Relay = { port: 0, silent: false, answerDelayMs: () => 0, held: () => heldChunks, close: () => {} }
-  const server = Bun.listen<{ upstream?: Upstream; pending: Uint8Array[] }>({
+  const releasers = new Set<() => void>()
+  const relay: Relay = {
+    port: 0,
+    silent: false,
+    answerDelayMs: () => 0,
+    sent: () => {},
+    release: () => {
+      for (const releaseAll of releasers) releaseAll()
+    },
+    held: () => heldChunks,
+    close: () => {},
+  }
+  const server = Bun.listen<{ upstream?: Upstream; pending: Uint8Array[]; releaseAll?: () => void }>({
     hostname: '127.0.0.1',
     port: 0,
     socket: {
@@ -30,8 +48,14 @@ export function startRelay(targetPort: number): Relay {
         const held: { at: number; chunk: Uint8Array }[] = []
         const release = () => {
           for (; held.length > 0 && held[0]!.at <= performance.now(); heldChunks--) client.write(held.shift()!.chunk)
-          if (held.length > 0) setTimeout(release, Math.max(0, held[0]!.at - performance.now()))
+          if (held.length > 0 && held[0]!.at !== Infinity) setTimeout(release, Math.max(0, held[0]!.at - performance.now()))
         }
+        const releaseAll = () => {
+          for (const chunk of held) chunk.at = 0
+          release()
+        }
+        releasers.add(releaseAll)
+        client.data.releaseAll = releaseAll
         client.data.upstream = await Bun.connect({
           hostname: '127.0.0.1',
           port: targetPort,
@@ -51,10 +75,12 @@ export function startRelay(targetPort: number): Relay {
       },
       data(client, chunk) {
         if (relay.silent) return
+        relay.sent(chunk)
         if (client.data.upstream) client.data.upstream.write(chunk)
         else client.data.pending.push(Uint8Array.from(chunk))
       },
       close(client) {
+        if (client.data.releaseAll) releasers.delete(client.data.releaseAll)
         client.data.upstream?.end()
       },
     },
