@@ -12,7 +12,7 @@ import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, Server, type ServerOptions, STOP_SAVE_MS } from './server'
-import { claimantOf, claimTakeover, dropDeadClaim, runningServerOf, takeoverProgress } from '../storage/sqlite'
+import { claimTakeover, liveClaimant, runningServerOf, takeoverProgress } from '../storage/sqlite'
 
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
@@ -197,16 +197,14 @@ type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'su
 async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, warn } = server
   const file = resolve(config.dataFile)
-  const claimant = config.database ? null : claimantOf(file)
+  // A taker killed before this signal was handled left its claim: reading it removes it, not the next start.
+  const claimant = config.database ? null : liveClaimant(file)
   if (claimant === null) {
-    // A taker killed before this signal was handled left its claim: it goes now, not at the next start.
-    if (!config.database) dropDeadClaim(file)
     warn(`SIGUSR2 received, but no server is taking over ${file}: still serving`)
     return 'unclaimed'
   }
   warn('SIGUSR2 received: handing over to the server taking over, finishing in-flight requests')
-  if (!(await server.letConnectionsGo(() => claimantOf(file) === claimant))) {
-    dropDeadClaim(file)
+  if (!(await server.letConnectionsGo(() => liveClaimant(file) === claimant))) {
     warn('the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
     return 'withdrawn'
   }

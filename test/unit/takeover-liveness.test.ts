@@ -7,7 +7,7 @@
 import { afterAll, expect, test } from 'bun:test'
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { claimantOf, takeoverProgress } from '../../src/storage/sqlite/handover'
+import { liveClaimant, takeoverProgress } from '../../src/storage/sqlite/handover'
 import { eventually, tempDir } from '../support/binary'
 
 // A shell that starts a child, prints its pid and becomes `sleep`, which never reaps it: the child,
@@ -45,11 +45,14 @@ test.skipIf(!existsSync('/proc/self/stat'))('a zombie claimant is gone, its clai
   expect(process.kill(pid, 0)).toBe(true)
   const file = join(tempDir(), 'petstore.db')
   writeFileSync(`${file}.takeover`, String(pid))
-  expect(claimantOf(file)).toBeNull()
+  expect(liveClaimant(file)).toBeNull()
+  expect(existsSync(`${file}.takeover`)).toBe(false)
+  writeFileSync(`${file}.takeover`, String(pid))
   expect(takeoverProgress(file, pid)).toBe('gone')
   expect(existsSync(`${file}.takeover`)).toBe(false)
 
   writeFileSync(`${file}.takeover`, String(parent.pid))
-  expect(claimantOf(file)).toBe(parent.pid)
+  expect(liveClaimant(file)).toBe(parent.pid)
   expect(takeoverProgress(file, parent.pid)).toBe('starting')
+  expect(existsSync(`${file}.takeover`)).toBe(true)
 })

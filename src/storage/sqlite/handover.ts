@@ -167,7 +167,7 @@ export function claimTakeover(file: string, holder: number): () => void {
       break
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
-      const claimant = claimantOf(file)
+      const claimant = liveClaimant(file)
       if (claimant !== null && claimant !== holder) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
       // Left by a process that is gone, or by the running server when it took over.
       removeIfPossible(path)
@@ -180,16 +180,17 @@ export function claimTakeover(file: string, holder: number): () => void {
   }
 }
 
-/** The live process, other than this one, that claims the file; null when none. */
-export function claimantOf(file: string): number | null {
+/**
+ * The live process, other than this one, that claims the file; null when none. A claim whose process is
+ * gone (a taker killed) is removed as it is read: whoever reads it first, the running server on SIGUSR2
+ * or while it lets go, or a new start.
+ */
+export function liveClaimant(file: string): number | null {
   const pid = claimedBy(file)
-  return pid !== null && pid !== process.pid && isAlive(pid) ? pid : null
-}
-
-/** Removes the claim of a process that is gone (killed while taking over); a live one's stays. */
-export function dropDeadClaim(file: string): void {
-  const pid = claimedBy(file)
-  if (pid !== null && !isAlive(pid)) removeIfPossible(claimFileOf(file))
+  if (pid === null || pid === process.pid) return null
+  if (isAlive(pid)) return pid
+  removeIfPossible(claimFileOf(file))
+  return null
 }
 
 /**
@@ -197,11 +198,8 @@ export function dropDeadClaim(file: string): void {
  * its claim go, 'gone' when it died first (its claim is then removed), else 'starting'.
  */
 export function takeoverProgress(file: string, pid: number): 'starting' | 'serving' | 'gone' {
-  if (!isAlive(pid)) {
-    dropDeadClaim(file)
-    return 'gone'
-  }
-  return claimedBy(file) === pid ? 'starting' : 'serving'
+  if (liveClaimant(file) === pid) return 'starting'
+  return isAlive(pid) ? 'serving' : 'gone'
 }
 
 function claimedBy(file: string): number | null {

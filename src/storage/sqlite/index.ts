@@ -29,7 +29,7 @@ import { SqlPets } from '../shared/pets'
 import { SqlUsage } from '../shared/usage'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
-import { dropDeadClaim, takeHandover, writeHandover } from './handover'
+import { liveClaimant, takeHandover, writeHandover } from './handover'
 import {
   checkHeader,
   damagedFile,
@@ -51,7 +51,7 @@ export type { OpenOptions } from './open'
 export { damagedFile } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
-export { claimantOf, claimTakeover, dropDeadClaim, runningServerOf, takeoverProgress } from './handover'
+export { claimTakeover, liveClaimant, runningServerOf, takeoverProgress } from './handover'
 
 export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
   const inMemory = file === ':memory:'
@@ -302,8 +302,8 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
   prepareDataFolder(dataFile)
   const file = resolve(dataFile)
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
-  // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes.
-  if (lock) dropDeadClaim(file)
+  // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes as it is read.
+  if (lock) liveClaimant(file)
   let storage: SqliteStorage | undefined
   let handedOver: LimiterHandover
   try {
