@@ -104,10 +104,11 @@ export interface KeyLookup {
   /** The key of a secret, from memory. */
   find(secret: string): ActiveKey | undefined
   /**
-   * For a secret `find` missed: looks again after reading storage's changes; undefined when known to be
-   * no key; rejects with StorageUnavailableError when storage cannot be read.
+   * For a secret `find` missed: looks again after reading storage's changes; undefined for no key. At
+   * once when storage answers at once (the data file), else a promise; throws, or rejects, with
+   * StorageUnavailableError when storage cannot be read.
    */
-  findLate(secret: string): Promise<ActiveKey | undefined> | undefined
+  findLate(secret: string): ActiveKey | undefined | Promise<ActiveKey | undefined>
   markUsed(key: ActiveKey, now: number): void
 }
 

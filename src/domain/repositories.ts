@@ -199,6 +199,8 @@ export interface Storage {
   readonly writable: boolean
   /** True when every new pet passes through this process (one server per data file): cached pages stay exact. */
   readonly soleWriter: boolean
+  /** True when reads answer at once, in this process (the data file): a request that needs one need not wait. */
+  readonly answersAtOnce: boolean
   pets: PetRepository
   keys: KeyRepository
   limiterState: LimiterStateRepository

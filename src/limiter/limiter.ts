@@ -130,22 +130,31 @@ export class RateLimiter {
   }
 
   /**
-   * Decides one request; rejects with LimiterUnavailableError when a shared backend does not answer and the
-   * fallback is 'closed'. Async for both backends: awaiting the in-process answer costs about 0.1 µs.
+   * Decides one request: at once when the backend answers at once (this process's memory), else a promise
+   * (Redis), which rejects with LimiterUnavailableError when it does not answer and the fallback is
+   * 'closed' (given at once, it throws). A decision at hand is not made a promise: awaiting one costs the
+   * request a turn of the event loop, and a gate that can answer at once is declared so (plugins/gate.ts).
    */
-  async check(subject: Subject, limits: Limits): Promise<Decision> {
+  check(subject: Subject, limits: Limits): Decision | Promise<Decision> {
     const held = this.heldBans && this.heldBan(subject, limits)
     if (held) return this.decide(held, limits, subject)
     const now = this.options.now?.()
-    let taken: TakeResult
+    let answer: TakeResult | Promise<TakeResult>
     try {
-      // The in-process backend's answer is one object every take refills: it is decided on before any
-      // other request's take can run (requests resumed together by one key look-up take in turn).
-      const answer = this.backend.take(subject, limits, now)
-      taken = answer instanceof Promise ? await answer : answer
+      answer = this.backend.take(subject, limits, now)
     } catch (error) {
       return this.decideLocally(error, subject, limits, now)
     }
+    // The in-process backend's answer is one object every take refills: it is decided on before any
+    // other request's take can run.
+    if (!(answer instanceof Promise)) return this.taken(answer, subject, limits)
+    return answer.then(
+      (taken) => this.taken(taken, subject, limits),
+      (error: unknown) => this.decideLocally(error, subject, limits, now),
+    )
+  }
+
+  private taken(taken: TakeResult, subject: Subject, limits: Limits): Decision {
     if (this.storeUnavailable) this.noteUnavailable(false)
     if (this.heldBans && taken.bannedUntil > taken.now) this.holdBan(subject, limits, taken)
     return this.decide(taken, limits, subject)

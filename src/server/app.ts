@@ -187,6 +187,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         limiter,
         metrics,
         corsEnabled: config.corsOrigins.length > 0,
+        answersAtOnce: storage.answersAtOnce && !limiter.shared && !config.scenarios,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
         scenario: config.scenarios ? scenarios({ limiter, tries: limiter.tries, routes, stopping: stopping.signal }) : undefined,
@@ -197,6 +198,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         service: pets,
         baseUrl: config.baseUrl,
         maxBodyBytes: config.maxBodyBytes,
+        answersAtOnce: storage.answersAtOnce,
         // One fact, two records: /metrics' counter and the key's usage.
         onDeprecatedCall: (keyId) => {
           metrics.deprecatedCall(keyId)

@@ -75,7 +75,7 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       const names = Array.from({ length: 40 }, (_, i) => (i === 20 ? 'key:broken' : `key:fine${i}`))
       const outcomes = await Promise.all(
         names.map((name) =>
-          limiter.check(named(name), LIMITS).then(
+          Promise.resolve(limiter.check(named(name), LIMITS)).then(
             (decision) => decision.allowed,
             (error: unknown) => error,
           ),

@@ -191,7 +191,7 @@ describeWithEngines(['redis-server'], 'limiter: many takes at once, answered abo
         const answers = await Promise.all(
           Array.from({ length: 73 }, async (_, i) => {
             await Bun.sleep(i * STAGGER_MS)
-            return limiter.check(named(subject), limits).then(
+            return Promise.resolve(limiter.check(named(subject), limits)).then(
               (decision) => (decision.allowed ? 'allowed' : 'refused'),
               (error: unknown) => (error instanceof LimiterUnavailableError ? 'unavailable' : 'failed'),
             )

@@ -1,17 +1,21 @@
 /**
  * The key registry reads from storage only the keys created or revoked since its last load, not the
  * whole table, and not after other changes to the data file (new pets, last-used times); a token it
- * does not know costs at most a shared catch-up read, once.
+ * does not know costs one read, once: at once on the data file, shared by every unknown token where
+ * storage answers later (PostgreSQL, here the data file answering on a later turn, as PostgreSQL does).
  */
 import { expect, test } from 'bun:test'
-import { hashSecret } from '../../src/domain/api-key'
+import { type ActiveKey, hashSecret } from '../../src/domain/api-key'
 import { createKey, KeyRegistry } from '../../src/modules/keys/service'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 
 const NOW = Date.UTC(2026, 0, 1)
 
-/** An in-memory store that counts the registry's reads of key changes, and the rows they return. */
-function countingStore() {
+/**
+ * An in-memory store that counts the registry's reads of key changes, and the rows they return; `later`:
+ * its reads answer on a later turn, and it says so, as PostgreSQL's do.
+ */
+function countingStore(later = false) {
   const storage = openSqliteStorage(':memory:')
   const counted = { storage, reads: 0, rows: 0 }
   const changesSince = storage.keys.changesSince.bind(storage.keys)
@@ -19,14 +23,15 @@ function countingStore() {
     const changes = changesSince(after)
     counted.reads++
     counted.rows += changes.records.length
-    return changes
+    return later ? (Promise.resolve(changes) as never) : changes
   }
+  if (later) Object.defineProperty(storage, 'answersAtOnce', { value: false })
   return counted
 }
 
 /** A registry loaded over a counting store, its reads counted from after the load. */
-async function loadedRegistry() {
-  const counted = countingStore()
+async function loadedRegistry(later = false) {
+  const counted = countingStore(later)
   const registry = new KeyRegistry(counted.storage)
   await registry.reload()
   counted.reads = 0
@@ -65,8 +70,25 @@ test('each reload reads only the keys created or revoked since the previous one'
   storage.close()
 })
 
-test('a token not in memory is found by a catch-up read; unknown tokens share reads and are remembered until a key comes', async () => {
+test('on the data file a token not in memory is read for at once: found without waiting, or remembered as no key', async () => {
   const counted = await loadedRegistry()
+  const { storage, registry } = counted
+  const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
+  expect(registry.find(late.secret)).toBeUndefined()
+  // Not a promise: the gate answers without waiting.
+  expect((registry.findLate(late.secret) as ActiveKey | undefined)?.id).toBe(late.record.id)
+  expect(counted.reads).toBe(1)
+  const guesses = Array.from({ length: 100 }, (_, i) => `psk_guess_${i}`.padEnd(47, 'x'))
+  expect(guesses.map((guess) => registry.findLate(guess))).toEqual(Array(100).fill(undefined))
+  expect(counted.reads).toBe(101)
+  // Remembered: asking again costs no read.
+  expect(registry.findLate(guesses[0]!)).toBeUndefined()
+  expect(counted.reads).toBe(101)
+  storage.close()
+})
+
+test('where storage answers later, a token not in memory is found by a catch-up read; unknown tokens share reads and are remembered until a key comes', async () => {
+  const counted = await loadedRegistry(true)
   const { storage, registry } = counted
 
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
@@ -111,8 +133,8 @@ test('a token that cannot be a secret (its shape, or a checksum that fails) is n
   storage.close()
 })
 
-test("a new key's burst: 64 requests carrying the same token at once share one look-up and one read", async () => {
-  const counted = await loadedRegistry()
+test("where storage answers later, a new key's burst: 64 requests carrying the same token at once share one look-up and one read", async () => {
+  const counted = await loadedRegistry(true)
   const { storage, registry } = counted
   const late = await createKey(storage.keys, { plan: 'pro' }, NOW)
   const lookups = Array.from({ length: 64 }, () => registry.findLate(late.secret))

@@ -132,28 +132,23 @@ export class KeyRegistry implements KeyLookup {
 
   /**
    * See KeyLookup.findLate: the read begins after the call. A token that cannot be a secret (its shape,
-   * or its checksum) is no key without a read or a note. Misses share reads, at most one per
-   * CATCH_UP_GAP_MS, so invented keys do not flood storage; a token still unknown is remembered.
+   * or its checksum) is no key without a read or a note. The data file's changes are read then and
+   * there (a read of an index, as cheap as waiting for a shared one); elsewhere misses share reads, at
+   * most one per CATCH_UP_GAP_MS, so invented keys do not flood storage. A token still unknown is remembered.
    */
-  findLate(secret: string): Promise<ActiveKey | undefined> | undefined {
+  findLate(secret: string): ActiveKey | undefined | Promise<ActiveKey | undefined> {
     if (this.misses.has(secret) || !mayBeSecret(secret)) return undefined
+    if (this.storage.answersAtOnce) return this.readNow(secret)
     // Requests carrying the same token (a new key's first burst) share its look-up while that look-up's
     // read has not begun; a later one waits for the next read, which a key made meanwhile is in.
     const read = this.catchUp()
     const pending = this.lookups.get(secret)
     if (pending?.read === read) return pending.lookup
     const lookup = read.then(
-      () => {
-        const key = this.find(secret)
-        if (!key) this.rememberMiss(secret)
-        return key
-      },
+      () => this.foundAfterRead(secret),
       // Storage does not answer: whether the token is a key cannot be known, so it is not called unknown
       // (the gate answers 503, as for any read storage cannot give); any other failure refuses it as unknown.
-      (error) => {
-        if (error instanceof StorageUnavailableError) throw error
-        return undefined
-      },
+      (error) => this.unreadable(error),
     )
     if (this.lookups.size < MAX_REMEMBERED_MISSES) {
       const entry = { read, lookup }
@@ -161,6 +156,27 @@ export class KeyRegistry implements KeyLookup {
       void lookup.finally(() => this.lookups.get(secret) === entry && this.lookups.delete(secret)).catch(() => {})
     }
     return lookup
+  }
+
+  /** The secret's key, its changes read at once (the data file); see findLate. */
+  private readNow(secret: string): ActiveKey | undefined {
+    try {
+      this.apply(this.storage.keys.changesSince(this.applied) as KeyChanges)
+    } catch (error) {
+      return this.unreadable(error)
+    }
+    return this.foundAfterRead(secret)
+  }
+
+  private foundAfterRead(secret: string): ActiveKey | undefined {
+    const key = this.find(secret)
+    if (!key) this.rememberMiss(secret)
+    return key
+  }
+
+  private unreadable(error: unknown): undefined {
+    if (error instanceof StorageUnavailableError) throw error
+    return undefined
   }
 
   private rememberMiss(secret: string): void {

@@ -8,6 +8,7 @@ import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { strictQuery } from '../../http/query'
 import { compileValidator } from '../../http/validation'
+import { waitedWhereNothingWaits } from '../../plugins/at-once'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET, SUNSET_DAY } from '../../domain/deprecation'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, IDEMPOTENCY_TTL_MS } from '../../domain/idempotency'
@@ -16,6 +17,7 @@ import { DEFAULT_STATUS, INT64_MAX, INT64_MIN, NAME_MAX, type NewPet, type PetSt
 import { decodeCursor, encodeCursor } from './cursor'
 import { FIELD_RULES, LIMIT_DEFAULT, NewPetCheck, PetModel, PetsModel } from './model'
 import type { ListQuery, Page, PetService } from './service'
+import type { MaybePromise } from '../../domain/repositories'
 
 export interface PetsModuleOptions {
   service: PetService
@@ -23,6 +25,8 @@ export interface PetsModuleOptions {
   baseUrl: string
   maxBodyBytes: number
   onDeprecatedCall: (keyId: string) => void
+  /** True when storage answers at once (the data file): the reads' handlers are then declared so (plugins/at-once.ts). */
+  answersAtOnce: boolean
 }
 
 const newPetValidator = compileValidator(NewPetCheck, FIELD_RULES)
@@ -86,15 +90,17 @@ function nextLink(baseUrl: string, query: ListQuery, afterId: number): string {
 type Answer = { set: { headers: Record<string, unknown> }; info: RequestInfo }
 
 export function petsModule(options: PetsModuleOptions) {
-  const { service, baseUrl, maxBodyBytes, onDeprecatedCall } = options
-  /** Sets the answer's fields; the handler returns the body itself. */
-  const answerList = (set: Answer['set'], query: ListQuery, page: Page) => {
+  const { service, baseUrl, maxBodyBytes, onDeprecatedCall, answersAtOnce } = options
+  /** Sets the answer's fields, and gives its body. */
+  const answerList = (set: Answer['set'], query: ListQuery, page: Page): string => {
     set.headers['content-type'] = JSON_TYPE
     if (page.nextAfterId !== null) set.headers.link = page.link ??= nextLink(baseUrl, query, page.nextAfterId)
+    return page.body
   }
-  const answerPet = (set: Answer['set'], petId: string, json: string | null) => {
+  const answerPet = (set: Answer['set'], petId: string, json: string | null): string => {
     if (json === null) throw petNotFound(petId)
     set.headers['content-type'] = JSON_TYPE
+    return json
   }
   /**
    * Deprecation fields for every answer of getPet, 401 and 429 included: a transform hook runs before
@@ -106,21 +112,38 @@ export function petsModule(options: PetsModuleOptions) {
     set.headers.sunset = SUNSET
     set.headers.link = successor
   }
-  // One async form for every storage: Elysia awaits a read whether it answers at once (the data file)
-  // or later (PostgreSQL). The context is destructured, since Elysia reads a handler's source text to
-  // decide which context fields to build.
-  async function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
+  /** The list's body, its fields set; a promise only while storage is read. */
+  const list = (request: Request, set: Answer['set']): MaybePromise<string> => {
     const query = parseListQuery(request.url)
-    const page = await service.list(query)
-    answerList(set, query, page)
-    return page.body
+    const page = service.list(query)
+    return page instanceof Promise ? page.then((read) => answerList(set, query, read)) : answerList(set, query, page)
   }
-  async function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
+  /** The pet's JSON, its fields set; a promise only while storage is read. */
+  const pet = (petId: string, set: Answer['set'], info: RequestInfo): MaybePromise<string> => {
     onDeprecatedCall(verifiedKey(info).id)
-    const json = await service.getJson(parsePetId(params.petId))
-    answerPet(set, params.petId, json)
-    return json
+    const json = service.getJson(parsePetId(petId))
+    return json instanceof Promise ? json.then((read) => answerPet(set, petId, read)) : answerPet(set, petId, json)
   }
+  // Declared to answer at once where storage does (plugins/at-once.ts), else awaited. The context is
+  // destructured, since Elysia reads a handler's source text to decide which context fields to build.
+  const listPets = answersAtOnce
+    ? function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
+        const body = list(request, set)
+        if (body instanceof Promise) throw waitedWhereNothingWaits('listPets')
+        return body
+      }
+    : async function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
+        return await list(request, set)
+      }
+  const getPet = answersAtOnce
+    ? function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
+        const body = pet(params.petId, set, info)
+        if (body instanceof Promise) throw waitedWhereNothingWaits('getPet')
+        return body
+      }
+    : async function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
+        return await pet(params.petId, set, info)
+      }
   return new Elysia({ name: 'pets' })
     .use(requestInfo)
     .model({ Pet: PetModel.Pet, NewPet: PetModel.NewPet, Pets: PetsModel, Error: PetModel.Error })

@@ -49,6 +49,11 @@ const MAX_CACHED_PETS = 100_000
 const PET_BLOCK = 64
 export const MAX_PET_UNITS = 16 * 1024 * 1024
 
+/** A failed read thrown on: see PetService.read. */
+function unavailable(error: unknown): never {
+  throw error instanceof StorageUnavailableError ? storageUnavailable(true) : error
+}
+
 export class PetService {
   private readonly pages = new Map<string, Page>()
   /** Keys of cached pages that end the listing: the only ones a new pet can change. */
@@ -87,13 +92,15 @@ export class PetService {
     return { pages: this.pageUnits, pets: this.petUnits }
   }
 
-  async list(query: ListQuery): Promise<Page> {
+  /** A page: at once when cached or read from storage that answers at once (the data file), else a promise. */
+  list(query: ListQuery): MaybePromise<Page> {
     const cacheKey = `${query.status ?? ''}:${query.limit}:${query.afterId}`
     const cached = this.pages.get(cacheKey)
     if (cached) return cached
     const generation = this.generation
-    const rows = await this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
-    return this.cachePage(cacheKey, query, rows, generation === this.generation)
+    const rows = this.read(() => this.repo.list(query.afterId, query.limit + 1, query.status))
+    const page = (read: Pet[]) => this.cachePage(cacheKey, query, read, generation === this.generation)
+    return rows instanceof Promise ? rows.then(page) : page(rows)
   }
 
   private cachePage(cacheKey: string, query: ListQuery, rows: Pet[], keep: boolean): Page {
@@ -120,17 +127,23 @@ export class PetService {
    * The pet's JSON, or null when there is no such pet. A miss reads the pet's whole block of ids in one
    * keyset read and keeps every pet in it: random ids fill the cache PET_BLOCK times faster, for one
    * round trip each (PostgreSQL's is what a miss costs there). The first PET_BLOCK pets with an id above
-   * the block's start include the asked id whenever it exists.
+   * the block's start include the asked id whenever it exists. At once when cached or read from storage
+   * that answers at once, else a promise.
    */
-  async getJson(id: number): Promise<string | null> {
+  getJson(id: number): MaybePromise<string | null> {
     // Past 2^53 a number stands for several ids: none is looked up or kept (a row there would be rounded).
     if (!Number.isSafeInteger(id)) return null
     const cached = this.pets.get(id)
     if (cached) return cached
     const after = id - 1 - ((id - 1) % PET_BLOCK)
     const generation = this.generation
-    const rows = await this.read(() => this.repo.list(after, PET_BLOCK, undefined))
-    const keep = generation === this.generation
+    const rows = this.read(() => this.repo.list(after, PET_BLOCK, undefined))
+    const json = (read: Pet[]) => this.keepBlock(id, read, generation === this.generation)
+    return rows instanceof Promise ? rows.then(json) : json(rows)
+  }
+
+  /** The JSON of pet `id` among a block read, or null; every pet of the block kept when `keep`. */
+  private keepBlock(id: number, rows: Pet[], keep: boolean): string | null {
     let json: string | null = null
     for (const pet of rows) {
       if (pet.id === id) json = petJson(pet)
@@ -170,11 +183,12 @@ export class PetService {
    * A read whose failure is a 503 when storage cannot answer (a fault of storage, not a 500), whether the
    * read answers at once or later. A damaged file is the error handler's, as for any request.
    */
-  private async read<T>(read: () => MaybePromise<T>): Promise<T> {
+  private read<T>(read: () => MaybePromise<T>): MaybePromise<T> {
     try {
-      return await read()
+      const value = read()
+      return value instanceof Promise ? value.catch(unavailable) : value
     } catch (error) {
-      throw error instanceof StorageUnavailableError ? storageUnavailable(true) : error
+      return unavailable(error)
     }
   }
 

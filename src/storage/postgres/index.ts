@@ -128,6 +128,7 @@ export class PostgresStorage implements Storage {
   readonly writable = true
   /** Other instances create pets too. */
   readonly soleWriter = false
+  readonly answersAtOnce = false
   readonly pets: SqlPets<'async'>
   readonly keys: SqlKeys<'async'>
   readonly limiterState: SqlLimiterState<'async'>

@@ -204,6 +204,7 @@ export class SqliteStorage implements Storage {
   readonly writable: boolean
   /** One server per data file (data-file-lock.ts): every new pet passes through it. */
   readonly soleWriter = true
+  readonly answersAtOnce = true
 
   constructor(
     private readonly db: Database,
