@@ -44,6 +44,33 @@ describe('a data file lost or damaged while serving', () => {
     })
   }
 
+  test('deleted, and another made at its path beside its WAL: reads it cannot make are 503, never 500, and a token looked up then is not called unknown', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'business'])
+    const server = await startServer({ dataFile })
+    expect((await postPet(server.base, key, { name: 'before', categoryId: 1 })).status).toBe(201)
+    // Only the file goes; the CLI then makes a new one at its path, beside the old -wal and -shm, which
+    // the server's connection still shares: its reads meet an I/O error (SQLITE_IOERR) from then on.
+    rmSync(dataFile)
+    createKeyWithCli(dataFile, ['--plan', 'pro'])
+    await eventually(async () => (await fetch(`${server.origin}/readyz`)).status === 503, 2_000)
+    // A secret of the right shape the server has not seen: it is looked for in storage.
+    const unseen = createKeyWithCli(join(tempDir(), 'elsewhere.db'), ['--plan', 'pro'])
+    for (const [path, secret] of [
+      ['/pets/500', key],
+      ['/pets?limit=7', key],
+      ['/pets', unseen],
+    ] as const) {
+      const answer = await fetch(`${server.base}${path}`, { headers: auth(secret) })
+      const body = (await answer.json()) as { code: string; message: string }
+      expect(`${path} ${answer.status} ${body.code} ${body.message}`).toBe(
+        `${path} 503 unavailable Storage does not answer now; try again shortly.`,
+      )
+    }
+    expect(server.stderr()).not.toContain('internal error')
+    expect(await server.stop()).toBe(0)
+  })
+
   test('replaced: the console refuses key changes with 503, as creates are refused; reads and signing out go on', async () => {
     const server = await startWithConsole()
     const ask = async (method: string, path: string, cookie: string, body?: unknown) =>

@@ -1,20 +1,25 @@
-/** SQLite's error codes, told apart: "cannot write now" (503), "the file is damaged", and bugs. */
+/** SQLite's error codes, told apart: "cannot read or write now" (503), "the file is damaged", and bugs. */
 import type { Database } from 'bun:sqlite'
 import { StorageDamagedError, StorageUnavailableError } from '../../domain/repositories'
 
-/** Error codes that mean "cannot write now" rather than "bug": they become 503, not 500. */
+/** Error codes that mean "cannot read or write now" rather than "bug": they become 503, not 500. */
 const UNAVAILABLE_CODES = /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|PERM)/
 
 /** Codes SQLite gives when what it read is not a valid database: the file is damaged. */
 const DAMAGED_CODES = /^SQLITE_(CORRUPT|NOTADB)/
 
-/** Reads go through here: a damaged file is told apart from a bug. */
+/**
+ * Reads go through here: a damaged file, and one that cannot be read now (an I/O error, as when the file
+ * was deleted and another made beside its WAL), are told apart from a bug: a 503, never a 500; and a
+ * token looked up then is not called unknown.
+ */
 export function reading<T>(read: () => T): T {
   try {
     return read()
   } catch (error) {
-    const code = damagedCode(error)
-    throw code ? new StorageDamagedError(code) : error
+    const code = (error as { code?: string })?.code ?? ''
+    if (UNAVAILABLE_CODES.test(code)) throw new StorageUnavailableError(code, `the data file cannot be read now (${code})`, true)
+    throw classified(error)
   }
 }
 
@@ -25,7 +30,7 @@ export function damagedCode(error: unknown): string | undefined {
   return DAMAGED_CODES.test(code) ? code : undefined
 }
 
-/** A failed write as StorageUnavailableError when the file cannot be written now, StorageDamagedError when it is damaged; otherwise as it was. */
+/** A failure as StorageUnavailableError when the file cannot be used now, StorageDamagedError when it is damaged; otherwise as it was. */
 export function classified(error: unknown): unknown {
   const code = (error as { code?: string })?.code ?? ''
   if (UNAVAILABLE_CODES.test(code)) return new StorageUnavailableError(code)
