@@ -63,7 +63,10 @@ describe('client addresses', () => {
         // Sharing the block's first prefix bits, whatever the rest: inside.
         const inside = ((bits(network!) >> shift) << shift) | (bits(normal!) & ((1n << shift) - 1n))
         const groups = Array.from({ length: 8 }, (_, i) => ((inside >> BigInt(112 - 16 * i)) & 0xffffn).toString(16))
-        expect(new TrustedProxies([`${network}/${prefix}`]).has(normaliseAddress(groups.join(':'))!)).toBe(true)
+        // Unless it is an IPv4-mapped address (::ffff:0:0/96), which is normalised to IPv4, as a dual-stack
+        // socket's IPv4 peer is: only IPv4 blocks hold it.
+        const insideAddress = normaliseAddress(groups.join(':'))!
+        expect(new TrustedProxies([`${network}/${prefix}`]).has(insideAddress)).toBe(insideAddress.includes(':'))
       }),
       { numRuns: 3000 },
     )
