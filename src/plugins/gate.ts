@@ -15,7 +15,7 @@ import type { ActiveKey, KeyLookup } from '../domain/api-key'
 import type { MaybePromise } from '../domain/repositories'
 import type { Metrics } from '../observability/metrics'
 import { isPreflight } from './cors'
-import { waitedWhereNothingWaits } from './at-once'
+import { waitedWhereNothingWaits } from '../domain/at-once'
 import { answerWith, type RequestInfo, requestInfo } from './request-info'
 
 export interface GateOptions {
@@ -188,7 +188,7 @@ export function gate(options: GateOptions) {
   // wait, it is declared to answer at once, its context destructured so Elysia builds only that.
   function gateAtOnce({ request, set, info }: HookContext) {
     const answer = admit(request, set, info)
-    if (answer instanceof Promise) throw waitedWhereNothingWaits('the gate')
+    if (answer instanceof Promise) throw waitedWhereNothingWaits('the gate', answer)
     return answer
   }
   async function gateWaiting({ request, set, info }: HookContext) {

@@ -327,7 +327,7 @@ export class ConsoleService {
   async rollKey(operator: string, id: string, { overlapSeconds = DEFAULT_OVERLAP_MS / 1000 }: Model<'Roll'>): Promise<Model<'RolledKey'>> {
     const rolled = await rollKey(this.deps.storage.keys, id, overlapSeconds * 1000, this.deps.now())
     if (!rolled) throw noKey(id, ' (or it is revoked)')
-    // This instance takes the new secret at once; others find it on its first request (a catch-up read).
+    // This instance takes the new secret at once; others find it on its first request (findLate's read).
     await this.deps.keys.reload()
     const endsAt = iso(rolled.previousEndsAt)!
     await this.audit(operator, 'key.roll', `${id} previous secret until ${endsAt}`)

@@ -14,7 +14,8 @@ import {
 } from '../../domain/api-key'
 import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
-import { type KeyChanges, type KeyRepository, type Storage, StorageUnavailableError } from '../../domain/repositories'
+import { waitedWhereNothingWaits } from '../../domain/at-once'
+import { type KeyChanges, type KeyRepository, type MaybePromise, type Storage, StorageUnavailableError } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 
 /** Creates and stores a key (expiring at `expiresAt`, or never); returns its one-time secret with the stored record. */
@@ -68,8 +69,8 @@ export class KeyRegistry implements KeyLookup {
   private verified = new Map<string, ActiveKey>()
   private readonly lastUsed = new Map<string, number>()
   /**
-   * Tokens a catch-up read (begun after they arrived) found to be no key, so repeating one costs neither
-   * a hash nor a read. Forgotten whenever the registry gains a key, so none can hide a new key.
+   * Tokens a read begun after they arrived found to be no key, so repeating one costs neither a hash
+   * nor a read. Forgotten whenever the registry gains a key, so none can hide a new key.
    */
   private misses = new Set<string>()
   /** The look-ups under way, by token: at most one per token at a time. */
@@ -160,11 +161,14 @@ export class KeyRegistry implements KeyLookup {
 
   /** The secret's key, its changes read at once (the data file); see findLate. */
   private readNow(secret: string): ActiveKey | undefined {
+    let changes: MaybePromise<KeyChanges>
     try {
-      this.apply(this.storage.keys.changesSince(this.applied) as KeyChanges)
+      changes = this.storage.keys.changesSince(this.applied)
     } catch (error) {
       return this.unreadable(error)
     }
+    if (changes instanceof Promise) throw waitedWhereNothingWaits('the key look-up', changes)
+    this.apply(changes)
     return this.foundAfterRead(secret)
   }
 

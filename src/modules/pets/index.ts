@@ -8,7 +8,7 @@ import { readJsonBody } from '../../http/json-body'
 import { DEPRECATION_HEADERS, errorResponses, jsonResponse, parametersFrom, schemaRef } from '../../http/openapi'
 import { strictQuery } from '../../http/query'
 import { compileValidator } from '../../http/validation'
-import { waitedWhereNothingWaits } from '../../plugins/at-once'
+import { waitedWhereNothingWaits } from '../../domain/at-once'
 import { type RequestInfo, requestInfo, verifiedKey } from '../../plugins/request-info'
 import { DEPRECATED_OPERATION, DEPRECATED_SINCE, SUNSET, SUNSET_DAY } from '../../domain/deprecation'
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, IDEMPOTENCY_TTL_MS } from '../../domain/idempotency'
@@ -25,7 +25,7 @@ export interface PetsModuleOptions {
   baseUrl: string
   maxBodyBytes: number
   onDeprecatedCall: (keyId: string) => void
-  /** True when storage answers at once (the data file): the reads' handlers are then declared so (plugins/at-once.ts). */
+  /** True when storage answers at once (the data file): the reads' handlers are then declared so (domain/at-once.ts). */
   answersAtOnce: boolean
 }
 
@@ -124,12 +124,12 @@ export function petsModule(options: PetsModuleOptions) {
     const json = service.getJson(parsePetId(petId))
     return json instanceof Promise ? json.then((read) => answerPet(set, petId, read)) : answerPet(set, petId, json)
   }
-  // Declared to answer at once where storage does (plugins/at-once.ts), else awaited. The context is
+  // Declared to answer at once where storage does (domain/at-once.ts), else awaited. The context is
   // destructured, since Elysia reads a handler's source text to decide which context fields to build.
   const listPets = answersAtOnce
     ? function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
         const body = list(request, set)
-        if (body instanceof Promise) throw waitedWhereNothingWaits('listPets')
+        if (body instanceof Promise) throw waitedWhereNothingWaits('listPets', body)
         return body
       }
     : async function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
@@ -138,7 +138,7 @@ export function petsModule(options: PetsModuleOptions) {
   const getPet = answersAtOnce
     ? function getPet({ params, set, info }: Answer & { params: { petId: string } }) {
         const body = pet(params.petId, set, info)
-        if (body instanceof Promise) throw waitedWhereNothingWaits('getPet')
+        if (body instanceof Promise) throw waitedWhereNothingWaits('getPet', body)
         return body
       }
     : async function getPet({ params, set, info }: Answer & { params: { petId: string } }) {

@@ -2,7 +2,8 @@
  * Pet Store logic, free of HTTP. Reads are served from serialised pages (pets never change once
  * created, so a pet's own JSON is kept for good); creates go through the group commit
  * (group-commit.ts). Storage answers a read at once (the embedded file) or with a promise
- * (PostgreSQL); the service awaits either, in one async form.
+ * (PostgreSQL); the service's reads answer the same way (a value, or a promise), so a request that
+ * need not wait is not made to (domain/at-once.ts).
  */
 import { requestHash } from '../../domain/idempotency'
 import { type NewPet, type Pet, type PetStatus, petJson } from '../../domain/pet'
