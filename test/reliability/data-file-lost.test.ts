@@ -127,6 +127,37 @@ describe('a data file lost or damaged while serving', () => {
     await server.stop('SIGKILL')
   })
 
+  test('damaged: a token looked up in a broken page of the keys is a 503, noted once, never a 401 that costs its address', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
+    const server = await startServer({ dataFile })
+    expect((await fetch(`${server.base}/pets`, { headers: auth(key) })).status).toBe(200)
+    const db = new Database(dataFile, { readonly: true })
+    const roots = db
+      .query<{ rootpage: number }, []>("SELECT rootpage FROM sqlite_schema WHERE name IN ('api_keys', 'api_keys_by_change')")
+      .all()
+    const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
+    db.close()
+    const fd = openSync(dataFile, 'r+')
+    for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
+    closeSync(fd)
+    // A commit by another connection makes the server read its pages from the file again.
+    const other = new Database(dataFile)
+    other.run('PRAGMA busy_timeout = 5000')
+    other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
+    other.close()
+    // A secret of the right shape the server has not seen: it is looked for in the keys' broken pages.
+    const unseen = createKeyWithCli(join(tempDir(), 'elsewhere.db'), ['--plan', 'pro'])
+    const answer = await fetch(`${server.base}/pets`, { headers: auth(unseen) })
+    expect([answer.status, ((await answer.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
+    // Noted as the damage it is, once: /readyz and creates answer 503 from now on.
+    await server.said('the data file is damaged (SQLITE_CORRUPT); /readyz and creates answer 503')
+    expect(server.stderr().match(/the data file is damaged \(SQLITE_CORRUPT\); \/readyz/g)).toHaveLength(1)
+    expect((await fetch(`${server.origin}/readyz`)).status).toBe(503)
+    expect(server.stderr()).not.toContain('internal error')
+    await server.stop('SIGKILL')
+  })
+
   test('damaged: a create and a console sign-in that meet a broken page are 503, noted once, and /readyz turns 503', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     // Made by a first start and closed (checkpointed), so the next start reads these pages from the file.

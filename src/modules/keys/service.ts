@@ -15,7 +15,14 @@ import {
 import { type CreateKeyInput, limitsFor } from '../../domain/key-input'
 import type { Plan } from '../../domain/plans'
 import { waitedWhereNothingWaits } from '../../domain/at-once'
-import { type KeyChanges, type KeyRepository, type MaybePromise, type Storage, StorageUnavailableError } from '../../domain/repositories'
+import {
+  type KeyChanges,
+  type KeyRepository,
+  type MaybePromise,
+  type Storage,
+  StorageDamagedError,
+  StorageUnavailableError,
+} from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 
 /** Creates and stores a key (expiring at `expiresAt`, or never); returns its one-time secret with the stored record. */
@@ -147,8 +154,8 @@ export class KeyRegistry implements KeyLookup {
     if (pending?.read === read) return pending.lookup
     const lookup = read.then(
       () => this.foundAfterRead(secret),
-      // Storage does not answer: whether the token is a key cannot be known, so it is not called unknown
-      // (the gate answers 503, as for any read storage cannot give); any other failure refuses it as unknown.
+      // Storage does not answer, or its file is damaged: whether the token is a key cannot be known, so it
+      // is not called unknown (a 503, as for any read storage cannot give); any other failure refuses it as unknown.
       (error) => this.unreadable(error),
     )
     if (this.lookups.size < MAX_REMEMBERED_MISSES) {
@@ -179,7 +186,7 @@ export class KeyRegistry implements KeyLookup {
   }
 
   private unreadable(error: unknown): undefined {
-    if (error instanceof StorageUnavailableError) throw error
+    if (error instanceof StorageUnavailableError || error instanceof StorageDamagedError) throw error
     return undefined
   }
 
