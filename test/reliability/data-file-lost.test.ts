@@ -132,20 +132,7 @@ describe('a data file lost or damaged while serving', () => {
     const key = createKeyWithCli(dataFile, ['--plan', 'pro'])
     const server = await startServer({ dataFile })
     expect((await fetch(`${server.base}/pets`, { headers: auth(key) })).status).toBe(200)
-    const db = new Database(dataFile, { readonly: true })
-    const roots = db
-      .query<{ rootpage: number }, []>("SELECT rootpage FROM sqlite_schema WHERE name IN ('api_keys', 'api_keys_by_change')")
-      .all()
-    const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
-    db.close()
-    const fd = openSync(dataFile, 'r+')
-    for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
-    closeSync(fd)
-    // A commit by another connection makes the server read its pages from the file again.
-    const other = new Database(dataFile)
-    other.run('PRAGMA busy_timeout = 5000')
-    other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
-    other.close()
+    breakRootPages(dataFile, ['api_keys', 'api_keys_by_change'])
     // A secret of the right shape the server has not seen: it is looked for in the keys' broken pages.
     const unseen = createKeyWithCli(join(tempDir(), 'elsewhere.db'), ['--plan', 'pro'])
     const answer = await fetch(`${server.base}/pets`, { headers: auth(unseen) })
@@ -165,21 +152,7 @@ describe('a data file lost or damaged while serving', () => {
     const { bootstrapKey: key, password } = first
     expect(await first.stop()).toBe(0)
     const server = await startWithConsole({ dataFile })
-    const db = new Database(dataFile, { readonly: true })
-    const roots = db
-      .query<{ name: string; rootpage: number }, []>("SELECT name, rootpage FROM sqlite_schema WHERE name IN ('pets', 'audit_log')")
-      .all()
-    const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
-    db.close()
-    const fd = openSync(dataFile, 'r+')
-    for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
-    closeSync(fd)
-    // A commit by another connection (as a command's would be) makes the server read its pages from the file again.
-    // It waits its turn as a command's would: the server's start-up prunes may hold the write lock.
-    const other = new Database(dataFile)
-    other.run('PRAGMA busy_timeout = 5000')
-    other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
-    other.close()
+    breakRootPages(dataFile, ['pets', 'audit_log'])
 
     const create = await postPet(server.base, key!, { name: 'into a broken page', categoryId: 1 })
     expect([create.status, ((await create.json()) as { code: string }).code]).toEqual([503, 'unavailable'])
@@ -192,3 +165,25 @@ describe('a data file lost or damaged while serving', () => {
     await server.stop('SIGKILL')
   })
 })
+
+/**
+ * Overwrites the root pages of the named tables and indexes, then commits from another connection (as
+ * a command's would be, waiting its turn: a server's start-up prunes may hold the write lock), which
+ * makes a running server read its pages from the file again.
+ */
+function breakRootPages(dataFile: string, names: string[]): void {
+  const db = new Database(dataFile, { readonly: true })
+  const roots = db
+    .query<{ rootpage: number }, string[]>(`SELECT rootpage FROM sqlite_schema WHERE name IN (${names.map(() => '?').join(', ')})`)
+    .all(...names)
+  const { page_size: pageSize } = db.query<{ page_size: number }, []>('PRAGMA page_size').get()!
+  db.close()
+  expect(roots).toHaveLength(names.length)
+  const fd = openSync(dataFile, 'r+')
+  for (const { rootpage } of roots) writeSync(fd, Buffer.alloc(pageSize, 0xa5), 0, pageSize, (rootpage - 1) * pageSize)
+  closeSync(fd)
+  const other = new Database(dataFile)
+  other.run('PRAGMA busy_timeout = 5000')
+  other.run(`PRAGMA user_version = ${other.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version}`)
+  other.close()
+}
