@@ -109,6 +109,8 @@ export interface KeyLookup {
    * StorageUnavailableError when storage cannot be read.
    */
   findLate(secret: string): ActiveKey | undefined | Promise<ActiveKey | undefined>
+  /** True when findLate never gives a promise (storage answers at once). */
+  readonly answersAtOnce: boolean
   markUsed(key: ActiveKey, now: number): void
 }
 

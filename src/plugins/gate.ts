@@ -25,11 +25,6 @@ export interface GateOptions {
   corsEnabled: boolean
   now: () => number
   onBan: (subject: string, seconds: number) => void
-  /**
-   * True when nothing the gate asks can wait (keys in the data file, the limiter in this process, no
-   * scenarios): the gate is then declared to answer at once, which Elysia does not await.
-   */
-  answersAtOnce: boolean
   /** Answers forced by the request's Prefer (plugins/scenarios.ts), once the key is found; absent when off. */
   scenario?: (key: ActiveKey, request: Request, set: HookContext['set'], info: RequestInfo) => Promise<string | undefined> | undefined
 }
@@ -176,11 +171,11 @@ export function gate(options: GateOptions) {
     } catch (error) {
       return limiterDown(error, set, info)
     }
-    const apply = (made: Decision) => {
-      const refused = judge(set, info, token, key, expired, limits, made)
-      return refused && answerWith(set, info, refused)
-    }
-    return decision instanceof Promise ? decision.then(apply, (error: unknown) => limiterDown(error, set, info)) : apply(decision)
+    if (!(decision instanceof Promise)) return refused(judge(set, info, token, key, expired, limits, decision), set, info)
+    return decision.then(
+      (made) => refused(judge(set, info, token, key, expired, limits, made), set, info),
+      (error: unknown) => limiterDown(error, set, info),
+    )
   }
 
   // Elysia reads a hook's source text to decide whether to await it, and an awaited gate costs every
@@ -195,7 +190,15 @@ export function gate(options: GateOptions) {
     return await admit(request, set, info)
   }
 
-  return new Elysia({ name: 'gate' }).use(requestInfo).onBeforeHandle({ as: 'scoped' }, options.answersAtOnce ? gateAtOnce : gateWaiting)
+  // Nothing the gate asks can wait when the keys are read at once, the limiter is this process's, and no
+  // scenario counts tries.
+  const answersAtOnce = keys.answersAtOnce && !limiter.shared && !scenario
+  return new Elysia({ name: 'gate' }).use(requestInfo).onBeforeHandle({ as: 'scoped' }, answersAtOnce ? gateAtOnce : gateWaiting)
+}
+
+/** A refusal's body, or undefined to let the request through. */
+function refused(refusal: ApiError | undefined, set: HookContext['set'], info: RequestInfo): string | undefined {
+  return refusal && answerWith(set, info, refusal)
 }
 
 /** A refusal's body when the limiter does not answer; any other failure is thrown on. */

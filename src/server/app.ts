@@ -187,7 +187,6 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         limiter,
         metrics,
         corsEnabled: config.corsOrigins.length > 0,
-        answersAtOnce: storage.answersAtOnce && !limiter.shared && !config.scenarios,
         now,
         onBan: (subject, seconds) => warn(`banned ${subject} for ${seconds} s after repeated 429s`),
         scenario: config.scenarios ? scenarios({ limiter, tries: limiter.tries, routes, stopping: stopping.signal }) : undefined,

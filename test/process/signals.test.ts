@@ -11,6 +11,7 @@ import { copyFileSync, existsSync, readdirSync, readFileSync, truncateSync } fro
 import { dirname, join } from 'node:path'
 import { BINARY, cleanEnv, cli, createKeyWithCli, eventually, type Server, spawnListening, startServer, tempDir } from '../support/binary'
 import { auth, cliAsync, keptAliveClients, killedAtEnd, killSpawned, startSlowPost } from './helpers'
+import { withDeadline } from '../../src/domain/time'
 
 afterAll(killSpawned)
 setDefaultTimeout(60_000)
@@ -70,19 +71,6 @@ async function primed(name: string, rpd = DAY_LIMIT) {
   return { dataFile, key, keyId, server }
 }
 
-/** `promise`'s value, or what `late` says once `ms` have passed without one. */
-async function within<T>(promise: Promise<T>, ms: number, late: () => string): Promise<T | string> {
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const deadline = new Promise<string>((resolve) => {
-    timer = setTimeout(() => resolve(late()), ms)
-  })
-  try {
-    return await Promise.race([promise, deadline])
-  } finally {
-    clearTimeout(timer)
-  }
-}
-
 describe('signals', () => {
   test.each(['SIGQUIT', 'SIGXCPU', 'SIGTERM', 'SIGINT'] as const)(
     '%s under load stops as SIGTERM does: the request in flight answered, usage and day quota kept over a restart',
@@ -129,10 +117,16 @@ describe('signals', () => {
       await eventually(() => clients.outcomes.length >= 300)
       server.proc.kill(signal)
       // Deadlines well inside the test's, so a hang says where it is (one run on a loaded host hung here).
-      expect(await within(server.exited, 30_000, () => `still running 30 s after ${signal}; its stderr:\n${server.stderr()}`)).toBe(0)
+      expect(
+        await withDeadline<number | string>(
+          server.exited,
+          30_000,
+          () => `still running 30 s after ${signal}; its stderr:\n${server.stderr()}`,
+        ),
+      ).toBe(0)
       const done = clients.done.then(() => 'done')
       expect(
-        await within(done, 15_000, () => `clients still sending 15 s after the server exited: ${JSON.stringify(clients.tally())}`),
+        await withDeadline(done, 15_000, () => `clients still sending 15 s after the server exited: ${JSON.stringify(clients.tally())}`),
       ).toBe('done')
       const tally = clients.tally()
       // Every answer is a 200, and each client ends refused (nothing listens): none of its requests was

@@ -125,7 +125,8 @@ export function petsModule(options: PetsModuleOptions) {
     return json instanceof Promise ? json.then((read) => answerPet(set, petId, read)) : answerPet(set, petId, json)
   }
   // Declared to answer at once where storage does (domain/at-once.ts), else awaited. The context is
-  // destructured, since Elysia reads a handler's source text to decide which context fields to build.
+  // destructured, since Elysia reads a handler's source text to decide which context fields to build:
+  // hence each form written out, where one wrapper taking the whole context would make it build all of it.
   const listPets = answersAtOnce
     ? function listPets({ request, set }: Pick<Answer, 'set'> & { request: Request }) {
         const body = list(request, set)

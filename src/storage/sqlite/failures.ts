@@ -17,9 +17,7 @@ export function reading<T>(read: () => T): T {
   try {
     return read()
   } catch (error) {
-    const code = (error as { code?: string })?.code ?? ''
-    if (UNAVAILABLE_CODES.test(code)) throw new StorageUnavailableError(code, `the data file cannot be read now (${code})`, true)
-    throw classified(error)
+    throw classified(error, 'read')
   }
 }
 
@@ -30,10 +28,16 @@ export function damagedCode(error: unknown): string | undefined {
   return DAMAGED_CODES.test(code) ? code : undefined
 }
 
-/** A failure as StorageUnavailableError when the file cannot be used now, StorageDamagedError when it is damaged; otherwise as it was. */
-export function classified(error: unknown): unknown {
+/**
+ * A failed `read` or write as StorageUnavailableError when the file cannot be used now (a read that
+ * cannot be made is storage down: reads fail as well), StorageDamagedError when it is damaged; otherwise
+ * as it was.
+ */
+export function classified(error: unknown, failed: 'read' | 'write' = 'write'): unknown {
   const code = (error as { code?: string })?.code ?? ''
-  if (UNAVAILABLE_CODES.test(code)) return new StorageUnavailableError(code)
+  const down = failed === 'read'
+  if (UNAVAILABLE_CODES.test(code))
+    return new StorageUnavailableError(code, `the data file cannot be ${down ? 'read' : 'written'} now (${code})`, down)
   return DAMAGED_CODES.test(code) ? new StorageDamagedError(code) : error
 }
 
