@@ -66,29 +66,43 @@ describeWithEngines(['postgresql'], "one key's usage among 20,000 keys", () => {
                                           FROM pg_stat_user_tables WHERE relname IN (${TABLES})`)
         return { scans: Number(row.scans), rows: Number(row.rows) }
       }
-      // The first view's reads, and the start's, shown in the statistics first: unchanged for 1.5 s, longer
-      // than PostgreSQL takes to report a read (up to a second) after the server's change poll (every 250 ms)
-      // has read the 20,000 keys made above. Two equal looks in a row were not enough: once, the poll's read
-      // of them was reported inside the five views' count (4,005 rows a view).
-      let before = await reads()
-      let unchangedSince = performance.now()
-      await eventually(async () => {
-        const now = await reads()
-        if (now.rows !== before.rows) {
-          before = now
-          unchangedSince = performance.now()
+      /**
+       * One round: waits (at most 6 s) for the statistics to stand still for 1.5 s, longer than PostgreSQL
+       * takes to report a busy connection's reads (it reports at most once a second), then views five
+       * times and counts the rows read meanwhile. Other reads (the change poll's, a pool connection's
+       * reads reported late: an idle one reports only after 10 s) can only add to the count, so the
+       * smallest of a few rounds is what a view costs; a view that read the fleet's rows would read
+       * thousands in every round.
+       */
+      const timeline: string[] = []
+      const round = async () => {
+        const started = performance.now()
+        let before = await reads()
+        let unchangedSince = started
+        while (performance.now() - unchangedSince < 1_500 && performance.now() - started < 6_000) {
+          const now = await reads()
+          if (now.rows !== before.rows) {
+            timeline.push(`${Math.round(performance.now())} ms: ${now.rows - before.rows} rows read in the background`)
+            before = now
+            unchangedSince = performance.now()
+          }
         }
-        return performance.now() - unchangedSince >= 1_500
-      }, 15_000)
-      const times: number[] = []
-      for (let i = 0; i < 5; i++) times.push(await view())
-      // Five views of at least five queries each on the usage tables, shown within about a second.
-      let after = before
-      await eventually(async () => (after = await reads()).scans >= before.scans + 25, 10_000)
-      const perView = (after.rows - before.rows) / 5
-      console.error(`one key's view among ${KEYS} keys: ${perView} rows read per view, ${times.map((ms) => ms.toFixed(1)).join('/')} ms`)
+        const times: number[] = []
+        for (let i = 0; i < 5; i++) times.push(await view())
+        // Five views of at least five queries each on the usage tables, shown within about a second.
+        let after = before
+        await eventually(async () => (after = await reads()).scans >= before.scans + 25, 10_000)
+        const perView = (after.rows - before.rows) / 5
+        timeline.push(
+          `${Math.round(performance.now())} ms: ${perView} rows read per view, ${times.map((ms) => ms.toFixed(1)).join('/')} ms`,
+        )
+        return perView
+      }
+      let fewest = await round()
+      for (let rounds = 1; fewest >= 200 && rounds < 4; rounds++) fewest = Math.min(fewest, await round())
+      console.error(`one key's view among ${KEYS} keys:\n${timeline.join('\n')}`)
       // Its own rows, a row of the keys table, and the change polls' reads meanwhile: nowhere near a fleet's.
-      expect(perView).toBeLessThan(200)
+      expect(fewest, `the server's log:\n${server.stderr()}`).toBeLessThan(200)
     } finally {
       await server.stop()
       await admin.close()
