@@ -30,23 +30,36 @@ export function lockFileOf(file: string): string {
 export function lockDataFile(file: string): DataFileLock | null {
   const path = lockFileOf(file)
   if (!canWrite(existsSync(path) ? path : dirname(file))) return null
+  const lock = lockExclusively(path, { recordPid: true, what: `${file} for serving` })
+  if (lock === 'busy') throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
+  return lock
+}
+
+/**
+ * An exclusive lock on the companion database at `path` (created if missing), held until released or
+ * until this process ends; 'busy' while another connection holds it. With `recordPid`, the holder's pid
+ * goes into the header (see recordedPid); without, the header is left as it is.
+ */
+export function lockExclusively(path: string, options: { recordPid: boolean; what: string }): DataFileLock | 'busy' {
   // A folder whose mode allows writing can still refuse a new file (/proc, a full inode table).
   const db = opening(`cannot create the lock file ${path}`, () => new Database(path, { create: true, strict: true }))
   try {
     // Exclusive locking mode keeps the lock of the first exclusive transaction until the connection
     // closes. The transaction only rewrites the header's process id in place, with its journal in
     // memory (Bun's defensive mode refuses journal_mode OFF), so a full disk cannot stop a restart here.
+    // Without a pid to record the transaction stays open, and the lock with it, until the close.
     db.run('PRAGMA busy_timeout = 0')
     db.run('PRAGMA journal_mode = MEMORY')
     db.run('PRAGMA locking_mode = EXCLUSIVE')
     db.run('BEGIN EXCLUSIVE')
-    db.run(`PRAGMA user_version = ${process.pid}`)
-    db.run('COMMIT')
+    if (options.recordPid) {
+      db.run(`PRAGMA user_version = ${process.pid}`)
+      db.run('COMMIT')
+    }
   } catch (error) {
     db.close()
-    if (/^SQLITE_BUSY/.test((error as { code?: string }).code ?? ''))
-      throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
-    throw new StorageOpenError(`cannot lock ${file} for serving: ${(error as Error).message}`)
+    if (/^SQLITE_BUSY/.test((error as { code?: string }).code ?? '')) return 'busy'
+    throw new StorageOpenError(`cannot lock ${options.what}: ${(error as Error).message}`)
   }
   return { release: () => db.close() }
 }
@@ -59,7 +72,11 @@ function holderOf(file: string): string {
 
 /** The process id the lock's holder wrote (user_version, bytes 60-63 of the header); null when none. */
 export function lockHolder(file: string): number | null {
-  const path = lockFileOf(file)
+  return recordedPid(lockFileOf(file))
+}
+
+/** The same for any lock taken with `recordPid`. */
+export function recordedPid(path: string): number | null {
   if (!existsSync(path)) return null
   const header = readBytes(path, 60, 4)
   const pid = header.length < 4 ? 0 : header.readUInt32BE(0)

@@ -11,7 +11,7 @@ import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/r
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { isAlive } from '../../os/process'
-import { DataFileBusyError, lockDataFile, lockFileOf, lockHolder } from './data-file-lock'
+import { DataFileBusyError, type DataFileLock, lockDataFile, lockExclusively, lockFileOf, lockHolder, recordedPid } from './data-file-lock'
 import { checkHeader, checkSchema, openReadOnly } from './open'
 
 function handoverFileOf(file: string): string {
@@ -150,47 +150,91 @@ export function runningServerOf(file: string): number | null {
  * The claim of a server taking over (`FILE.takeover`, its pid), written before it listens beside the
  * running server, removed when it gives up or serves (which tells the old server it made it). One at a
  * time: a second takeover is refused before it holds a request. The running server hands over only
- * while a live process claims the file, so a late or stray SIGUSR2 stops nothing; a dead claimant's
- * claim is removed by whoever notices.
+ * while a live process claims the file, so a late or stray SIGUSR2 stops nothing.
+ *
+ * Takers take turns: each holds the takers' lock (`FILE.takeover.lock`, a system lock that ends with its
+ * process) from before it reads the claim until it drops its own, so no two can both find a dead
+ * claim, both remove it and both write theirs. A dead claimant's claim is removed by whoever notices:
+ * a taker replaces it, and anyone else removes it only while holding that lock.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`
 }
 
+function takersLockOf(file: string): string {
+  return `${file}.takeover.lock`
+}
+
+/** How long a taker waits for the takers' lock: another process's removal of a dead claim holds it for microseconds. */
+const TAKERS_LOCK_WAIT_MS = 200
+
 /** `holder` is the running server's process id: a claim naming it is the one it took over with. */
 export function claimTakeover(file: string, holder: number): () => void {
   const path = claimFileOf(file)
-  for (;;) {
-    try {
-      // The data file's mode: only the user that serves it (and so can take it over) reads it.
-      writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
-      break
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
-      const claimant = liveClaimant(file)
-      if (claimant !== null && claimant !== holder) throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
-      // Left by a process that is gone, or by the running server when it took over.
-      removeIfPossible(path)
-    }
+  const turn = takersTurn(file)
+  try {
+    // Only a petstore older than the takers' lock could have written a live claim meanwhile.
+    const claimant = claimedBy(file)
+    if (claimant !== null && claimant !== holder && claimant !== process.pid && isAlive(claimant))
+      throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
+    removeIfPossible(path)
+    // The data file's mode: only the user that serves it (and so can take it over) reads it.
+    writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
+  } catch (error) {
+    turn.release()
+    throw error
   }
   return function dropClaim() {
     try {
       if (readFileSync(path, 'utf8') === String(process.pid)) removeIfPossible(path)
     } catch {}
+    turn.release()
+  }
+}
+
+/** The takers' lock, once another taker's turn is over; refused, naming it, when one is taking over. */
+function takersTurn(file: string): DataFileLock {
+  const path = takersLockOf(file)
+  const deadline = Date.now() + TAKERS_LOCK_WAIT_MS
+  for (;;) {
+    const turn = lockExclusively(path, { recordPid: true, what: `${path} for taking over` })
+    if (turn !== 'busy') return turn
+    if (Date.now() > deadline) {
+      const taker = recordedPid(path)
+      throw new StorageOpenError(`${taker === null ? 'another process' : `process ${taker}`} is taking over ${file} already`)
+    }
+    Bun.sleepSync(5)
   }
 }
 
 /**
  * The live process, other than this one, that claims the file; null when none. A claim whose process is
- * gone (a taker killed) is removed as it is read: whoever reads it first, the running server on SIGUSR2
- * or while it lets go, or a new start.
+ * gone (a taker killed) is removed as it is read, unless a taker holds the takers' lock (it replaces the
+ * claim itself): whoever reads it first, the running server on SIGUSR2 or while it lets go, or a new start.
  */
 export function liveClaimant(file: string): number | null {
   const pid = claimedBy(file)
   if (pid === null || pid === process.pid) return null
   if (isAlive(pid)) return pid
-  removeIfPossible(claimFileOf(file))
+  removeDeadClaim(file, pid)
   return null
+}
+
+/** Removes the claim of `pid`, gone, unless a taker is at work; not at all where nothing can be written. */
+function removeDeadClaim(file: string, pid: number): void {
+  let turn: DataFileLock | 'busy'
+  try {
+    turn = lockExclusively(takersLockOf(file), { recordPid: false, what: "the takers' lock" })
+  } catch {
+    return
+  }
+  if (turn === 'busy') return
+  try {
+    // Read again under the lock: a taker may have replaced it since.
+    if (claimedBy(file) === pid) removeIfPossible(claimFileOf(file))
+  } finally {
+    turn.release()
+  }
 }
 
 /**
