@@ -23,35 +23,33 @@ function readIfThere(file: string): string {
   }
 }
 
-/** Processes whose command line contains every one of `parts` (read from /proc, no procps needed). */
-function processesWith(...parts: string[]): number[] {
+/** The processes `sh -c 'A | B'` started: its children (read from /proc, no procps needed; never another test's). */
+function childrenOf(shell: number): number[] {
   const pids: number[] = []
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
-    let command: string
-    try {
-      command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ')
-    } catch {
-      continue
-    }
-    if (parts.every((part) => command.includes(part))) pids.push(Number(entry))
+    const stat = readIfThere(`/proc/${entry}/stat`)
+    // The parent's pid is the second field after the command's name, which may hold spaces: read after its ')'.
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === shell) pids.push(Number(entry))
   }
   return pids
 }
 
-/** The pid of the binary serving `dataFile` (not the shell around it). */
-function serverPid(dataFile: string): number {
-  const [pid] = processesWith(`${BINARY} serve`, dataFile).filter((p) => !readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('sh'))
+/** The pid of the binary the pipeline runs (not the shell around it, nor the reader). */
+function serverPid(shell: number): number {
+  const [pid] = childrenOf(shell).filter((p) => readIfThere(`/proc/${p}/cmdline`).startsWith(`${BINARY}\0serve`))
   return pid!
 }
 
-/** Kills the pipeline a test started: the server and the reader behind it. */
-function killPipeline(dataFile: string, reader: string): void {
-  for (const pid of [...processesWith(`${BINARY} serve`, dataFile), ...processesWith(reader)]) {
+/** Kills the pipeline a test started: the server and the reader behind it, then the shell. */
+async function killPipeline(shell: Bun.Subprocess): Promise<void> {
+  for (const pid of childrenOf(shell.pid)) {
     try {
       process.kill(pid, 'SIGKILL')
     } catch {}
   }
+  shell.kill('SIGKILL')
+  await shell.exited
 }
 
 /**
@@ -89,7 +87,7 @@ describe('stdout that is not read or is closed', () => {
     try {
       await eventually(() => LISTENING.test(stderr()), 15_000)
       const origin = `http://127.0.0.1:${LISTENING.exec(stderr())![1]}`
-      const server = serverPid(join(dir, 'p.db'))
+      const server = serverPid(proc.pid)
       const before = rssMiB(server)
       // About 1,000 bytes of log a request: 20,000 requests are 20 MB of log against a 4 MiB cap.
       const statuses = await flood(origin, stderr, 20_000)
@@ -100,9 +98,7 @@ describe('stdout that is not read or is closed', () => {
       expect(rssMiB(server) - before).toBeLessThan(64)
       expect((await fetch(`${origin}/healthz`)).status).toBe(200)
     } finally {
-      killPipeline(join(dir, 'p.db'), 'sleep 600')
-      proc.kill('SIGKILL')
-      await proc.exited
+      await killPipeline(proc)
     }
   })
 
@@ -135,9 +131,7 @@ describe('stdout that is not read or is closed', () => {
       expect(lines).toEqual(['petstore: stdout was closed by its reader; the access log is off from now on'])
       expect(stderr()).not.toMatch(/\n\s+at /)
     } finally {
-      proc.kill('SIGKILL')
-      killPipeline(join(dir, 'p.db'), 'head -c 1')
-      await proc.exited
+      await killPipeline(proc)
     }
   })
 })
