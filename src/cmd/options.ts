@@ -12,7 +12,7 @@ import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../doma
 import { OperatorInputError } from '../domain/operators'
 import { PLANS } from '../domain/plans'
 import { COMMAND, openPostgresStorage } from '../storage/postgres'
-import { damagedFile, openSqliteStorage } from '../storage/sqlite'
+import { COMMAND_BUSY_MS, damagedFile, openSqliteStorage } from '../storage/sqlite'
 import type { Storage } from '../domain/repositories'
 
 export const COMMON = flagLines(COMMON_FLAGS)
@@ -196,6 +196,7 @@ export async function withStorage<T>(
         mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
         mustWrite: !access.readsOnly,
         olderSchema,
+        busyTimeoutMs: COMMAND_BUSY_MS,
       })
   try {
     return await work(storage, storage.location)

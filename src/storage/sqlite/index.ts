@@ -40,6 +40,7 @@ import {
   type OpenOptions,
   prepare,
   readOnlyBecause,
+  SERVING_BUSY_MS,
 } from './open'
 import { SQLITE_INSERTS } from './pets'
 import { SqliteRunner } from './runner'
@@ -48,7 +49,7 @@ import { WorkerPetWriter } from './writer'
 
 // The engine's door: nothing outside storage/ imports the files behind it.
 export type { OpenOptions } from './open'
-export { damagedFile } from './open'
+export { COMMAND_BUSY_MS, damagedFile } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
 export { claimTakeover, liveClaimant, runningServerOf, takeoverProgress } from './handover'
@@ -152,7 +153,7 @@ export function openPetCommitter(file: string): { pets: SqlPets<'sync'>; close()
   let db: Database | undefined
   try {
     db = new Database(file, { readwrite: true, strict: true })
-    db.run('PRAGMA busy_timeout = 5000')
+    db.run(`PRAGMA busy_timeout = ${SERVING_BUSY_MS}`)
     db.run('PRAGMA synchronous = FULL')
     const pets = new SqlPets<'sync'>(new SqliteRunner(db), SQLITE_INSERTS)
     return { pets, close: () => db!.close() }

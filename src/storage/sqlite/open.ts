@@ -19,7 +19,17 @@ export interface OpenOptions {
    * so the copy can go back to the older binary), or refused (commands that only read).
    */
   olderSchema?: 'upgrade' | 'keep' | 'refuse'
+  /** How long a write waits for another process's write lock: a server's request briefly, a command longer. */
+  busyTimeoutMs?: number
 }
+
+/**
+ * A server's writes wait for another process (server or CLI) up to 5 s, then answer 503. A command waits
+ * up to a minute, as on PostgreSQL: a busy server commits back to back, and on a slow disk each commit
+ * holds the write lock for its fsync, so a command that gave up after 5 s failed now and then.
+ */
+export const SERVING_BUSY_MS = 5_000
+export const COMMAND_BUSY_MS = 60_000
 
 const SQLITE_HEADER = 'SQLite format 3\0'
 
@@ -215,7 +225,7 @@ function checkObjects(db: Database, file: string, version: number): void {
 
 export function prepare(db: Database, file: string, options: OpenOptions & { readOnly: boolean }): void {
   // Wait for the other process (server or CLI) instead of failing at once when both write.
-  db.run('PRAGMA busy_timeout = 5000')
+  db.run(`PRAGMA busy_timeout = ${options.busyTimeoutMs ?? SERVING_BUSY_MS}`)
   if (options.verify) checkWhole(db, file, RESTORE_REMEDY)
   const version = checkSchema(db, file)
   const older = options.olderSchema ?? 'upgrade'
