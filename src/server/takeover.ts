@@ -12,7 +12,7 @@ import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, Server, type ServerOptions, STOP_SAVE_MS } from './server'
-import { claimTakeover, liveClaimant, runningServerOf, takeoverProgress } from '../storage/sqlite'
+import { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from '../storage/sqlite'
 
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
@@ -40,23 +40,31 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
       throw refused((error as Error).message)
     }
   }
-  const pid = orRefused(() => runningServerOf(file))
-  if (pid === null) {
+  // From here until the claim goes this process has its turn among takers (a second one is refused).
+  const target = orRefused(() => takeoverTarget(file))
+  if (target === null) {
     warn(`--takeover: no server holds ${file}, starting afresh`)
     return AFRESH
   }
-  // The lock names the process, not where it listens: a port nobody listens on would stop the running
-  // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
-  let nobodyListens = false
+  const { pid } = target
+  let dropClaim: () => void
   try {
-    bindUnshared(config.host, config.port)
-    nobodyListens = true
-  } catch {}
-  if (nobodyListens)
-    throw refused(
-      `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
-    )
-  const dropClaim = orRefused(() => claimTakeover(file, pid))
+    // The lock names the process, not where it listens: a port nobody listens on would stop the running
+    // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
+    let nobodyListens = false
+    try {
+      bindUnshared(config.host, config.port)
+      nobodyListens = true
+    } catch {}
+    if (nobodyListens)
+      throw refused(
+        `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
+      )
+    dropClaim = orRefused(() => claimTakeover(file, target))
+  } catch (error) {
+    target.turn.release()
+    throw error
+  }
   let holding: Holding
   try {
     holding = holdRequests(config)

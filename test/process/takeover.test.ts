@@ -544,6 +544,42 @@ describe('serve --takeover', () => {
     expect(await third.stop()).toBe(0)
   })
 
+  test('two takeovers started at once, four times: each is refused or takes over from the server running when its turn comes, and no request fails', async () => {
+    for (let round = 0; round < 4; round++) {
+      const { dataFile, key, port, old } = await oldServer(UNLIMITED)
+      const load = steadyLoad(old.base, key)
+      await until(() => load.outcomes.length >= 30)
+      const takers = await Promise.all(
+        [0, 1].map(() =>
+          spawnServe([...serveArgs(port, dataFile), '--takeover']).then(
+            (server) => ({ server, refusal: '' }),
+            (error: Error) => ({ server: undefined, refusal: error.message }),
+          ),
+        ),
+      )
+      // Before: the second read the old server's pid before the first one's turn, signalled it after the
+      // first had taken over, waited 17 s for a lock the first held, and answered what it held with 503.
+      for (const { refusal } of takers)
+        if (refusal)
+          expect(refusal).toMatch(/petstore: cannot take over: process \d+ is taking over .* already; the running server keeps serving/)
+      const serving = takers.filter((taker) => taker.server).map((taker) => taker.server!)
+      expect(serving.length).toBeGreaterThanOrEqual(1)
+      expect(await old.exited).toBe(0)
+      // With two serving, the second took over from the first, which then exits.
+      const last =
+        serving.length === 2
+          ? (await Promise.race(serving.map((s) => s.exited.then(() => s)))) === serving[0]
+            ? serving[1]!
+            : serving[0]!
+          : serving[0]!
+      const atEnd = load.outcomes.length
+      await until(() => load.outcomes.length >= atEnd + 30)
+      await load.stop()
+      expect({ round, failed: load.outcomes.filter((o) => o.status !== 200 && o.status !== 201) }).toEqual({ round, failed: [] })
+      expect(await last.stop()).toBe(0)
+    }
+  }, 120_000)
+
   test('a --metrics-address another program holds does not leave the port with no server: it serves, without /metrics', async () => {
     const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
     const other = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })

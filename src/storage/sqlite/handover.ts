@@ -12,7 +12,7 @@ import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { isAlive } from '../../os/process'
 import { DataFileBusyError, type DataFileLock, lockDataFile, lockExclusively, lockFileOf, lockHolder, recordedPid } from './data-file-lock'
-import { checkHeader, checkSchema, openReadOnly } from './open'
+import { canWrite, checkHeader, checkSchema, openReadOnly } from './open'
 
 function handoverFileOf(file: string): string {
   return `${file}.handover`
@@ -131,7 +131,7 @@ function isBucket(value: unknown): value is SavedBucket {
 }
 
 /** The pid of the server holding the data file, once this binary could serve it; null for none. Reads only. */
-export function runningServerOf(file: string): number | null {
+function runningServerOf(file: string): number | null {
   // A running server always has its lock file; without one (a first start) there is nothing to take over.
   if (!existsSync(lockFileOf(file))) return null
   try {
@@ -168,22 +168,47 @@ function takersLockOf(file: string): string {
 /** How long a taker waits for the takers' lock: another process's removal of a dead claim holds it for microseconds. */
 const TAKERS_LOCK_WAIT_MS = 200
 
-/** `holder` is the running server's process id: a claim naming it is the one it took over with. */
-export function claimTakeover(file: string, holder: number): () => void {
-  const path = claimFileOf(file)
+/** The server a takeover is to replace, found during this process's turn among takers (held until the claim goes). */
+export interface TakeoverTarget {
+  pid: number
+  turn: DataFileLock
+}
+
+/**
+ * The running server to take over, read during this process's turn, so a taker that waited for another
+ * one's turn asks the server running now (the other taker, if it has finished), never one that has let
+ * go; null when no server holds the file (never served, read-only, or stopped). Refused, naming the
+ * other taker, while one is taking over, even one stopped after the running server let go.
+ */
+export function takeoverTarget(file: string): TakeoverTarget | null {
+  // A file never served, or one no server could lock (runningServerOf): nothing to take over, no turn to take.
+  const lock = lockFileOf(file)
+  if (!existsSync(lock) || !canWrite(lock)) return null
   const turn = takersTurn(file)
   try {
-    // Only a petstore older than the takers' lock could have written a live claim meanwhile.
-    const claimant = claimedBy(file)
-    if (claimant !== null && claimant !== holder && claimant !== process.pid && isAlive(claimant))
-      throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
-    removeIfPossible(path)
-    // The data file's mode: only the user that serves it (and so can take it over) reads it.
-    writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
+    const pid = runningServerOf(file)
+    if (pid !== null) return { pid, turn }
   } catch (error) {
     turn.release()
     throw error
   }
+  turn.release()
+  return null
+}
+
+/**
+ * Writes this process's claim during its turn (see takeoverTarget); the returned function removes it and
+ * ends the turn. A claim naming the running server is the one it took over with.
+ */
+export function claimTakeover(file: string, { pid: holder, turn }: TakeoverTarget): () => void {
+  const path = claimFileOf(file)
+  // Only a petstore older than the takers' lock could have written a live claim meanwhile.
+  const claimant = claimedBy(file)
+  if (claimant !== null && claimant !== holder && claimant !== process.pid && isAlive(claimant))
+    throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
+  removeIfPossible(path)
+  // The data file's mode: only the user that serves it (and so can take it over) reads it.
+  writeFileSync(path, String(process.pid), { flag: 'wx', mode: 0o600 })
   return function dropClaim() {
     try {
       if (readFileSync(path, 'utf8') === String(process.pid)) removeIfPossible(path)
@@ -200,8 +225,11 @@ function takersTurn(file: string): DataFileLock {
     const turn = lockExclusively(path, { recordPid: true, what: `${path} for taking over` })
     if (turn !== 'busy') return turn
     if (Date.now() > deadline) {
+      // A pid is named only when it is a live process's: the file's header could be anything.
       const taker = recordedPid(path)
-      throw new StorageOpenError(`${taker === null ? 'another process' : `process ${taker}`} is taking over ${file} already`)
+      throw new StorageOpenError(
+        `${taker !== null && isAlive(taker) ? `process ${taker}` : 'another process'} is taking over ${file} already`,
+      )
     }
     Bun.sleepSync(5)
   }

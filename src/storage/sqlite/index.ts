@@ -52,7 +52,7 @@ export type { OpenOptions } from './open'
 export { COMMAND_BUSY_MS, damagedFile } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
-export { claimTakeover, liveClaimant, runningServerOf, takeoverProgress } from './handover'
+export { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from './handover'
 
 export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
   const inMemory = file === ':memory:'
