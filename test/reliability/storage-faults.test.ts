@@ -6,9 +6,9 @@
  * on the still read-only volume. Needs root (mount); the ext4 case also needs loop devices.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { listAll } from '../process/helpers'
+import { listAll, serveExpectingFailure } from '../process/helpers'
 import { auth, postPet } from '../support/app'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
@@ -127,11 +127,26 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(await writable.stop()).toBe(0)
     // A clean stop folds the write-ahead log into the file, so this is the immutable-open path.
     expect(existsSync(`${dataFile}-wal`)).toBe(false)
+    // As a volume that never held a server's lock (deleting it while none runs is harmless).
+    rmSync(`${dataFile}.lock`)
     mount(dir, ['-o', 'remount,ro'])
 
     const server = await startServer({ dataFile, args: ['--no-access-log'] })
     expect(server.stderr()).toContain('is read-only: serving reads')
     await expectReadOnlyService(server, key, acknowledged)
+    // A second start on its port is refused in one line (before: exit 70, undoing a lock file it never made).
+    const second = await serveExpectingFailure([
+      '--data',
+      dataFile,
+      '--port',
+      String(server.port),
+      '--host',
+      '127.0.0.1',
+      '--console-address',
+      'off',
+    ])
+    expect({ code: second.code, unexpected: /unexpected error/.test(second.stderr) }).toEqual({ code: 1, unexpected: false })
+    expect(second.stderr).toContain(`cannot listen on 127.0.0.1:${server.port}`)
     expect(await server.stop()).toBe(0)
     expect(server.stderr()).not.toMatch(/\n\s+at /)
 

@@ -359,9 +359,18 @@ function createdBy(dataFile: string): { undo(): void } {
   // Undone only by the start that held the lock, so a lock file it made is its own to remove.
   const made = existsSync(file) ? (existsSync(lock) ? [] : [lock]) : [file, `${file}-wal`, `${file}-shm`, lock]
   return {
+    // Where it can: on a read-only volume it made nothing, and removing what is not there fails (EROFS).
     undo() {
-      for (const path of made) rmSync(path, { force: true })
-      for (const dir of folders) rmSync(dir, { recursive: true, force: true })
+      for (const path of made) removeIfThere(path, false)
+      for (const dir of folders) removeIfThere(dir, true)
     },
+  }
+}
+
+function removeIfThere(path: string, recursive: boolean): void {
+  try {
+    rmSync(path, { recursive, force: true })
+  } catch (error) {
+    if (existsSync(path)) throw error
   }
 }
