@@ -153,9 +153,10 @@ function runningServerOf(file: string): number | null {
  * while a live process claims the file, so a late or stray SIGUSR2 stops nothing.
  *
  * Takers take turns: each holds the takers' lock (`FILE.takeover.lock`, a system lock that ends with its
- * process) from before it reads the claim until it drops its own, so no two can both find a dead
- * claim, both remove it and both write theirs. A dead claimant's claim is removed by whoever notices:
- * a taker replaces it, and anyone else removes it only while holding that lock.
+ * process) from before it looks for the running server until it drops its claim, so no two can both
+ * find a dead claim, both remove it and both write theirs, nor one ask a server another has replaced.
+ * A dead claimant's claim is removed by whoever notices: a taker replaces it, and anyone else removes it
+ * only while holding that lock.
  */
 function claimFileOf(file: string): string {
   return `${file}.takeover`
