@@ -390,7 +390,8 @@ describe('serve --takeover', () => {
     await until(() => load.outcomes.length >= 60)
     const taker = spawnTaker(serveArgs(port, dataFile))
     await until(() => taker.stderr().includes('taking over'))
-    expect(statSync(`${dataFile}.takeover`).mode & 0o777).toBe(0o600)
+    // Owner-only, like the data file, as is the takers' lock it holds.
+    for (const path of [`${dataFile}.takeover`, `${dataFile}.takeover.lock`]) expect(statSync(path).mode & 0o777).toBe(0o600)
     taker.proc.kill('SIGKILL')
     await until(() => /still serving|serving again/.test(old.stderr()) || old.proc.exitCode !== null)
     expect(old.proc.exitCode).toBeNull()
@@ -508,6 +509,30 @@ describe('serve --takeover', () => {
     expect(existsSync(`${dataFile}.takeover`)).toBe(false)
     await expectStillServing(old, key)
     expect(await old.stop()).toBe(0)
+  })
+
+  test('a claim left by a killed taker whose pid another process has now: SIGUSR2 leaves the server serving, and a takeover goes ahead', async () => {
+    const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
+    // What a taker killed before it signalled leaves once its pid is reused: its claim and, in the takers'
+    // lock, its pid, naming a live process that takes over nothing (here a sleep).
+    const other = Bun.spawn(['sleep', '60'])
+    try {
+      writeFileSync(`${dataFile}.takeover`, String(other.pid), { mode: 0o600 })
+      const lock = new Database(`${dataFile}.takeover.lock`)
+      lock.run(`PRAGMA user_version = ${other.pid}`)
+      lock.close()
+      old.proc.kill('SIGUSR2')
+      await until(() => old.stderr().includes('but no server is taking over'))
+      expect(existsSync(`${dataFile}.takeover`)).toBe(false)
+      expect((await postPet(old.base, key, { name: 'still served', categoryId: 1 })).status).toBe(201)
+      // Left again: a takeover replaces it (before: refused, naming the sleep, until the file was deleted).
+      writeFileSync(`${dataFile}.takeover`, String(other.pid), { mode: 0o600 })
+      const next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
+      expect(await old.exited).toBe(0)
+      expect(await next.stop()).toBe(0)
+    } finally {
+      other.kill('SIGKILL')
+    }
   })
 
   test('two takeovers started together: one takes over, the other is refused at once, and no request fails; a later one goes ahead', async () => {

@@ -6,7 +6,7 @@
  * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
-import { existsSync } from 'node:fs'
+import { closeSync, existsSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
@@ -41,8 +41,12 @@ export function lockDataFile(file: string): DataFileLock | null {
  * goes into the header (see recordedPid); without, the header is left as it is.
  */
 export function lockExclusively(path: string, options: { recordPid: boolean; what: string }): DataFileLock | 'busy' {
-  // A folder whose mode allows writing can still refuse a new file (/proc, a full inode table).
-  const db = opening(`cannot create the lock file ${path}`, () => new Database(path, { create: true, strict: true }))
+  // A folder whose mode allows writing can still refuse a new file (/proc, a full inode table). Made
+  // owner-only first, like the data file (SQLite would make it with the process's umask).
+  const db = opening(`cannot create the lock file ${path}`, () => {
+    if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600))
+    return new Database(path, { create: true, strict: true })
+  })
   try {
     // Exclusive locking mode keeps the lock of the first exclusive transaction until the connection
     // closes. The transaction only rewrites the header's process id in place, with its journal in

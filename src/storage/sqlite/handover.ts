@@ -173,6 +173,8 @@ const TAKERS_LOCK_WAIT_MS = 200
 export interface TakeoverTarget {
   pid: number
   turn: DataFileLock
+  /** The taker that had the turn before this one (the pid it recorded), gone or done by now. */
+  previousTaker: number | null
 }
 
 /**
@@ -185,10 +187,11 @@ export function takeoverTarget(file: string): TakeoverTarget | null {
   // A file never served, or one no server could lock (runningServerOf): nothing to take over, no turn to take.
   const lock = lockFileOf(file)
   if (!existsSync(lock) || !canWrite(lock)) return null
+  const previousTaker = recordedPid(takersLockOf(file))
   const turn = takersTurn(file)
   try {
     const pid = runningServerOf(file)
-    if (pid !== null) return { pid, turn }
+    if (pid !== null) return { pid, turn, previousTaker }
   } catch (error) {
     turn.release()
     throw error
@@ -201,11 +204,12 @@ export function takeoverTarget(file: string): TakeoverTarget | null {
  * Writes this process's claim during its turn (see takeoverTarget); the returned function removes it and
  * ends the turn. A claim naming the running server is the one it took over with.
  */
-export function claimTakeover(file: string, { pid: holder, turn }: TakeoverTarget): () => void {
+export function claimTakeover(file: string, { pid: holder, turn, previousTaker }: TakeoverTarget): () => void {
   const path = claimFileOf(file)
-  // Only a petstore older than the takers' lock could have written a live claim meanwhile.
+  // Only a petstore older than the takers' lock could have written a live claim meanwhile; one written by
+  // the taker that had the turn before is that taker's, gone (its pid may be another process's by now).
   const claimant = claimedBy(file)
-  if (claimant !== null && claimant !== holder && claimant !== process.pid && isAlive(claimant))
+  if (claimant !== null && claimant !== holder && claimant !== process.pid && claimant !== previousTaker && isAlive(claimant))
     throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
   removeIfPossible(path)
   // The data file's mode: only the user that serves it (and so can take it over) reads it.
@@ -244,9 +248,29 @@ function takersTurn(file: string): DataFileLock {
 export function liveClaimant(file: string): number | null {
   const pid = claimedBy(file)
   if (pid === null || pid === process.pid) return null
-  if (isAlive(pid)) return pid
+  if (isAlive(pid) && !leftBehind(file, pid)) return pid
   removeDeadClaim(file, pid)
   return null
+}
+
+/**
+ * A claim is left behind when the taker that wrote it no longer has its turn: a taker holds the takers'
+ * lock for as long as its claim stands, having recorded its pid in it, so that pid with the lock free is
+ * a taker that died, whatever process has the pid now. (A petstore older than the lock records none: its
+ * claim counts while its pid lives, as it did.)
+ */
+function leftBehind(file: string, pid: number): boolean {
+  const lock = takersLockOf(file)
+  if (recordedPid(lock) !== pid) return false
+  let turn: DataFileLock | 'busy'
+  try {
+    turn = lockExclusively(lock, { recordPid: false, what: "the takers' lock" })
+  } catch {
+    return false
+  }
+  if (turn === 'busy') return false
+  turn.release()
+  return true
 }
 
 /** Removes the claim of `pid`, gone, unless a taker is at work; not at all where nothing can be written. */
