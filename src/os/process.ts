@@ -36,6 +36,23 @@ export function isAlive(pid: number): boolean {
   }
 }
 
+/**
+ * When the process started, in ms since the epoch, to within about a second (the boot time /proc gives
+ * is in whole seconds; the start in clock ticks, 100 a second on Linux); null where /proc cannot say.
+ */
+export function startedAt(pid: number): number | null {
+  if (!ownProc()) return null
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+    // Field 22, counted from the state, field 3, the first after the command's name.
+    const ticks = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19])
+    const boot = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'latin1'))?.[1])
+    return Number.isFinite(ticks) && boot > 0 ? boot * 1000 + ticks * 10 : null
+  } catch {
+    return null
+  }
+}
+
 let procIsOwn: boolean | undefined
 function ownProc(): boolean {
   if (procIsOwn === undefined)

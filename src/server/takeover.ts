@@ -41,8 +41,14 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
     }
   }
   // From here until the claim goes this process has its turn among takers (a second one is refused).
+  const address = `${hostInUrl(config.host)}:${config.port}`
   const target = orRefused(() => takeoverTarget(file))
   if (target === null) {
+    // Said before starting, in one line: the start would fail on the port after saying it starts afresh.
+    if (listensThere(config.host, config.port))
+      throw refused(
+        `no server holds ${file}, yet ${address} is in use: a server serving the file read-only holds nothing to hand over and must be stopped instead, as must another program`,
+      )
     warn(`--takeover: no server holds ${file}, starting afresh`)
     return AFRESH
   }
@@ -50,15 +56,10 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   let dropClaim: () => void
   try {
     // The lock names the process, not where it listens: a port nobody listens on would stop the running
-    // server and leave its own port with nothing behind it. Only a listener there makes this bind fail.
-    let nobodyListens = false
-    try {
-      bindUnshared(config.host, config.port)
-      nobodyListens = true
-    } catch {}
-    if (nobodyListens)
+    // server and leave its own port with nothing behind it.
+    if (!listensThere(config.host, config.port))
       throw refused(
-        `nothing listens on ${hostInUrl(config.host)}:${config.port}; give the --host and --port the running server (process ${pid}) listens on`,
+        `nothing listens on ${address}; give the --host and --port the running server (process ${pid}) listens on, or if it is still starting, try again once it serves`,
       )
     dropClaim = orRefused(() => claimTakeover(file, target))
   } catch (error) {
@@ -233,5 +234,15 @@ async function successorLives(file: string, pid: number, givenUp: () => boolean)
     if (progress !== 'starting') return progress === 'serving'
     if (Date.now() > deadline || givenUp()) return true
     await Bun.sleep(SUCCESSOR_POLL_MS)
+  }
+}
+
+/** Whether anything listens at the address: only a listener there makes an unshared bind fail. */
+function listensThere(host: string, port: number): boolean {
+  try {
+    bindUnshared(host, port)
+    return false
+  } catch {
+    return true
   }
 }

@@ -6,7 +6,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
@@ -379,7 +379,7 @@ describe('serve --takeover', () => {
     expect(refused.listened).toBe(false)
     expect(refused.code).toBe(1)
     expect(refused.stderr).toBe(
-      `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on; the running server keeps serving\n`,
+      `petstore: cannot take over: nothing listens on 127.0.0.1:${wrongPort}; give the --host and --port the running server (process ${old.proc.pid}) listens on, or if it is still starting, try again once it serves; the running server keeps serving\n`,
     )
     await expectStillServing(old, key)
   })
@@ -513,20 +513,22 @@ describe('serve --takeover', () => {
 
   test('a claim left by a killed taker whose pid another process has now: SIGUSR2 leaves the server serving, and a takeover goes ahead', async () => {
     const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
-    // What a taker killed before it signalled leaves once its pid is reused: its claim and, in the takers'
-    // lock, its pid, naming a live process that takes over nothing (here a sleep).
+    // What a taker killed before it signalled leaves, once its pid is another process's: a claim written
+    // before that process started (an hour ago here), naming it (a sleep, which takes over nothing).
     const other = Bun.spawn(['sleep', '60'])
-    try {
+    const leaveClaim = () => {
       writeFileSync(`${dataFile}.takeover`, String(other.pid), { mode: 0o600 })
-      const lock = new Database(`${dataFile}.takeover.lock`)
-      lock.run(`PRAGMA user_version = ${other.pid}`)
-      lock.close()
+      const anHourAgo = new Date(Date.now() - 3_600_000)
+      utimesSync(`${dataFile}.takeover`, anHourAgo, anHourAgo)
+    }
+    try {
+      leaveClaim()
       old.proc.kill('SIGUSR2')
       await until(() => old.stderr().includes('but no server is taking over'))
       expect(existsSync(`${dataFile}.takeover`)).toBe(false)
       expect((await postPet(old.base, key, { name: 'still served', categoryId: 1 })).status).toBe(201)
       // Left again: a takeover replaces it (before: refused, naming the sleep, until the file was deleted).
-      writeFileSync(`${dataFile}.takeover`, String(other.pid), { mode: 0o600 })
+      leaveClaim()
       const next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
       expect(await old.exited).toBe(0)
       expect(await next.stop()).toBe(0)

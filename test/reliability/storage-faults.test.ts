@@ -9,6 +9,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { listAll, serveExpectingFailure } from '../process/helpers'
+import { serveArgs } from '../process/takeover-helpers'
 import { auth, postPet } from '../support/app'
 import { cli, createKeyWithCli, eventually, type Server, startServer, tempDir } from '../support/binary'
 
@@ -135,18 +136,15 @@ describe.skipIf(!canMount)('storage faults', () => {
     expect(server.stderr()).toContain('is read-only: serving reads')
     await expectReadOnlyService(server, key, acknowledged)
     // A second start on its port is refused in one line (before: exit 70, undoing a lock file it never made).
-    const second = await serveExpectingFailure([
-      '--data',
-      dataFile,
-      '--port',
-      String(server.port),
-      '--host',
-      '127.0.0.1',
-      '--console-address',
-      'off',
-    ])
+    const second = await serveExpectingFailure(serveArgs(server.port, dataFile))
     expect({ code: second.code, unexpected: /unexpected error/.test(second.stderr) }).toEqual({ code: 1, unexpected: false })
     expect(second.stderr).toContain(`cannot listen on 127.0.0.1:${server.port}`)
+    // A takeover finds no lock to take it over by, and says so in one line (before: "starting afresh", then the port).
+    const taker = await serveExpectingFailure([...serveArgs(server.port, dataFile), '--takeover'])
+    expect(taker.code).toBe(1)
+    expect(taker.stderr).toBe(
+      `petstore: cannot take over: no server holds ${dataFile}, yet 127.0.0.1:${server.port} is in use: a server serving the file read-only holds nothing to hand over and must be stopped instead, as must another program; the running server keeps serving\n`,
+    )
     expect(await server.stop()).toBe(0)
     expect(server.stderr()).not.toMatch(/\n\s+at /)
 

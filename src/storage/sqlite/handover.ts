@@ -4,13 +4,24 @@
  * lives only in memory, left in `FILE.handover` by every stopping server for the next one on the file,
  * a takeover's or a plain restart's (keys' day buckets are saved in the file itself).
  */
-import { closeSync, existsSync, constants as fs, fstatSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  constants as fs,
+  fstatSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { BAN_SECONDS, MAX_TURNS } from '../../domain/ban-rule'
 import { DAY_MS } from '../../domain/time'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
-import { isAlive } from '../../os/process'
+import { isAlive, startedAt } from '../../os/process'
 import { DataFileBusyError, type DataFileLock, lockDataFile, lockExclusively, lockFileOf, lockHolder, recordedPid } from './data-file-lock'
 import { canWrite, checkHeader, checkSchema, openReadOnly } from './open'
 
@@ -173,8 +184,6 @@ const TAKERS_LOCK_WAIT_MS = 200
 export interface TakeoverTarget {
   pid: number
   turn: DataFileLock
-  /** The taker that had the turn before this one (the pid it recorded), gone or done by now. */
-  previousTaker: number | null
 }
 
 /**
@@ -187,11 +196,10 @@ export function takeoverTarget(file: string): TakeoverTarget | null {
   // A file never served, or one no server could lock (runningServerOf): nothing to take over, no turn to take.
   const lock = lockFileOf(file)
   if (!existsSync(lock) || !canWrite(lock)) return null
-  const previousTaker = recordedPid(takersLockOf(file))
   const turn = takersTurn(file)
   try {
     const pid = runningServerOf(file)
-    if (pid !== null) return { pid, turn, previousTaker }
+    if (pid !== null) return { pid, turn }
   } catch (error) {
     turn.release()
     throw error
@@ -204,12 +212,11 @@ export function takeoverTarget(file: string): TakeoverTarget | null {
  * Writes this process's claim during its turn (see takeoverTarget); the returned function removes it and
  * ends the turn. A claim naming the running server is the one it took over with.
  */
-export function claimTakeover(file: string, { pid: holder, turn, previousTaker }: TakeoverTarget): () => void {
+export function claimTakeover(file: string, { pid: holder, turn }: TakeoverTarget): () => void {
   const path = claimFileOf(file)
-  // Only a petstore older than the takers' lock could have written a live claim meanwhile; one written by
-  // the taker that had the turn before is that taker's, gone (its pid may be another process's by now).
+  // Only a petstore older than the takers' lock could have written a live claim meanwhile.
   const claimant = claimedBy(file)
-  if (claimant !== null && claimant !== holder && claimant !== process.pid && claimant !== previousTaker && isAlive(claimant))
+  if (claimant !== null && claimant !== holder && claimant !== process.pid && claimantLives(file, claimant))
     throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
   removeIfPossible(path)
   // The data file's mode: only the user that serves it (and so can take it over) reads it.
@@ -248,29 +255,28 @@ function takersTurn(file: string): DataFileLock {
 export function liveClaimant(file: string): number | null {
   const pid = claimedBy(file)
   if (pid === null || pid === process.pid) return null
-  if (isAlive(pid) && !leftBehind(file, pid)) return pid
+  if (claimantLives(file, pid)) return pid
   removeDeadClaim(file, pid)
   return null
 }
 
+/** How much later than a claim a process may seem to have started and still be its writer (startedAt's error). */
+const START_MARGIN_MS = 2_000
+
 /**
- * A claim is left behind when the taker that wrote it no longer has its turn: a taker holds the takers'
- * lock for as long as its claim stands, having recorded its pid in it, so that pid with the lock free is
- * a taker that died, whatever process has the pid now. (A petstore older than the lock records none: its
- * claim counts while its pid lives, as it did.)
+ * Whether the process that wrote the claim lives: `pid` is alive and started before the claim was written.
+ * A taker killed before it signalled leaves its claim, and its pid may be another process's by now (one
+ * that started after the claim): that claim is a dead taker's.
  */
-function leftBehind(file: string, pid: number): boolean {
-  const lock = takersLockOf(file)
-  if (recordedPid(lock) !== pid) return false
-  let turn: DataFileLock | 'busy'
+function claimantLives(file: string, pid: number): boolean {
+  if (!isAlive(pid)) return false
+  const started = startedAt(pid)
+  if (started === null) return true
   try {
-    turn = lockExclusively(lock, { recordPid: false, what: "the takers' lock" })
+    return started <= statSync(claimFileOf(file)).mtimeMs + START_MARGIN_MS
   } catch {
     return false
   }
-  if (turn === 'busy') return false
-  turn.release()
-  return true
 }
 
 /** Removes the claim of `pid`, gone, unless a taker is at work; not at all where nothing can be written. */
