@@ -36,8 +36,11 @@ export function damagedCode(error: unknown): string | undefined {
 export function classified(error: unknown, failed: 'read' | 'write' = 'write'): unknown {
   const code = (error as { code?: string })?.code ?? ''
   const down = failed === 'read'
-  if (UNAVAILABLE_CODES.test(code))
-    return new StorageUnavailableError(code, `the data file cannot be ${down ? 'read' : 'written'} now (${code})`, down)
+  if (UNAVAILABLE_CODES.test(code)) {
+    // Said, as a command waits a minute in silence before it gives up.
+    const why = !down && code.startsWith('SQLITE_BUSY') ? ': another process held its write lock all the time this one waited' : ''
+    return new StorageUnavailableError(code, `the data file cannot be ${down ? 'read' : 'written'} now${why} (${code})`, down)
+  }
   return DAMAGED_CODES.test(code) ? new StorageDamagedError(code) : error
 }
 
