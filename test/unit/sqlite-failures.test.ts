@@ -26,7 +26,7 @@ test('a write that waited out another write lock says another process held it', 
     }
     expect(failed).toBeInstanceOf(StorageUnavailableError)
     expect((failed as Error).message).toBe(
-      'the data file cannot be written now: another process held its write lock all the time this one waited (SQLITE_BUSY)',
+      'the data file cannot be written now: another process held its write lock each time this one tried (SQLITE_BUSY)',
     )
   } finally {
     waiter.close()

@@ -38,7 +38,7 @@ export function classified(error: unknown, failed: 'read' | 'write' = 'write'): 
   const down = failed === 'read'
   if (UNAVAILABLE_CODES.test(code)) {
     // Said, as a command waits a minute in silence before it gives up.
-    const why = !down && code.startsWith('SQLITE_BUSY') ? ': another process held its write lock all the time this one waited' : ''
+    const why = !down && /^SQLITE_BUSY(_TIMEOUT)?$/.test(code) ? ': another process held its write lock each time this one tried' : ''
     return new StorageUnavailableError(code, `the data file cannot be ${down ? 'read' : 'written'} now${why} (${code})`, down)
   }
   return DAMAGED_CODES.test(code) ? new StorageDamagedError(code) : error

@@ -282,17 +282,23 @@ function claimantLives(file: string, pid: number): boolean {
 /**
  * How long the lock of a taker that reads as dead may still be held: a killed process's first thread shows
  * as a zombie while the kernel still ends the others, which hold its files and so its locks (seen: the
- * claim stayed, the lock busy, the taker `Z`). A live taker at work holds it longer, and then the claim
- * is its to replace.
+ * claim stayed, the lock busy, the taker `Z`). Another taker holding it is not waited for: the claim is
+ * its to replace.
  */
 const DEAD_TAKER_LOCK_WAIT_MS = 200
 
 /** Removes the claim of `pid`, gone, unless a taker is at work; not at all where nothing can be written. */
 function removeDeadClaim(file: string, pid: number): void {
+  const lock = takersLockOf(file)
   let turn: DataFileLock | 'busy'
   const deadline = Date.now() + DEAD_TAKER_LOCK_WAIT_MS
   try {
-    while ((turn = lockExclusively(takersLockOf(file), { recordPid: false, what: "the takers' lock" })) === 'busy' && Date.now() < deadline)
+    // Waited for only while the dead taker is the lock's holder: another taker holding it replaces the claim itself.
+    while (
+      (turn = lockExclusively(lock, { recordPid: false, what: "the takers' lock" })) === 'busy' &&
+      recordedPid(lock) === pid &&
+      Date.now() < deadline
+    )
       Bun.sleepSync(5)
   } catch {
     return
