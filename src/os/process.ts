@@ -41,13 +41,12 @@ export function isAlive(pid: number): boolean {
  * is in whole seconds; the start in clock ticks, 100 a second on Linux); null where /proc cannot say.
  */
 export function startedAt(pid: number): number | null {
-  if (!ownProc()) return null
+  // Field 22 of the stat line: the 20th after the command's name.
+  const ticks = ownProc() ? Number(statFields(pid)[19]) : Number.NaN
+  if (!Number.isFinite(ticks)) return null
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
-    // Field 22, counted from the state, field 3, the first after the command's name.
-    const ticks = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19])
     const boot = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'latin1'))?.[1])
-    return Number.isFinite(ticks) && boot > 0 ? boot * 1000 + ticks * 10 : null
+    return boot > 0 ? boot * 1000 + ticks * 10 : null
   } catch {
     return null
   }
@@ -64,12 +63,20 @@ function ownProc(): boolean {
   return procIsOwn
 }
 
-/** The state letter of /proc/PID/stat (after the command's name, which may hold spaces and parentheses); '' when unreadable. */
+/** The state letter of /proc/PID/stat; '' when unreadable. */
 function procState(pid: number): string {
+  return statFields(pid)[0] ?? ''
+}
+
+/**
+ * The fields of /proc/PID/stat after the command's name (which may hold spaces and parentheses), the
+ * state first (field 3); none when unreadable.
+ */
+function statFields(pid: number): string[] {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
-    return stat.charAt(stat.lastIndexOf(')') + 2)
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   } catch {
-    return ''
+    return []
   }
 }

@@ -68,6 +68,24 @@ export function lockExclusively(path: string, options: { recordPid: boolean; wha
   return { release: () => db.close() }
 }
 
+/**
+ * lockExclusively tried every 5 ms while the lock is busy and `worthWaiting` says so, for up to `ms`;
+ * 'busy' after. It blocks: for holders that are going within milliseconds.
+ */
+export function lockExclusivelyWithin(
+  path: string,
+  options: { recordPid: boolean; what: string },
+  ms: number,
+  worthWaiting: () => boolean = () => true,
+): DataFileLock | 'busy' {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const lock = lockExclusively(path, options)
+    if (lock !== 'busy' || Date.now() > deadline || !worthWaiting()) return lock
+    Bun.sleepSync(5)
+  }
+}
+
 /** Who holds the lock, in words: its process id when it wrote one. */
 function holderOf(file: string): string {
   const pid = lockHolder(file)

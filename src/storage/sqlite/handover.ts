@@ -22,8 +22,16 @@ import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/r
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { isAlive, startedAt } from '../../os/process'
-import { DataFileBusyError, type DataFileLock, lockDataFile, lockExclusively, lockFileOf, lockHolder, recordedPid } from './data-file-lock'
-import { canWrite, checkHeader, checkSchema, openReadOnly } from './open'
+import {
+  DataFileBusyError,
+  type DataFileLock,
+  lockDataFile,
+  lockExclusivelyWithin,
+  lockFileOf,
+  lockHolder,
+  recordedPid,
+} from './data-file-lock'
+import { canWrite, checkHeader, checkSchema, openReadOnly, removeIfPossible } from './open'
 
 function handoverFileOf(file: string): string {
   return `${file}.handover`
@@ -141,10 +149,8 @@ function isBucket(value: unknown): value is SavedBucket {
   return Number.isFinite(bucket?.tokens) && Number.isFinite(bucket?.updatedAt)
 }
 
-/** The pid of the server holding the data file, once this binary could serve it; null for none. Reads only. */
+/** The pid of the server holding the data file (whose lock file takeoverTarget found), once this binary could serve it; null for none. */
 function runningServerOf(file: string): number | null {
-  // A running server always has its lock file; without one (a first start) there is nothing to take over.
-  if (!existsSync(lockFileOf(file))) return null
   try {
     lockDataFile(file)?.release()
     return null
@@ -193,7 +199,7 @@ export interface TakeoverTarget {
  * other taker, while one is taking over, even one stopped after the running server let go.
  */
 export function takeoverTarget(file: string): TakeoverTarget | null {
-  // A file never served, or one no server could lock (runningServerOf): nothing to take over, no turn to take.
+  // A file never served (no lock file), or one no server could lock (lockDataFile: read-only): nothing to take over, no turn to take.
   const lock = lockFileOf(file)
   if (!existsSync(lock) || !canWrite(lock)) return null
   const turn = takersTurn(file)
@@ -216,7 +222,7 @@ export function claimTakeover(file: string, { pid: holder, turn }: TakeoverTarge
   const path = claimFileOf(file)
   // Only a petstore older than the takers' lock could have written a live claim meanwhile.
   const claimant = claimedBy(file)
-  if (claimant !== null && claimant !== holder && claimant !== process.pid && claimantLives(file, claimant))
+  if (claimant !== null && claimant !== holder && claimantLives(file, claimant))
     throw new StorageOpenError(`process ${claimant} is taking over ${file} already`)
   removeIfPossible(path)
   // The data file's mode: only the user that serves it (and so can take it over) reads it.
@@ -232,19 +238,11 @@ export function claimTakeover(file: string, { pid: holder, turn }: TakeoverTarge
 /** The takers' lock, once another taker's turn is over; refused, naming it, when one is taking over. */
 function takersTurn(file: string): DataFileLock {
   const path = takersLockOf(file)
-  const deadline = Date.now() + TAKERS_LOCK_WAIT_MS
-  for (;;) {
-    const turn = lockExclusively(path, { recordPid: true, what: `${path} for taking over` })
-    if (turn !== 'busy') return turn
-    if (Date.now() > deadline) {
-      // A pid is named only when it is a live process's: the file's header could be anything.
-      const taker = recordedPid(path)
-      throw new StorageOpenError(
-        `${taker !== null && isAlive(taker) ? `process ${taker}` : 'another process'} is taking over ${file} already`,
-      )
-    }
-    Bun.sleepSync(5)
-  }
+  const turn = lockExclusivelyWithin(path, { recordPid: true, what: `${path} for taking over` }, TAKERS_LOCK_WAIT_MS)
+  if (turn !== 'busy') return turn
+  // A pid is named only when it is a live process's: the file's header could be anything.
+  const taker = recordedPid(path)
+  throw new StorageOpenError(`${taker !== null && isAlive(taker) ? `process ${taker}` : 'another process'} is taking over ${file} already`)
 }
 
 /**
@@ -291,15 +289,14 @@ const DEAD_TAKER_LOCK_WAIT_MS = 200
 function removeDeadClaim(file: string, pid: number): void {
   const lock = takersLockOf(file)
   let turn: DataFileLock | 'busy'
-  const deadline = Date.now() + DEAD_TAKER_LOCK_WAIT_MS
   try {
     // Waited for only while the dead taker is the lock's holder: another taker holding it replaces the claim itself.
-    while (
-      (turn = lockExclusively(lock, { recordPid: false, what: "the takers' lock" })) === 'busy' &&
-      recordedPid(lock) === pid &&
-      Date.now() < deadline
+    turn = lockExclusivelyWithin(
+      lock,
+      { recordPid: false, what: "the takers' lock" },
+      DEAD_TAKER_LOCK_WAIT_MS,
+      () => recordedPid(lock) === pid,
     )
-      Bun.sleepSync(5)
   } catch {
     return
   }
@@ -328,14 +325,4 @@ function claimedBy(file: string): number | null {
   } catch {
     return null
   }
-}
-
-/**
- * Removes a leftover when it can: on a read-only volume (a server serving reads) nothing can be
- * written there, and nothing left there can mislead a server that cannot take over either.
- */
-function removeIfPossible(path: string): void {
-  try {
-    rmSync(path, { force: true })
-  } catch {}
 }

@@ -40,6 +40,7 @@ import {
   type OpenOptions,
   prepare,
   readOnlyBecause,
+  removeIfPossible,
   SERVING_BUSY_MS,
 } from './open'
 import { SQLITE_INSERTS } from './pets'
@@ -361,15 +362,8 @@ function createdBy(dataFile: string): { undo(): void } {
   return {
     // Where it can: on a read-only volume it made nothing, and removing what is not there fails (EROFS).
     undo() {
-      for (const path of made) removeIfThere(path, false)
-      for (const dir of folders) removeIfThere(dir, true)
+      for (const path of made) removeIfPossible(path)
+      for (const dir of folders) removeIfPossible(dir, true)
     },
   }
-}
-
-/** Best effort: the start's own failure is what is reported, never a failure to tidy up after it. */
-function removeIfThere(path: string, recursive: boolean): void {
-  try {
-    rmSync(path, { recursive, force: true })
-  } catch {}
 }

@@ -3,7 +3,7 @@
  * for each; the schema brought up to date.
  */
 import { constants as sqlite, Database } from 'bun:sqlite'
-import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, statSync } from 'node:fs'
+import { accessSync, closeSync, constants as fs, existsSync, openSync, readSync, rmSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { olderSchemaRefused } from '../shared/open-errors'
@@ -48,6 +48,17 @@ export function readBytes(file: string, position: number, length: number): Buffe
   } finally {
     closeSync(fd)
   }
+}
+
+/**
+ * Removes a leftover when it can: on a read-only volume nothing can be written there (and nothing left
+ * there can mislead a server that cannot write either); after a failed start, the start's own reason is
+ * what is reported, never a failure to tidy up after it.
+ */
+export function removeIfPossible(path: string, recursive = false): void {
+  try {
+    rmSync(path, { recursive, force: true })
+  } catch {}
 }
 
 export function canWrite(path: string): boolean {
