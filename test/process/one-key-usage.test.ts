@@ -6,7 +6,7 @@
  */
 import { expect, test } from 'bun:test'
 import { COUNTER_COLUMNS } from '../../src/storage/shared/usage-columns'
-import { cli, eventually } from '../support/binary'
+import { cli, eventually, untilStill } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { postgresForSuite } from '../support/postgres'
 import { startWithConsole } from './helpers'
@@ -76,17 +76,10 @@ describeWithEngines(['postgresql'], "one key's usage among 20,000 keys", () => {
        */
       const timeline: string[] = []
       const round = async () => {
-        const started = performance.now()
-        let before = await reads()
-        let unchangedSince = started
-        while (performance.now() - unchangedSince < 1_500 && performance.now() - started < 6_000) {
-          const now = await reads()
-          if (now.rows !== before.rows) {
-            timeline.push(`${Math.round(performance.now())} ms: ${now.rows - before.rows} rows read in the background`)
-            before = now
-            unchangedSince = performance.now()
-          }
-        }
+        const { last: before } = await untilStill(reads, 1_500, 6_000, {
+          same: (a, b) => a.rows === b.rows,
+          onChange: (from, to) => timeline.push(`${Math.round(performance.now())} ms: ${to.rows - from.rows} rows read in the background`),
+        })
         const times: number[] = []
         for (let i = 0; i < 5; i++) times.push(await view())
         // Five views of at least five queries each on the usage tables, shown within about a second.

@@ -8,7 +8,7 @@
  * the console is lifted on both instances within a second.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { cli, createKeyWithCli, eventually, type Server, startServer } from '../support/binary'
+import { cli, createKeyWithCli, eventually, type Server, startServer, untilStill } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
 import { type RedisServer, startRedis } from '../support/redis'
@@ -158,13 +158,7 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
 
     // A take answered after its request gave up (a loaded host) is undone by a script call when its
     // answer comes, which can be after the floods above: wait until no script call has come for 0.5 s.
-    let seen = await scriptCalls()
-    let stillSince = performance.now()
-    await eventually(async () => {
-      const now = await scriptCalls()
-      if (now !== seen) [seen, stillSince] = [now, performance.now()]
-      return performance.now() - stillSince >= 500
-    }, 15_000)
+    expect((await untilStill(scriptCalls, 500, 15_000)).still).toBe(true)
     // Each instance learns of each ban once, from a take that answers in time (on a loaded host one may
     // not, and answer 503): a round of one request per instance and subject that reaches Redis not once
     // says both have learned. After that, 400 refusals reach Redis not once.

@@ -193,6 +193,34 @@ export function bootstrapSecret(stderr: string): string | undefined {
   return file === undefined ? undefined : readFileSync(file, 'utf8').trim()
 }
 
+/**
+ * Polls `read` (as eventually does) until what it reads has not changed for `stillMs`: for counters other
+ * processes move (statistics, command counts). The last reading, and whether it stood still within
+ * `timeoutMs`; `onChange` hears each change.
+ */
+export async function untilStill<T>(
+  read: () => Promise<T>,
+  stillMs: number,
+  timeoutMs: number,
+  options: { same?: (a: T, b: T) => boolean; onChange?: (from: T, to: T) => void } = {},
+): Promise<{ last: T; still: boolean }> {
+  const same = options.same ?? ((a: T, b: T) => a === b)
+  const started = performance.now()
+  let last = await read()
+  let since = started
+  for (;;) {
+    if (performance.now() - since >= stillMs) return { last, still: true }
+    if (performance.now() - started >= timeoutMs) return { last, still: false }
+    await Bun.sleep(20)
+    const now = await read()
+    if (!same(last, now)) {
+      options.onChange?.(last, now)
+      last = now
+      since = performance.now()
+    }
+  }
+}
+
 /** Polls until `check` returns true; fails after `timeoutMs`. For conditions, not for fixed delays. */
 export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
