@@ -68,19 +68,13 @@ type Answer = [
   turns: string,
 ]
 
-/** A take's answer in the script's reply, and the connection that carried it. */
-interface Answered {
-  answer: string
-  client: Bun.RedisClient
-}
-
-/** A take as Redis answered it, with what its undo needs should the answer come too late. */
-interface Taken {
-  result: TakeResult
+/** A take waiting for its script call's answer. */
+interface Pending {
   name: string
-  reply: Answer
-  /** The connection that carried it: a late answer may come on one replaced since. */
-  client: Bun.RedisClient
+  take: string
+  giveUpAt: number
+  resolve: (result: TakeResult) => void
+  reject: (error: unknown) => void
 }
 
 const hash = (script: string) => new Bun.CryptoHasher('sha1').update(script).digest('hex')
@@ -111,12 +105,7 @@ export class RedisLimiterBackend implements SharedBackend {
   private readonly instance = randomBytes(9).toString('base64url')
   private calls = 0
   /** Takes waiting for this turn's script call. */
-  private batch: {
-    key: string
-    take: string
-    resolve: (answered: Answered) => void
-    reject: (error: unknown) => void
-  }[] = []
+  private batch: Pending[] = []
   private readonly health: ReturnType<typeof setInterval>
   /**
    * A lower bound of Redis's clock minus performance.now(), from the latest replies, to turn the time a
@@ -155,10 +144,14 @@ export class RedisLimiterBackend implements SharedBackend {
     this.health.unref()
   }
 
+  /**
+   * A take, bounded by the timeout: it joins this turn's script call (sendTake), whose one timer bounds
+   * every take it carries. Before a connection is ready it waits for it, within the same bound.
+   */
   take(subject: Subject, limits: Limits, now?: number): Promise<TakeResult> {
     const giveUpAt = performance.now() + this.timeoutMs
-    const taken = this.runTake(subject, limits, now, giveUpAt)
-    return this.bounded(taken, giveUpAt, (late) => this.undo(late)).then(({ result }) => result)
+    if (this.ready) return this.sendTake(subject, limits, now, giveUpAt)
+    return this.bounded(this.connected(giveUpAt), giveUpAt).then(() => this.sendTake(subject, limits, now, giveUpAt))
   }
 
   /** Read as the take script reads it: a subject not held, or held with other limits, starts full. */
@@ -221,59 +214,54 @@ export class RedisLimiterBackend implements SharedBackend {
     for (const client of this.retired) client.close()
   }
 
-  private async runTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<Taken> {
-    await this.connected(giveUpAt)
+  /**
+   * The takes sent within one turn of the event loop share one script call (Bun.redis costs our process
+   * about as much per call as per take), and one timer, set to the earliest of their deadlines: each is
+   * decided as if sent alone, in turn, by its own deadline. At most BATCH_TAKES a call, so one call never
+   * holds Redis, which runs one script at a time for every instance, for long.
+   */
+  private sendTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
     const call = `${this.instance}.${(++this.calls).toString(36)}`
     // Redis's clock has been read once connected: the deadline can be said on it.
     const take = `${limits.rpm} ${limits.rpd} ${this.ruleFields} ${giveUpAt + this.offset!} ${now ?? ''} ${call} ${subject.kind === 'key' ? '' : this.maxAddresses} ${this.prefixBytes}`
-    const { answer, client } = await this.sendTake(this.hashOf(subject.name), take)
-    const reply = answer.split(' ')
-    if (reply[0] === 'late') {
-      this.noteClock(Number(reply[1]))
-      throw new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
-    }
-    if (reply[0] === 'error') throw new Error(`Redis refused the take: ${reply.slice(1).join(' ')}`)
-    this.noteClock(Number(reply[8]))
-    const result = {
-      allowed: reply[0] === '1',
-      minute: { tokens: Number(reply[2]), updatedAt: Number(reply[3]) },
-      day: { tokens: Number(reply[4]), updatedAt: Number(reply[5]) },
-      bannedUntil: Number(reply[6]),
-      bannedNow: reply[1] === '1',
-      now: Number(reply[7]),
-      // The turns lead with the time the last refusal told.
-      retryAt: Number.parseFloat(reply[12]!),
-    }
-    return { result, name: subject.name, reply: reply as Answer, client }
-  }
-
-  /**
-   * The takes sent within one turn of the event loop share one script call (Bun.redis costs our process
-   * about as much per call as per take): each is decided as if sent alone, in turn, by its own deadline,
-   * and its answer is bounded by its own timer (see take). At most BATCH_TAKES a call, so one call never
-   * holds Redis, which runs one script at a time for every instance, for long.
-   */
-  private sendTake(key: string, take: string): Promise<Answered> {
-    const { promise, resolve, reject } = Promise.withResolvers<Answered>()
+    const { promise, resolve, reject } = Promise.withResolvers<TakeResult>()
     if (this.batch.length === 0) setImmediate(() => this.sendBatch())
-    this.batch.push({ key, take, resolve, reject })
+    this.batch.push({ name: subject.name, take, giveUpAt, resolve, reject })
     if (this.batch.length === BATCH_TAKES) this.sendBatch()
     return promise
   }
 
+  /**
+   * Sends the batch, bounded by its takes' earliest deadline: when that passes first, every take in it
+   * fails with LimiterUnavailableError, and what Redis did for them, if their answers come later, is undone.
+   */
   private sendBatch(): void {
     const batch = this.batch
     if (batch.length === 0) return
     this.batch = []
     const client = this.client
-    this.evaluate<string[]>(
+    let giveUpAt = batch[0]!.giveUpAt
+    for (const { giveUpAt: at } of batch) giveUpAt = Math.min(giveUpAt, at)
+    const keys = batch.map(({ name }) => this.hashOf(name))
+    const work = this.evaluate<string[]>(
       LIMITER_SCRIPT,
-      batch.map(({ key }) => key),
+      keys,
       batch.map(({ take }) => take),
       client,
-    ).then(
+    )
+    const undo = (answers: string[]) => {
+      for (const [i, { name }] of batch.entries()) this.undo(name, answers[i]!.split(' ') as Answer, client)
+    }
+    this.bounded(work, giveUpAt, undo).then(
       (answers) => {
-        for (const [i, { resolve }] of batch.entries()) resolve({ answer: answers[i]!, client })
+        for (const [i, { resolve, reject }] of batch.entries()) {
+          const reply = answers[i]!.split(' ') as Answer
+          if (reply[0] !== 'late' && reply[0] !== 'error') resolve(this.takenFrom(reply))
+          else {
+            this.reconnect()
+            reject(this.refusedTake(reply))
+          }
+        }
       },
       (error: unknown) => {
         for (const { reject } of batch) reject(error)
@@ -281,14 +269,39 @@ export class RedisLimiterBackend implements SharedBackend {
     )
   }
 
+  private takenFrom(reply: Answer): TakeResult {
+    this.noteClock(Number(reply[8]))
+    return {
+      allowed: reply[0] === '1',
+      minute: { tokens: Number(reply[2]), updatedAt: Number(reply[3]) },
+      day: { tokens: Number(reply[4]), updatedAt: Number(reply[5]) },
+      bannedUntil: Number(reply[6]),
+      bannedNow: reply[1] === '1',
+      now: Number(reply[7]),
+      // The turns lead with the time the last refusal told.
+      retryAt: Number.parseFloat(reply[12]),
+    }
+  }
+
+  /** Why a take changed nothing: it reached Redis after its deadline, or the script refused it. */
+  private refusedTake(reply: string[]): LimiterUnavailableError {
+    if (reply[0] === 'late') {
+      this.noteClock(Number(reply[1]))
+      return new LimiterUnavailableError('Redis ran the take after the caller gave up; it changed nothing')
+    }
+    return new LimiterUnavailableError('Redis failed', { cause: new Error(`Redis refused the take: ${reply.slice(1).join(' ')}`) })
+  }
+
   /**
-   * Undoes a take whose answer came after the caller gave up, when it changed anything: it took a token,
-   * recorded a rejection or started a ban (a take refused by a ban in force changed nothing). One
+   * Undoes a take whose answer came after the caller gave up, on the connection that carried it (a late
+   * answer may come on one replaced since), when it changed anything: it took a token, recorded a
+   * rejection or started a ban (a take refused by a ban in force, or run late, changed nothing). One
    * attempt: when Redis fails it too, the take stays done.
    */
-  private undo({ result, name, reply, client }: Taken): void {
-    if (!result.allowed && !result.bannedNow && result.bannedUntil > result.now) return
+  private undo(name: string, reply: Answer, client: Bun.RedisClient): void {
+    if (reply[0] === 'late' || reply[0] === 'error') return
     const [allowed, bannedNow, , , , , bannedUntil, now, , generation, counted, turnsBefore, turns] = reply
+    if (allowed === '0' && bannedNow === '0' && Number(bannedUntil) > Number(now)) return
     const args = [generation, allowed, bannedNow, now, bannedUntil, String(this.rule.banAfter), counted, turnsBefore, turns]
     this.evaluate(UNDO_SCRIPT, this.keysOf(name), args, client).catch(() => {})
   }
@@ -314,9 +327,14 @@ export class RedisLimiterBackend implements SharedBackend {
     return this.client.send(name, args)
   }
 
+  /** Whether a connection is ready: connected, and Redis's clock read on it. */
+  private get ready(): boolean {
+    return this.client.connected && this.offset !== null
+  }
+
   /** Waits for a connect under way (the first one, or a reconnect); commands would fail meanwhile. */
   private async connected(giveUpAt: number): Promise<void> {
-    if (!this.client.connected || this.offset === null) {
+    if (!this.ready) {
       // Before the first connection, calls wait for it (a server that has just started). Once Redis has
       // been lost, they fail at once while it is reconnected in the background, instead of each one
       // spending the whole timeout while Redis is away (a 503, or the local fallback, without delay).
@@ -326,7 +344,7 @@ export class RedisLimiterBackend implements SharedBackend {
       }
       await this.reconnecting
     }
-    if (!this.client.connected || this.offset === null) throw new LimiterUnavailableError('Redis is not connected')
+    if (!this.ready) throw new LimiterUnavailableError('Redis is not connected')
     // The caller gave up while the connect went on: sending now would be sending late.
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
   }
