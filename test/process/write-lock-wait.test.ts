@@ -1,12 +1,14 @@
 /**
- * A command waits for another process's write lock on the data file: a busy server commits back to back,
- * and on a slow disk each commit holds the lock for its fsync, so `keys create` or `operators
- * reset-password` that gave up after 5 s ("the data file cannot be written now (SQLITE_BUSY)") failed now
- * and then beside a busy server. Here another process holds the lock for 6 s, longer than that.
+ * Another process holding the data file's write lock (a command, a `sqlite3` shell). A command waits for
+ * it: a busy server commits back to back, and on a slow disk each commit holds the lock for its fsync, so
+ * `keys create` or `operators reset-password` that gave up after 5 s ("the data file cannot be written now
+ * (SQLITE_BUSY)") failed now and then beside a busy server; here the lock is held for 6 s, longer than
+ * that. A server keeps answering meanwhile: its own writes (usage, rate-limit state, last-used times)
+ * wait for the lock without stopping its event loop, where each used to stop it for up to 5 s.
  */
 import { expect, test } from 'bun:test'
 import { join } from 'node:path'
-import { cli, createKeyWithCli, eventually, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
 import { cliAsync } from './helpers'
 
 /** How long the lock is held: the fault's length, past the 5 s a command used to wait. */
@@ -64,4 +66,45 @@ test(`keys create waits for a write lock another process holds for ${HELD_MS / 1
   }
   const names = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout).map((key: { name: string }) => key.name)
   expect(names.sort()).toEqual(['first', 'waited'])
+}, 30_000)
+
+test('a server answers at once while another process holds the write lock, and writes its usage once the lock is let go', async () => {
+  const dataFile = join(tempDir(), 'petstore.db')
+  const secret = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'busy'])
+  const server = await startServer({ dataFile })
+  const lock = holdWriteLock(dataFile)
+  try {
+    await lock.held()
+    // Long enough for the usage write (every 2 s) and the state saves (every 5 s) to meet the lock,
+    // short enough for them to get it within their 5 s once it is let go.
+    const heldUntil = performance.now() + 4_000
+    let sent = 0
+    let slowest = 0
+    while (performance.now() < heldUntil) {
+      const started = performance.now()
+      const [pets, health] = await Promise.all([
+        fetch(`${server.base}/pets?limit=5`, { headers: { authorization: `Bearer ${secret}` } }),
+        fetch(`${server.origin}/healthz`),
+      ])
+      sent++
+      slowest = Math.max(slowest, performance.now() - started)
+      expect([pets.status, health.status]).toEqual([200, 200])
+      await Bun.sleep(50)
+    }
+    // Before, a write waiting for the lock held every answer for as long as it waited (up to 5 s).
+    expect(slowest).toBeLessThan(1_000)
+    await lock.release()
+    const counted = async () => {
+      const result = await cliAsync(['keys', 'usage', '--json', '--data', dataFile])
+      const keys = JSON.parse(result.stdout).keys as { name: string; today: { ok: number } }[]
+      return keys.find((key) => key.name === 'busy')!.today.ok
+    }
+    let ok = 0
+    await eventually(async () => (ok = await counted()) === sent, 10_000).catch(() => {})
+    expect(ok).toBe(sent)
+  } finally {
+    await lock.release()
+    await server.stop()
+  }
+  expect(server.stderr()).not.toContain('could not')
 }, 30_000)

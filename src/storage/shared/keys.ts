@@ -8,7 +8,7 @@ import type { KeyChanges, KeyRepository, LimitReset, Revocation } from '../../do
 import { keySubject } from '../../domain/subject'
 import type { LimitResets } from './limit-resets'
 import { exactInteger } from './numbers'
-import type { Answer, Integer, Mode, Runner, Statement, Work } from './sql'
+import type { Answer, Integer, Mode, Runner, Statement, Work, Written } from './sql'
 import { changes, FOR_UPDATE, GREATEST, lock, rows, sql, Words } from './sql'
 
 /** What a server reads of a key (KeyChange), named as the domain names it (quoted: PostgreSQL would fold the case). */
@@ -78,12 +78,12 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
     private readonly resets: LimitResets<M>,
   ) {}
 
-  insert(record: ApiKeyRecord): Answer<M, void> {
+  insert(record: ApiKeyRecord): Written<M, void> {
     return this.db.write(() => insertKey(record))
   }
 
   /** Under the start-up lock, so instances that start together on an empty database make one key. */
-  insertIfNone(record: ApiKeyRecord): Answer<M, boolean> {
+  insertIfNone(record: ApiKeyRecord): Written<M, boolean> {
     return this.db.write(function* () {
       yield* lock({ of: 'schema' })
       if ((yield* rows(sql`SELECT 1 FROM api_keys LIMIT 1`)).length > 0) return false
@@ -107,7 +107,7 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
   }
 
   /** A key already revoked keeps its time and takes no change number. */
-  revoke(id: string, now: number): Answer<M, Revocation> {
+  revoke(id: string, now: number): Written<M, Revocation> {
     return this.db.write(function* () {
       const [key] = yield* rows<{ revoked_at: Integer | null }>(sql`SELECT revoked_at FROM api_keys WHERE id = ${id} ${FOR_UPDATE}`)
       if (key === undefined) return 'no-key'
@@ -117,17 +117,17 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
     })
   }
 
-  setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Answer<M, boolean> {
+  setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Written<M, boolean> {
     return this.db.write(() =>
       changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`),
     )
   }
 
-  setExpiry(id: string, expiresAt: number | null): Answer<M, boolean> {
+  setExpiry(id: string, expiresAt: number | null): Written<M, boolean> {
     return this.db.write(() => changeActive(id, (change) => sql`expires_at = ${expiresAt}, change = ${change}`))
   }
 
-  roll(id: string, secretHash: string, now: number, previousEndsAt: number): Answer<M, boolean> {
+  roll(id: string, secretHash: string, now: number, previousEndsAt: number): Written<M, boolean> {
     const fields = (change: Integer) =>
       sql`previous_secret_hash = secret_hash, previous_last_used_at = secret_last_used_at, previous_ends_at = ${previousEndsAt},
           secret_hash = ${secretHash}, secret_last_used_at = NULL, secret_format = 'checked', rolled_at = ${now}, change = ${change}`
@@ -150,14 +150,14 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
   }
 
   /** A secret's use is the newest's or the previous one's, never both (their hashes differ). */
-  recordLastUsed(lastUsed: Map<string, number>): Answer<M, void> {
+  recordLastUsed(lastUsed: Map<string, number>): Written<M, void> {
     return this.db.write(function* () {
       for (const [hash, at] of lastUsed)
         if ((yield* changes(touch(SECRET, hash, at))) === 0) yield* changes(touch(PREVIOUS_SECRET, hash, at))
     })
   }
 
-  resetLimits(id: string, now: number): Answer<M, boolean> {
+  resetLimits(id: string, now: number): Written<M, boolean> {
     const { resets } = this
     return this.db.write(function* () {
       if (!(yield* isActive(id))) return false
@@ -167,7 +167,7 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
     })
   }
 
-  takeLimitResets(): Answer<M, LimitReset[]> {
+  takeLimitResets(): Written<M, LimitReset[]> {
     return this.resets.take()
   }
 }

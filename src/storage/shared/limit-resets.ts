@@ -6,24 +6,24 @@
 import type { LimitReset } from '../../domain/repositories'
 import { keySubject } from '../../domain/subject'
 import { exactInteger } from './numbers'
-import { type Answer, changes, type Integer, lock, type Mode, rows, type Runner, sql, type Work } from './sql'
+import { changes, type Integer, lock, type Mode, rows, type Runner, sql, type Work, type Written } from './sql'
 
 export interface LimitResets<M extends Mode> {
   /** Part of the transaction that resets a key's limits: tells the servers. */
   ask(keyId: string, now: number): Work<void>
   /** The resets asked for since this handle's last call. */
-  take(): Answer<M, LimitReset[]>
+  take(): Written<M, LimitReset[]>
 }
 
 /** The data file's: the one server takes each reset away. */
-export class TakenByTheServer implements LimitResets<'sync'> {
-  constructor(private readonly db: Runner<'sync'>) {}
+export class TakenByTheServer<M extends 'sync' | 'serving'> implements LimitResets<M> {
+  constructor(private readonly db: Runner<M>) {}
 
   *ask(keyId: string, now: number): Work<void> {
     yield* changes(sql`INSERT OR REPLACE INTO limit_resets (key_id, requested_at) VALUES (${keyId}, ${now})`)
   }
 
-  take(): LimitReset[] {
+  take(): Written<M, LimitReset[]> {
     // Asked often and seldom with anything to take: read before taking the file's write lock.
     if (this.db.read(() => rows(sql`SELECT 1 FROM limit_resets LIMIT 1`)).length === 0) return []
     // Taken and cleared together, with any day bucket the server saved since the reset was asked for.

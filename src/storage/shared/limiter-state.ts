@@ -1,7 +1,7 @@
 /** Day buckets of API keys, saved so that a restart does not hand out a fresh daily quota. For both engines. */
 import type { LimiterStateRepository, SavedBucket } from '../../domain/repositories'
 import { exactInteger } from './numbers'
-import { type Answer, changes, type Integer, type Mode, rows, type Runner, sql } from './sql'
+import { type Answer, changes, type Integer, type Mode, rows, type Runner, sql, type Written } from './sql'
 
 export class SqlLimiterState<M extends Mode> implements LimiterStateRepository {
   constructor(private readonly db: Runner<M>) {}
@@ -15,7 +15,7 @@ export class SqlLimiterState<M extends Mode> implements LimiterStateRepository {
     })
   }
 
-  save(buckets: Map<string, SavedBucket>): Answer<M, void> {
+  save(buckets: Map<string, SavedBucket>): Written<M, void> {
     return this.db.write(function* () {
       for (const [subject, bucket] of buckets)
         yield* changes(sql`INSERT INTO limiter_state (subject, tokens, updated_at) VALUES (${subject}, ${bucket.tokens}, ${bucket.updatedAt})

@@ -13,14 +13,14 @@ import {
 } from '../../domain/operators'
 import type { OperatorRepository, PasswordHashes, SignInThrottle } from '../../domain/repositories'
 import { exactInteger } from './numbers'
-import { type Answer, changes, FOR_UPDATE, type Integer, lock, type Mode, ROW_ID, rows, type Runner, sql } from './sql'
+import { type Answer, changes, FOR_UPDATE, type Integer, lock, type Mode, ROW_ID, rows, type Runner, sql, type Written } from './sql'
 
 type AuditRow = Omit<AuditEntry, 'at'> & { at: Integer }
 
 export class SqlOperators<M extends Mode> implements OperatorRepository {
   constructor(private readonly db: Runner<M>) {}
 
-  add(name: string, passwordHash: string, now: number): Answer<M, boolean> {
+  add(name: string, passwordHash: string, now: number): Written<M, boolean> {
     return this.db.write(function* () {
       return (
         (yield* changes(sql`INSERT INTO operators (name, password_hash, created_at) VALUES (${name}, ${passwordHash}, ${now})
@@ -30,7 +30,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
   }
 
   /** Under the start-up lock, so instances that start together on an empty database make one operator. */
-  addIfNone(name: string, passwordHash: string, now: number): Answer<M, boolean> {
+  addIfNone(name: string, passwordHash: string, now: number): Written<M, boolean> {
     return this.db.write(function* () {
       yield* lock({ of: 'schema' })
       if ((yield* rows(sql`SELECT 1 FROM operators LIMIT 1`)).length > 0) return false
@@ -56,14 +56,14 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  remove(name: string): Answer<M, boolean> {
+  remove(name: string): Written<M, boolean> {
     return this.db.write(function* () {
       yield* changes(sql`DELETE FROM operator_credentials WHERE operator = ${name}`)
       return (yield* changes(sql`DELETE FROM operators WHERE name = ${name}`)) === 1
     })
   }
 
-  setPassword(name: string, passwordHash: string): Answer<M, boolean> {
+  setPassword(name: string, passwordHash: string): Written<M, boolean> {
     return this.db.write(function* () {
       if ((yield* changes(sql`UPDATE operators SET password_hash = ${passwordHash} WHERE name = ${name}`)) === 0) return false
       yield* changes(sql`DELETE FROM operator_credentials WHERE operator = ${name} AND kind = 'session'`)
@@ -72,7 +72,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
   }
 
   /** The operator's row is read for update: a password reset (which updates it) and this come one after the other. */
-  addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): Answer<M, boolean> {
+  addCredential(hash: string, operator: string, kind: CredentialKind, now: number, checkedHash?: string): Written<M, boolean> {
     return this.db.write(function* () {
       const [current] = yield* rows<{ password_hash: string }>(
         sql`SELECT password_hash FROM operators WHERE name = ${operator} ${FOR_UPDATE}`,
@@ -95,20 +95,20 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  touchCredential(hash: string, now: number, before: number): Answer<M, void> {
+  touchCredential(hash: string, now: number, before: number): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(sql`UPDATE operator_credentials SET last_seen_at = ${now} WHERE hash = ${hash} AND last_seen_at < ${before}`)
     })
   }
 
-  endCredential(hash: string): Answer<M, void> {
+  endCredential(hash: string): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(sql`DELETE FROM operator_credentials WHERE hash = ${hash}`)
     })
   }
 
   /** Counted and reserved under the name's lock: every handle and every instance counts one at a time. */
-  reserveSignIn(name: string, at: number, throttle: SignInThrottle): Answer<M, number | null> {
+  reserveSignIn(name: string, at: number, throttle: SignInThrottle): Written<M, number | null> {
     return this.db.write(function* () {
       yield* lock({ of: 'sign-in', name })
       yield* changes(sql`DELETE FROM sign_in_failures WHERE name = ${name} AND at <= ${throttle.since}`)
@@ -131,7 +131,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  releaseSignIn(name: string, at: number): Answer<M, void> {
+  releaseSignIn(name: string, at: number): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(
         sql`DELETE FROM sign_in_failures WHERE ${ROW_ID} = (SELECT ${ROW_ID} FROM sign_in_failures WHERE name = ${name} AND at = ${at} LIMIT 1)`,
@@ -139,7 +139,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  countUnknownSignIn(at: number, since: number): Answer<M, void> {
+  countUnknownSignIn(at: number, since: number): Written<M, void> {
     return this.db.write(function* () {
       yield* lock({ of: 'sign-in', name: null })
       const [found] = yield* rows<{
@@ -153,7 +153,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  prune(idleSince: number, failuresBefore: number, refusalsBefore: number): Answer<M, void> {
+  prune(idleSince: number, failuresBefore: number, refusalsBefore: number): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(sql`DELETE FROM operator_credentials WHERE kind = 'session' AND last_seen_at < ${idleSince}`)
       yield* changes(sql`DELETE FROM sign_in_failures WHERE at <= ${failuresBefore}`)
@@ -161,7 +161,7 @@ export class SqlOperators<M extends Mode> implements OperatorRepository {
     })
   }
 
-  audit(entry: AuditEntry): Answer<M, void> {
+  audit(entry: AuditEntry): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(
         sql`INSERT INTO audit_log (at, actor, action, target) VALUES (${entry.at}, ${entry.actor}, ${entry.action}, ${entry.target})`,

@@ -9,7 +9,7 @@ import { type CreatePetOutcome, createdAnswer, type IdempotencyRecord, judgeIdem
 import type { NewPet, Pet, PetStatus } from '../../domain/pet'
 import { batchFailed, type CreatePetCommand, type PetBatch, type PetRepository } from '../../domain/repositories'
 import { exactInteger } from './numbers'
-import type { Answer, Integer, Mode, Runner, Work } from './sql'
+import type { Answer, Integer, Mode, Runner, Work, Written } from './sql'
 import { changes, exactRows, failing, insertRows, lock, rows, sql, Words } from './sql'
 
 /** An Idempotency-Key: the API key it was sent with, and the key itself. */
@@ -84,7 +84,7 @@ export class SqlPets<M extends Mode> implements PetRepository {
     })
   }
 
-  seed(pets: NewPet[], now: number): Answer<M, void> {
+  seed(pets: NewPet[], now: number): Written<M, void> {
     const { inserts } = this
     return this.db.write(function* () {
       yield* lock({ of: 'pet-ids' })
@@ -93,7 +93,7 @@ export class SqlPets<M extends Mode> implements PetRepository {
     })
   }
 
-  reset(): Answer<M, number> {
+  reset(): Written<M, number> {
     return this.db.write(function* () {
       yield* lock({ of: 'pet-ids' })
       const deleted = yield* changes(sql`DELETE FROM pets`)
@@ -103,11 +103,11 @@ export class SqlPets<M extends Mode> implements PetRepository {
     })
   }
 
-  createMany(batch: PetBatch): Answer<M, CreatePetOutcome[]> {
+  createMany(batch: PetBatch): Written<M, CreatePetOutcome[]> {
     return failing(() => this.db.write(() => create(batch, this.inserts)), batchFailed)
   }
 
-  purgeIdempotency(olderThan: number): Answer<M, void> {
+  purgeIdempotency(olderThan: number): Written<M, void> {
     return this.db.write(function* () {
       yield* changes(sql`DELETE FROM idempotency WHERE created_at < ${olderThan}`)
     })

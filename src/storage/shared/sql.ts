@@ -11,13 +11,23 @@
  * pets and Idempotency-Key claims) is its pets.ts (shared/pets.ts: PetInserts).
  */
 
-/** How a backend answers: at once (SQLite) or with a promise (PostgreSQL). */
+/**
+ * How a backend answers: at once (SQLite) or with a promise (PostgreSQL). A serving data file reads at
+ * once, and writes at once unless another process holds the file's write lock: then the write answers
+ * with a promise, so the server's event loop does not stop while it waits (sqlite/runner.ts).
+ */
 export interface Answers<T> {
   sync: T
   async: Promise<T>
+  serving: T
+}
+interface WriteAnswers<T> extends Omit<Answers<T>, 'serving'> {
+  serving: T | Promise<T>
 }
 export type Mode = keyof Answers<unknown>
 export type Answer<M extends Mode, T> = Answers<T>[M]
+/** What a write answers: as a read does, except on a serving data file (see Answers). */
+export type Written<M extends Mode, T> = WriteAnswers<T>[M]
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -119,17 +129,17 @@ export interface Runner<M extends Mode> {
   /** Each statement on its own: reads. */
   read<T>(work: () => Work<T>): Answer<M, T>
   /** Every statement in one transaction; a store that cannot take writes now answers StorageUnavailableError. */
-  write<T>(work: () => Work<T>): Answer<M, T>
+  write<T>(work: () => Work<T>): Written<M, T>
 }
 
 /** A bigint as the engines send it: a number from SQLite, a string from PostgreSQL. */
 export type Integer = number | string
 
-/** `answer`, with `failed` given its failure, whether it is thrown at once (SQLite) or rejected (PostgreSQL). */
-export function failing<M extends Mode, T>(answer: () => Answer<M, T>, failed: (error: unknown) => never): Answer<M, T> {
+/** A write's `answer`, with `failed` given its failure, whether it is thrown at once (SQLite) or rejected (PostgreSQL). */
+export function failing<M extends Mode, T>(answer: () => Written<M, T>, failed: (error: unknown) => never): Written<M, T> {
   try {
     const answered = answer()
-    return (answered instanceof Promise ? answered.catch(failed) : answered) as Answer<M, T>
+    return (answered instanceof Promise ? answered.catch(failed) : answered) as Written<M, T>
   } catch (error) {
     failed(error)
   }

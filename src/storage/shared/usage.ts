@@ -5,7 +5,7 @@
 import type { UsageRepository } from '../../domain/repositories'
 import { type KeyTotals, NO_KEY, type Resolution, summed, type UsageRow } from '../../domain/usage'
 import { exactInteger } from './numbers'
-import { type Answer, changes, insertRows, type Mode, type Runner, rows, type Statement, sql, Words } from './sql'
+import { type Answer, changes, insertRows, type Mode, type Runner, rows, type Statement, sql, Words, type Written } from './sql'
 import { COUNTER_COLUMNS, ROWS_PER_INSERT, USAGE_TABLES } from './usage-columns'
 
 type SumsRow = Record<string, number | string | null>
@@ -16,7 +16,7 @@ const SUMS = new Words(COUNTER_COLUMNS.map((column, i) => `sum(${column}) AS c${
 export class SqlUsage<M extends Mode> implements UsageRepository {
   constructor(private readonly db: Runner<M>) {}
 
-  add(minutes: UsageRow[]): Answer<M, void> {
+  add(minutes: UsageRow[]): Written<M, void> {
     return this.db.write(function* () {
       if (minutes.length === 0) return
       for (const resolution of ['minute', 'hour'] as const) {
@@ -58,7 +58,7 @@ export class SqlUsage<M extends Mode> implements UsageRepository {
     })
   }
 
-  prune(resolution: Resolution, before: number): Answer<M, number> {
+  prune(resolution: Resolution, before: number): Written<M, number> {
     return this.db.write(function* () {
       return yield* changes(sql`DELETE FROM ${tableOf(resolution)} WHERE at < ${before}`)
     })

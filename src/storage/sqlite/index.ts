@@ -26,6 +26,7 @@ import { SqlLimiterState } from '../shared/limiter-state'
 import { openFailure, opening } from '../shared/open-errors'
 import { SqlOperators } from '../shared/operators'
 import { SqlPets } from '../shared/pets'
+import type { Runner } from '../shared/sql'
 import { SqlUsage } from '../shared/usage'
 import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
@@ -44,7 +45,7 @@ import {
   SERVING_BUSY_MS,
 } from './open'
 import { SQLITE_INSERTS } from './pets'
-import { SqliteRunner } from './runner'
+import { ServingSqliteRunner, SqliteRunner } from './runner'
 import { refuseInterruptedRestore } from './restore'
 import { WorkerPetWriter } from './writer'
 
@@ -55,7 +56,16 @@ export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
 export { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from './handover'
 
-export function openSqliteStorage(file: string, options: OpenOptions & { mustWrite?: boolean } = {}): SqliteStorage {
+/**
+ * The data file as a command uses it, its writes waiting for the lock as its busy timeout says; with
+ * `serving`, as a server does, its writes never blocking the event loop for it (runner.ts).
+ */
+export function openSqliteStorage(file: string, options?: OpenOptions & { mustWrite?: boolean }): SqliteStorage<'sync'>
+export function openSqliteStorage(file: string, options: OpenOptions & { serving: true }): SqliteStorage<'serving'>
+export function openSqliteStorage(
+  file: string,
+  options: OpenOptions & { mustWrite?: boolean; serving?: true } = {},
+): SqliteStorage<'sync' | 'serving'> {
   const inMemory = file === ':memory:'
   if (!inMemory) {
     refuseDenied(file, { create: !options.mustExist, write: options.mustWrite === true })
@@ -78,7 +88,8 @@ export function openSqliteStorage(file: string, options: OpenOptions & { mustWri
     throw openFailure(error, `${file} cannot be used`)
   }
   if (!inMemory && !readOnly) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  return new SqliteStorage(db, readOnly, inMemory ? null : file, immutable)
+  const runner = options.serving ? new ServingSqliteRunner(db, SERVING_BUSY_MS) : new SqliteRunner(db)
+  return new SqliteStorage(db, runner, readOnly, inMemory ? null : file, immutable)
 }
 
 /**
@@ -190,12 +201,12 @@ function removeAbandonedCopies(folder: string): void {
   }
 }
 
-export class SqliteStorage implements Storage {
-  readonly pets: SqlPets<'sync'>
-  readonly keys: SqlKeys<'sync'>
-  readonly limiterState: SqlLimiterState<'sync'>
-  readonly usage: SqlUsage<'sync'>
-  readonly operators: SqlOperators<'sync'>
+export class SqliteStorage<M extends 'sync' | 'serving' = 'sync'> implements Storage {
+  readonly pets: SqlPets<M>
+  readonly keys: SqlKeys<M>
+  readonly limiterState: SqlLimiterState<M>
+  readonly usage: SqlUsage<M>
+  readonly operators: SqlOperators<M>
 
   /** For an immutable open, the file as it was when opened; null when SQLite itself sees changes. */
   private readonly openedAs: string | null
@@ -210,6 +221,7 @@ export class SqliteStorage implements Storage {
 
   constructor(
     private readonly db: Database,
+    runner: Runner<M>,
     /** Opened from a file this process cannot write: reads work, every write fails as unavailable. */
     readonly readOnly: boolean,
     /** The data file, which a second connection may open; null for a private in-memory database. */
@@ -220,7 +232,6 @@ export class SqliteStorage implements Storage {
     this.writable = !readOnly
     this.openedAs = immutable && file ? diskFingerprint(file) : null
     this.identity = file ? identityOf(file) : null
-    const runner = new SqliteRunner(db)
     this.pets = new SqlPets(runner, SQLITE_INSERTS)
     this.keys = new SqlKeys(runner, new TakenByTheServer(runner))
     this.limiterState = new SqlLimiterState(runner)
@@ -307,10 +318,11 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes as it is read.
   if (lock) liveClaimant(file)
-  let storage: SqliteStorage | undefined
+  let storage: SqliteStorage<'serving'> | undefined
   let handedOver: LimiterHandover
   try {
-    storage = openSqliteStorage(dataFile, { verify: options.checked === undefined || identityOf(file) !== options.checked })
+    const verify = options.checked === undefined || identityOf(file) !== options.checked
+    storage = openSqliteStorage(dataFile, { verify, serving: true })
     if (storage.readOnly && storage.keys.list().length === 0)
       throw new StorageOpenError(`${readOnlyBecause(dataFile)} and holds no API keys, so no request could be served`)
     handedOver = ofActiveKeys(takeHandover(file), storage.keys)
@@ -339,7 +351,7 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
 }
 
 /** A key revoked (or gone with a restore) while no server ran keeps no state: a ban it left could not be lifted. */
-function ofActiveKeys(state: LimiterHandover, keys: SqlKeys<'sync'>): LimiterHandover {
+function ofActiveKeys(state: LimiterHandover, keys: SqlKeys<'serving'>): LimiterHandover {
   if (state.keys.size === 0) return state
   const active = new Set(
     keys

@@ -1,14 +1,22 @@
-/** Runs the shared repositories' work (storage/shared/sql.ts) on the data file, answering at once. */
+/**
+ * Runs the shared repositories' work (storage/shared/sql.ts) on the data file: reads at once; writes at
+ * once in a command, and in a serving process at once unless another process holds the write lock.
+ */
 import type { Database, SQLQueryBindings } from 'bun:sqlite'
+import { StorageUnavailableError } from '../../domain/repositories'
 import type { Runner, Step, Work } from '../shared/sql'
 import { reading, writing } from './failures'
 
+/** How long one try of a serving write may block for the lock, and the pause before the next try. */
+const TRY_MS = 10
+const PAUSE_MS = 20
+
+/** A command's runner: a write waits for the file's write lock as the connection's busy_timeout says, blocking. */
 export class SqliteRunner implements Runner<'sync'> {
   constructor(private readonly db: Database) {}
 
   read<T>(work: () => Work<T>): T {
-    const steps = work()
-    return reading(() => this.finish(steps, steps.next()))
+    return read(this.db, work)
   }
 
   /** In one immediate transaction: it holds the file's write lock, so no other lock is taken. */
@@ -16,22 +24,85 @@ export class SqliteRunner implements Runner<'sync'> {
     const steps = work()
     const first = steps.next()
     if (first.done) return first.value
-    return writing(this.db, () => this.finish(steps, first))
+    return writing(this.db, () => finish(this.db, steps, first))
+  }
+}
+
+/**
+ * A serving process's runner. Its event loop must not stop while another process (a command, a `sqlite3`
+ * shell, a restore) holds the write lock, as a busy_timeout wait would stop it: a write tries for the lock
+ * for TRY_MS at most, and while it is held answers with a promise that tries again every PAUSE_MS, for up
+ * to `patienceMs` in all; then it fails as a blocked write does (StorageUnavailableError, SQLITE_BUSY).
+ * Each try still blocks a little, so the pet commit thread, whose commits the event loop feeds, finishes
+ * the one it holds and gives the lock over. Reads keep the connection's busy_timeout: in WAL mode they
+ * take no lock another writer holds.
+ */
+export class ServingSqliteRunner implements Runner<'serving'> {
+  constructor(
+    private readonly db: Database,
+    private readonly patienceMs: number,
+  ) {}
+
+  read<T>(work: () => Work<T>): T {
+    return read(this.db, work)
   }
 
-  private finish<T>(steps: Work<T>, next: IteratorResult<Step, T>): T {
-    while (!next.done) next = steps.next(this.perform(next.value))
-    return next.value
+  write<T>(work: () => Work<T>): T | Promise<T> {
+    const steps = work()
+    const first = steps.next()
+    if (first.done) return first.value
+    const giveUpAt = performance.now() + this.patienceMs
+    let started = false
+    const attempt = (): T => {
+      this.db.run(`PRAGMA busy_timeout = ${TRY_MS}`)
+      try {
+        return writing(this.db, () => {
+          started = true
+          return finish(this.db, steps, first)
+        })
+      } finally {
+        // Back to the connection's own wait, which reads keep (the storage sets it to patienceMs).
+        this.db.run(`PRAGMA busy_timeout = ${this.patienceMs}`)
+      }
+    }
+    // Only a lock not taken is tried again: the transaction never began, so the work has not run.
+    const lockHeld = (error: unknown) => !started && error instanceof StorageUnavailableError && /^SQLITE_BUSY(_TIMEOUT)?$/.test(error.code)
+    try {
+      return attempt()
+    } catch (error) {
+      if (!lockHeld(error)) throw error
+    }
+    return new Promise<T>((resolve, reject) => {
+      const again = () => {
+        try {
+          resolve(attempt())
+        } catch (error) {
+          if (lockHeld(error) && performance.now() < giveUpAt) setTimeout(again, PAUSE_MS)
+          else reject(error)
+        }
+      }
+      setTimeout(again, PAUSE_MS)
+    })
   }
+}
 
-  private perform(step: Step): unknown {
-    if ('lock' in step) return undefined
-    const statement = 'rows' in step ? step.rows : step.changes
-    const query = this.db.query(statement.text('sqlite'))
-    const values = statement.values as SQLQueryBindings[]
-    if (!('rows' in step)) return query.run(...values).changes
-    // A statement is always read the same way where it is written, so the cached one keeps its setting.
-    if (step.exact) query.safeIntegers(true)
-    return query.all(...values)
-  }
+function read<T>(db: Database, work: () => Work<T>): T {
+  const steps = work()
+  return reading(() => finish(db, steps, steps.next()))
+}
+
+function finish<T>(db: Database, steps: Work<T>, next: IteratorResult<Step, T>): T {
+  while (!next.done) next = steps.next(perform(db, next.value))
+  return next.value
+}
+
+function perform(db: Database, step: Step): unknown {
+  if ('lock' in step) return undefined
+  const statement = 'rows' in step ? step.rows : step.changes
+  const query = db.query(statement.text('sqlite'))
+  const values = statement.values as SQLQueryBindings[]
+  if (!('rows' in step)) return query.run(...values).changes
+  // A statement is always read the same way where it is written, so the cached one keeps its setting.
+  if (step.exact) query.safeIntegers(true)
+  return query.all(...values)
 }
