@@ -251,6 +251,11 @@ export interface StorageBackend {
   leave?(state: LimiterHandover): void
   /** The data file this backend checked whole, or took as checked (BackendOptions.checked): its device and inode. */
   checked?: string
+  /**
+   * How long a write may wait for storage before it fails, when longer than a stop's own floor: a stop
+   * gives its last writes (usage, rate-limit state) this long after the requests end.
+   */
+  writePatienceMs?: number
 }
 
 /** How a server opens its storage backend. */

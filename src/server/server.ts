@@ -186,7 +186,7 @@ export class Server {
    * listener drains (up to `graceMs`), the writes it started finish, then the jobs stop (their last save
    * after the last request), the limiter's state is left for the next server on the data file (a
    * takeover's or a plain restart's), storage closes. False when storage did not finish by the drain's
-   * end (at least STOP_SAVE_MS after it).
+   * end (at least STOP_SAVE_MS after it, or the backend's write patience when longer).
    */
   stop(graceMs = 0): Promise<boolean> {
     this.stopped ??= this.teardown(graceMs)
@@ -215,7 +215,8 @@ export class Server {
       return true
     }
     // A start that failed ends the process by returning: the deadline's timer goes once settled (withDeadline).
-    return withDeadline(finished(), Math.max(drainEnds - Date.now(), STOP_SAVE_MS), () => false)
+    const saveMs = Math.max(STOP_SAVE_MS, this.backend.writePatienceMs ?? 0)
+    return withDeadline(finished(), Math.max(drainEnds - Date.now(), saveMs), () => false)
   }
 
   /** The API's listener, /metrics' own, and the console's. Development mode would show Bun's error pages. */

@@ -68,16 +68,16 @@ test(`keys create waits for a write lock another process holds for ${HELD_MS / 1
   expect(names.sort()).toEqual(['first', 'waited'])
 }, 30_000)
 
-test('a server answers at once while another process holds the write lock, and writes its usage once the lock is let go', async () => {
+test('a server answers at once while another process holds the write lock for 3 s, and writes its usage once the lock is let go', async () => {
   const dataFile = join(tempDir(), 'petstore.db')
   const secret = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'busy'])
   const server = await startServer({ dataFile })
   const lock = holdWriteLock(dataFile)
   try {
     await lock.held()
-    // Long enough for the usage write (every 2 s) and the state saves (every 5 s) to meet the lock,
-    // short enough for them to get it within their 5 s once it is let go.
-    const heldUntil = performance.now() + 4_000
+    // Long enough for the usage write (every 2 s) to meet the lock, and short enough for every write
+    // that met it to get it within its 5 s once it is let go.
+    const heldUntil = performance.now() + 3_000
     let sent = 0
     let slowest = 0
     while (performance.now() < heldUntil) {

@@ -232,39 +232,62 @@ export class RedisLimiterBackend implements SharedBackend {
   }
 
   /**
-   * Sends the batch, bounded by its takes' earliest deadline: when that passes first, every take in it
-   * fails with LimiterUnavailableError, and what Redis did for them, if their answers come later, is undone.
+   * Sends the batch with one timer at a time, set to the earliest deadline of the takes still waiting:
+   * each take fails with LimiterUnavailableError at its own deadline (takes that waited for a first
+   * connection share a call with new ones), and what Redis did for a take whose answer comes after
+   * that is undone.
    */
   private sendBatch(): void {
     const batch = this.batch
     if (batch.length === 0) return
     this.batch = []
     const client = this.client
-    let giveUpAt = batch[0]!.giveUpAt
-    for (const { giveUpAt: at } of batch) giveUpAt = Math.min(giveUpAt, at)
+    const waiting = new Set(batch)
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const giveUp = () => {
+      const now = performance.now()
+      let next = Infinity
+      for (const take of waiting)
+        if (take.giveUpAt > now) next = Math.min(next, take.giveUpAt)
+        else {
+          waiting.delete(take)
+          take.reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
+        }
+      if (waiting.size < batch.length) this.reconnect()
+      timer = next === Infinity ? undefined : setTimeout(giveUp, next - now)
+    }
+    let first = Infinity
+    for (const { giveUpAt } of batch) first = Math.min(first, giveUpAt)
+    timer = setTimeout(giveUp, Math.max(0, first - performance.now()))
     const keys = batch.map(({ name }) => this.hashOf(name))
-    const work = this.evaluate<string[]>(
+    this.evaluate<string[]>(
       LIMITER_SCRIPT,
       keys,
       batch.map(({ take }) => take),
       client,
-    )
-    const undo = (answers: string[]) => {
-      for (const [i, { name }] of batch.entries()) this.undo(name, answers[i]!.split(' ') as Answer, client)
-    }
-    this.bounded(work, giveUpAt, undo).then(
+    ).then(
       (answers) => {
-        for (const [i, { resolve, reject }] of batch.entries()) {
-          const reply = answers[i]!.split(' ') as Answer
-          if (reply[0] !== 'late' && reply[0] !== 'error') resolve(this.takenFrom(reply))
-          else {
-            this.reconnect()
-            reject(this.refusedTake(reply))
+        clearTimeout(timer)
+        for (const [i, take] of batch.entries()) {
+          try {
+            const reply = answers[i]!.split(' ') as Answer
+            if (!waiting.has(take)) this.undo(take.name, reply, client)
+            else if (reply[0] !== 'late' && reply[0] !== 'error') take.resolve(this.takenFrom(reply))
+            else {
+              this.reconnect()
+              take.reject(this.refusedTake(reply))
+            }
+          } catch (error) {
+            take.reject(new LimiterUnavailableError('Redis failed', { cause: error }))
           }
         }
       },
       (error: unknown) => {
-        for (const { reject } of batch) reject(error)
+        clearTimeout(timer)
+        if (waiting.size === 0) return
+        this.reconnect()
+        const failed = error instanceof LimiterUnavailableError ? error : new LimiterUnavailableError('Redis failed', { cause: error })
+        for (const take of waiting) take.reject(failed)
       },
     )
   }
@@ -379,15 +402,12 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /**
    * `work`, failing with LimiterUnavailableError once giveUpAt passes or when it fails; a failure starts
-   * a reconnect in the background. When `work` succeeds after giveUpAt, the caller has been told it
-   * failed, and `onLate` gets what it did.
+   * a reconnect in the background.
    */
-  private bounded<T>(work: Promise<T>, giveUpAt: number, onLate?: (value: T) => void): Promise<T> {
+  private bounded<T>(work: Promise<T>, giveUpAt: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      let gaveUp = false
       const timer = setTimeout(
         () => {
-          gaveUp = true
           this.reconnect()
           reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
         },
@@ -395,9 +415,9 @@ export class RedisLimiterBackend implements SharedBackend {
       )
       work.then(
         (value) => {
+          // After the timer, the promise has settled: the value is dropped.
           clearTimeout(timer)
-          if (gaveUp) onLate?.(value)
-          else resolve(value)
+          resolve(value)
         },
         (error: unknown) => {
           clearTimeout(timer)

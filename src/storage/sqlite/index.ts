@@ -51,7 +51,7 @@ import { WorkerPetWriter } from './writer'
 
 // The engine's door: nothing outside storage/ imports the files behind it.
 export type { OpenOptions } from './open'
-export { COMMAND_BUSY_MS, damagedFile } from './open'
+export { COMMAND_BUSY_MS, damagedFile, SERVING_BUSY_MS } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
 export { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from './handover'
@@ -342,6 +342,8 @@ export async function openEmbeddedBackend(dataFile: string, options: BackendOpti
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
     checked: identityOf(file) ?? undefined,
+    // A write waits this long for another process's write lock (runner.ts).
+    writePatienceMs: SERVING_BUSY_MS,
     async close() {
       storage.close()
       lock?.release()

@@ -10,6 +10,8 @@ import { reading, writing } from './failures'
 /** How long one try of a serving write may block for the lock, and the pause before the next try. */
 const TRY_MS = 10
 const PAUSE_MS = 20
+/** What a try answers when another process holds the lock. */
+const LOCK_HELD = Symbol('lock held')
 
 /** A command's runner: a write waits for the file's write lock as the connection's busy_timeout says, blocking. */
 export class SqliteRunner implements Runner<'sync'> {
@@ -28,16 +30,29 @@ export class SqliteRunner implements Runner<'sync'> {
   }
 }
 
+/** A serving write waiting for the lock: its try, why the last one failed, and its promise's ends. */
+interface Waiting {
+  attempt: () => unknown
+  refusal: () => StorageUnavailableError
+  giveUpAt: number
+  resolve: (value: unknown) => void
+  reject: (error: unknown) => void
+}
+
 /**
  * A serving process's runner. Its event loop must not stop while another process (a command, a `sqlite3`
  * shell, a restore) holds the write lock, as a busy_timeout wait would stop it: a write tries for the lock
- * for TRY_MS at most, and while it is held answers with a promise that tries again every PAUSE_MS, for up
- * to `patienceMs` in all; then it fails as a blocked write does (StorageUnavailableError, SQLITE_BUSY).
- * Each try still blocks a little, so the pet commit thread, whose commits the event loop feeds, finishes
- * the one it holds and gives the lock over. Reads keep the connection's busy_timeout: in WAL mode they
- * take no lock another writer holds.
+ * for TRY_MS at most, and while it is held answers with a promise. Writes that wait queue up in order: only
+ * the first tries again, every PAUSE_MS, so the loop is held TRY_MS in each pause however many wait, and
+ * no write overtakes one given before it (a save of a key's buckets, then a reset that clears them). Each
+ * waits up to `patienceMs` from when it was given; then it fails as a blocked write does
+ * (StorageUnavailableError, SQLITE_BUSY). Each try still blocks a little, so the pet commit thread, whose
+ * commits the event loop feeds, finishes the one it holds and gives the lock over. Reads keep the
+ * connection's busy_timeout: in WAL mode they take no lock another writer holds.
  */
 export class ServingSqliteRunner implements Runner<'serving'> {
+  private readonly waiting: Waiting[] = []
+
   constructor(
     private readonly db: Database,
     private readonly patienceMs: number,
@@ -51,38 +66,58 @@ export class ServingSqliteRunner implements Runner<'serving'> {
     const steps = work()
     const first = steps.next()
     if (first.done) return first.value
-    const giveUpAt = performance.now() + this.patienceMs
     let started = false
-    const attempt = (): T => {
+    let lastRefusal: StorageUnavailableError | undefined
+    const attempt = (): T | typeof LOCK_HELD => {
       this.db.run(`PRAGMA busy_timeout = ${TRY_MS}`)
       try {
         return writing(this.db, () => {
           started = true
           return finish(this.db, steps, first)
         })
+      } catch (error) {
+        // Only a lock not taken is tried again: the transaction never began, so the work has not run.
+        if (!started && error instanceof StorageUnavailableError && /^SQLITE_BUSY(_TIMEOUT)?$/.test(error.code)) {
+          lastRefusal = error
+          return LOCK_HELD
+        }
+        throw error
       } finally {
         // Back to the connection's own wait, which reads keep (the storage sets it to patienceMs).
         this.db.run(`PRAGMA busy_timeout = ${this.patienceMs}`)
       }
     }
-    // Only a lock not taken is tried again: the transaction never began, so the work has not run.
-    const lockHeld = (error: unknown) => !started && error instanceof StorageUnavailableError && /^SQLITE_BUSY(_TIMEOUT)?$/.test(error.code)
-    try {
-      return attempt()
-    } catch (error) {
-      if (!lockHeld(error)) throw error
+    if (this.waiting.length === 0) {
+      const done = attempt()
+      if (done !== LOCK_HELD) return done
     }
+    const giveUpAt = performance.now() + this.patienceMs
     return new Promise<T>((resolve, reject) => {
-      const again = () => {
-        try {
-          resolve(attempt())
-        } catch (error) {
-          if (lockHeld(error) && performance.now() < giveUpAt) setTimeout(again, PAUSE_MS)
-          else reject(error)
-        }
-      }
-      setTimeout(again, PAUSE_MS)
+      this.waiting.push({ attempt, refusal: () => lastRefusal!, giveUpAt, resolve: resolve as (value: unknown) => void, reject })
+      if (this.waiting.length === 1) setTimeout(() => this.tryWaiting(), PAUSE_MS)
     })
+  }
+
+  /** Tries the waiting writes in order until one finds the lock held, which is tried again after a pause. */
+  private tryWaiting(): void {
+    while (this.waiting.length > 0) {
+      const next = this.waiting[0]!
+      let done: unknown
+      try {
+        done = next.attempt()
+      } catch (error) {
+        this.waiting.shift()
+        next.reject(error)
+        continue
+      }
+      if (done === LOCK_HELD && performance.now() < next.giveUpAt) {
+        setTimeout(() => this.tryWaiting(), PAUSE_MS)
+        return
+      }
+      this.waiting.shift()
+      if (done === LOCK_HELD) next.reject(next.refusal())
+      else next.resolve(done)
+    }
   }
 }
 
