@@ -216,8 +216,8 @@ export class RedisLimiterBackend implements SharedBackend {
 
   /**
    * The takes sent within one turn of the event loop share one script call (Bun.redis costs our process
-   * about as much per call as per take), and one timer, set to the earliest of their deadlines: each is
-   * decided as if sent alone, in turn, by its own deadline. At most BATCH_TAKES a call, so one call never
+   * about as much per call as per take), and one timer at a time (sendBatch): each is decided as if sent
+   * alone, in turn, by its own deadline. At most BATCH_TAKES a call, so one call never
    * holds Redis, which runs one script at a time for every instance, for long.
    */
   private sendTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
