@@ -12,7 +12,7 @@ import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, Server, type ServerOptions, STOP_SAVE_MS } from './server'
-import { claimTakeover, liveClaimant, SERVING_BUSY_MS, takeoverProgress, takeoverTarget } from '../storage/sqlite'
+import { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from '../storage/sqlite'
 
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
@@ -85,9 +85,9 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
   }
   warn(`taking over ${file} from process ${pid}`)
   return {
-    // The old server's longest stop: letting its connections go, its drain, its last save (which may wait
-    // for another process's write lock).
-    lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + Math.max(STOP_SAVE_MS, SERVING_BUSY_MS) + 5_000,
+    // The old server's longest stop: letting its connections go, its drain, its last save (the 5 s of
+    // margin hold a data file's save waiting its 5 s for another process's write lock).
+    lockWaitMs: CLOSE_CONNECTIONS_MS + config.shutdownGraceMs + STOP_SAVE_MS + 5_000,
     // The old server listens there: that was the check above.
     checkPort() {},
     // The old server is gone by now: serving without /metrics or the console beats not serving.

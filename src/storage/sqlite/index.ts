@@ -51,7 +51,7 @@ import { WorkerPetWriter } from './writer'
 
 // The engine's door: nothing outside storage/ imports the files behind it.
 export type { OpenOptions } from './open'
-export { COMMAND_BUSY_MS, damagedFile, SERVING_BUSY_MS } from './open'
+export { COMMAND_BUSY_MS, damagedFile } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
 export { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from './handover'
