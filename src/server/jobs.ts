@@ -35,6 +35,8 @@ export class Jobs {
   private petsGeneration = 0
   private pollFailing = false
   private usageFailing = false
+  /** Set by stop: what fails now is not tried again. */
+  private stopping = false
   /** Usage work under way: writes and prunes run one after the other, the stop's write after the rest. */
   private usageWork: Promise<void> = Promise.resolve()
   /** Limit resets taken from storage and not yet applied by the limiter (Redis may be away). */
@@ -86,23 +88,30 @@ export class Jobs {
     )
   }
 
-  /** Stops the timers and writes what is still only in memory. */
-  async stop(): Promise<void> {
+  /** Stops the timers and writes what is still only in memory; false when some of it could not be written. */
+  async stop(): Promise<boolean> {
     for (const timer of this.timers.splice(0)) clearInterval(timer)
-    await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
+    this.stopping = true
+    const [state, usage] = await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
+    return state && usage
   }
 
-  /** A step that writes, skipped when storage cannot be written; a failure is said in one line and tried again next turn. */
-  private async attempt(what: string, step: () => MaybePromise<unknown>): Promise<void> {
-    if (!this.storage.writable) return
+  /**
+   * A step that writes, skipped when storage cannot be written; a failure is said in one line and tried
+   * again next turn (at the stop, there is none). False when it failed.
+   */
+  private async attempt(what: string, step: () => MaybePromise<unknown>): Promise<boolean> {
+    if (!this.storage.writable) return true
     try {
       await step()
+      return true
     } catch (error) {
-      this.options.warn(`could not ${what}: ${(error as Error).message}`)
+      this.options.warn(`could not ${what}${this.stopping ? ' before stopping' : ''}: ${(error as Error).message}`)
+      return false
     }
   }
 
-  private every(ms: number, task: () => MaybePromise<void>): void {
+  private every(ms: number, task: () => MaybePromise<unknown>): void {
     let running = false
     const timer = setInterval(async () => {
       if (running) return
@@ -146,36 +155,46 @@ export class Jobs {
     }
   }
 
-  private async saveState(): Promise<void> {
+  /** False when a save failed. */
+  private async saveState(): Promise<boolean> {
     const { petstore, storage } = this
     // Two saves, each reported as itself: one failing does not keep the other from being tried.
-    await this.attempt('save rate-limit state', async () => {
+    const state = await this.attempt('save rate-limit state', async () => {
       const buckets = petstore.limiter.unsavedDayBuckets()
       await storage.limiterState.save(buckets)
       petstore.limiter.markSaved(buckets)
     })
-    await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed())
+    const lastUsed = await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed())
+    return state && lastUsed
   }
 
-  private afterUsageWork(task: () => Promise<void>): Promise<void> {
-    this.usageWork = this.usageWork.then(task)
-    return this.usageWork
+  private afterUsageWork<T>(task: () => Promise<T>): Promise<T> {
+    const work = this.usageWork.then(task)
+    this.usageWork = work.then(() => {})
+    return work
   }
 
-  /** Adds the usage counted since the last write to storage; what it does not take is tried again next time. */
-  private async writeUsage(): Promise<void> {
+  /**
+   * Adds the usage counted since the last write to storage; what it does not take is tried again next
+   * time (at the stop, there is none: false).
+   */
+  private async writeUsage(): Promise<boolean> {
     const { usage } = this.petstore
-    if (!usage) return
+    if (!usage) return true
     const rows = usage.take()
-    if (rows.length === 0) return
+    if (rows.length === 0) return true
     try {
       await this.storage.usage.add(rows)
       if (this.usageFailing) this.options.warn('storage takes the usage counts again')
       this.usageFailing = false
+      return true
     } catch (error) {
       usage.giveBack(rows)
-      if (!this.usageFailing) this.options.warn(`could not write the usage counts (kept, tried again): ${(error as Error).message}`)
+      const message = (error as Error).message
+      if (this.stopping) this.options.warn(`could not write the last usage counts before stopping: ${message}`)
+      else if (!this.usageFailing) this.options.warn(`could not write the usage counts (kept, tried again): ${message}`)
       this.usageFailing = true
+      return false
     }
   }
 

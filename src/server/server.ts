@@ -183,10 +183,12 @@ export class Server {
 
   /**
    * Stops in reverse: delayed answers end (503), kept-alive clients are let go (with a grace), the
-   * listener drains (up to `graceMs`), the writes it started finish, then the jobs stop (their last save
-   * after the last request), the limiter's state is left for the next server on the data file (a
-   * takeover's or a plain restart's), storage closes. False when storage did not finish by the drain's
-   * end (at least STOP_SAVE_MS after it, or the backend's write patience when longer).
+   * listener drains (up to `graceMs`), the limiter's state is left for the next server on the data file
+   * (a takeover's or a plain restart's: a file beside it, so storage that does not take writes cannot
+   * keep it from being left), the writes the requests started finish, then the jobs stop (their last
+   * save after the last request), storage closes. False when storage did not take the last writes, or
+   * did not finish by the drain's end (at least STOP_SAVE_MS after it, or the backend's write patience
+   * when longer).
    */
   stop(graceMs = 0): Promise<boolean> {
     this.stopped ??= this.teardown(graceMs)
@@ -206,13 +208,13 @@ export class Server {
     await this.metricsListener?.stop(true)
     await this.console?.server?.stop(true)
     const finished = async () => {
-      await this.petstore.finishWrites()
-      await this.jobs.stop()
-      // Before the lock goes: the next start on the file reads it.
+      // No request is decided after the listeners stop. Before the lock goes: the next start reads it.
       leaveAgain(this.backend, this.petstore.limiter.handover(), this.warn)
+      await this.petstore.finishWrites()
+      const saved = await this.jobs.stop()
       await this.petstore.close()
       await this.backend.close()
-      return true
+      return saved
     }
     // A start that failed ends the process by returning: the deadline's timer goes once settled (withDeadline).
     const saveMs = Math.max(STOP_SAVE_MS, this.backend.writePatienceMs ?? 0)

@@ -108,3 +108,29 @@ test('a server answers at once while another process holds the write lock for 3 
   }
   expect(server.stderr()).not.toContain('could not')
 }, 30_000)
+
+test("a stop while another process holds the write lock past the server's patience still leaves the rate limits for the next start", async () => {
+  const dataFile = join(tempDir(), 'petstore.db')
+  // One request a minute: a bucket that does not refill while the test runs.
+  const secret = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'spent'])
+  const listPets = (base: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
+  const first = await startServer({ dataFile })
+  expect([(await listPets(first.base)).status, (await listPets(first.base)).status]).toEqual([200, 429])
+  const lock = holdWriteLock(dataFile)
+  let code: number
+  try {
+    await lock.held()
+    // The stop's own writes wait their 5 s for the lock, in vain: it says so and exits 1.
+    code = await first.stop('SIGTERM')
+  } finally {
+    await lock.release()
+  }
+  expect({ code, said: first.stderr().includes('stopped without them') }).toEqual({ code: 1, said: true })
+  const next = await startServer({ dataFile })
+  try {
+    // The minute's one request was spent: the next server knows it (before, it started afresh: 200).
+    expect((await listPets(next.base)).status).toBe(429)
+  } finally {
+    await next.stop()
+  }
+}, 60_000)

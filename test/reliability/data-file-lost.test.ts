@@ -68,7 +68,9 @@ describe('a data file lost or damaged while serving', () => {
       )
     }
     expect(server.stderr()).not.toContain('internal error')
-    expect(await server.stop()).toBe(0)
+    // Its last writes cannot be made either: it says so, and exits 1.
+    expect(await server.stop()).toBe(1)
+    expect(server.stderr()).toContain('stopped without them')
   })
 
   test('replaced: the console refuses key changes with 503, as creates are refused; reads and signing out go on', async () => {

@@ -92,3 +92,25 @@ test('a write whose lock stays held past its patience fails as a blocked write d
   other.run('COMMIT')
   expect(count()).toBe(0)
 })
+
+test('writes that wait past their patience together fail without a try each, so they do not hold the event loop', async () => {
+  const { other, insert, count } = dataFile(300)
+  other.run('BEGIN IMMEDIATE')
+  const written = Array.from({ length: 50 }, (_, i) => Promise.resolve(insert(i)).catch((error: unknown) => error))
+  // The longest the loop went without a turn while they waited and failed: a try of each (10 ms) would
+  // hold it half a second as they end.
+  let longest = 0
+  let last = performance.now()
+  const until = last + 600
+  while (performance.now() < until) {
+    await new Promise((resolve) => setImmediate(resolve))
+    const now = performance.now()
+    longest = Math.max(longest, now - last)
+    last = now
+  }
+  const failed = await Promise.all(written)
+  other.run('COMMIT')
+  expect(longest).toBeLessThan(200)
+  for (const error of failed) expect((error as Error).message).toContain('another process held its write lock')
+  expect(count()).toBe(0)
+})

@@ -30,10 +30,9 @@ export class SqliteRunner implements Runner<'sync'> {
   }
 }
 
-/** A serving write waiting for the lock: its try, why the last one failed, and its promise's ends. */
+/** A serving write waiting for the lock: its try, and its promise's ends. */
 interface Waiting {
   attempt: () => unknown
-  refusal: () => StorageUnavailableError
   giveUpAt: number
   resolve: (value: unknown) => void
   reject: (error: unknown) => void
@@ -52,6 +51,8 @@ interface Waiting {
  */
 export class ServingSqliteRunner implements Runner<'serving'> {
   private readonly waiting: Waiting[] = []
+  /** Why the last try failed: what a write that waited past its patience fails with. */
+  private refusal: StorageUnavailableError | undefined
 
   constructor(
     private readonly db: Database,
@@ -67,7 +68,6 @@ export class ServingSqliteRunner implements Runner<'serving'> {
     const first = steps.next()
     if (first.done) return first.value
     let started = false
-    let lastRefusal: StorageUnavailableError | undefined
     const attempt = (): T | typeof LOCK_HELD => {
       this.db.run(`PRAGMA busy_timeout = ${TRY_MS}`)
       try {
@@ -78,7 +78,7 @@ export class ServingSqliteRunner implements Runner<'serving'> {
       } catch (error) {
         // Only a lock not taken is tried again: the transaction never began, so the work has not run.
         if (!started && error instanceof StorageUnavailableError && /^SQLITE_BUSY(_TIMEOUT)?$/.test(error.code)) {
-          lastRefusal = error
+          this.refusal = error
           return LOCK_HELD
         }
         throw error
@@ -93,30 +93,42 @@ export class ServingSqliteRunner implements Runner<'serving'> {
     }
     const giveUpAt = performance.now() + this.patienceMs
     return new Promise<T>((resolve, reject) => {
-      this.waiting.push({ attempt, refusal: () => lastRefusal!, giveUpAt, resolve: resolve as (value: unknown) => void, reject })
+      this.waiting.push({ attempt, giveUpAt, resolve: resolve as (value: unknown) => void, reject })
       if (this.waiting.length === 1) setTimeout(() => this.tryWaiting(), PAUSE_MS)
     })
   }
 
-  /** Tries the waiting writes in order until one finds the lock held, which is tried again after a pause. */
+  /**
+   * Tries the waiting writes in order until one finds the lock held; that one is tried again after a
+   * pause, and those behind it past their patience fail without a try of their own (one try a turn, so
+   * writes that end together never hold the loop 10 ms each).
+   */
   private tryWaiting(): void {
+    let held = false
     while (this.waiting.length > 0) {
       const next = this.waiting[0]!
-      let done: unknown
-      try {
-        done = next.attempt()
-      } catch (error) {
-        this.waiting.shift()
-        next.reject(error)
-        continue
+      if (!held) {
+        let done: unknown
+        try {
+          done = next.attempt()
+        } catch (error) {
+          this.waiting.shift()
+          next.reject(error)
+          continue
+        }
+        if (done !== LOCK_HELD) {
+          this.waiting.shift()
+          next.resolve(done)
+          continue
+        }
+        held = true
       }
-      if (done === LOCK_HELD && performance.now() < next.giveUpAt) {
+      if (performance.now() < next.giveUpAt) {
         setTimeout(() => this.tryWaiting(), PAUSE_MS)
         return
       }
       this.waiting.shift()
-      if (done === LOCK_HELD) next.reject(next.refusal())
-      else next.resolve(done)
+      next.reject(this.refusal)
     }
   }
 }
