@@ -58,7 +58,7 @@ export async function serve(args: string[]): Promise<number> {
   let stopAsked: string | undefined
   const exit = (stopped: boolean, code: number) => {
     if (!stopped) {
-      console.error('petstore: storage did not take the last writes in time: stopped without them')
+      console.error('petstore: storage did not take the last writes: stopped without them')
       process.exit(1)
     }
     console.error('petstore: stopped')
