@@ -56,11 +56,11 @@ export async function serve(args: string[]): Promise<number> {
   let stopping = false
   /** A stop asked during a hand-over that then did not happen; acted on once this process serves again. */
   let stopAsked: string | undefined
-  const exit = (stopped: boolean, code: number) => {
-    if (!stopped) {
-      console.error('petstore: storage did not take the last writes: stopped without them')
-      process.exit(1)
-    }
+  const exit = (saved: boolean, code: number, handedOver = false) => {
+    if (!saved) console.error('petstore: storage did not take the last writes: stopped without them')
+    // A server that handed over exits 0 all the same: its successor serves, with the rate-limit state,
+    // and an exit 1 would have a service manager start this one again (Restart=on-failure) to take back.
+    if (!saved && !handedOver) process.exit(1)
     console.error('petstore: stopped')
     process.exit(code)
   }
@@ -79,7 +79,7 @@ export async function serve(args: string[]): Promise<number> {
       console.error(`petstore: cannot serve again: ${after.cannotServeAgain}`)
       process.exit(1)
     }
-    if ('stopped' in after) return exit(after.stopped.saved, 0)
+    if ('stopped' in after) return exit(after.stopped.saved, 0, after.stopped.handedOver)
     if (after.serving !== server) {
       server = after.serving
       console.error(startupLine(server))

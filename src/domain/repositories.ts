@@ -105,7 +105,7 @@ export interface SavedBucket {
 /** One subject's in-memory limiter state, handed to the server taking over: else every upgrade resets abusers. */
 export interface HandedSubject {
   minute: SavedBucket
-  /** Addresses only: keys' day buckets are saved in storage at every stop. */
+  /** Always for addresses; for keys only when not saved in storage (their stop's last save failed). */
   day?: SavedBucket
   /** When its ban ends (ms); absent when it is not banned. */
   bannedUntil?: number

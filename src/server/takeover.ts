@@ -177,7 +177,7 @@ function holdRequests(config: Config): Holding {
  * What SIGUSR2 left: this server or one started again still serving, this one stopped (`saved`: in
  * time), or neither, as serving again failed (why).
  */
-export type AfterHandOver = { serving: Server } | { stopped: { saved: boolean } } | { cannotServeAgain: string }
+export type AfterHandOver = { serving: Server } | { stopped: { saved: boolean; handedOver: boolean } } | { cannotServeAgain: string }
 
 /**
  * The running server's answer to SIGUSR2: it hands over (handOver); when the successor died before it
@@ -187,7 +187,7 @@ export type AfterHandOver = { serving: Server } | { stopped: { saved: boolean } 
 export async function onHandOverSignal(server: Server, options: ServerOptions, givenUp: () => boolean): Promise<AfterHandOver> {
   const outcome = await handOver(server, givenUp)
   if (outcome === 'unclaimed' || outcome === 'withdrawn') return { serving: server }
-  if (outcome !== 'successor died') return { stopped: { saved: outcome === 'handed over' } }
+  if (outcome !== 'successor died') return { stopped: { saved: outcome === 'handed over', handedOver: outcome !== 'storage late' } }
   try {
     return { serving: await Server.start(server.config, { ...options, arrive: servingAgain(server) }) }
   } catch (error) {
@@ -196,13 +196,15 @@ export async function onHandOverSignal(server: Server, options: ServerOptions, g
 }
 
 /** How a hand-over ended: see handOver. */
-type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'successor died'
+type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'handed over, last writes lost' | 'successor died'
 
 /**
  * Steps 3 and 4 on the running server, on SIGUSR2, only while a live process claims the data file (a
  * stray or late signal: 'unclaimed'). 'withdrawn': the claimant died before the listener closed. Else it
  * stops as on SIGTERM, leaves the rate-limit state, and waits until the claimant serves ('handed over';
- * also after SUCCESSOR_WAIT_MS or once `givenUp`) or dies first ('successor died': serve again).
+ * also after SUCCESSOR_WAIT_MS or once `givenUp`; 'last writes lost' when storage did not take the
+ * stop's last writes, which the successor does without: the rate-limit state was left before them) or
+ * dies first ('successor died': serve again; 'storage late' when the stop did not end in time).
  */
 async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, warn } = server
@@ -218,8 +220,9 @@ async function handOver(server: Server, givenUp: () => boolean): Promise<HandOve
     warn('the server taking over is gone (killed?) before this one let go: the takeover is withdrawn, still serving')
     return 'withdrawn'
   }
-  if (!(await server.stop(config.shutdownGraceMs))) return 'storage late'
-  if (await successorLives(file, claimant, givenUp)) return 'handed over'
+  const saved = await server.stop(config.shutdownGraceMs)
+  if (await successorLives(file, claimant, givenUp)) return saved ? 'handed over' : 'handed over, last writes lost'
+  if (!saved) return 'storage late'
   warn('the server taking over died before it served: serving again')
   return 'successor died'
 }

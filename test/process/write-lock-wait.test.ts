@@ -9,7 +9,8 @@
 import { expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { cliAsync } from './helpers'
+import { cliAsync, spawnServe, unusedPort } from './helpers'
+import { serveArgs } from './takeover-helpers'
 
 /** How long the lock is held: the fault's length, past the 5 s a command used to wait. */
 const HELD_MS = 6_000
@@ -111,15 +112,23 @@ test('a server answers at once while another process holds the write lock for 3 
 
 test("a stop while another process holds the write lock past the server's patience still leaves the rate limits for the next start", async () => {
   const dataFile = join(tempDir(), 'petstore.db')
-  // One request a minute: a bucket that does not refill while the test runs.
-  const secret = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'spent'])
-  const listPets = (base: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
+  // Buckets that do not refill while the test runs: one request a minute, and two a day.
+  const minute = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'minute'])
+  const day = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '2', '--name', 'day'])
+  const listPets = (base: string, secret: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
+  const statuses = async (base: string, secret: string, n: number) => {
+    const seen: number[] = []
+    for (let i = 0; i < n; i++) seen.push((await listPets(base, secret)).status)
+    return seen
+  }
   const first = await startServer({ dataFile })
-  expect([(await listPets(first.base)).status, (await listPets(first.base)).status]).toEqual([200, 429])
+  // Held before the requests, so no save of the day's bucket can be made before the stop.
   const lock = holdWriteLock(dataFile)
   let code: number
   try {
     await lock.held()
+    expect(await statuses(first.base, minute, 2)).toEqual([200, 429])
+    expect(await statuses(first.base, day, 3)).toEqual([200, 200, 429])
     // The stop's own writes wait their 5 s for the lock, in vain: it says so and exits 1.
     code = await first.stop('SIGTERM')
   } finally {
@@ -128,9 +137,38 @@ test("a stop while another process holds the write lock past the server's patien
   expect({ code, said: first.stderr().includes('stopped without them') }).toEqual({ code: 1, said: true })
   const next = await startServer({ dataFile })
   try {
-    // The minute's one request was spent: the next server knows it (before, it started afresh: 200).
+    // The minute's one request and the day's two were spent: the next server knows it (before, it
+    // started the minute afresh, and the day from its last save).
+    expect([(await listPets(next.base, minute)).status, (await listPets(next.base, day)).status]).toEqual([429, 429])
+  } finally {
+    await next.stop()
+  }
+  expect(next.stderr()).not.toContain('could not')
+}, 60_000)
+
+test("a takeover while another process holds the write lock past the old server's patience: the old one exits 0, the new one carries its limits", async () => {
+  const dataFile = join(tempDir(), 'petstore.db')
+  const secret = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'minute'])
+  const listPets = (base: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
+  const port = await unusedPort()
+  const old = await spawnServe(serveArgs(port, dataFile))
+  const lock = holdWriteLock(dataFile)
+  let next: Awaited<ReturnType<typeof spawnServe>>
+  let code: number
+  try {
+    await lock.held()
+    expect([(await listPets(old.base)).status, (await listPets(old.base)).status]).toEqual([200, 429])
+    next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
+    // Its last writes wait their 5 s in vain: it says so, and exits 0 all the same, having handed over
+    // (an exit 1 would have systemd start it again, to take back).
+    code = await old.exited
+  } finally {
+    await lock.release()
+  }
+  expect({ code, lost: old.stderr().includes('stopped without them') }).toEqual({ code: 0, lost: true })
+  try {
     expect((await listPets(next.base)).status).toBe(429)
   } finally {
     await next.stop()
   }
-}, 60_000)
+}, 90_000)

@@ -80,6 +80,8 @@ describe('limiter hand-over', () => {
     const old = make(clock)
     for (let i = 0; i < 7; i++) await old.check(named('key:a'), TINY)
     await old.check(named('key:b'), FREE)
+    // The stop saved the keys' day buckets in storage, as it does unless storage refuses.
+    old.markSaved(old.unsavedDayBuckets())
     clock.now += 500
     expect([...old.handover().keys.keys()].sort()).toEqual(['key:a', 'key:b'])
     // key:b's minute is full a minute on; key:a's ban still holds, so it is handed on unused.
@@ -89,6 +91,27 @@ describe('limiter hand-over', () => {
     // Its ban over, with nothing in the last minute, it goes.
     clock.now += 600_000
     expect(next.handover()).toEqual({ keys: new Map(), addresses: new Map() })
+  })
+
+  test("a key's day bucket the stop could not save is handed over, counted on, and saved by the next server", async () => {
+    const clock = { now: T0 }
+    const DAILY: Limits = { rpm: 1000, rpd: 3 }
+    const old = make(clock)
+    for (let i = 0; i < 3; i++) await old.check(named('key:d'), DAILY)
+    clock.now += 500
+    const state = old.handover()
+    expect(state.keys.get('key:d')?.day?.tokens).toBeLessThan(1)
+    // Its day saved earlier in storage, before the three: the handed-over one is newer, and counts.
+    const next = new RateLimiter(
+      { banAfter: 3, banSeconds: 600, maxAddresses: 1000, now: () => clock.now },
+      new Map([['key:d', { tokens: 3, updatedAt: T0 - 1_000 }]]),
+      state,
+    )
+    expect(await next.check(named('key:d'), DAILY)).toMatchObject({ allowed: false, reason: 'rate_limited' })
+    expect(next.unsavedDayBuckets().get('key:d')?.tokens).toBeLessThan(1)
+    // A day bucket that was saved is not handed over: storage has it.
+    old.markSaved(old.unsavedDayBuckets())
+    expect(old.handover().keys.get('key:d')?.day).toBeUndefined()
   })
 
   test('a file from a petstore that handed over only minute buckets gives those; a damaged one gives nothing', async () => {

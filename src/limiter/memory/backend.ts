@@ -145,7 +145,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const handed = (isKey ? this.handedOver.keys : this.handedOver.addresses).get(id)
     if (!saved && !handed) return null
     // No limits: the day is capped by the subject's limits when inspected (a full one when none was kept).
-    const day = saved ?? handed?.day ?? { tokens: Infinity, updatedAt: now }
+    const day = handed?.day ?? saved ?? { tokens: Infinity, updatedAt: now }
     return { limits: null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }
 
@@ -164,9 +164,10 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   }
 
   /**
-   * For the next server on the data file: keys' minute buckets, bans and rejections (day buckets are in
-   * storage), addresses' state, and what was handed to this one and not used yet; each unless it is as
-   * a new subject's by now, so subjects never seen again are not carried from stop to stop.
+   * For the next server on the data file: keys' minute buckets, bans and rejections, and their day
+   * buckets not yet saved in storage (a stop whose last save storage refused); addresses' state; and
+   * what was handed to this one and not used yet; each unless it is as a new subject's by now, so
+   * subjects never seen again are not carried from stop to stop.
    */
   handover(now: number = Date.now()): LimiterHandover {
     const keys = new Map<string, HandedSubject>()
@@ -181,7 +182,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       if (!fresh) into.set(id, handed)
     }
     for (const [id, handed] of this.handedOver.keys) if (!lapsed(handed, now)) keys.set(id, handed)
-    for (const [id, subject] of this.keys) keep(keys, id, subject, false)
+    for (const [id, subject] of this.keys) keep(keys, id, subject, subject.dayDirty)
     // As many addresses as this server may track, the ones it saw last first: restarts must not add up
     // what one server would have forgotten (its cap, maxAddresses).
     for (const generation of [this.currentAddresses, this.previousAddresses])
@@ -225,7 +226,9 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handed = handedOver.get(id)
-    const day = saved ?? handed?.day
+    // A key's day bucket handed over is newer than the one saved: it is handed over only when the stop
+    // could not save it.
+    const day = handed?.day ?? saved
     // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
     const subject: State = {
       limits,
@@ -235,7 +238,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       nextRejection: 0,
       bannedUntil: known?.bannedUntil ?? handed?.bannedUntil ?? 0,
       turns: handed ? handedTurns(handed, now) : noTurns(),
-      dayDirty: false,
+      // Saved by this server, as the last one could not.
+      dayDirty: isKey && handed?.day !== undefined,
     }
     if (handed?.rejections?.length) {
       // As the ring would hold them had they happened here: the newest banAfter + 1, oldest first.
