@@ -35,8 +35,6 @@ export class Jobs {
   private petsGeneration = 0
   private pollFailing = false
   private usageFailing = false
-  /** Set by stop: what fails now is not tried again. */
-  private stopping = false
   /** Usage work under way: writes and prunes run one after the other, the stop's write after the rest. */
   private usageWork: Promise<void> = Promise.resolve()
   /** Limit resets taken from storage and not yet applied by the limiter (Redis may be away). */
@@ -91,22 +89,21 @@ export class Jobs {
   /** Stops the timers and writes what is still only in memory; false when some of it could not be written. */
   async stop(): Promise<boolean> {
     for (const timer of this.timers.splice(0)) clearInterval(timer)
-    this.stopping = true
-    const [state, usage] = await Promise.all([this.saveState(), this.afterUsageWork(() => this.writeUsage())])
+    const [state, usage] = await Promise.all([this.saveState(true), this.afterUsageWork(() => this.writeUsage(true))])
     return state && usage
   }
 
   /**
    * A step that writes, skipped when storage cannot be written; a failure is said in one line and tried
-   * again next turn (at the stop, there is none). False when it failed.
+   * again next turn (after the stop's `last` one, there is none). False when it failed.
    */
-  private async attempt(what: string, step: () => MaybePromise<unknown>): Promise<boolean> {
+  private async attempt(what: string, step: () => MaybePromise<unknown>, last = false): Promise<boolean> {
     if (!this.storage.writable) return true
     try {
       await step()
       return true
     } catch (error) {
-      this.options.warn(`could not ${what}${this.stopping ? ' before stopping' : ''}: ${(error as Error).message}`)
+      this.options.warn(`could not ${what}${last ? ' before stopping' : ''}: ${(error as Error).message}`)
       return false
     }
   }
@@ -155,16 +152,20 @@ export class Jobs {
     }
   }
 
-  /** False when a save failed. */
-  private async saveState(): Promise<boolean> {
+  /** False when a save failed; `last`: the stop's. */
+  private async saveState(last = false): Promise<boolean> {
     const { petstore, storage } = this
     // Two saves, each reported as itself: one failing does not keep the other from being tried.
-    const state = await this.attempt('save rate-limit state', async () => {
-      const buckets = petstore.limiter.unsavedDayBuckets()
-      await storage.limiterState.save(buckets)
-      petstore.limiter.markSaved(buckets)
-    })
-    const lastUsed = await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed())
+    const state = await this.attempt(
+      'save rate-limit state',
+      async () => {
+        const buckets = petstore.limiter.unsavedDayBuckets()
+        await storage.limiterState.save(buckets)
+        petstore.limiter.markSaved(buckets)
+      },
+      last,
+    )
+    const lastUsed = await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed(), last)
     return state && lastUsed
   }
 
@@ -176,9 +177,9 @@ export class Jobs {
 
   /**
    * Adds the usage counted since the last write to storage; what it does not take is tried again next
-   * time (at the stop, there is none: false).
+   * time (after the stop's `last` write, there is none: false).
    */
-  private async writeUsage(): Promise<boolean> {
+  private async writeUsage(last = false): Promise<boolean> {
     const { usage } = this.petstore
     if (!usage) return true
     const rows = usage.take()
@@ -191,7 +192,7 @@ export class Jobs {
     } catch (error) {
       usage.giveBack(rows)
       const message = (error as Error).message
-      if (this.stopping) this.options.warn(`could not write the last usage counts before stopping: ${message}`)
+      if (last) this.options.warn(`could not write the last usage counts before stopping: ${message}`)
       else if (!this.usageFailing) this.options.warn(`could not write the usage counts (kept, tried again): ${message}`)
       this.usageFailing = true
       return false
