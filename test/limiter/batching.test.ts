@@ -9,6 +9,7 @@ import { LimiterUnavailableError } from '../../src/limiter/backend'
 import type { Decision } from '../../src/limiter/limiter'
 import { describeWithEngines } from '../support/engines'
 import { redisForSuite } from '../support/redis'
+import { startRelay } from '../support/relay'
 import { futureClock, named, redisLimiter, uniquePrefix } from './stores'
 
 const LIMITS: Limits = { rpm: 40, rpd: 1000 }
@@ -62,6 +63,40 @@ describeWithEngines(['redis-server'], 'limiter: takes sent together share one sc
       expect(Number(await redis.admin.send('HGET', [`${prefix}s:key:hot`, 'm']))).toBe(0)
     } finally {
       instances.forEach((instance) => instance.close())
+    }
+  })
+
+  test('each take of a call fails at its own deadline: one given later in the same turn outlives the first', async () => {
+    const { clock } = futureClock()
+    const prefix = uniquePrefix()
+    const relay = startRelay(redis.port)
+    const limiter = redisLimiter(`redis://127.0.0.1:${relay.port}`, { now: () => clock.now }, { prefix, timeoutMs: 1_000 })
+    try {
+      expect(await limiter.ping()).toBe(true)
+      relay.answerDelayMs = () => Number.POSITIVE_INFINITY
+      const outcome = (name: string) =>
+        Promise.resolve(limiter.check(named(name), LIMITS)).then(
+          (d) => d,
+          (error: unknown) => error,
+        )
+      const early = outcome('key:early')
+      // The same turn of the event loop, 700 ms on: the two share a call, their deadlines 700 ms apart.
+      const until = performance.now() + 700
+      while (performance.now() < until) {}
+      let late: unknown = 'waiting'
+      const lateDone = outcome('key:late').then((answer) => {
+        late = answer
+      })
+      expect(await early).toBeInstanceOf(LimiterUnavailableError)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(late).toBe('waiting')
+      relay.answerDelayMs = () => 0
+      relay.release()
+      await lateDone
+      expect(late).toMatchObject({ allowed: true })
+    } finally {
+      limiter.close()
+      relay.close()
     }
   })
 
