@@ -105,7 +105,7 @@ export interface SavedBucket {
 /** One subject's in-memory limiter state, handed to the server taking over: else every upgrade resets abusers. */
 export interface HandedSubject {
   minute: SavedBucket
-  /** Always for addresses; for keys only when not saved in storage (their stop's last save failed). */
+  /** Always for addresses; for keys when not yet saved in storage as the server stopped. */
   day?: SavedBucket
   /** When its ban ends (ms); absent when it is not banned. */
   bannedUntil?: number

@@ -155,18 +155,21 @@ export class Jobs {
   /** False when a save failed; `last`: the stop's. */
   private async saveState(last = false): Promise<boolean> {
     const { petstore, storage } = this
-    // Two saves, each reported as itself: one failing does not keep the other from being tried.
-    const state = await this.attempt(
-      'save rate-limit state',
-      async () => {
-        const buckets = petstore.limiter.unsavedDayBuckets()
-        await storage.limiterState.save(buckets)
-        petstore.limiter.markSaved(buckets)
-      },
-      last,
-    )
-    const lastUsed = await this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed(), last)
-    return state && lastUsed
+    // Two saves, each reported as itself: one failing does not keep the other from being tried. Given
+    // together, so storage that waits for a lock waits once for both (a stop is not held twice as long).
+    const saved = await Promise.all([
+      this.attempt(
+        'save rate-limit state',
+        async () => {
+          const buckets = petstore.limiter.unsavedDayBuckets()
+          await storage.limiterState.save(buckets)
+          petstore.limiter.markSaved(buckets)
+        },
+        last,
+      ),
+      this.attempt("save the keys' last-used times", () => petstore.keys.flushLastUsed(), last),
+    ])
+    return saved.every(Boolean)
   }
 
   private afterUsageWork<T>(task: () => Promise<T>): Promise<T> {

@@ -220,7 +220,8 @@ describeWithEngines(['postgresql', 'redis-server'], 'limits as a client lives th
         method: 'DELETE',
         headers: { cookie, origin: instances[0].console },
       })
-      expect(lifted.status).toBe(204)
+      // The body says why when it is not a 204 (a 503 once at load 9.7: the limiter's store late?).
+      expect({ status: lifted.status, body: lifted.status === 204 ? '' : await lifted.text() }).toEqual({ status: 204, body: '' })
     })
   })
 

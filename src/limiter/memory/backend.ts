@@ -165,7 +165,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
 
   /**
    * For the next server on the data file: keys' minute buckets, bans and rejections, and their day
-   * buckets not yet saved in storage (a stop whose last save storage refused); addresses' state; and
+   * buckets not yet saved in storage (the stop saves them after, unless storage refuses); addresses'
+   * state; and
    * what was handed to this one and not used yet; each unless it is as a new subject's by now, so
    * subjects never seen again are not carried from stop to stop.
    */
@@ -226,8 +227,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handed = handedOver.get(id)
-    // A key's day bucket handed over is newer than the one saved: it is handed over only when the stop
-    // could not save it.
+    // A key's day bucket handed over is as new as the one saved, or newer: it is handed over when it
+    // was not saved yet as the last server stopped (its stop saves it after, unless storage refuses).
     const day = handed?.day ?? saved
     // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
     const subject: State = {
