@@ -9,7 +9,7 @@
 import { expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
-import { cliAsync, spawnServe, unusedPort } from './helpers'
+import { auth, cliAsync, spawnServe, unusedPort } from './helpers'
 import { serveArgs } from './takeover-helpers'
 
 /** How long the lock is held: the fault's length, past the 5 s a command used to wait. */
@@ -44,6 +44,20 @@ function holdWriteLock(dataFile: string) {
   }
 }
 
+/** `work` while another process holds the write lock, let go when `work` ends, however it ends. */
+async function whileHeld<T>(dataFile: string, work: () => Promise<T>): Promise<T> {
+  const lock = holdWriteLock(dataFile)
+  try {
+    await lock.held()
+    return await work()
+  } finally {
+    await lock.release()
+  }
+}
+
+/** The first page of pets, asked with the key `secret`. */
+const listPets = (base: string, secret: string) => fetch(`${base}/pets?limit=1`, { headers: auth(secret) })
+
 test(`keys create waits for a write lock another process holds for ${HELD_MS / 1000} s, and then makes the key`, async () => {
   const dataFile = join(tempDir(), 'petstore.db')
   createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'first'])
@@ -73,28 +87,25 @@ test('a server answers at once while another process holds the write lock for 3 
   const dataFile = join(tempDir(), 'petstore.db')
   const secret = createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'busy'])
   const server = await startServer({ dataFile })
-  const lock = holdWriteLock(dataFile)
   try {
-    await lock.held()
-    // Long enough for the usage write (every 2 s) to meet the lock, and short enough for every write
-    // that met it to get it within its 5 s once it is let go.
-    const heldUntil = performance.now() + 3_000
-    let sent = 0
-    let slowest = 0
-    while (performance.now() < heldUntil) {
-      const started = performance.now()
-      const [pets, health] = await Promise.all([
-        fetch(`${server.base}/pets?limit=5`, { headers: { authorization: `Bearer ${secret}` } }),
-        fetch(`${server.origin}/healthz`),
-      ])
-      sent++
-      slowest = Math.max(slowest, performance.now() - started)
-      expect([pets.status, health.status]).toEqual([200, 200])
-      await Bun.sleep(50)
-    }
+    const { sent, slowest } = await whileHeld(dataFile, async () => {
+      // Long enough for the usage write (every 2 s) to meet the lock, and short enough for every write
+      // that met it to get it within its 5 s once it is let go.
+      const heldUntil = performance.now() + 3_000
+      let sent = 0
+      let slowest = 0
+      while (performance.now() < heldUntil) {
+        const started = performance.now()
+        const [pets, health] = await Promise.all([listPets(server.base, secret), fetch(`${server.origin}/healthz`)])
+        sent++
+        slowest = Math.max(slowest, performance.now() - started)
+        expect([pets.status, health.status]).toEqual([200, 200])
+        await Bun.sleep(50)
+      }
+      return { sent, slowest }
+    })
     // Before, a write waiting for the lock held every answer for as long as it waited (up to 5 s).
     expect(slowest).toBeLessThan(1_000)
-    await lock.release()
     const counted = async () => {
       const result = await cliAsync(['keys', 'usage', '--json', '--data', dataFile])
       const keys = JSON.parse(result.stdout).keys as { name: string; today: { ok: number } }[]
@@ -104,7 +115,6 @@ test('a server answers at once while another process holds the write lock for 3 
     await eventually(async () => (ok = await counted()) === sent, 10_000).catch(() => {})
     expect(ok).toBe(sent)
   } finally {
-    await lock.release()
     await server.stop()
   }
   expect(server.stderr()).not.toContain('could not')
@@ -115,7 +125,6 @@ test("a stop while another process holds the write lock past the server's patien
   // Buckets that do not refill while the test runs: one request a minute, and two a day.
   const minute = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'minute'])
   const day = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '2', '--name', 'day'])
-  const listPets = (base: string, secret: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
   const statuses = async (base: string, secret: string, n: number) => {
     const seen: number[] = []
     for (let i = 0; i < n; i++) seen.push((await listPets(base, secret)).status)
@@ -123,17 +132,12 @@ test("a stop while another process holds the write lock past the server's patien
   }
   const first = await startServer({ dataFile })
   // Held before the requests, so no save of the day's bucket can be made before the stop.
-  const lock = holdWriteLock(dataFile)
-  let code: number
-  try {
-    await lock.held()
+  const code = await whileHeld(dataFile, async () => {
     expect(await statuses(first.base, minute, 2)).toEqual([200, 429])
     expect(await statuses(first.base, day, 3)).toEqual([200, 200, 429])
     // The stop's own writes wait their 5 s for the lock, in vain: it says so and exits 1.
-    code = await first.stop('SIGTERM')
-  } finally {
-    await lock.release()
-  }
+    return await first.stop('SIGTERM')
+  })
   expect({ code, said: first.stderr().includes('stopped without them') }).toEqual({ code: 1, said: true })
   const next = await startServer({ dataFile })
   try {
@@ -149,25 +153,18 @@ test("a stop while another process holds the write lock past the server's patien
 test("a takeover while another process holds the write lock past the old server's patience: the old one exits 0, the new one carries its limits", async () => {
   const dataFile = join(tempDir(), 'petstore.db')
   const secret = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'minute'])
-  const listPets = (base: string) => fetch(`${base}/pets?limit=1`, { headers: { authorization: `Bearer ${secret}` } })
   const port = await unusedPort()
   const old = await spawnServe(serveArgs(port, dataFile))
-  const lock = holdWriteLock(dataFile)
-  let next: Awaited<ReturnType<typeof spawnServe>>
-  let code: number
-  try {
-    await lock.held()
-    expect([(await listPets(old.base)).status, (await listPets(old.base)).status]).toEqual([200, 429])
-    next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
+  const { next, code } = await whileHeld(dataFile, async () => {
+    expect([(await listPets(old.base, secret)).status, (await listPets(old.base, secret)).status]).toEqual([200, 429])
+    const next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
     // Its last writes wait their 5 s in vain: it says so, and exits 0 all the same, having handed over
     // (an exit 1 would have systemd start it again, to take back).
-    code = await old.exited
-  } finally {
-    await lock.release()
-  }
+    return { next, code: await old.exited }
+  })
   expect({ code, lost: old.stderr().includes('stopped without them') }).toEqual({ code: 0, lost: true })
   try {
-    expect((await listPets(next.base)).status).toBe(429)
+    expect((await listPets(next.base, secret)).status).toBe(429)
   } finally {
     await next.stop()
   }

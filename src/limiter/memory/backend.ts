@@ -166,9 +166,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   /**
    * For the next server on the data file: keys' minute buckets, bans and rejections, and their day
    * buckets not yet saved in storage (the stop saves them after, unless storage refuses); addresses'
-   * state; and
-   * what was handed to this one and not used yet; each unless it is as a new subject's by now, so
-   * subjects never seen again are not carried from stop to stop.
+   * state; and what was handed to this one and not used yet; each unless it is as a new subject's by
+   * now, so subjects never seen again are not carried from stop to stop.
    */
   handover(now: number = Date.now()): LimiterHandover {
     const keys = new Map<string, HandedSubject>()

@@ -217,8 +217,8 @@ export class RedisLimiterBackend implements SharedBackend {
   /**
    * The takes sent within one turn of the event loop share one script call (Bun.redis costs our process
    * about as much per call as per take), and one timer at a time (sendBatch): each is decided as if sent
-   * alone, in turn, by its own deadline. At most BATCH_TAKES a call, so one call never
-   * holds Redis, which runs one script at a time for every instance, for long.
+   * alone, in turn, by its own deadline. At most BATCH_TAKES a call, so one call never holds Redis, which
+   * runs one script at a time for every instance, for long.
    */
   private sendTake(subject: Subject, limits: Limits, now: number | undefined, giveUpAt: number): Promise<TakeResult> {
     const call = `${this.instance}.${(++this.calls).toString(36)}`
@@ -244,25 +244,28 @@ export class RedisLimiterBackend implements SharedBackend {
     const client = this.client
     const waiting = new Set(batch)
     let timer: ReturnType<typeof setTimeout> | undefined
+    const arm = () => {
+      let next = Infinity
+      for (const { giveUpAt } of waiting) next = Math.min(next, giveUpAt)
+      timer = next === Infinity ? undefined : setTimeout(giveUp, Math.max(0, next - performance.now()))
+    }
     const giveUp = () => {
       const now = performance.now()
-      let next = Infinity
-      for (const take of waiting)
-        if (take.giveUpAt > now) next = Math.min(next, take.giveUpAt)
-        else {
+      const late = [...waiting].filter((take) => take.giveUpAt <= now)
+      if (late.length > 0) {
+        const error = new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
+        for (const take of late) {
           waiting.delete(take)
-          take.reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
+          take.reject(error)
         }
-      if (waiting.size < batch.length) this.reconnect()
-      timer = next === Infinity ? undefined : setTimeout(giveUp, next - now)
+        this.reconnect()
+      }
+      arm()
     }
-    let first = Infinity
-    for (const { giveUpAt } of batch) first = Math.min(first, giveUpAt)
-    timer = setTimeout(giveUp, Math.max(0, first - performance.now()))
-    const keys = batch.map(({ name }) => this.hashOf(name))
+    arm()
     this.evaluate<string[]>(
       LIMITER_SCRIPT,
-      keys,
+      batch.map(({ name }) => this.hashOf(name)),
       batch.map(({ take }) => take),
       client,
     ).then(

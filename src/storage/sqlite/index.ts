@@ -88,7 +88,7 @@ export function openSqliteStorage(
     throw openFailure(error, `${file} cannot be used`)
   }
   if (!inMemory && !readOnly) for (const path of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(path)) chmodSync(path, 0o600)
-  const runner = options.serving ? new ServingSqliteRunner(db, SERVING_BUSY_MS) : new SqliteRunner(db)
+  const runner = options.serving ? new ServingSqliteRunner(db) : new SqliteRunner(db)
   return new SqliteStorage(db, runner, readOnly, inMemory ? null : file, immutable)
 }
 

@@ -30,11 +30,11 @@ export class SqliteRunner implements Runner<'sync'> {
   }
 }
 
-/** A serving write waiting for the lock: its try, and its promise's ends. */
+/** A serving write waiting for the lock. */
 interface Waiting {
-  attempt: () => unknown
+  /** Tries it once: true when it is settled (made, or failed otherwise), false while the lock is held. */
+  settles: () => boolean
   giveUpAt: number
-  resolve: (value: unknown) => void
   reject: (error: unknown) => void
 }
 
@@ -44,20 +44,21 @@ interface Waiting {
  * for TRY_MS at most, and while it is held answers with a promise. Writes that wait queue up in order: only
  * the first tries again, every PAUSE_MS, so the loop is held TRY_MS in each pause however many wait, and
  * no write overtakes one given before it (a save of a key's buckets, then a reset that clears them). Each
- * waits up to `patienceMs` from when it was given; then it fails as a blocked write does
- * (StorageUnavailableError, SQLITE_BUSY). Each try still blocks a little, so the pet commit thread, whose
- * commits the event loop feeds, finishes the one it holds and gives the lock over. Reads keep the
- * connection's busy_timeout: in WAL mode they take no lock another writer holds.
+ * waits as long as the connection's busy_timeout says (its patience) from when it was given; then it fails
+ * as a blocked write does (StorageUnavailableError, SQLITE_BUSY). Each try still blocks a little, so the
+ * pet commit thread, whose commits the event loop feeds, finishes the one it holds and gives the lock
+ * over. Reads keep the connection's busy_timeout: in WAL mode they take no lock another writer holds.
  */
 export class ServingSqliteRunner implements Runner<'serving'> {
   private readonly waiting: Waiting[] = []
   /** Why the last try failed: what a write that waited past its patience fails with. */
   private refusal: StorageUnavailableError | undefined
+  /** The connection's busy_timeout, as its opening set it: a write's patience, and the reads' wait. */
+  private readonly patienceMs: number
 
-  constructor(
-    private readonly db: Database,
-    private readonly patienceMs: number,
-  ) {}
+  constructor(private readonly db: Database) {
+    this.patienceMs = db.query<{ timeout: number }, []>('PRAGMA busy_timeout').get()!.timeout
+  }
 
   read<T>(work: () => Work<T>): T {
     return read(this.db, work)
@@ -83,7 +84,6 @@ export class ServingSqliteRunner implements Runner<'serving'> {
         }
         throw error
       } finally {
-        // Back to the connection's own wait, which reads keep (the storage sets it to patienceMs).
         this.db.run(`PRAGMA busy_timeout = ${this.patienceMs}`)
       }
     }
@@ -93,7 +93,17 @@ export class ServingSqliteRunner implements Runner<'serving'> {
     }
     const giveUpAt = performance.now() + this.patienceMs
     return new Promise<T>((resolve, reject) => {
-      this.waiting.push({ attempt, giveUpAt, resolve: resolve as (value: unknown) => void, reject })
+      const settles = () => {
+        try {
+          const done = attempt()
+          if (done === LOCK_HELD) return false
+          resolve(done)
+        } catch (error) {
+          reject(error)
+        }
+        return true
+      }
+      this.waiting.push({ settles, giveUpAt, reject })
       if (this.waiting.length === 1) setTimeout(() => this.tryWaiting(), PAUSE_MS)
     })
   }
@@ -107,22 +117,11 @@ export class ServingSqliteRunner implements Runner<'serving'> {
     let held = false
     while (this.waiting.length > 0) {
       const next = this.waiting[0]!
-      if (!held) {
-        let done: unknown
-        try {
-          done = next.attempt()
-        } catch (error) {
-          this.waiting.shift()
-          next.reject(error)
-          continue
-        }
-        if (done !== LOCK_HELD) {
-          this.waiting.shift()
-          next.resolve(done)
-          continue
-        }
-        held = true
+      if (!held && next.settles()) {
+        this.waiting.shift()
+        continue
       }
+      held = true
       if (performance.now() < next.giveUpAt) {
         setTimeout(() => this.tryWaiting(), PAUSE_MS)
         return
