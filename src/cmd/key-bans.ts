@@ -12,16 +12,10 @@ import { RedisLimiterBackend } from '../limiter/redis/backend'
 /** Each banned key's ban end (ms), or why bans cannot be known here. */
 export type KeyBans = { until: Map<string, number> } | { unknown: string }
 
-/** How long the command waits for Redis: it answers a person, not a request under load. */
-const PATIENCE_MS = 2_000
-
 export async function keyBans(redisUrl: string | null, keyIds: string[]): Promise<KeyBans> {
   if (redisUrl === null) return { unknown: 'without --redis-url, a ban lives only in the memory of the server that started it' }
-  // Only read through: the rule, which decides takes, is never used.
-  const reader = new RedisLimiterBackend(
-    { banAfter: BAN_AFTER.max, banSeconds: BAN_SECONDS.min },
-    { url: redisUrl, timeoutMs: PATIENCE_MS },
-  )
+  // Only read through (a read waits as long as one for the console): the rule, which decides takes, is never used.
+  const reader = new RedisLimiterBackend({ banAfter: BAN_AFTER.max, banSeconds: BAN_SECONDS.min }, { url: redisUrl })
   try {
     const held = await Promise.all(keyIds.map((id) => reader.inspect(keySubject(id))))
     const until = new Map<string, number>()

@@ -203,6 +203,24 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(await redis.admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
   })
 
+  test("what answers a person waits for a slow Redis longer than a request does: the console's read and lift", async () => {
+    const prefix = uniquePrefix()
+    const made = limiter({}, prefix)
+    const address = named('ip:192.0.2.7')
+    if (address.kind !== 'address') throw new Error('an address subject')
+    for (let i = 0; i < 3; i++) expect((await made.check(address, FREE)).allowed).toBe(true)
+
+    // Redis answers nobody for 400 ms: more than a request's 100 ms, well within an operator's 2 s.
+    await redis.admin.send('CLIENT', ['PAUSE', '400', 'ALL'])
+    const take = settle(made.check(named('ip:192.0.2.8'), FREE))
+    const read = made.admin.inspect(address, FREE)
+    const lift = made.admin.liftAddress(address)
+    expect(await take).toBeInstanceOf(LimiterUnavailableError)
+    expect(await read).toEqual({ dayLeft: FREE.rpd - 3, bannedUntil: null })
+    await lift
+    expect(await redis.admin.send('EXISTS', [`${prefix}s:ip:192.0.2.7`])).toBe(0)
+  })
+
   test('Redis cut off without a word (a lost network): calls fail at once after the first, and recover when it is back', async () => {
     const cut = startRelay(redis.port)
     try {

@@ -41,8 +41,13 @@ export interface RedisBackendOptions {
   url: string
   /** Prepended to every key the backend writes. Default 'petstore:'. */
   prefix?: string
-  /** How long a call may take before it fails with LimiterUnavailableError. Default 100 ms. */
+  /** How long a request's call (a take, a peek, a try's count) may take before it fails with LimiterUnavailableError. Default 100 ms. */
   timeoutMs?: number
+  /**
+   * The same for what answers a person or runs in the background, never a request under load: the console's
+   * reads and lifts, `keys usage`'s bans, a key's limit reset applied by the change poll. Default 2,000 ms.
+   */
+  adminTimeoutMs?: number
   /** Least time between two reconnect attempts, and between two checks that Redis answers. Default 500 ms. */
   reconnectEveryMs?: number
   /** How long a reconnect may take, and how long an open connection may stay silent to a PING before it is replaced. Default 1000 ms. */
@@ -95,6 +100,7 @@ export class RedisLimiterBackend implements SharedBackend {
   private readonly newClient: () => Bun.RedisClient
   private readonly prefix: string
   private readonly timeoutMs: number
+  private readonly adminTimeoutMs: number
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
   private readonly maxAddresses: string
@@ -128,6 +134,7 @@ export class RedisLimiterBackend implements SharedBackend {
   ) {
     this.prefix = options.prefix ?? 'petstore:'
     this.timeoutMs = options.timeoutMs ?? 100
+    this.adminTimeoutMs = options.adminTimeoutMs ?? 2_000
     this.reconnectEveryMs = options.reconnectEveryMs ?? 500
     this.connectTimeoutMs = options.connectTimeoutMs ?? 1000
     const maxAddresses = options.maxAddresses ?? 100_000
@@ -177,14 +184,15 @@ export class RedisLimiterBackend implements SharedBackend {
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
   forget({ name }: Subject, seq?: number): Promise<void> {
     const keys = [...this.keysOf(name), `${this.prefix}resets`, `${this.prefix}lifts`]
-    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)]).then(() => undefined)
+    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)], this.adminTimeoutMs).then(() => undefined)
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
   inspect({ name }: Subject): Promise<Inspected | null> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.command('HMGET', [this.hashOf(name), 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt)
-    return this.bounded(work, giveUpAt).then((reply) => {
+    const patienceMs = this.adminTimeoutMs
+    const giveUpAt = performance.now() + patienceMs
+    const work = this.command('HMGET', [this.hashOf(name), 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt, patienceMs)
+    return this.bounded(work, giveUpAt, patienceMs).then((reply) => {
       const [rpm, rpd, d, dt, b] = reply as (string | null)[]
       if (rpm == null || d == null) return null
       return {
@@ -200,7 +208,7 @@ export class RedisLimiterBackend implements SharedBackend {
   async ping(patienceMs = this.timeoutMs): Promise<boolean> {
     try {
       const giveUpAt = performance.now() + patienceMs
-      await this.bounded(this.command('PING', [], giveUpAt), giveUpAt)
+      await this.bounded(this.command('PING', [], giveUpAt, patienceMs), giveUpAt, patienceMs)
       return true
     } catch {
       return false
@@ -340,7 +348,7 @@ export class RedisLimiterBackend implements SharedBackend {
     if (this.reconnecting) return
     if (!this.client.connected || this.offset === null) this.reconnect()
     else
-      this.bounded(this.client.send('GET', [`${this.prefix}lifts`]), performance.now() + this.connectTimeoutMs).then(
+      this.bounded(this.client.send('GET', [`${this.prefix}lifts`]), performance.now() + this.connectTimeoutMs, this.connectTimeoutMs).then(
         (count) => {
           this.lifts = String(count ?? 0)
         },
@@ -348,8 +356,8 @@ export class RedisLimiterBackend implements SharedBackend {
       )
   }
 
-  private async command(name: string, args: string[], giveUpAt: number): Promise<unknown> {
-    await this.connected(giveUpAt)
+  private async command(name: string, args: string[], giveUpAt: number, patienceMs: number): Promise<unknown> {
+    await this.connected(giveUpAt, patienceMs)
     return this.client.send(name, args)
   }
 
@@ -359,7 +367,7 @@ export class RedisLimiterBackend implements SharedBackend {
   }
 
   /** Waits for a connect under way (the first one, or a reconnect); commands would fail meanwhile. */
-  private async connected(giveUpAt: number): Promise<void> {
+  private async connected(giveUpAt: number, patienceMs = this.timeoutMs): Promise<void> {
     if (!this.ready) {
       // Before the first connection, calls wait for it (a server that has just started). Once Redis has
       // been lost, they fail at once while it is reconnected in the background, instead of each one
@@ -372,14 +380,14 @@ export class RedisLimiterBackend implements SharedBackend {
     }
     if (!this.ready) throw new LimiterUnavailableError('Redis is not connected')
     // The caller gave up while the connect went on: sending now would be sending late.
-    if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`)
+    if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${patienceMs} ms`)
   }
 
-  /** A script call, once connected, bounded by the timeout. */
-  private run<T>(script: string, keys: string[], args: string[]): Promise<T> {
-    const giveUpAt = performance.now() + this.timeoutMs
-    const work = this.connected(giveUpAt).then(() => this.evaluate<T>(script, keys, args))
-    return this.bounded(work, giveUpAt)
+  /** A script call, once connected, bounded by `patienceMs`. */
+  private run<T>(script: string, keys: string[], args: string[], patienceMs = this.timeoutMs): Promise<T> {
+    const giveUpAt = performance.now() + patienceMs
+    const work = this.connected(giveUpAt, patienceMs).then(() => this.evaluate<T>(script, keys, args))
+    return this.bounded(work, giveUpAt, patienceMs)
   }
 
   private async evaluate<T>(script: string, keys: string[], args: string[], client = this.client): Promise<T> {
@@ -407,12 +415,12 @@ export class RedisLimiterBackend implements SharedBackend {
    * `work`, failing with LimiterUnavailableError once giveUpAt passes or when it fails; a failure starts
    * a reconnect in the background.
    */
-  private bounded<T>(work: Promise<T>, giveUpAt: number): Promise<T> {
+  private bounded<T>(work: Promise<T>, giveUpAt: number, patienceMs = this.timeoutMs): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(
         () => {
           this.reconnect()
-          reject(new LimiterUnavailableError(`Redis did not answer within ${this.timeoutMs} ms`))
+          reject(new LimiterUnavailableError(`Redis did not answer within ${patienceMs} ms`))
         },
         Math.max(0, giveUpAt - performance.now()),
       )
