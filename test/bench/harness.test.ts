@@ -4,7 +4,7 @@
  * each scenario got the answers it is meant to measure, from petstore and from the bare server.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -24,7 +24,11 @@ const TINY = ['--pairs', '1', '--duration', '1', '--warmup', '0', '--connections
 
 async function runBench(name: string, args: string[]): Promise<{ result: BenchResult; out: string; stdout: string }> {
   const out = join(dir, `${name}.json`)
+  // Started from a folder of its own, which it must leave as it found it: the servers it starts write
+  // nothing where the bench was started (a PostgreSQL server's console password would go to ./data).
+  const startedIn = mkdtempSync(join(dir, `${name}-cwd-`))
   const proc = Bun.spawn([process.execPath, join(import.meta.dir, 'run.ts'), ...TINY, ...args, '--out', out], {
+    cwd: startedIn,
     stdin: 'ignore',
     stdout: 'pipe',
     stderr: 'pipe',
@@ -36,6 +40,7 @@ async function runBench(name: string, args: string[]): Promise<{ result: BenchRe
   clearTimeout(killer)
   running.delete(proc)
   if (proc.exitCode !== 0) throw new Error(`bench exited ${proc.exitCode}:\n${stderr}`)
+  expect(readdirSync(startedIn, { recursive: true })).toEqual([])
   return { result: JSON.parse(readFileSync(out, 'utf8')) as BenchResult, out, stdout }
 }
 

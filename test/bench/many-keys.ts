@@ -35,7 +35,10 @@ const secretOf = ({ out }: { out: string }) => out.trim().split('\n').at(-1)!
 /** Starts a server; resolves with it and the milliseconds from exec to the first 200 on /healthz. */
 async function start(storage: string[], port: number) {
   const started = performance.now()
-  const proc = Bun.spawn([BINARY, 'serve', '--port', String(port), '--host', '127.0.0.1', '--no-access-log', ...storage], {
+  const flags = ['--port', String(port), '--host', '127.0.0.1', '--no-access-log', '--console-address', 'off']
+  // In the run's folder: whatever a server writes by default beside where it starts goes with the run.
+  const proc = Bun.spawn([BINARY, 'serve', ...flags, ...storage], {
+    cwd: dir,
     env: cleanEnv(),
     stdout: 'ignore',
     stderr: 'ignore',

@@ -220,8 +220,10 @@ async function profileScenario(values: Record<string, string | boolean | undefin
     ...storageArgs,
     '--trust-proxy',
     'loopback',
+    '--console-address',
+    'off',
   ]
-  const server = track(Bun.spawn(args, { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
+  const server = track(Bun.spawn(args, { cwd: dir, env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }))
   const stderr = new StreamTail(server.stderr)
   const port = Number((await stderr.waitFor(LISTENING, 30_000, server.exited))[1])
   const origin = `http://127.0.0.1:${port}`

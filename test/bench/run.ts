@@ -208,7 +208,8 @@ function ensureBinary(force: boolean): BenchResult['binary'] {
 // Processes
 
 /** The flags of every server: behind a trusted proxy, so the made-up scenario can name its client. */
-const SERVE_FLAGS = ['serve', '--host', '127.0.0.1', '--port', '0', '--trust-proxy', 'loopback']
+// No console: its default address is fixed (a server of the user's may hold it) and nothing here measures it.
+const SERVE_FLAGS = ['serve', '--host', '127.0.0.1', '--port', '0', '--trust-proxy', 'loopback', '--console-address', 'off']
 
 /**
  * The server's access log: emptied before a measured run, counted by status after it. The server writes
@@ -284,7 +285,8 @@ async function startServer(mode: Mode, options: Options, dir: string): Promise<S
   const logFd = openSync(logPath, 'a')
   onCleanup(() => closeSync(logFd))
   const proc = track(
-    Bun.spawn([BINARY, ...SERVE_FLAGS, ...storageArgs], { env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }),
+    // In the run's folder: whatever a server writes by default beside where it starts goes with the run.
+    Bun.spawn([BINARY, ...SERVE_FLAGS, ...storageArgs], { cwd: dir, env: cleanEnv(), stdin: 'ignore', stdout: logFd, stderr: 'pipe' }),
   )
   const stderr = new StreamTail(proc.stderr)
   const port = Number((await stderr.waitFor(LISTENING, 15_000, proc.exited))[1])
