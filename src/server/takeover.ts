@@ -6,13 +6,12 @@
  * one comes back once it has let go). The claim files are the SQLite engine's (storage/sqlite).
  * server.ts knows none of it. Steps in docs/upgrading.md.
  */
-import { resolve } from 'node:path'
 import type { PetstoreApp } from './app'
 import { type Config, ConfigError, hostInUrl } from '../config'
 import { StorageOpenError } from '../domain/repositories'
 import { errorResponse, unavailable } from '../http/api-errors'
 import { AFRESH, type Arrival, bindUnshared, CLOSE_CONNECTIONS_MS, leaveAgain, Server, type ServerOptions, STOP_SAVE_MS } from './server'
-import { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from '../storage/sqlite'
+import { claimTakeover, dataFilePath, liveClaimant, takeoverProgress, takeoverTarget } from '../storage/sqlite'
 
 /** How long a server that handed over waits for its successor to serve: its lock wait (about 17 s) and more. */
 const SUCCESSOR_WAIT_MS = 30_000
@@ -31,7 +30,7 @@ export function takeOver(config: Config, warn: (message: string) => void): Arriv
       '--takeover serves a data file; with PostgreSQL, run several instances behind a proxy and restart them one at a time (docs/upgrading.md)',
     )
   if (config.port === 0) throw new ConfigError('--takeover needs the port the running server listens on, not 0')
-  const file = resolve(config.dataFile)
+  const file = dataFilePath(config.dataFile)
   const refused = (reason: string) => new StorageOpenError(`cannot take over: ${reason}; the running server keeps serving`)
   const orRefused = <T>(step: () => T): T => {
     try {
@@ -208,7 +207,7 @@ type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'ha
  */
 async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, warn } = server
-  const file = resolve(config.dataFile)
+  const file = dataFilePath(config.dataFile)
   // A taker killed before this signal was handled left its claim: reading it removes it, not the next start.
   const claimant = config.database ? null : liveClaimant(file)
   if (claimant === null) {

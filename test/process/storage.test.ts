@@ -4,7 +4,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, linkSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
@@ -285,6 +285,43 @@ describe('commits off the event loop', () => {
     const third = await startServer({ dataFile: first.dataFile })
     expect((await fetch(`${third.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
     expect(await third.stop()).toBe(0)
+  })
+
+  test('another name of a served data file is refused too: a symbolic link (serve, restore), a hard link (serve, commands)', async () => {
+    const first = await startServer()
+    const served = realpathSync(first.dataFile)
+    const dir = tempDir()
+    const backup = join(dir, 'backup.db')
+    expect(cli(['backup', backup, '--data', first.dataFile]).code).toBe(0)
+    const symbolic = join(dir, 'symbolic.db')
+    symlinkSync(first.dataFile, symbolic)
+    const inUse = `petstore: ${served} is in use by petstore process ${first.proc.pid} (a server, or a restore); stop it first\n`
+    const second = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', symbolic])
+    expect({ listened: second.listened, code: second.code, stderr: second.stderr }).toEqual({ listened: false, code: 1, stderr: inUse })
+    const restored = cli(['restore', backup, '--data', symbolic])
+    expect({ code: restored.code, stderr: restored.stderr }).toEqual({ code: 1, stderr: inUse })
+    // SQLite keeps a write-ahead log beside each name of a hard-linked file: no name of it is used.
+    const hard = join(dir, 'hard.db')
+    linkSync(first.dataFile, hard)
+    const third = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', hard])
+    expect({ listened: third.listened, code: third.code }).toEqual({ listened: false, code: 1 })
+    expect(third.stderr).toContain(`cannot use ${hard} as the data file: it has 2 names (hard links)`)
+    const listed = cli(['keys', 'list', '--data', hard])
+    expect(listed.code).toBe(1)
+    expect(listed.stderr).toContain('it has 2 names (hard links)')
+    expect(existsSync(`${hard}-wal`)).toBe(false)
+    // The first server never noticed.
+    expect((await fetch(`${first.base}/pets`, { headers: { authorization: `Bearer ${first.bootstrapKey}` } })).status).toBe(200)
+    expect(await first.stop()).toBe(0)
+  })
+
+  test('a device is no data file: serve --data /dev/null refuses before SQLite writes a journal beside it', async () => {
+    expect(existsSync('/dev/null-journal')).toBe(false)
+    const served = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', '/dev/null'])
+    expect({ listened: served.listened, code: served.code }).toEqual({ listened: false, code: 1 })
+    expect(served.stderr).toBe('petstore: cannot use /dev/null as the data file: it is not a regular file (a device, a pipe or a socket)\n')
+    expect(existsSync('/dev/null-journal')).toBe(false)
+    expect(existsSync('/dev/null.lock')).toBe(false)
   })
 
   test('a server refused by the lock touches nothing: an older-schema file is not migrated, no -wal or -shm appear', async () => {

@@ -6,8 +6,8 @@
  * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
-import { closeSync, existsSync, openSync } from 'node:fs'
-import { dirname } from 'node:path'
+import { closeSync, existsSync, openSync, realpathSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { canWrite, readBytes } from './open'
@@ -18,6 +18,21 @@ export interface DataFileLock {
 
 /** Another server holds the lock: the one `--takeover` asks to hand over. */
 export class DataFileBusyError extends StorageOpenError {}
+
+/**
+ * The data file's own path, whatever name it was given by: symbolic links on the way resolved, so every
+ * name of one file finds the one lock beside it (and the one claim and handover: handover.ts). A file not
+ * made yet resolves as far as its folders exist. (Hard links are refused where the file is opened.)
+ */
+export function dataFilePath(file: string): string {
+  const path = resolve(file)
+  try {
+    return realpathSync(path)
+  } catch {
+    const folder = dirname(path)
+    return folder === path ? path : join(dataFilePath(folder), basename(path))
+  }
+}
 
 export function lockFileOf(file: string): string {
   return `${file}.lock`

@@ -28,7 +28,7 @@ import { SqlOperators } from '../shared/operators'
 import { SqlPets } from '../shared/pets'
 import type { Runner } from '../shared/sql'
 import { SqlUsage } from '../shared/usage'
-import { lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
+import { dataFilePath, lockDataFile, lockDataFileWhenFree, lockFileOf } from './data-file-lock'
 import { classified, damagedCode } from './failures'
 import { liveClaimant, takeHandover, writeHandover } from './handover'
 import {
@@ -55,6 +55,7 @@ export { COMMAND_BUSY_MS, damagedFile } from './open'
 export { restoreDataFile } from './restore'
 /** What `serve --takeover` needs of the data file besides opening it: who serves it, and the claim. */
 export { claimTakeover, liveClaimant, takeoverProgress, takeoverTarget } from './handover'
+export { dataFilePath } from './data-file-lock'
 
 /**
  * The data file as a command uses it, its writes waiting for the lock as its busy timeout says; with
@@ -101,7 +102,15 @@ export function prepareDataFolder(file: string): void {
   // Owner-only: the file holds key hashes, and the lock, WAL and SHM files inherit this mask.
   process.umask(0o077)
   opening(`cannot use ${file} as the data file`, () => {
-    if (existsSync(file) && statSync(file).isDirectory()) throw new Error('it is a directory')
+    const stat = statSync(file, { throwIfNoEntry: false })
+    if (stat?.isDirectory()) throw new Error('it is a directory')
+    // SQLite would open a device and write its journal beside it (/dev/null-journal).
+    if (stat && !stat.isFile()) throw new Error('it is not a regular file (a device, a pipe or a socket)')
+    if (stat && stat.nlink > 1)
+      throw new Error(
+        `it has ${stat.nlink} names (hard links), and SQLite keeps a write-ahead log beside the name it opens, ` +
+          'so a server or command on each name would write where the other never reads; keep one name and remove the other links',
+      )
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
   })
 }
@@ -309,12 +318,13 @@ export class SqliteStorage<M extends 'sync' | 'serving' = 'sync'> implements Sto
  */
 const COMMIT_WORKER = new URL(import.meta.url.endsWith('.ts') ? './commit-worker.ts' : './storage/sqlite/commit-worker.ts', import.meta.url)
 
-export async function openEmbeddedBackend(dataFile: string, options: BackendOptions): Promise<StorageBackend> {
+export async function openEmbeddedBackend(given: string, options: BackendOptions): Promise<StorageBackend> {
+  const dataFile = dataFilePath(given)
   const created = createdBy(dataFile)
   // The lock (beside the file, so after its folder) before the file: opening may migrate a file that
   // another server or a restore holds. A refused start undoes nothing: what is there is the holder's.
   prepareDataFolder(dataFile)
-  const file = resolve(dataFile)
+  const file = dataFile
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes as it is read.
   if (lock) liveClaimant(file)
