@@ -166,20 +166,38 @@ export function isLoopbackHost(host: string): boolean {
 
 /**
  * The client behind trusted proxies (as Express and nginx's realip read `X-Forwarded-For`): from the
- * right, the first entry that is not itself a trusted proxy; the leftmost when all are. An entry that
- * is not an address ends the walk at the hop that appended it.
+ * right, the first entry that is not itself a trusted proxy; the leftmost when all are. An entry may
+ * carry a port, as some proxies write it (`192.0.2.7:4711`, `[2001:db8::7]:4711`). Null when an entry
+ * a trusted hop appended is no address (`unknown`, a name the proxy made up): that hop's client cannot
+ * be known, and is not the hop itself, whose address may be trusted with more (/metrics).
  */
-export function forwardedClient(peer: string, forwarded: string, trusted: TrustedProxies): string {
+export function forwardedClient(peer: string, forwarded: string, trusted: TrustedProxies): string | null {
   let client = peer
-  // From the right, one entry at a time, without splitting the whole header.
-  for (let end = forwarded.length; end > 0 && trusted.has(client); ) {
+  // From the right, one entry at a time, without splitting the whole header; an empty entry is no address.
+  for (let end = forwarded.length; end >= 0 && trusted.has(client); ) {
     const start = forwarded.lastIndexOf(',', end - 1) + 1
-    const hop = normaliseAddress(forwarded.slice(start, end).trim())
-    if (!hop) break
+    const hop = forwardedAddress(forwarded.slice(start, end).trim())
+    if (!hop) return null
     client = hop
     end = start - 1
   }
   return client
+}
+
+const PORT = /^:\d{1,5}$/
+
+/** An X-Forwarded-For entry's address, normalised, without a port; null when it holds none. */
+function forwardedAddress(entry: string): string | null {
+  if (entry.charCodeAt(0) === 0x5b /* [ */) {
+    const close = entry.indexOf(']')
+    if (close < 0 || (close < entry.length - 1 && !PORT.test(entry.slice(close + 1)))) return null
+    return normaliseAddress(entry.slice(1, close))
+  }
+  // One colon is an IPv4 address and its port; IPv6 has at least two.
+  const colon = entry.indexOf(':')
+  if (colon < 0 || colon !== entry.lastIndexOf(':')) return normaliseAddress(entry)
+  const address = entry.slice(0, colon)
+  return PORT.test(entry.slice(colon)) && isIPv4(address) ? address : null
 }
 
 /** A dotted IPv4 address (already checked) as an unsigned 32-bit number. */

@@ -65,17 +65,27 @@ export interface Proxies {
   trusted: TrustedProxies
   /** Called when a trusted proxy sent no X-Forwarded-For: its clients then share its address. */
   onUnforwarded: (proxy: string, request: Request) => void
+  /** Called when a trusted proxy's X-Forwarded-For names no address: its clients then share UNKNOWN_CLIENT. */
+  onUnreadable: (proxy: string, request: Request) => void
 }
+
+/** The client of a trusted proxy whose X-Forwarded-For names no address: limited as one, trusted with nothing. */
+export const UNKNOWN_CLIENT = 'unknown'
 
 export function clientAddress(server: Server<unknown> | null | undefined, request: Request, proxies: Proxies): string {
   const socket = server?.requestIP(request)?.address
   const peer = socket && normaliseAddress(socket)
-  if (!peer) return 'unknown'
+  if (!peer) return UNKNOWN_CLIENT
   if (!proxies.trusted.has(peer)) return peer
   const forwarded = request.headers.get('x-forwarded-for')
-  if (forwarded) return forwardedClient(peer, forwarded, proxies.trusted)
-  proxies.onUnforwarded(peer, request)
-  return peer
+  if (!forwarded) {
+    proxies.onUnforwarded(peer, request)
+    return peer
+  }
+  const client = forwardedClient(peer, forwarded, proxies.trusted)
+  if (client !== null) return client
+  proxies.onUnreadable(peer, request)
+  return UNKNOWN_CLIENT
 }
 
 /** The key the gate verified; a handler reached without one (a bug) answers as a missing key, never a 500. */

@@ -26,7 +26,7 @@ import { errorHandler, unrouted } from '../plugins/error-answers'
 import { gate, standingFields } from '../plugins/gate'
 import { scenarios } from '../plugins/scenarios'
 import { requestContext } from '../plugins/request-context'
-import { type RequestInfo, requestInfo } from '../plugins/request-info'
+import { type RequestInfo, requestInfo, UNKNOWN_CLIENT } from '../plugins/request-info'
 import { routedPath } from '../plugins/routed-path'
 import { readinessCheck, StorageFault } from './readiness'
 import type { DataFileWatch, LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
@@ -88,21 +88,33 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const onInternalError = (error: unknown, requestId?: string) =>
     warn(`internal error${requestId ? ` in request ${requestId}` : ''}: ${(error as Error)?.stack ?? error}`)
 
-  let warnedUnforwarded = false
-  const onUnforwarded = (proxy: string, request: Request) => {
-    // Only the API is limited by address: a local probe of /metrics or /healthz through no proxy is fine.
-    // Asked per request from a local client: once it has warned, it reads nothing more.
-    if (warnedUnforwarded) return
-    const path = routedPath(request.url)
-    if (typeof path !== 'string' || !isApi(path)) return
-    warnedUnforwarded = true
-    warn(
-      `a request from ${proxy}, a trusted proxy (--trust-proxy), carried no X-Forwarded-For: it may be a client on that ` +
-        'machine reaching the server directly (a local curl), limited as that address, which is fine; if it came through ' +
-        'the proxy, every client of the proxy shares one address bucket and ban: have the proxy set it ' +
-        '(nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
-    )
+  /**
+   * A trusted proxy's fault, said once. Only the API is limited by address: a local probe of /metrics or
+   * /healthz is not warned of. Asked per request: once it has warned, it reads nothing more.
+   */
+  const proxyFault = (message: (proxy: string) => string) => {
+    let warned = false
+    return (proxy: string, request: Request) => {
+      if (warned) return
+      const path = routedPath(request.url)
+      if (typeof path !== 'string' || !isApi(path)) return
+      warned = true
+      warn(message(proxy))
+    }
   }
+  const onUnforwarded = proxyFault(
+    (proxy) =>
+      `a request from ${proxy}, a trusted proxy (--trust-proxy), carried no X-Forwarded-For: it may be a client on that ` +
+      'machine reaching the server directly (a local curl), limited as that address, which is fine; if it came through ' +
+      'the proxy, every client of the proxy shares one address bucket and ban: have the proxy set it ' +
+      '(nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
+  )
+  const onUnreadable = proxyFault(
+    (proxy) =>
+      `a request from ${proxy}, a trusted proxy (--trust-proxy), carried an X-Forwarded-For entry that is no address ` +
+      `(such as "unknown"), appended by a trusted proxy: its client is limited as "${UNKNOWN_CLIENT}", which every such ` +
+      'client shares; have the proxy send client addresses (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
+  )
   const stopping = new AbortController()
   let closingConnections = false
   let lastRequestAt = 0
@@ -219,7 +231,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
         accessLog,
         usage,
         recent,
-        proxies: { trusted: config.trustProxy, onUnforwarded },
+        proxies: { trusted: config.trustProxy, onUnforwarded, onUnreadable },
         operationOf: (method, route) => routes.operationOf(method, route),
         isApi,
         rateLimitFields: (request, info, set) => (isApi(info.path) ? standingFields(keys, limiter, request, info, set) : undefined),

@@ -115,7 +115,31 @@ describe('--trust-proxy ADDR|CIDR', () => {
     expect(forwardedClient('127.0.0.1', '198.51.100.1, 10.0.0.5', trusted)).toBe('198.51.100.1')
     expect(forwardedClient('127.0.0.1', '6.6.6.6, 198.51.100.1', trusted)).toBe('198.51.100.1')
     expect(forwardedClient('127.0.0.1', '10.0.0.9, 10.0.0.5', trusted)).toBe('10.0.0.9')
-    expect(forwardedClient('127.0.0.1', 'garbage, 10.0.0.5', trusted)).toBe('10.0.0.5')
+    // Ports as some proxies write them; an entry a trusted hop appended that is no address leaves its client unknown.
+    expect(forwardedClient('127.0.0.1', '198.51.100.1:4711', trusted)).toBe('198.51.100.1')
+    expect(forwardedClient('127.0.0.1', '[2001:db9::7]:4711, 10.0.0.5:80', trusted)).toBe('2001:db9::7')
+    expect(forwardedClient('127.0.0.1', '[2001:DB9:0::7]', trusted)).toBe('2001:db9::7')
+    expect(forwardedClient('127.0.0.1', '2001:db9::7', trusted)).toBe('2001:db9::7')
+    for (const unreadable of ['garbage, 10.0.0.5', 'unknown', '198.51.100.1:http', '[2001:db9::7', '198.51.100.1:1:2', ', 10.0.0.5'])
+      expect({ unreadable, client: forwardedClient('127.0.0.1', unreadable, trusted) }).toEqual({ unreadable, client: null })
+    // Left of the first untrusted hop, nothing is read: a client's own entries cannot make it unknown.
+    expect(forwardedClient('127.0.0.1', 'garbage, 198.51.100.1', trusted)).toBe('198.51.100.1')
+  })
+
+  test('an X-Forwarded-For entry of a trusted proxy that is no address makes the client unknown, never the proxy; warned once', async () => {
+    const server = await startServer({ args: ['--trust-proxy', 'loopback'] })
+    const metrics = (forwarded: string) => fetch(`${server.origin}/metrics`, { headers: from(forwarded) }).then((r) => r.status)
+    // /metrics answers this machine only: a client the proxy could not name is not this machine.
+    expect(await metrics('garbage')).toBe(403)
+    expect(await metrics('203.0.113.5:4444')).toBe(403)
+    expect(await metrics('127.0.0.1')).toBe(200)
+    for (const forwarded of ['203.0.113.5:4444', '[2001:db8::3]:443', 'unknown', 'garbage']) await remainingAfter(server.base, forwarded)
+    await expectLoggedClients(server, ['203.0.113.5', '2001:db8::3', 'unknown', 'unknown'])
+    expect(server.stderr().match(/no address/g)).toHaveLength(1)
+    expect(server.stderr()).toContain(
+      'petstore: a request from 127.0.0.1, a trusted proxy (--trust-proxy), carried an X-Forwarded-For entry that is no address (such as "unknown"), appended by a trusted proxy: its client is limited as "unknown"',
+    )
+    expect(await server.stop()).toBe(0)
   })
 
   test('a client that reaches the port directly cannot forge its address', async () => {

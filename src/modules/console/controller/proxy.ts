@@ -17,7 +17,7 @@ export function proxyReading(trustProxy: TrustedProxies, server: () => Server<un
   /** A forwarded header's first value, else null (believed only via a proxy). */
   const forwarded = (request: Request, name: string) => request.headers.get(name)?.split(',')[0]?.trim() || null
   /** The client's limiter subject, found as the API finds it (a proxy without X-Forwarded-For is the API's to warn of). */
-  const proxies = { trusted: trustProxy, onUnforwarded() {} }
+  const proxies = { trusted: trustProxy, onUnforwarded() {}, onUnreadable() {} }
   const clientOf = (request: Request): AddressSubject => clientSubject(clientAddress(server(), request, proxies))
   const isHttps = (request: Request) => viaProxy(request) && forwarded(request, 'x-forwarded-proto') === 'https'
   return { viaProxy, forwarded, clientOf, isHttps }
