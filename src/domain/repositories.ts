@@ -104,6 +104,11 @@ export interface SavedBucket {
 
 /** One subject's in-memory limiter state, handed to the server taking over: else every upgrade resets abusers. */
 export interface HandedSubject {
+  /**
+   * The limits its buckets were counted under; under others (a key's plan changed while no server ran)
+   * only its ban is taken over, as a running server keeps only the ban. Absent when written before they were.
+   */
+  limits?: Limits
   minute: SavedBucket
   /** Always for addresses; for keys when not yet saved in storage as the server stopped. */
   day?: SavedBucket

@@ -146,6 +146,40 @@ describe('restart', () => {
   })
 })
 
+describe('a plan changed while no server runs', () => {
+  test('the next start gives the new limits full buckets, as a running server does; a ban stays', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const day = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30', '--name', 'day'])
+    const minute = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'minute'])
+    const banned = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'banned'])
+    const idOf = (name: string) =>
+      JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout).find((k: { name: string }) => k.name === name).id
+    const get = (base: string, key: string) => fetch(`${base}/pets`, { headers: auth(key) })
+    const flags = ['--ban-after', '2']
+    const first = await startServer({ dataFile, args: flags })
+    for (let i = 0; i < 20; i++) expect((await get(first.base, day)).status).toBe(200)
+    for (let i = 0; i < 30; i++) expect((await get(first.base, minute)).status).toBe(200)
+    for (let i = 0; i < 60; i++) expect((await get(first.base, banned)).status).toBe(200)
+    // Early refusals past --ban-after: the third starts the ban.
+    for (let i = 0; i < 3; i++) await (await get(first.base, banned)).arrayBuffer()
+    expect(((await (await get(first.base, banned)).json()) as { code: string }).code).toBe('key_banned')
+    expect(await first.stop()).toBe(0)
+
+    expect(cli(['keys', 'set-plan', idOf('day'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', idOf('minute'), 'pro', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', idOf('banned'), 'pro', '--data', dataFile]).code).toBe(0)
+    const second = await startServer({ dataFile, args: flags })
+    const afterDay = await get(second.base, day)
+    expect(afterDay.headers.get('ratelimit')).toMatch(/^"day";r=39;t=\d+$/)
+    const afterMinute = await get(second.base, minute)
+    expect(afterMinute.headers.get('ratelimit')).toMatch(/^"minute";r=299;t=\d+$/)
+    const stillBanned = await get(second.base, banned)
+    const { code } = (await stillBanned.json()) as { code: string }
+    expect({ status: stillBanned.status, code }).toEqual({ status: 429, code: 'key_banned' })
+    expect(await second.stop()).toBe(0)
+  })
+})
+
 describe('crash safety', () => {
   test('the day’s quota is saved while running (at least every 10 s), so even kill -9 does not hand out a fresh day', async () => {
     const dataFile = join(tempDir(), 'petstore.db')

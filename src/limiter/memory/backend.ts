@@ -195,7 +195,8 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   /** The subject's state brought up to `now` (copies: handing over changes nothing here). */
   private handed(subject: State, withDay: boolean, now: number): HandedSubject {
     const shape = shapesOf(subject.limits)
-    const handed: HandedSubject = { minute: { ...subject.minute } }
+    const { rpm, rpd } = subject.limits
+    const handed: HandedSubject = { limits: { rpm, rpd }, minute: { ...subject.minute } }
     refill(handed.minute, shape.minute, now)
     if (withDay) {
       handed.day = { ...subject.day }
@@ -225,7 +226,9 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
-    const handed = handedOver.get(id)
+    const handedAny = handedOver.get(id)
+    // Handed over under other limits (a plan changed while no server ran): its ban only, as below.
+    const handed = handedAny?.limits && (handedAny.limits.rpm !== limits.rpm || handedAny.limits.rpd !== limits.rpd) ? undefined : handedAny
     // A key's day bucket handed over is as new as the one saved, or newer: it is handed over when it
     // was not saved yet as the last server stopped (its stop saves it after, unless storage refuses).
     const day = handed?.day ?? saved
@@ -236,7 +239,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       day: day ? restored(day, limits.rpd, now) : fullBucket(shape.day, now),
       rejections: null,
       nextRejection: 0,
-      bannedUntil: known?.bannedUntil ?? handed?.bannedUntil ?? 0,
+      bannedUntil: known?.bannedUntil ?? handedAny?.bannedUntil ?? 0,
       turns: handed ? handedTurns(handed, now) : noTurns(),
       // Saved by this server, as the last one could not.
       dayDirty: isKey && handed?.day !== undefined,
@@ -250,7 +253,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       subject.nextRejection = times.length % size
     }
     if (saved) this.saved.delete(id)
-    if (handed) handedOver.delete(id)
+    if (handedAny) handedOver.delete(id)
     if (isKey) this.keys.set(id, subject)
     else this.rememberAddress(id, subject)
     return subject

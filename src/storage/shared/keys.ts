@@ -118,9 +118,15 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
   }
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Written<M, boolean> {
-    return this.db.write(() =>
-      changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`),
-    )
+    return this.db.write(function* () {
+      // Other limits start the buckets afresh, as a running server starts them: the day bucket saved under
+      // the old ones goes (a server that runs saves it again under the new ones).
+      yield* changes(
+        sql`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}
+            AND EXISTS (SELECT 1 FROM api_keys WHERE id = ${id} AND (rpm <> ${limits.rpm} OR rpd <> ${limits.rpd}))`,
+      )
+      return yield* changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`)
+    })
   }
 
   setExpiry(id: string, expiresAt: number | null): Written<M, boolean> {

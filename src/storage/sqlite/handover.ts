@@ -19,6 +19,7 @@ import {
 import { BAN_SECONDS, MAX_TURNS } from '../../domain/ban-rule'
 import { DAY_MS } from '../../domain/time'
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
+import type { Limits } from '../../domain/plans'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
 import { isAlive, startedAt } from '../../os/process'
@@ -125,6 +126,7 @@ function subjects(record: unknown, now: number): Map<string, HandedSubject> {
     const entry = value as Partial<HandedSubject> | null
     if (!isBucket(entry?.minute)) continue
     const subject: HandedSubject = { minute: bucket(entry.minute) }
+    if (isLimits(entry.limits)) subject.limits = { rpm: entry.limits.rpm, rpd: entry.limits.rpd }
     if (isBucket(entry.day)) subject.day = bucket(entry.day)
     if (Number.isFinite(entry.bannedUntil)) subject.bannedUntil = Math.min(entry.bannedUntil!, now + LONGEST_BAN_MS)
     if (Array.isArray(entry.rejections) && entry.rejections.every(Number.isFinite))
@@ -142,6 +144,11 @@ function subjects(record: unknown, now: number): Map<string, HandedSubject> {
     out.set(id, subject)
   }
   return out
+}
+
+function isLimits(value: unknown): value is Limits {
+  const limits = value as Limits | null | undefined
+  return Number.isSafeInteger(limits?.rpm) && limits!.rpm > 0 && Number.isSafeInteger(limits?.rpd) && limits!.rpd > 0
 }
 
 function isBucket(value: unknown): value is SavedBucket {
