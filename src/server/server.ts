@@ -279,6 +279,7 @@ export class Server {
       address: config.consoleAddress!,
       hosts: config.consoleHosts,
       version: VERSION,
+      environment: config.env,
       onInternalError: (error) => this.warn(`internal error in the console: ${(error as Error)?.stack ?? error}`),
       damaged: petstore.damaged,
       storageFault: () => petstore.fault.current(),

@@ -372,6 +372,36 @@ test('several junk Cookie headers and values answer 401 with the Error body, nev
   }
 })
 
+test('a staging and a production console on one host keep their sessions apart: cookies are not kept apart by port', async () => {
+  const production = await startWithConsole({ args: ['--no-access-log'] })
+  const staging = await startWithConsole({ args: ['--no-access-log', '--env', 'staging'] })
+  try {
+    const signIn = async (console: ConsoleServer) => {
+      const answer = await fetch(`${console.console}/api/session`, {
+        method: 'POST',
+        headers: { origin: console.console, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'admin', password: console.password }),
+      })
+      expect(answer.status).toBe(200)
+      return answer.headers.get('set-cookie')!.split(';')[0]!
+    }
+    const productionCookie = await signIn(production)
+    const stagingCookie = await signIn(staging)
+    expect(productionCookie).toMatch(/^petstore_console=/)
+    expect(stagingCookie).toMatch(/^petstore_console_staging=/)
+    // One browser's jar sends both to each: each console reads its own.
+    const jar = `${productionCookie}; ${stagingCookie}`
+    const me = (console: ConsoleServer, cookie: string) =>
+      fetch(`${console.console}/api/me`, { headers: { cookie } }).then((answer) => answer.status)
+    expect([await me(production, jar), await me(staging, jar)]).toEqual([200, 200])
+    // Staging never reads production's cookie, whatever it holds.
+    expect(await me(staging, stagingCookie.replace('petstore_console_staging=', 'petstore_console='))).toBe(401)
+  } finally {
+    await production.stop()
+    await staging.stop()
+  }
+})
+
 test('with several petstore_console cookies, the first live session among them is used; none live is a 401', async () => {
   const server = await startWithConsole({ args: ['--no-access-log'] })
   try {

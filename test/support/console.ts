@@ -17,6 +17,7 @@ const app = consoleModule({
   address: { host: '127.0.0.1', port: 0 },
   hosts: [],
   version: 'test',
+  environment: 'production',
   onInternalError: () => {},
 })
 

@@ -44,7 +44,7 @@ const header = (description: string, schema: object = { type: 'string' }) => ({ 
 export const HEADERS = {
   setCookie: {
     'Set-Cookie': header(
-      `The session cookie \`${SESSION_COOKIE}\`: HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
+      `The session cookie \`${SESSION_COOKIE}\` (\`${SESSION_COOKIE}_staging\` with --env staging): HttpOnly, SameSite=Strict, Path=/ (Secure behind a trusted HTTPS proxy).`,
     ),
   },
   endedCookie: { 'Set-Cookie': header('The session cookie, emptied with Max-Age=0.') },
@@ -119,7 +119,8 @@ type Operation = { parameters?: unknown[]; responses?: Record<string, object>; s
  * The document of `app`'s routes. `guarded` says whether a route is behind the operator guard (it
  * then answers 401 without a session or token, and the document's security applies to it).
  */
-export function consoleDocument(app: AnyElysia, version: string, guarded: (route: RouteInfo) => boolean) {
+/** `cookieName`: the session cookie's, which says the server's environment (controller/cookies.ts). */
+export function consoleDocument(app: AnyElysia, version: string, guarded: (route: RouteInfo) => boolean, cookieName: string) {
   const generated = toOpenAPISchema(app, { staticFile: false })
   for (const route of app.routes as RouteInfo[]) {
     const item = generated.paths[route.path.replace(/:([^/]+)/g, '{$1}')] as Record<string, Operation> | undefined
@@ -160,7 +161,7 @@ export function consoleDocument(app: AnyElysia, version: string, guarded: (route
         session: {
           type: 'apiKey',
           in: 'cookie',
-          name: SESSION_COOKIE,
+          name: cookieName,
           description: 'Set by POST /api/session; HttpOnly, SameSite=Strict.',
         },
         operatorToken: { type: 'http', scheme: 'bearer', description: 'An operator token from `petstore operators token NAME`.' },

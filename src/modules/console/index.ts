@@ -29,7 +29,7 @@ import { RecentAnswers } from './controller/recent'
 import { ConsoleService, type ConsoleServiceDeps } from './service'
 import { admission } from './controller/admission'
 import { consoleBodies } from './controller/bodies'
-import { sessionCookie } from './controller/cookies'
+import { sessionCookie, sessionCookieName } from './controller/cookies'
 import { consoleGuard } from './controller/guard'
 import { type KeylessLimits, operatorOf, type Who } from './controller/operator'
 import { originCheck } from './controller/origin'
@@ -50,6 +50,8 @@ export interface ConsoleOptions extends ConsoleServiceDeps {
   /** Host names it answers to besides its address (--console-host), for a proxy in front. */
   hosts: readonly string[]
   version: string
+  /** The server's --env: it names the session cookie (controller/cookies.ts). */
+  environment: string
   onInternalError: (error: unknown) => void
   /** Notes a failure that says the data file is damaged, and answers true; the answer is then 503. */
   damaged?: (error: unknown) => boolean
@@ -83,7 +85,8 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
   const { clientOf, isHttps } = proxy
   const admit = admission(options, server, proxy)
   const checkOrigin = originCheck(proxy)
-  const operator = operatorOf(service, options.keyless, clientOf, checkOrigin)
+  const cookieName = sessionCookieName(options.environment)
+  const operator = operatorOf(service, options.keyless, clientOf, checkOrigin, cookieName)
   const { resolveOperator, behindGuard } = consoleGuard(operator, routes, options.storageFault)
   const bodies = consoleBodies()
   const asset = pageFiles(page)
@@ -112,7 +115,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
             checkOrigin(request)
             const input = await bodies.signIn(request, clientOf(request).name)
             const { secret, operator: name } = await service.signIn(input.name, input.password, clientOf(request).name)
-            set.headers['set-cookie'] = sessionCookie(secret, { secure: isHttps(request) })
+            set.headers['set-cookie'] = sessionCookie(cookieName, secret, { secure: isHttps(request) })
             return { name, via: 'session', idleMinutes: SESSION_IDLE_MS / MINUTE_MS }
           },
           operation('signIn', 'session', 'Sign in: sets the session cookie', {
@@ -135,7 +138,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
           '/api/session',
           noContent(async ({ who, set }) => {
             if (who.kind === 'session') await service.signOut(who.operator, who.secret)
-            set.headers['set-cookie'] = sessionCookie('', { maxAge: 0 })
+            set.headers['set-cookie'] = sessionCookie(cookieName, '', { maxAge: 0 })
           }),
           operation('signOut', 'session', 'Sign out: ends this session', { responses: { 204: done('Signed out.', HEADERS.endedCookie) } }),
         )
@@ -146,7 +149,7 @@ export function consoleModule(options: ConsoleOptions): AnyElysia {
         )
         .get(
           '/api/openapi.json',
-          () => (document ??= consoleDocument(app, options.version, behindGuard)),
+          () => (document ??= consoleDocument(app, options.version, behindGuard, cookieName)),
           operation('openapi', 'document', 'This document', { responses: { 200: THIS_DOCUMENT } }),
         )
         .get(

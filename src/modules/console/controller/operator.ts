@@ -33,6 +33,7 @@ export function operatorOf(
   limits: KeylessLimits,
   clientOf: (request: Request) => AddressSubject,
   checkOrigin: (request: Request) => void,
+  cookieName: string,
 ): (request: Request) => Promise<Who> {
   /**
    * The session of the cookies' `secrets`. Several cookies of that name can arrive (a sibling site's or
@@ -62,7 +63,7 @@ export function operatorOf(
     // Storage is asked about a secret it has not refused before only while the client's address has
     // requests left, unless the secret was found live here before: an operator behind a banned address
     // (the proxy's, this machine's) can still lift the ban.
-    const secrets = token !== undefined ? [token] : sessionCookies(request.headers.get('cookie'))
+    const secrets = token !== undefined ? [token] : sessionCookies(request.headers.get('cookie'), cookieName)
     const kind = token !== undefined ? 'token' : 'session'
     const wasLive = secrets.some((secret) => service.knownLive(secret, kind))
     const asks = secrets.some((secret) => !service.knownMiss(secret, kind)) && !wasLive
