@@ -247,6 +247,8 @@ export interface StorageBackend {
   storage: Storage
   petWriter?: PetWriter
   dataFile?: DataFileWatch
+  /** The data file's own path, its links resolved at the start: its lock, a takeover's claim and the handover are beside it. */
+  file?: string
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void

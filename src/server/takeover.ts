@@ -207,7 +207,8 @@ type HandOver = 'unclaimed' | 'withdrawn' | 'storage late' | 'handed over' | 'ha
  */
 async function handOver(server: Server, givenUp: () => boolean): Promise<HandOver> {
   const { config, warn } = server
-  const file = dataFilePath(config.dataFile)
+  // Where the start found the file: a link re-pointed since does not move its claim.
+  const file = server.backend.file ?? config.dataFile
   // A taker killed before this signal was handled left its claim: reading it removes it, not the next start.
   const claimant = config.database ? null : liveClaimant(file)
   if (claimant === null) {

@@ -6,7 +6,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs'
+import { existsSync, linkSync, readFileSync, realpathSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BINARY, cleanEnv, createKeyWithCli, tempDir } from '../support/binary'
@@ -368,6 +368,24 @@ describe('serve --takeover', () => {
     } finally {
       db.run(`PRAGMA user_version = ${version}`)
       db.close()
+    }
+    await expectStillServing(old, key)
+  })
+
+  test('a data file that gained a hard link while served is refused before the running server is asked to go', async () => {
+    const { dataFile, key, port, old } = await oldServer(['--plan', 'pro'])
+    const other = `${dataFile}.other`
+    linkSync(dataFile, other)
+    try {
+      const refused = await serveExpectingFailure([...serveArgs(port, dataFile), '--takeover'])
+      expect({ listened: refused.listened, code: refused.code }).toEqual({ listened: false, code: 1 })
+      expect(refused.stderr).toStartWith(
+        `petstore: cannot take over: cannot use ${realpathSync(dataFile)} as the data file: it has 2 names (hard links)`,
+      )
+      expect(refused.stderr).toEndWith('; the running server keeps serving\n')
+      expect(old.stderr()).not.toContain('SIGUSR2')
+    } finally {
+      rmSync(other)
     }
     await expectStillServing(old, key)
   })

@@ -6,7 +6,7 @@
  * which `serve --takeover` reads with a plain read (the locks are advisory) to find whom to ask.
  */
 import { Database } from 'bun:sqlite'
-import { closeSync, existsSync, openSync, realpathSync } from 'node:fs'
+import { closeSync, existsSync, lstatSync, openSync, readlinkSync, realpathSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
@@ -19,18 +19,34 @@ export interface DataFileLock {
 /** Another server holds the lock: the one `--takeover` asks to hand over. */
 export class DataFileBusyError extends StorageOpenError {}
 
+/** Links followed to a file not made yet before giving up (as the system's own limit, ELOOP). */
+const MAX_LINKS = 40
+
 /**
  * The data file's own path, whatever name it was given by: symbolic links on the way resolved, so every
  * name of one file finds the one lock beside it (and the one claim and handover: handover.ts). A file not
- * made yet resolves as far as its folders exist. (Hard links are refused where the file is opened.)
+ * made yet resolves as far as it can: a link to it is followed to where SQLite would make it, and its
+ * folders as far as they exist. A path that cannot be resolved (a loop, a folder that cannot be entered)
+ * is left as given, for the open to report. (Hard links are refused where the file is opened.)
  */
-export function dataFilePath(file: string): string {
+export function dataFilePath(file: string, links = 0): string {
   const path = resolve(file)
   try {
     return realpathSync(path)
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if ((code !== 'ENOENT' && code !== 'ENOTDIR') || links > MAX_LINKS) return path
+  }
+  if (isLink(path)) return dataFilePath(resolve(dirname(path), readlinkSync(path)), links + 1)
+  const folder = dirname(path)
+  return folder === path ? path : join(dataFilePath(folder, links), basename(path))
+}
+
+function isLink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink()
   } catch {
-    const folder = dirname(path)
-    return folder === path ? path : join(dataFilePath(folder), basename(path))
+    return false
   }
 }
 

@@ -32,7 +32,7 @@ import {
   lockHolder,
   recordedPid,
 } from './data-file-lock'
-import { canWrite, checkHeader, checkSchema, openReadOnly, removeIfPossible } from './open'
+import { canWrite, checkHeader, checkSchema, oddFileReason, openReadOnly, removeIfPossible } from './open'
 
 function handoverFileOf(file: string): string {
   return `${file}.handover`
@@ -44,6 +44,9 @@ function handoverFileOf(file: string): string {
  */
 function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
+  // Before the running server is asked to go: once gone, it could not serve the file again either.
+  const odd = oddFileReason(file)
+  if (odd) throw new StorageOpenError(`cannot use ${file} as the data file: ${odd}`)
   checkHeader(file)
   const opened = opening(`cannot open ${file}`, () => openReadOnly(file))
   try {

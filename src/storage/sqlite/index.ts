@@ -37,6 +37,7 @@ import {
   diskFingerprint,
   identityOf,
   isWritable,
+  oddFileReason,
   openReadOnly,
   type OpenOptions,
   prepare,
@@ -102,15 +103,8 @@ export function prepareDataFolder(file: string): void {
   // Owner-only: the file holds key hashes, and the lock, WAL and SHM files inherit this mask.
   process.umask(0o077)
   opening(`cannot use ${file} as the data file`, () => {
-    const stat = statSync(file, { throwIfNoEntry: false })
-    if (stat?.isDirectory()) throw new Error('it is a directory')
-    // SQLite would open a device and write its journal beside it (/dev/null-journal).
-    if (stat && !stat.isFile()) throw new Error('it is not a regular file (a device, a pipe or a socket)')
-    if (stat && stat.nlink > 1)
-      throw new Error(
-        `it has ${stat.nlink} names (hard links), and SQLite keeps a write-ahead log beside the name it opens, ` +
-          'so a server or command on each name would write where the other never reads; keep one name and remove the other links',
-      )
+    const odd = oddFileReason(file)
+    if (odd) throw new Error(odd)
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
   })
 }
@@ -319,12 +313,11 @@ export class SqliteStorage<M extends 'sync' | 'serving' = 'sync'> implements Sto
 const COMMIT_WORKER = new URL(import.meta.url.endsWith('.ts') ? './commit-worker.ts' : './storage/sqlite/commit-worker.ts', import.meta.url)
 
 export async function openEmbeddedBackend(given: string, options: BackendOptions): Promise<StorageBackend> {
-  const dataFile = dataFilePath(given)
-  const created = createdBy(dataFile)
+  const file = dataFilePath(given)
+  const created = createdBy(file)
   // The lock (beside the file, so after its folder) before the file: opening may migrate a file that
   // another server or a restore holds. A refused start undoes nothing: what is there is the holder's.
-  prepareDataFolder(dataFile)
-  const file = dataFile
+  prepareDataFolder(file)
   const lock = options.lockWaitMs === undefined ? lockDataFile(file) : await lockDataFileWhenFree(file, options.lockWaitMs)
   // Holding the lock, this start is the file's server: a claim left by a taker that was killed goes as it is read.
   if (lock) liveClaimant(file)
@@ -332,9 +325,9 @@ export async function openEmbeddedBackend(given: string, options: BackendOptions
   let handedOver: LimiterHandover
   try {
     const verify = options.checked === undefined || identityOf(file) !== options.checked
-    storage = openSqliteStorage(dataFile, { verify, serving: true })
+    storage = openSqliteStorage(file, { verify, serving: true })
     if (storage.readOnly && storage.keys.list().length === 0)
-      throw new StorageOpenError(`${readOnlyBecause(dataFile)} and holds no API keys, so no request could be served`)
+      throw new StorageOpenError(`${readOnlyBecause(file)} and holds no API keys, so no request could be served`)
     handedOver = ofActiveKeys(takeHandover(file), storage.keys)
   } catch (error) {
     storage?.close()
@@ -343,11 +336,12 @@ export async function openEmbeddedBackend(given: string, options: BackendOptions
     throw error
   }
   if (storage.readOnly)
-    console.error(`petstore: ${readOnlyBecause(dataFile)}: serving reads; creates answer 503 until it is writable and petstore restarts`)
+    console.error(`petstore: ${readOnlyBecause(file)}: serving reads; creates answer 503 until it is writable and petstore restarts`)
   return {
     storage,
     petWriter: storage.file !== null && !storage.readOnly ? new WorkerPetWriter(COMMIT_WORKER, storage.file) : undefined,
     dataFile: storage,
+    file,
     handedOver,
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
@@ -376,8 +370,7 @@ function ofActiveKeys(state: LimiterHandover, keys: SqlKeys<'serving'>): Limiter
 }
 
 /** What opening the data file will create (file, companions, lock, folders), so a failed start leaves nothing. */
-function createdBy(dataFile: string): { undo(): void } {
-  const file = resolve(dataFile)
+function createdBy(file: string): { undo(): void } {
   const folders: string[] = []
   for (let dir = dirname(file); !existsSync(dir); dir = dirname(dir)) folders.push(dir)
   const lock = lockFileOf(file)

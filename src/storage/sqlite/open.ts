@@ -33,6 +33,25 @@ export const COMMAND_BUSY_MS = 60_000
 
 const SQLITE_HEADER = 'SQLite format 3\0'
 
+/**
+ * Why `file` cannot be a data file, before SQLite opens it, or null: a folder; a device, a pipe or a
+ * socket (SQLite would write its journal beside a device: /dev/null-journal); a file with hard links
+ * (SQLite keeps the write-ahead log beside the name it opened, so what is written under one name would
+ * never be read under another).
+ */
+export function oddFileReason(file: string): string | null {
+  const stat = statSync(file, { throwIfNoEntry: false })
+  if (!stat) return null
+  if (stat.isDirectory()) return 'it is a directory'
+  if (!stat.isFile()) return 'it is not a regular file (a device, a pipe or a socket)'
+  if (stat.nlink > 1)
+    return (
+      `it has ${stat.nlink} names (hard links), and SQLite keeps a write-ahead log beside the name it opens, ` +
+      'so a server or command on each name would write where the other never reads; keep one name and remove the other links'
+    )
+  return null
+}
+
 export function checkHeader(file: string): void {
   if (!existsSync(file) || statSync(file).size === 0) return
   if (readBytes(file, 0, 16).toString('latin1') !== SQLITE_HEADER)

@@ -24,7 +24,7 @@ import { basename, dirname, join } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { openFailure, opening } from '../shared/open-errors'
 import { lockDataFile } from './data-file-lock'
-import { checkHeader, checkSchema, checkWhole } from './open'
+import { checkHeader, checkSchema, checkWhole, oddFileReason } from './open'
 
 /** The companions SQLite keeps beside a data file; the main file moves last. */
 const COMPANIONS = ['-wal', '-shm', ''] as const
@@ -62,7 +62,11 @@ export function refuseInterruptedRestore(file: string): void {
 export function restoreDataFile(file: string, backup: string, now: number): Restored {
   // Owner-only, like the data file: the copy and the lock file hold or guard key hashes.
   process.umask(0o077)
-  opening(`cannot restore into ${file}`, () => mkdirSync(dirname(file), { recursive: true, mode: 0o700 }))
+  opening(`cannot restore into ${file}`, () => {
+    const odd = oddFileReason(file)
+    if (odd) throw new Error(odd)
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+  })
   const lock = lockDataFile(file)
   if (!lock) throw new StorageOpenError(`cannot restore into ${file}: its folder cannot be written`)
   try {
