@@ -22,3 +22,8 @@ export const CUSTOM_PLAN = 'enterprise'
 
 export type Plan = keyof typeof PLAN_LIMITS | typeof CUSTOM_PLAN
 export const PLANS: Plan[] = [...(Object.keys(PLAN_LIMITS) as (keyof typeof PLAN_LIMITS)[]), CUSTOM_PLAN]
+
+/** Whether two limits are the same: other limits start a subject's buckets afresh. */
+export function sameLimits(a: Limits, b: Limits): boolean {
+  return a.rpm === b.rpm && a.rpd === b.rpd
+}

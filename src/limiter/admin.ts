@@ -3,7 +3,7 @@
  * (read through the backend's SubjectReader, taking nothing), the bans this process started, and lifting
  * an address's ban. A key's ban is lifted through storage's limit reset, which every instance applies.
  */
-import type { Limits } from '../domain/plans'
+import { type Limits, sameLimits } from '../domain/plans'
 import type { AddressSubject, Subject } from '../domain/subject'
 import { shapesOf, type SubjectReader } from './backend'
 import { refill } from './token-bucket'
@@ -67,7 +67,7 @@ export class LimiterAdmin {
     const now = this.now?.() ?? held.now
     const bannedUntil = held.bannedUntil > now ? held.bannedUntil : null
     // Other limits start the buckets afresh, and keep a ban until it ends (as the next take will).
-    if (held.limits && (held.limits.rpm !== limits.rpm || held.limits.rpd !== limits.rpd)) return { dayLeft: limits.rpd, bannedUntil }
+    if (held.limits && !sameLimits(held.limits, limits)) return { dayLeft: limits.rpd, bannedUntil }
     const day = { ...held.day, tokens: Math.min(held.day.tokens, limits.rpd) }
     refill(day, shapesOf(limits).day, now)
     return { dayLeft: Math.floor(day.tokens), bannedUntil }

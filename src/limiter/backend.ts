@@ -46,9 +46,10 @@ export interface LimiterBackend {
   peek(subject: Subject, limits: Limits, now?: number): PeekResult | Promise<PeekResult>
   /**
    * Drops a subject's buckets, rejections and ban. `seq` numbers a key's reset: a shared backend applies
-   * each once, however many instances ask, and never one older than the last it applied.
+   * each once, however many instances ask, and never one older than the last it applied. `patience`:
+   * how long a shared backend may take (see Patience).
    */
-  forget(subject: Subject, seq?: number): void | Promise<void>
+  forget(subject: Subject, seq?: number, patience?: Patience): void | Promise<void>
   /** Whether the backend answers now, within `patienceMs` (default: a request's own bound). */
   ping(patienceMs?: number): Promise<boolean>
   /** Why the last attempt to reach a shared backend failed, in words for an operator; null when it did not. */
@@ -63,6 +64,13 @@ export interface LimiterBackend {
 }
 
 /** The console's seam: a subject's state as the backend holds it, taking nothing and changing nothing. */
+/**
+ * How long a shared backend may take to answer: a request's bound (the default), or a person's (the
+ * console), who can wait longer than a request under load. A background job waits as a request does: it
+ * tries again at its next turn, and must not hold the turn up (the change poll brings revocations).
+ */
+export type Patience = 'request' | 'person'
+
 export interface SubjectReader {
   /** Null when it holds none. `limits` is null for a day bucket saved by an earlier run. */
   inspect(subject: Subject): Inspected | null | Promise<Inspected | null>

@@ -12,6 +12,7 @@ import {
   type LimiterBackend,
   LimiterUnavailableError,
   type LimitShapes,
+  type Patience,
   type SharedBackend,
   shapesOf,
   type TakeResult,
@@ -19,7 +20,7 @@ import {
 import { TryCounter } from './tries'
 import { fullBucket, msUntilFull, msUntilTokens, refill } from './token-bucket'
 import { BAN_AFTER } from '../domain/ban-rule'
-import type { Limits } from '../domain/plans'
+import { type Limits, sameLimits } from '../domain/plans'
 import type { LimiterHandover, SavedBucket } from '../domain/repositories'
 import { type Subject, subjectNamed } from '../domain/subject'
 
@@ -106,7 +107,7 @@ export class RateLimiter {
     const shared = options.backend?.(rule)
     this.memory = shared ? null : new MemoryLimiterBackend(rule, { maxAddresses: options.maxAddresses, saved, handedOver })
     this.backend = shared ?? this.memory!
-    this.admin = new LimiterAdmin(shared ?? this.memory!, this.banLog, (subject) => this.forget(subject), options.now)
+    this.admin = new LimiterAdmin(shared ?? this.memory!, this.banLog, (subject) => this.forget(subject, undefined, 'person'), options.now)
     this.tries = new TryCounter(shared ?? new MemoryTryStore(), shared && local ? new MemoryTryStore() : null, options.now)
     // The console lists the bans handed over (to the in-process backend) as it lists its own.
     const now = options.now?.() ?? Date.now()
@@ -171,7 +172,7 @@ export class RateLimiter {
     const taken = held.taken
     const now = this.options.now?.() ?? taken.now + (performance.now() - held.at)
     if (held.lifts !== this.backend.lifts) this.heldBans!.clear()
-    else if (taken.bannedUntil > now && held.rpm === limits.rpm && held.rpd === limits.rpd) {
+    else if (taken.bannedUntil > now && sameLimits(held, limits)) {
       const shape = shapesOf(limits)
       refill(taken.minute, shape.minute, now)
       refill(taken.day, shape.day, now)
@@ -232,11 +233,11 @@ export class RateLimiter {
   }
 
   /** Forgets a subject's buckets, rejections and ban; `seq` numbers a key's reset (see LimiterBackend.forget). */
-  forget(subject: Subject, seq?: number): void | Promise<void> {
+  forget(subject: Subject, seq?: number, patience?: Patience): void | Promise<void> {
     this.banLog.drop(subject)
     this.heldBans?.delete(subject.name)
     this.local?.forget(subject)
-    return this.backend.forget(subject, seq)
+    return this.backend.forget(subject, seq, patience)
   }
 
   /** Whether the state lives outside this process (Redis), where it can stop answering. */

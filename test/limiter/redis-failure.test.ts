@@ -24,7 +24,7 @@ async function eventually(condition: () => Promise<boolean>, ms = 5_000): Promis
 }
 
 /** The check's promise settled: its decision, or the error it rejected with. */
-async function settle(answer: Decision | Promise<Decision>): Promise<Decision | Error> {
+async function settle<T = Decision>(answer: T | Promise<T>): Promise<T | Error> {
   try {
     return await answer
   } catch (error) {
@@ -203,19 +203,22 @@ describeWithEngines(['redis-server'], 'limiter: the Redis store when Redis fails
     expect(await redis.admin.send('HGET', [`${prefix}s:key:late`, 'm'])).toBe('59')
   })
 
-  test("what answers a person waits for a slow Redis longer than a request does: the console's read and lift", async () => {
+  test("what answers a person waits for a slow Redis longer than a request does: the console's read and lift, not a reset", async () => {
     const prefix = uniquePrefix()
     const made = limiter({}, prefix)
     const address = named('ip:192.0.2.7')
     if (address.kind !== 'address') throw new Error('an address subject')
     for (let i = 0; i < 3; i++) expect((await made.check(address, FREE)).allowed).toBe(true)
 
-    // Redis answers nobody for 400 ms: more than a request's 100 ms, well within an operator's 2 s.
-    await redis.admin.send('CLIENT', ['PAUSE', '400', 'ALL'])
+    // Redis answers nobody for a second: more than a request's 100 ms, well within an operator's 2 s.
+    await redis.admin.send('CLIENT', ['PAUSE', '1000', 'ALL'])
     const take = settle(made.check(named('ip:192.0.2.8'), FREE))
+    // A key's reset applied by the change poll waits as a request does: the poll must not be held up.
+    const reset = settle(made.forget(named('key:reset')))
     const read = made.admin.inspect(address, FREE)
     const lift = made.admin.liftAddress(address)
     expect(await take).toBeInstanceOf(LimiterUnavailableError)
+    expect(await reset).toBeInstanceOf(LimiterUnavailableError)
     expect(await read).toEqual({ dayLeft: FREE.rpd - 3, bannedUntil: null })
     await lift
     expect(await redis.admin.send('EXISTS', [`${prefix}s:ip:192.0.2.7`])).toBe(0)

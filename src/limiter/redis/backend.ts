@@ -27,6 +27,7 @@ import {
   type BanRule,
   type Inspected,
   LimiterUnavailableError,
+  type Patience,
   type PeekResult,
   type SharedBackend,
   shapesOf,
@@ -43,10 +44,7 @@ export interface RedisBackendOptions {
   prefix?: string
   /** How long a request's call (a take, a peek, a try's count) may take before it fails with LimiterUnavailableError. Default 100 ms. */
   timeoutMs?: number
-  /**
-   * The same for what answers a person or runs in the background, never a request under load: the console's
-   * reads and lifts, `keys usage`'s bans, a key's limit reset applied by the change poll. Default 2,000 ms.
-   */
+  /** The same for what answers a person (Patience): the console's reads and lifts, `keys usage`'s bans. Default 2,000 ms. */
   adminTimeoutMs?: number
   /** Least time between two reconnect attempts, and between two checks that Redis answers. Default 500 ms. */
   reconnectEveryMs?: number
@@ -182,9 +180,10 @@ export class RedisLimiterBackend implements SharedBackend {
   }
 
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
-  forget({ name }: Subject, seq?: number): Promise<void> {
+  forget({ name }: Subject, seq?: number, patience: Patience = 'request'): Promise<void> {
     const keys = [...this.keysOf(name), `${this.prefix}resets`, `${this.prefix}lifts`]
-    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)], this.adminTimeoutMs).then(() => undefined)
+    const patienceMs = patience === 'person' ? this.adminTimeoutMs : this.timeoutMs
+    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)], patienceMs).then(() => undefined)
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
