@@ -114,6 +114,27 @@ describe('limiter hand-over', () => {
     expect(old.handover().keys.get('key:d')?.day).toBeUndefined()
   })
 
+  test('a key handed over under other limits starts afresh, its saved day bucket too, and keeps its ban; the console reads it so', async () => {
+    const clock = { now: T0 }
+    const old = make(clock)
+    for (let i = 0; i < 7; i++) await old.check(named('key:a'), TINY)
+    for (let i = 0; i < 2; i++) await old.check(named('key:b'), TINY)
+    const file = join(tempDir(), 'petstore.db')
+    writeHandover(file, old.handover())
+    const state = takeHandover(file, clock.now)
+    expect(state.keys.get('key:b')?.limits).toEqual(TINY)
+    // Addresses are always limited as the Free plan: no limits written for them.
+    const OTHER: Limits = { rpm: 5, rpd: 100 }
+    const next = new RateLimiter(
+      { banAfter: 3, banSeconds: 600, maxAddresses: 1000, now: () => clock.now },
+      new Map([['key:b', { tokens: 3, updatedAt: T0 }]]),
+      state,
+    )
+    expect(await next.admin.inspect(named('key:b'), OTHER)).toEqual({ dayLeft: OTHER.rpd, bannedUntil: null })
+    expect(await next.check(named('key:b'), OTHER)).toMatchObject({ allowed: true, quota: { remaining: OTHER.rpm - 1 } })
+    expect(await next.check(named('key:a'), OTHER)).toMatchObject({ allowed: false, reason: 'key_banned' })
+  })
+
   test('a file from a petstore that handed over only minute buckets gives those; a damaged one gives nothing', async () => {
     const clock = { now: T0 }
     const file = join(tempDir(), 'petstore.db')

@@ -5,7 +5,7 @@
  * It answers at once and allocates nothing per request for a subject it already knows.
  */
 import type { HandedSubject, LimiterHandover, SavedBucket } from '../../domain/repositories'
-import type { Limits } from '../../domain/plans'
+import { type Limits, sameLimits } from '../../domain/plans'
 import type { Subject } from '../../domain/subject'
 import {
   type BanRule,
@@ -144,9 +144,10 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handed = (isKey ? this.handedOver.keys : this.handedOver.addresses).get(id)
     if (!saved && !handed) return null
-    // No limits: the day is capped by the subject's limits when inspected (a full one when none was kept).
+    // Limits when handed over with them (other limits than the key's show a full day); else the day is
+    // capped by the subject's limits when inspected (a full one when none was kept).
     const day = handed?.day ?? saved ?? { tokens: Infinity, updatedAt: now }
-    return { limits: null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
+    return { limits: handed?.limits ?? null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }
 
   async ping(): Promise<boolean> {
@@ -182,7 +183,12 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       if (!fresh) into.set(id, handed)
     }
     for (const [id, handed] of this.handedOver.keys) if (!lapsed(handed, now)) keys.set(id, handed)
-    for (const [id, subject] of this.keys) keep(keys, id, subject, subject.dayDirty)
+    for (const [id, subject] of this.keys) {
+      keep(keys, id, subject, subject.dayDirty)
+      // A key's plan may change before the next start: its buckets say what limits they were counted under.
+      const handed = keys.get(id)
+      if (handed) handed.limits = { rpm: subject.limits.rpm, rpd: subject.limits.rpd }
+    }
     // As many addresses as this server may track, the ones it saw last first: restarts must not add up
     // what one server would have forgotten (its cap, maxAddresses).
     for (const generation of [this.currentAddresses, this.previousAddresses])
@@ -195,8 +201,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   /** The subject's state brought up to `now` (copies: handing over changes nothing here). */
   private handed(subject: State, withDay: boolean, now: number): HandedSubject {
     const shape = shapesOf(subject.limits)
-    const { rpm, rpd } = subject.limits
-    const handed: HandedSubject = { limits: { rpm, rpd }, minute: { ...subject.minute } }
+    const handed: HandedSubject = { minute: { ...subject.minute } }
     refill(handed.minute, shape.minute, now)
     if (withDay) {
       handed.day = { ...subject.day }
@@ -222,16 +227,18 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   private state({ kind, name: id }: Subject, limits: Limits, now: number): State {
     const isKey = kind === 'key'
     const known = isKey ? this.keys.get(id) : this.address(id)
-    if (known && known.limits.rpm === limits.rpm && known.limits.rpd === limits.rpd) return known
+    if (known && sameLimits(known.limits, limits)) return known
     const shape = shapesOf(limits)
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handedAny = handedOver.get(id)
-    // Handed over under other limits (a plan changed while no server ran): its ban only, as below.
-    const handed = handedAny?.limits && (handedAny.limits.rpm !== limits.rpm || handedAny.limits.rpd !== limits.rpd) ? undefined : handedAny
+    // Handed over under other limits (a plan changed while no server ran): its ban only, as below; the
+    // day bucket saved before it was counted under those limits too.
+    const otherLimits = handedAny?.limits !== undefined && !sameLimits(handedAny.limits, limits)
+    const handed = otherLimits ? undefined : handedAny
     // A key's day bucket handed over is as new as the one saved, or newer: it is handed over when it
     // was not saved yet as the last server stopped (its stop saves it after, unless storage refuses).
-    const day = handed?.day ?? saved
+    const day = otherLimits ? undefined : (handed?.day ?? saved)
     // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
     const subject: State = {
       limits,

@@ -119,6 +119,7 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Written<M, boolean> {
     return this.db.write(function* () {
+      if (!(yield* isActive(id))) return false
       // Other limits start the buckets afresh, as a running server starts them: the day bucket saved under
       // the old ones goes (a server that runs saves it again under the new ones).
       yield* changes(
