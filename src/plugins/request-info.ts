@@ -7,7 +7,7 @@ import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { type ApiError, JSON_TYPE } from '../http/api-errors'
 import { MISSING_KEY } from '../http/bearer-token'
-import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
+import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies, UNKNOWN_CLIENT } from '../http/client-address'
 import type { ActiveKey } from '../domain/api-key'
 import type { AddressSubject } from '../domain/subject'
 import { bodyUnread } from '../http/json-body'
@@ -69,16 +69,14 @@ export interface Proxies {
   onUnreadable: (proxy: string, request: Request) => void
 }
 
-/** The client of a trusted proxy whose X-Forwarded-For names no address: limited as one, trusted with nothing. */
-export const UNKNOWN_CLIENT = 'unknown'
-
 export function clientAddress(server: Server<unknown> | null | undefined, request: Request, proxies: Proxies): string {
   const socket = server?.requestIP(request)?.address
   const peer = socket && normaliseAddress(socket)
   if (!peer) return UNKNOWN_CLIENT
   if (!proxies.trusted.has(peer)) return peer
   const forwarded = request.headers.get('x-forwarded-for')
-  if (!forwarded) {
+  // An empty header is sent, and names nobody: as an empty entry, unreadable.
+  if (forwarded === null) {
     proxies.onUnforwarded(peer, request)
     return peer
   }

@@ -7,6 +7,7 @@ import { VERSION } from './build-info'
 import type { AnyElysia } from '../http/openapi'
 import type { Config } from '../config'
 import { apiPaths, RouteTable } from '../http/routes'
+import { UNKNOWN_CLIENT } from '../http/client-address'
 import { RateLimiter } from '../limiter/limiter'
 import type { BanRule, SharedBackend } from '../limiter/backend'
 import { KeyRegistry } from '../modules/keys/service'
@@ -26,7 +27,7 @@ import { errorHandler, unrouted } from '../plugins/error-answers'
 import { gate, standingFields } from '../plugins/gate'
 import { scenarios } from '../plugins/scenarios'
 import { requestContext } from '../plugins/request-context'
-import { type RequestInfo, requestInfo, UNKNOWN_CLIENT } from '../plugins/request-info'
+import { type RequestInfo, requestInfo } from '../plugins/request-info'
 import { routedPath } from '../plugins/routed-path'
 import { readinessCheck, StorageFault } from './readiness'
 import type { DataFileWatch, LimiterHandover, PetWriter, SavedBucket, Storage } from '../domain/repositories'
@@ -112,7 +113,7 @@ export function createApp(config: Config, deps: AppDeps): PetstoreApp {
   const onUnreadable = proxyFault(
     (proxy) =>
       `a request from ${proxy}, a trusted proxy (--trust-proxy), carried an X-Forwarded-For entry that is no address ` +
-      `(such as "unknown"), appended by a trusted proxy: its client is limited as "${UNKNOWN_CLIENT}", which every such ` +
+      `(such as "unknown", or an empty one), appended by a trusted hop: its client is limited as "${UNKNOWN_CLIENT}", which every such ` +
       'client shares; have the proxy send client addresses (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)',
   )
   const stopping = new AbortController()

@@ -133,11 +133,15 @@ describe('--trust-proxy ADDR|CIDR', () => {
     expect(await metrics('garbage')).toBe(403)
     expect(await metrics('203.0.113.5:4444')).toBe(403)
     expect(await metrics('127.0.0.1')).toBe(200)
-    for (const forwarded of ['203.0.113.5:4444', '[2001:db8::3]:443', 'unknown', 'garbage']) await remainingAfter(server.base, forwarded)
-    await expectLoggedClients(server, ['203.0.113.5', '2001:db8::3', 'unknown', 'unknown'])
+    // An empty header is sent, and names nobody: not the proxy either.
+    expect(await metrics('')).toBe(403)
+    for (const forwarded of ['203.0.113.5:4444', '[2001:db8::3]:443', 'unknown', 'garbage', ''])
+      await remainingAfter(server.base, forwarded)
+    await expectLoggedClients(server, ['203.0.113.5', '2001:db8::3', 'unknown', 'unknown', 'unknown'])
+    expect(server.stderr()).not.toContain('carried no X-Forwarded-For')
     expect(server.stderr().match(/no address/g)).toHaveLength(1)
     expect(server.stderr()).toContain(
-      'petstore: a request from 127.0.0.1, a trusted proxy (--trust-proxy), carried an X-Forwarded-For entry that is no address (such as "unknown"), appended by a trusted proxy: its client is limited as "unknown"',
+      'petstore: a request from 127.0.0.1, a trusted proxy (--trust-proxy), carried an X-Forwarded-For entry that is no address (such as "unknown", or an empty one), appended by a trusted hop: its client is limited as "unknown"',
     )
     expect(await server.stop()).toBe(0)
   })

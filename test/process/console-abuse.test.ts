@@ -33,6 +33,28 @@ describe('changes that change nothing, and names that would turn a line around',
     }
   })
 
+  test('the clients a trusted proxy could not name share one ban (unknown), which the console lifts as any address ban', async () => {
+    const server = await startWithConsole({ args: ['--no-access-log', '--trust-proxy', 'loopback', '--ban-after', '1'] })
+    try {
+      const token = cli(['operators', 'token', 'admin', '--data', server.dataFile]).stdout.trim()
+      const unnamed = () => fetch(`${server.base}/pets`, { headers: { 'x-forwarded-for': 'unknown' } })
+      let code = ''
+      for (let sent = 0; code !== 'address_banned'; sent++) {
+        if (sent > 200) throw new Error(`200 requests and no ban (last: ${code})`)
+        const answer = await unnamed()
+        code = answer.status === 429 ? ((await answer.json()) as { code: string }).code : (await answer.arrayBuffer(), '')
+      }
+      const lift = await fetch(`${server.console}/api/bans/addresses/unknown`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${token}` },
+      })
+      expect(lift.status).toBe(204)
+      expect((await unnamed()).status).toBe(401)
+    } finally {
+      await server.stop()
+    }
+  })
+
   test('a guesser at one address is refused the name after 5 wrong passwords; the operator at another signs in', async () => {
     const server = await startWithConsole({ args: ['--no-access-log', '--trust-proxy', 'loopback'] })
     try {

@@ -184,7 +184,9 @@ const Ban = Type.Union([
   Type.Object({ kind: Type.Literal('key'), keyId: Type.String(), keyName: Type.String(), bannedUntil: Time('When the ban ends.') }),
   Type.Object({
     kind: Type.Literal('address'),
-    address: Type.String({ description: "A client address, or an IPv6 client's /64." }),
+    address: Type.String({
+      description: "A client address, an IPv6 client's /64, or `unknown` (clients a trusted proxy could not name).",
+    }),
     bannedUntil: Time('When the ban ends.'),
   }),
 ])
@@ -337,7 +339,7 @@ export const KeyParams = Type.Object({ id: Type.String({ description: "The key's
 export const AddressParams = Type.Object({
   address: Type.String({
     description:
-      'The address as the ban list gives it: an IPv4 address, or an IPv6 address or its /64 (how an IPv6 client is banned), URL-encoded.',
+      'The address as the ban list gives it: an IPv4 address, an IPv6 address or its /64 (how an IPv6 client is banned), or `unknown`, URL-encoded.',
     anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }],
   }),
 })

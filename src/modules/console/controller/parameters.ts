@@ -1,7 +1,7 @@
 /** The console's query and path parameters, read within the bounds and words their models state. */
 import type { TInteger, TLiteral, TUnion } from '@sinclair/typebox'
 import { badRequest } from '../../../http/api-errors'
-import { clientSubject, normaliseAddress } from '../../../http/client-address'
+import { clientSubject, normaliseAddress, UNKNOWN_CLIENT } from '../../../http/client-address'
 import { integerRule, integerWithin } from '../../../domain/integer-range'
 import type { AddressSubject } from '../../../domain/subject'
 import { KEY_ID } from '../../../domain/api-key'
@@ -29,12 +29,13 @@ export function limitOf(query: URLSearchParams): number {
   return integerParameter(query, 'limit', ListLimit)!
 }
 
-/** The limiter's subject for an address as the ban list gives it (an IPv6 client's /64 included). */
+/** The limiter's subject for an address as the ban list gives it (an IPv6 client's /64 included, and `unknown`). */
 export function addressSubjectOf(text: string): AddressSubject {
+  if (text === UNKNOWN_CLIENT) return clientSubject(UNKNOWN_CLIENT)
   const [address, prefix] = text.split('/')
   const normal = normaliseAddress(address ?? '')
   if (!normal || (prefix !== undefined && !(normal.includes(':') && prefix === '64')))
-    throw badRequest('address: must be an IPv4 address, or an IPv6 address (or its /64) as the ban list gives it')
+    throw badRequest(`address: must be an IPv4 address, an IPv6 address (or its /64) as the ban list gives it, or ${UNKNOWN_CLIENT}`)
   return clientSubject(normal)
 }
 
