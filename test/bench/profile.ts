@@ -185,7 +185,8 @@ async function profileScenario(values: Record<string, string | boolean | undefin
   const connections = Number(values.connections ?? 64)
   const pets = Number(values.pets ?? 2_000)
   const interval = Number(values.interval ?? 250)
-  const dir = (values.dir as string | undefined) ?? mkdtempSync(join(os.tmpdir(), 'petstore-profile-'))
+  // Absolute: the server starts in it, and is given paths inside it.
+  const dir = resolve((values.dir as string | undefined) ?? mkdtempSync(join(os.tmpdir(), 'petstore-profile-')))
   const bun = process.execPath
   const entry = join(ROOT, 'src', 'index.ts')
   const backend = values.backend ?? 'sqlite'
