@@ -100,6 +100,11 @@ export interface KeyChanges {
 export interface SavedBucket {
   tokens: number
   updatedAt: number
+  /**
+   * Loaded at a start: the key's limits then, which it was saved under (a plan changed while no server
+   * ran deletes the bucket). Under others by its first request, it is not taken. Never stored.
+   */
+  limits?: Limits
 }
 
 /** One subject's in-memory limiter state, handed to the server taking over: else every upgrade resets abusers. */

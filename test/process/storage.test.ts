@@ -187,12 +187,14 @@ describe('crash safety', () => {
   test('the day’s quota is saved while running (at least every 10 s), so even kill -9 does not hand out a fresh day', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30'])
+    const moved = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30', '--name', 'moved'])
     const server = await startServer({ dataFile })
     let last: Response | undefined
-    for (let i = 0; i < 20; i++) {
-      last = await fetch(`${server.base}/pets`, { headers: auth(key) })
-      expect(last.status).toBe(200)
-    }
+    for (const secret of [moved, key])
+      for (let i = 0; i < 20; i++) {
+        last = await fetch(`${server.base}/pets`, { headers: auth(secret) })
+        expect(last.status).toBe(200)
+      }
     expect(last!.headers.get('x-ratelimit-remaining')).toBe('10')
     const spentAt = Date.now()
     // Wait for the periodic save, reading the data file as any SQLite client could.
@@ -216,6 +218,21 @@ describe('crash safety', () => {
     const response = await fetch(`${again.base}/pets`, { headers: auth(key) })
     expect(response.status).toBe(200)
     expect(Number(response.headers.get('x-ratelimit-remaining'))).toBeLessThanOrEqual(10)
+    // A key moved to other limits while this server runs, before its first request here: its saved day
+    // bucket was counted under the old ones, and the new limits start full, as for a key in use.
+    const idOf = (name: string) =>
+      (JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]).find(
+        (k) => k.name === name,
+      )!.id
+    // Changes are applied in order: once a revocation made after the plan's is (of a key this server
+    // knows, so only the change poll can end it), so is the plan.
+    const revoked = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'revoked'])
+    expect((await fetch(`${again.base}/pets`, { headers: auth(revoked) })).status).toBe(200)
+    expect(cli(['keys', 'set-plan', idOf('moved'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'revoke', idOf('revoked'), '--data', dataFile]).code).toBe(0)
+    await eventually(async () => (await fetch(`${again.base}/pets`, { headers: auth(revoked) })).status === 401)
+    const afterMove = await fetch(`${again.base}/pets`, { headers: auth(moved) })
+    expect(afterMove.headers.get('ratelimit')).toMatch(/^"day";r=39;t=\d+$/)
     expect(await again.stop()).toBe(0)
   }, 30_000)
 

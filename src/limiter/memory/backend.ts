@@ -147,7 +147,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     // Limits when handed over with them (other limits than the key's show a full day); else the day is
     // capped by the subject's limits when inspected (a full one when none was kept).
     const day = handed?.day ?? saved ?? { tokens: Infinity, updatedAt: now }
-    return { limits: handed?.limits ?? null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
+    return { limits: handed?.limits ?? saved?.limits ?? null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }
 
   async ping(): Promise<boolean> {
@@ -232,13 +232,13 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handedAny = handedOver.get(id)
-    // Handed over under other limits (a plan changed while no server ran): its ban only, as below; the
-    // day bucket saved before it was counted under those limits too.
-    const otherLimits = handedAny?.limits !== undefined && !sameLimits(handedAny.limits, limits)
-    const handed = otherLimits ? undefined : handedAny
+    // Handed over or saved under other limits (a plan changed since): its ban only, as below; a day
+    // bucket saved before a handover under other limits was counted under those limits too.
+    const otherLimits = (held: { limits?: Limits } | undefined) => held?.limits !== undefined && !sameLimits(held.limits, limits)
+    const handed = otherLimits(handedAny) ? undefined : handedAny
     // A key's day bucket handed over is as new as the one saved, or newer: it is handed over when it
     // was not saved yet as the last server stopped (its stop saves it after, unless storage refuses).
-    const day = otherLimits ? undefined : (handed?.day ?? saved)
+    const day = otherLimits(handedAny) || otherLimits(saved) ? undefined : (handed?.day ?? saved)
     // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
     const subject: State = {
       limits,
