@@ -5,14 +5,13 @@
  */
 import { integerRule } from '../domain/integer-range'
 import { parseArgs } from 'node:util'
-import { resolve } from 'node:path'
 import { COMMON_FLAGS, ConfigError, dataFileNamed, resolveDatabase, resolveDataFile, resolveRedisUrl } from '../config'
 import { type FlagTable, flagLines, type InputOf } from '../flags/table'
 import { CUSTOM_LIMIT, KEY_NAME_MAX, KeyInputError, type KeyRule } from '../domain/key-input'
 import { OperatorInputError } from '../domain/operators'
 import { PLANS } from '../domain/plans'
 import { COMMAND, openPostgresStorage } from '../storage/postgres'
-import { COMMAND_BUSY_MS, damagedFile, openSqliteStorage } from '../storage/sqlite'
+import { COMMAND_BUSY_MS, damagedFile, dataFilePath, openSqliteStorage } from '../storage/sqlite'
 import type { Storage } from '../domain/repositories'
 
 export const COMMON = flagLines(COMMON_FLAGS)
@@ -167,10 +166,10 @@ export function oneFile(positionals: string[], command: string, usage: string): 
   return positionals[0]!
 }
 
-/** The data file a command other than serve works on, checked and absolute; PostgreSQL is refused with `refusal`. */
+/** The data file a command other than serve works on, checked, by its own path (links resolved); PostgreSQL is refused with `refusal`. */
 export function dataFileFor(values: Values<FlagTable>, usage: string, refusal: string): string {
   if (asUsageError(() => resolveDatabase(values, process.env), usage)) throw new UsageError(refusal, usage)
-  return resolve(asUsageError(() => resolveDataFile(values, process.env), usage))
+  return dataFilePath(asUsageError(() => resolveDataFile(values, process.env), usage))
 }
 
 /**
@@ -192,7 +191,7 @@ export async function withStorage<T>(
   asUsageError(() => resolveRedisUrl(input, process.env), usage)
   const storage: Storage = database
     ? await openPostgresStorage(database.url, { pool: 1, deadlines: COMMAND, olderSchema })
-    : openSqliteStorage(resolve(asUsageError(() => resolveDataFile(input, process.env), usage)), {
+    : openSqliteStorage(dataFilePath(asUsageError(() => resolveDataFile(input, process.env), usage)), {
         mustExist: !(access.mayCreate && dataFileNamed(input, process.env)),
         mustWrite: !access.readsOnly,
         olderSchema,

@@ -1,6 +1,6 @@
 /** `petstore restore FILE`: a backup in place of the data file, with the server stopped (storage/sqlite/restore.ts). */
 import { resolve } from 'node:path'
-import { dataFilePath, restoreDataFile } from '../storage/sqlite'
+import { restoreDataFile } from '../storage/sqlite'
 import { COMMON, dataFileFor, help, oneFile, parse } from './options'
 
 export const USAGE = `Usage: petstore restore FILE
@@ -15,8 +15,8 @@ export async function restore(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {}, USAGE)
   if (values.help) return help(USAGE)
   const given = oneFile(positionals, 'restore', USAGE)
-  // Through a link, into the file it names: the one a server on any of its names holds the lock of.
-  const file = dataFilePath(dataFileFor(values, USAGE, 'restore replaces the data file; with PostgreSQL, use pg_restore (see the README)'))
+  // Through a link, into the file it names (dataFileFor): the one a server on any of its names holds the lock of.
+  const file = dataFileFor(values, USAGE, 'restore replaces the data file; with PostgreSQL, use pg_restore (see the README)')
   const backup = resolve(given)
   const done = restoreDataFile(file, backup, Date.now())
   const kept = done.keptParts.length ? `the previous data file is kept as ${done.keptParts.join(', ')}` : 'there was no data file before'

@@ -101,8 +101,8 @@ export interface SavedBucket {
   tokens: number
   updatedAt: number
   /**
-   * Loaded at a start: the key's limits then, which it was saved under (a plan changed while no server
-   * ran deletes the bucket). Under others by its first request, it is not taken. Never stored.
+   * The limits it was counted under: under others by the key's first request (a plan changed since), it is
+   * not taken. Absent in rows saved before they were kept.
    */
   limits?: Limits
 }

@@ -8,9 +8,7 @@ import { VERSION } from './build-info'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import type { ApiKeyRecord } from '../domain/api-key'
-import type { LimiterHandover, SavedBucket, StorageBackend } from '../domain/repositories'
-import { keySubject } from '../domain/subject'
+import type { LimiterHandover, StorageBackend } from '../domain/repositories'
 import { errorResponse, notFound } from '../http/api-errors'
 import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'
@@ -114,7 +112,7 @@ export class Server {
         logSink: options.logSink,
         warn,
         limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
-        savedLimits: savedUnder(await backend.storage.limiterState.load(), await backend.storage.keys.list()),
+        savedLimits: await backend.storage.limiterState.load(),
         handedOver: backend.handedOver,
         petWriter: backend.petWriter,
         dataFile: backend.dataFile,
@@ -315,13 +313,6 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
     await Bun.sleep(50)
   }
   return true
-}
-
-/** The keys' saved day buckets, each with the limits its key has now, which it was saved under (SavedBucket.limits). */
-function savedUnder(saved: Map<string, SavedBucket>, keys: ApiKeyRecord[]): Map<string, SavedBucket> {
-  const limits = new Map(keys.map((key) => [keySubject(key.id).name, { rpm: key.rpm, rpd: key.rpd }]))
-  for (const [name, bucket] of saved) bucket.limits = limits.get(name)
-  return saved
 }
 
 /** Leaves the rate-limit state for the next start on the data file; one that cannot be written costs a warning, not the stop. */

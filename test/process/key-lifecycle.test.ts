@@ -14,7 +14,10 @@ import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, eventually, type Server, startServer, tempDir } from '../support/binary'
 import { describeWithEngines } from '../support/engines'
 import { type PostgresCluster, startPostgres } from '../support/postgres'
-import { TAKE_BACK_LAST_STEP } from '../support/previous-schema'
+import { TAKE_BACK } from '../support/previous-schema'
+
+/** The key lifecycle's step and the one after it: a data file as the release before the lifecycle left it. */
+const BEFORE_LIFECYCLE = TAKE_BACK.slice(0, 2).flat()
 import { type RedisServer, startRedis } from '../support/redis'
 import { auth, killSpawned, startWithConsole } from './helpers'
 
@@ -158,12 +161,12 @@ describe('key lifecycle on the data file', () => {
     expect(cli(['keys', 'create', '--plan', 'free', '--data', dataFile]).code).toBe(0)
     const legacy = `psk_${randomToken(32)}`
     const db = new Database(dataFile)
-    for (const statement of TAKE_BACK_LAST_STEP) db.run(statement)
+    for (const statement of BEFORE_LIFECYCLE) db.run(statement)
     db.run('DELETE FROM api_keys')
     db.query(
       "INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at, change) VALUES ('key_old', 'old', 'pro', 300, 10000, ?, 0, 1)",
     ).run(new Bun.CryptoHasher('sha256').update(legacy).digest('hex'))
-    db.run(`PRAGMA user_version = ${MIGRATIONS.length - 1}`)
+    db.run(`PRAGMA user_version = ${MIGRATIONS.length - 2}`)
     db.close()
     const upgraded = await startServer({ dataFile, args: ['--no-access-log'] })
     try {
@@ -201,8 +204,8 @@ describeWithEngines(['postgresql', 'redis-server'], 'key lifecycle on two instan
     const legacy = `psk_${randomToken(32)}`
     const admin = new Bun.SQL(url, { max: 1 })
     try {
-      for (const statement of TAKE_BACK_LAST_STEP) await admin.unsafe(statement)
-      await admin`DELETE FROM petstore_schema WHERE version = ${PG_MIGRATIONS.length}`
+      for (const statement of BEFORE_LIFECYCLE) await admin.unsafe(statement)
+      await admin`DELETE FROM petstore_schema WHERE version >= ${PG_MIGRATIONS.length - 1}`
       await admin`DELETE FROM api_keys`
       await admin`INSERT INTO api_keys (id, name, plan, rpm, rpd, secret_hash, created_at)
                   VALUES ('key_old', 'old', 'pro', 300, 10000, ${new Bun.CryptoHasher('sha256').update(legacy).digest('hex')}, 0)`

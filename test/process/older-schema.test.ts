@@ -3,7 +3,7 @@
  * previous binary (and a backup taken before the upgrade) still opens it: `backup` copies the file at
  * its schema, `keys list`, `keys usage` and `operators list` refuse with one line naming both schemas;
  * a command that writes still upgrades. Older schemas are made as the previous version left them: the
- * last step (the key lifecycle's columns) taken back.
+ * last step (a saved day bucket's limits) taken back.
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
@@ -46,7 +46,7 @@ function schemaOf(file: string): { version: number; columns: string[] } {
   try {
     const version = db.query<{ user_version: number }, []>('PRAGMA user_version').get()!.user_version
     const columns = db
-      .query<{ name: string }, []>("SELECT name FROM pragma_table_info('api_keys')")
+      .query<{ name: string }, []>("SELECT name FROM pragma_table_info('limiter_state')")
       .all()
       .map((c) => c.name)
     return { version, columns }
@@ -64,7 +64,7 @@ describe('a data file at an older schema', () => {
     for (const file of [dataFile, copy]) {
       const schema = schemaOf(file)
       expect({ file, version: schema.version }).toEqual({ file, version: MIGRATIONS.length - 1 })
-      expect(schema.columns).not.toContain('expires_at')
+      expect(schema.columns).not.toContain('rpm')
     }
     const db = new Database(copy, { readonly: true })
     expect(db.query('SELECT name FROM api_keys').all()).toEqual([{ name: 'old' }])
@@ -81,7 +81,7 @@ describe('a data file at an older schema', () => {
     }
     createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'new'])
     expect(schemaOf(dataFile)).toMatchObject({ version: MIGRATIONS.length })
-    expect(schemaOf(dataFile).columns).toContain('expires_at')
+    expect(schemaOf(dataFile).columns).toContain('rpm')
     const listed = cli(['keys', 'list', '--json', '--data', dataFile])
     expect(listed.code).toBe(0)
     expect((JSON.parse(listed.stdout) as { name: string }[]).map((k) => k.name).sort()).toEqual(['new', 'old'])
@@ -98,7 +98,7 @@ describe('a PostgreSQL database at an older schema', () => {
     const admin = new Bun.SQL(url, { max: 1 })
     const schema = async () => {
       const [row] = await admin`SELECT max(version) AS version FROM petstore_schema`
-      const columns = await admin`SELECT column_name FROM information_schema.columns WHERE table_name = 'api_keys'`
+      const columns = await admin`SELECT column_name FROM information_schema.columns WHERE table_name = 'limiter_state'`
       return { version: Number(row.version), columns: (columns as { column_name: string }[]).map((c) => c.column_name) }
     }
     try {
@@ -109,14 +109,14 @@ describe('a PostgreSQL database at an older schema', () => {
         const result = cli(command, { env })
         const now = await schema()
         expect({ command, version: now.version }).toEqual({ command, version: PG_MIGRATIONS.length - 1 })
-        expect(now.columns).not.toContain('expires_at')
+        expect(now.columns).not.toContain('rpm')
         expect({ command, code: result.code, stdout: result.stdout }).toEqual({ command, code: 1, stdout: '' })
         expect(result.stderr).toMatch(refusal(`the database at ${url}`, PG_MIGRATIONS.length - 1, PG_MIGRATIONS.length))
       }
       expect(cli(['keys', 'create', '--plan', 'free', '--name', 'new'], { env }).code).toBe(0)
       const upgraded = await schema()
       expect(upgraded.version).toBe(PG_MIGRATIONS.length)
-      expect(upgraded.columns).toContain('expires_at')
+      expect(upgraded.columns).toContain('rpm')
       expect(cli(['keys', 'list'], { env }).code).toBe(0)
     } finally {
       await admin.close()

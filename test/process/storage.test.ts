@@ -4,7 +4,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, existsSync, linkSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync } from 'node:fs'
+import { chmodSync, existsSync, linkSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
@@ -236,6 +236,43 @@ describe('crash safety', () => {
     expect(await again.stop()).toBe(0)
   }, 30_000)
 
+  test('a saved day bucket says the limits it was counted under: a plan changed while serving, or changed and back, is read right after kill -9', async () => {
+    const dataFile = join(tempDir(), 'petstore.db')
+    const limits = ['--plan', 'enterprise', '--rpm', '60', '--rpd', '10']
+    const moved = createKeyWithCli(dataFile, [...limits, '--name', 'moved'])
+    const back = createKeyWithCli(dataFile, [...limits, '--name', 'back'])
+    const idOf = (name: string) =>
+      (JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]).find(
+        (k) => k.name === name,
+      )!.id
+    const savedTokens = (id: string) => {
+      const db = new Database(dataFile, { readonly: true })
+      try {
+        return db.query<{ tokens: number }, [string]>('SELECT tokens FROM limiter_state WHERE subject = ?').get(`key:${id}`)?.tokens
+      } finally {
+        db.close()
+      }
+    }
+    const server = await startServer({ dataFile })
+    const get = (base: string, key: string) => fetch(`${base}/pets`, { headers: auth(key) })
+    for (let i = 0; i < 10; i++) expect((await get(server.base, back)).status).toBe(200)
+    for (let i = 0; i < 8; i++) expect((await get(server.base, moved)).status).toBe(200)
+    // Moved while the server holds its bucket unsaved: the server saves it under the limits it counted.
+    expect(cli(['keys', 'set-plan', idOf('moved'), 'enterprise', '--rpm', '60', '--rpd', '40', '--data', dataFile]).code).toBe(0)
+    await eventually(() => (savedTokens(idOf('moved')) ?? 10) < 2.5 && (savedTokens(idOf('back')) ?? 10) < 1, 12_000)
+    // Changed and changed back: the same limits, the same spent day.
+    expect(cli(['keys', 'set-plan', idOf('back'), 'enterprise', '--rpm', '60', '--rpd', '20', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', idOf('back'), ...limits.slice(1), '--data', dataFile]).code).toBe(0)
+    // No handover: only what was saved.
+    await server.stop('SIGKILL')
+
+    const again = await startServer({ dataFile })
+    expect((await get(again.base, moved)).headers.get('ratelimit')).toMatch(/^"day";r=39;t=\d+$/)
+    const spent = await get(again.base, back)
+    expect({ status: spent.status, remaining: spent.headers.get('x-ratelimit-remaining') }).toEqual({ status: 429, remaining: '0' })
+    expect(await again.stop()).toBe(0)
+  }, 30_000)
+
   test('kill -9 under concurrent writes loses no acknowledged pet', async () => {
     const dataFile = join(tempDir(), 'petstore.db')
     const key = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000000000', '--rpd', '1000000000'])
@@ -418,6 +455,19 @@ describe('commits off the event loop', () => {
     expect(await first.stop()).toBe(0)
     // The handover is beside the file, so a start under its own name takes it.
     expect(existsSync(`${link}.handover`)).toBe(false)
+
+    // A relative target is read from the link's folder as the system finds it: through a folder link,
+    // `..` is the real folder's parent. Commands follow it to the same file the server serves.
+    mkdirSync(join(dir, 'deep', 'x', 'y'), { recursive: true })
+    symlinkSync(join(dir, 'deep', 'x', 'y'), join(dir, 'sub'))
+    const relative = join(dir, 'sub', 'l.db')
+    symlinkSync('../t.db', relative)
+    const third = await startServer({ dataFile: relative })
+    expect(existsSync(join(dir, 'deep', 'x', 't.db'))).toBe(true)
+    const made = createKeyWithCli(relative, ['--plan', 'free', '--name', 'through-links'])
+    expect((await fetch(`${third.base}/pets`, { headers: auth(made) })).status).toBe(200)
+    expect(existsSync(join(dir, 't.db'))).toBe(false)
+    expect(await third.stop()).toBe(0)
   })
 
   test('a server refused by the lock touches nothing: an older-schema file is not migrated, no -wal or -shm appear', async () => {

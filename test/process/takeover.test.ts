@@ -383,6 +383,11 @@ describe('serve --takeover', () => {
         `petstore: cannot take over: cannot use ${realpathSync(dataFile)} as the data file: it has 2 names (hard links)`,
       )
       expect(refused.stderr).toEndWith('; the running server keeps serving\n')
+      // Under its other name, the same reason (that name has no lock of its own to find).
+      const other = await serveExpectingFailure([...serveArgs(port, `${dataFile}.other`), '--takeover'])
+      expect(other.stderr).toStartWith(
+        `petstore: cannot take over: cannot use ${realpathSync(`${dataFile}.other`)} as the data file: it has 2 names`,
+      )
       expect(old.stderr()).not.toContain('SIGUSR2')
     } finally {
       rmSync(other)

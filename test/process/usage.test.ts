@@ -256,9 +256,9 @@ describe('the 501 of GET /store/orders', () => {
     const id = keyId(dataFile, 'old')
     // Taken back to the schema before the 501s' column, with a minute of usage as that schema held it.
     const older = new Database(dataFile)
-    // The 501s' step and the two after it.
-    for (const statement of TAKE_BACK.slice(0, 3).flat()) older.run(statement)
-    older.run(`PRAGMA user_version = ${MIGRATIONS.length - 3}`)
+    // The 501s' step and the three after it.
+    for (const statement of TAKE_BACK.slice(0, 4).flat()) older.run(statement)
+    older.run(`PRAGMA user_version = ${MIGRATIONS.length - 4}`)
     const latency = Array.from({ length: 19 }, (_, i) => `latency_${String(i).padStart(2, '0')}`)
     const at = Math.floor(Date.now() / 60_000) * 60_000
     for (const [table, start] of [

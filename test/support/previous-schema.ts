@@ -3,6 +3,8 @@
  * database as an earlier release left it. TAKE_BACK[0] undoes the last step; the first n undo the last n.
  */
 export const TAKE_BACK: readonly (readonly string[])[] = [
+  // A saved day bucket's limits.
+  ['ALTER TABLE limiter_state DROP COLUMN rpm', 'ALTER TABLE limiter_state DROP COLUMN rpd'],
   // The key lifecycle: expiry, a roll's previous secret, each secret's last use, the secret's format.
   [
     'DROP INDEX api_keys_by_previous_secret',

@@ -160,7 +160,12 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   unsavedDayBuckets(): Map<string, SavedBucket> {
     const dirty = new Map<string, SavedBucket>()
     for (const [id, subject] of this.keys)
-      if (subject.dayDirty) dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt })
+      if (subject.dayDirty)
+        dirty.set(id, {
+          tokens: subject.day.tokens,
+          updatedAt: subject.day.updatedAt,
+          limits: { rpm: subject.limits.rpm, rpd: subject.limits.rpd },
+        })
     return dirty
   }
 

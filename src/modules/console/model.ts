@@ -340,7 +340,7 @@ export const AddressParams = Type.Object({
   address: Type.String({
     description:
       'The address as the ban list gives it: an IPv4 address, an IPv6 address or its /64 (how an IPv6 client is banned), or `unknown`, URL-encoded.',
-    anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }],
+    anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }, { const: 'unknown' }],
   }),
 })
 

@@ -104,4 +104,7 @@ export const MIGRATIONS: string[] = [
      ADD COLUMN previous_last_used_at bigint;
    UPDATE api_keys SET secret_last_used_at = last_used_at;
    CREATE INDEX api_keys_by_previous_secret ON api_keys (previous_secret_hash) WHERE previous_secret_hash IS NOT NULL;`,
+  // A saved day bucket's limits, the key's as it was counted: under others (a plan changed since) it is
+  // not taken. Rows saved before this step have none.
+  `ALTER TABLE limiter_state ADD COLUMN rpm bigint, ADD COLUMN rpd bigint;`,
 ]

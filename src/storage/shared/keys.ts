@@ -120,10 +120,10 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Written<M, boolean> {
     return this.db.write(function* () {
       if (!(yield* isActive(id))) return false
-      // Other limits start the buckets afresh, as a running server starts them: the day bucket saved under
-      // the old ones goes (a server that runs saves it again under the new ones).
+      // Other limits start the buckets afresh, as a running server starts them: a saved day bucket says
+      // the limits it was counted under, but one saved before they were kept says none, and goes.
       yield* changes(
-        sql`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name}
+        sql`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name} AND rpm IS NULL
             AND EXISTS (SELECT 1 FROM api_keys WHERE id = ${id} AND (rpm <> ${limits.rpm} OR rpd <> ${limits.rpd}))`,
       )
       return yield* changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`)

@@ -37,9 +37,11 @@ export function dataFilePath(file: string, links = 0): string {
     const code = (error as NodeJS.ErrnoException).code
     if ((code !== 'ENOENT' && code !== 'ENOTDIR') || links > MAX_LINKS) return path
   }
-  if (isLink(path)) return dataFilePath(resolve(dirname(path), readlinkSync(path)), links + 1)
   const folder = dirname(path)
-  return folder === path ? path : join(dataFilePath(folder, links), basename(path))
+  if (folder === path) return path
+  // A relative target is read from the link's own folder as the system finds it (its links resolved), not as spelled.
+  if (isLink(path)) return dataFilePath(resolve(dataFilePath(folder, links), readlinkSync(path)), links + 1)
+  return join(dataFilePath(folder, links), basename(path))
 }
 
 function isLink(path: string): boolean {

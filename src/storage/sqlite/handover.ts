@@ -42,11 +42,14 @@ function handoverFileOf(file: string): string {
  * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
  * Reads only: an older schema is migrated once the running server has let the file go.
  */
-function checkServable(file: string): void {
-  if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
-  // Before the running server is asked to go: once gone, it could not serve the file again either.
+/** Before the running server is asked to go: once gone, it could not serve the file again either. */
+function refuseOddFile(file: string): void {
   const odd = oddFileReason(file)
   if (odd) throw new StorageOpenError(`cannot use ${file} as the data file: ${odd}`)
+}
+
+function checkServable(file: string): void {
+  if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
   checkHeader(file)
   const opened = opening(`cannot open ${file}`, () => openReadOnly(file))
   try {
@@ -209,6 +212,8 @@ export interface TakeoverTarget {
  * other taker, while one is taking over, even one stopped after the running server let go.
  */
 export function takeoverTarget(file: string): TakeoverTarget | null {
+  // First: a hard-linked name has no lock of its own, and would read as a file no server holds.
+  refuseOddFile(file)
   // A file never served (no lock file), or one no server could lock (lockDataFile: read-only): nothing to take over, no turn to take.
   const lock = lockFileOf(file)
   if (!existsSync(lock) || !canWrite(lock)) return null

@@ -88,4 +88,8 @@ export const MIGRATIONS: string[] = [
    ALTER TABLE api_keys ADD COLUMN previous_last_used_at INTEGER;
    UPDATE api_keys SET secret_last_used_at = last_used_at;
    CREATE INDEX api_keys_by_previous_secret ON api_keys (previous_secret_hash) WHERE previous_secret_hash IS NOT NULL;`,
+  // A saved day bucket's limits, the key's as it was counted: under others (a plan changed since) it is
+  // not taken. Rows saved before this step have none.
+  `ALTER TABLE limiter_state ADD COLUMN rpm INTEGER;
+   ALTER TABLE limiter_state ADD COLUMN rpd INTEGER;`,
 ]
