@@ -254,6 +254,8 @@ export interface StorageBackend {
   dataFile?: DataFileWatch
   /** The data file's own path, its links resolved at the start: its lock, a takeover's claim and the handover are beside it. */
   file?: string
+  /** Looks that the server's lock on the data file is still held, taking it again if its file was deleted (data-file-lock.ts). */
+  keepLock?: () => 'kept' | 'taken again' | 'lost'
   close(): Promise<void>
   /** Removes what a start that failed created. */
   undo(): void

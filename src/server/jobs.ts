@@ -25,6 +25,8 @@ export interface JobOptions {
   now: () => number
   warn: (message: string) => void
   dataFile?: DataFileWatch
+  /** The data file's lock, looked at with every poll (StorageBackend.keepLock). */
+  keepLock?: () => 'kept' | 'taken again' | 'lost'
   usageRetention: UsageRetention
   /** Called once when a read-only data file changes under the server (see SqliteStorage.changedOnDisk). */
   onDataFileChanged?: () => void
@@ -34,6 +36,8 @@ export class Jobs {
   private readonly timers: ReturnType<typeof setInterval>[] = []
   private petsGeneration = 0
   private pollFailing = false
+  private lockLost = false
+  private lockUnmade = false
   private usageFailing = false
   /** Usage work under way: writes and prunes run one after the other, the stop's write after the rest. */
   private usageWork: Promise<void> = Promise.resolve()
@@ -71,6 +75,7 @@ export class Jobs {
         watchingFile = false
         onDataFileChanged()
       }
+      this.keepLock()
       await this.pollChanges()
     })
     this.every(STATE_SAVE_MS, () => this.saveState())
@@ -83,6 +88,32 @@ export class Jobs {
     void this.pruneOperators()
     this.every(PURGE_MS, () =>
       this.attempt('purge idempotency records', () => storage.pets.purgeIdempotency(options.now() - IDEMPOTENCY_TTL_MS)),
+    )
+  }
+
+  /**
+   * The data file's lock file deleted under the server would let a second one start: it is taken again,
+   * or, held by another process already, the server says so and answers as on a storage fault (readiness
+   * and creates 503) until it is restarted. Each said once.
+   */
+  private keepLock(): void {
+    const { keepLock, warn } = this.options
+    if (!keepLock || this.lockLost) return
+    let kept: ReturnType<typeof keepLock>
+    try {
+      kept = keepLock()
+    } catch (error) {
+      if (!this.lockUnmade) warn(`the data file's lock file was deleted and cannot be made again: ${(error as Error).message}`)
+      this.lockUnmade = true
+      return
+    }
+    this.lockUnmade = false
+    if (kept === 'taken again')
+      warn("the data file's lock file was deleted while this server ran: made and taken again (never delete it while a server runs)")
+    if (kept !== 'lost') return
+    this.lockLost = true
+    this.petstore.fault.note(
+      "the data file's lock file was deleted while this server ran, and another process took a new one: two servers may serve the file",
     )
   }
 

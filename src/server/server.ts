@@ -121,6 +121,7 @@ export class Server {
         now: options.now ?? Date.now,
         warn,
         dataFile: backend.dataFile,
+        keepLock: backend.keepLock,
         usageRetention: bound.usageRetention,
         onDataFileChanged: options.onDataFileChanged,
       })

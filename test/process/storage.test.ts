@@ -4,7 +4,19 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { chmodSync, existsSync, linkSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync } from 'node:fs'
+import {
+  chmodSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
 import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
@@ -468,6 +480,42 @@ describe('commits off the event loop', () => {
     expect((await fetch(`${third.base}/pets`, { headers: auth(made) })).status).toBe(200)
     expect(existsSync(join(dir, 't.db'))).toBe(false)
     expect(await third.stop()).toBe(0)
+  })
+
+  test('a lock file deleted under a running server is made and taken again: a second server is still refused', async () => {
+    const first = await startServer()
+    const lockFile = `${first.dataFile}.lock`
+    rmSync(lockFile)
+    await eventually(() => existsSync(lockFile))
+    await eventually(() => first.stderr().includes('made and taken again'))
+    const second = await serveExpectingFailure(['--port', '0', '--host', '127.0.0.1', '--data', first.dataFile])
+    expect({ listened: second.listened, code: second.code, stderr: second.stderr }).toEqual({
+      listened: false,
+      code: 1,
+      stderr: `petstore: ${realpathSync(first.dataFile)} is in use by petstore process ${first.proc.pid} (a server, or a restore); stop it first\n`,
+    })
+    expect((await fetch(`${first.origin}/readyz`)).status).toBe(200)
+    expect(await first.stop()).toBe(0)
+  })
+
+  test('a lock file replaced by one another process holds: the server says so, and answers 503 to /readyz and creates', async () => {
+    const first = await startServer()
+    const lockFile = `${first.dataFile}.lock`
+    // Held the way lockDataFile holds it, as a second server would, then put in the first one's place
+    // at once (a rename: the first never finds the path empty, so it cannot take it again first).
+    const other = new Database(`${lockFile}.other`, { create: true })
+    try {
+      other.run('PRAGMA locking_mode = EXCLUSIVE')
+      other.run('BEGIN EXCLUSIVE')
+      other.run('COMMIT')
+      renameSync(`${lockFile}.other`, lockFile)
+      await eventually(() => first.stderr().includes('another process took a new one'))
+      expect((await fetch(`${first.origin}/readyz`)).status).toBe(503)
+      expect((await postPet(first.base, first.bootstrapKey!, { name: 'Rex', categoryId: 1 })).status).toBe(503)
+    } finally {
+      other.close()
+    }
+    expect(await first.stop()).toBe(0)
   })
 
   test('a server refused by the lock touches nothing: an older-schema file is not migrated, no -wal or -shm appear', async () => {

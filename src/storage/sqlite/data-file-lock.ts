@@ -10,10 +10,20 @@ import { closeSync, existsSync, lstatSync, openSync, readlinkSync, realpathSync 
 import { basename, dirname, join, resolve } from 'node:path'
 import { StorageOpenError } from '../../domain/repositories'
 import { opening } from '../shared/open-errors'
-import { canWrite, readBytes } from './open'
+import { canWrite, identityOf, readBytes } from './open'
 
 export interface DataFileLock {
   release(): void
+}
+
+/** A server's lock, which it keeps: see keep. */
+export interface ServerLock extends DataFileLock {
+  /**
+   * Whether the lock file at its path is still the one held. One deleted (or replaced) under a running
+   * server would let a second server start: it is made and taken again at once ('taken again'), unless
+   * another process holds it there already ('lost'); throws when it cannot be made.
+   */
+  keep(): 'kept' | 'taken again' | 'lost'
 }
 
 /** Another server holds the lock: the one `--takeover` asks to hand over. */
@@ -60,12 +70,26 @@ export function lockFileOf(file: string): string {
  * Takes the lock, or throws when another server holds it. Returns null when the folder cannot be
  * written: such a file is served read-only, and read-only servers cannot disagree about writes.
  */
-export function lockDataFile(file: string): DataFileLock | null {
+export function lockDataFile(file: string): ServerLock | null {
   const path = lockFileOf(file)
   if (!canWrite(existsSync(path) ? path : dirname(file))) return null
-  const lock = lockExclusively(path, { recordPid: true, what: `${file} for serving` })
-  if (lock === 'busy') throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
-  return lock
+  const what = `${file} for serving`
+  let held = lockExclusively(path, { recordPid: true, what })
+  if (held === 'busy') throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
+  let identity = identityOf(path)
+  return {
+    release: () => (held as DataFileLock).release(),
+    keep: () => {
+      if (identityOf(path) === identity) return 'kept'
+      // Throws when it cannot be made now (the folder's permissions changed): asked again at the next look.
+      const again = lockExclusively(path, { recordPid: true, what })
+      if (again === 'busy') return 'lost'
+      ;(held as DataFileLock).release()
+      held = again
+      identity = identityOf(path)
+      return 'taken again'
+    },
+  }
 }
 
 /**
@@ -142,7 +166,7 @@ export function recordedPid(path: string): number | null {
  * Takes the lock once its holder has let it go, trying every 20 ms for up to `ms`; the last refusal
  * after that. For the server that takes over: the old one releases the lock as its last act.
  */
-export async function lockDataFileWhenFree(file: string, ms: number): Promise<DataFileLock | null> {
+export async function lockDataFileWhenFree(file: string, ms: number): Promise<ServerLock | null> {
   const deadline = Date.now() + ms
   for (;;) {
     try {

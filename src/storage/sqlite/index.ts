@@ -342,6 +342,7 @@ export async function openEmbeddedBackend(given: string, options: BackendOptions
     petWriter: storage.file !== null && !storage.readOnly ? new WorkerPetWriter(COMMIT_WORKER, storage.file) : undefined,
     dataFile: storage,
     file,
+    keepLock: lock ? () => lock.keep() : undefined,
     handedOver,
     // Read-only, a server saves nothing at its stop, and nothing may be writable beside the file.
     leave: storage.readOnly ? undefined : (state) => writeHandover(file, state),
