@@ -8,7 +8,9 @@ import { VERSION } from './build-info'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import type { LimiterHandover, StorageBackend } from '../domain/repositories'
+import type { ApiKeyRecord } from '../domain/api-key'
+import type { LimiterHandover, SavedBucket, StorageBackend } from '../domain/repositories'
+import { keySubject } from '../domain/subject'
 import { errorResponse, notFound } from '../http/api-errors'
 import type { AnyElysia } from '../http/openapi'
 import { Jobs, type JobOptions } from './jobs'
@@ -112,7 +114,7 @@ export class Server {
         logSink: options.logSink,
         warn,
         limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
-        savedLimits: await backend.storage.limiterState.load(),
+        savedLimits: withLimitsNow(await backend.storage.limiterState.load(), await backend.storage.keys.list()),
         handedOver: backend.handedOver,
         petWriter: backend.petWriter,
         dataFile: backend.dataFile,
@@ -314,6 +316,16 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
     await Bun.sleep(50)
   }
   return true
+}
+
+/**
+ * Saved day buckets from before their limits were kept take their keys' limits now (a plan changed
+ * while no server ran deleted such a bucket), so a change while this server runs still starts afresh.
+ */
+function withLimitsNow(saved: Map<string, SavedBucket>, keys: ApiKeyRecord[]): Map<string, SavedBucket> {
+  const limits = new Map(keys.map((key) => [keySubject(key.id).name, { rpm: key.rpm, rpd: key.rpd }]))
+  for (const [name, bucket] of saved) bucket.limits ??= limits.get(name)
+  return saved
 }
 
 /** Leaves the rate-limit state for the next start on the data file; one that cannot be written costs a warning, not the stop. */

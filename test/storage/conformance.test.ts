@@ -388,6 +388,33 @@ function conformance(name: string, backend: Backend) {
     expect((await other.keys.list())[0]!.revokedAt).toBe(NOW + 1 + done.indexOf('revoked'))
   })
 
+  test(`${name}: a saved day bucket keeps its limits; a plan change removes only one saved without them, when the limits change`, async () => {
+    const { a } = await backend.fresh()
+    const withLimits = makeKey({ plan: 'free' }, NOW).record
+    const without = makeKey({ plan: 'free' }, NOW).record
+    await a.keys.insert(withLimits)
+    await a.keys.insert(without)
+    const limits = { rpm: withLimits.rpm, rpd: withLimits.rpd }
+    await a.limiterState.save(
+      new Map([
+        [`key:${withLimits.id}`, { tokens: 12.5, updatedAt: NOW, limits }],
+        [`key:${without.id}`, { tokens: 3, updatedAt: NOW }],
+      ]),
+    )
+    const saved = async () => Object.fromEntries(await a.limiterState.load())
+    expect(await saved()).toEqual({
+      [`key:${withLimits.id}`]: { tokens: 12.5, updatedAt: NOW, limits },
+      [`key:${without.id}`]: { tokens: 3, updatedAt: NOW },
+    })
+    // The same limits: nothing goes.
+    expect(await a.keys.setPlan(without.id, 'free', { rpm: without.rpm, rpd: without.rpd })).toBe(true)
+    expect(Object.keys(await saved())).toHaveLength(2)
+    // Other limits: the bucket without limits goes; the one with them says they were others.
+    expect(await a.keys.setPlan(without.id, 'pro', { rpm: 300, rpd: 10_000 })).toBe(true)
+    expect(await a.keys.setPlan(withLimits.id, 'pro', { rpm: 300, rpd: 10_000 })).toBe(true)
+    expect(await saved()).toEqual({ [`key:${withLimits.id}`]: { tokens: 12.5, updatedAt: NOW, limits } })
+  })
+
   test(`${name}: a limit reset is reported once, with the key's saved day bucket gone; a revoked key's is refused`, async () => {
     const { a } = await backend.fresh()
     const { record } = makeKey({ plan: 'free' }, NOW)

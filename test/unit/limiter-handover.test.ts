@@ -135,6 +135,31 @@ describe('limiter hand-over', () => {
     expect(await next.check(named('key:a'), OTHER)).toMatchObject({ allowed: false, reason: 'key_banned' })
   })
 
+  test('the day handed over wins over the one saved; a saved one under other limits than the handover says is stale: the take and the console agree', async () => {
+    const clock = { now: T0 }
+    const L0: Limits = { rpm: 60, rpd: 10 }
+    const L1: Limits = { rpm: 60, rpd: 40 }
+    const limiterWith = (handed: Parameters<typeof make>[1], saved: [string, { tokens: number; updatedAt: number; limits?: Limits }][]) =>
+      new RateLimiter({ banAfter: 3, banSeconds: 600, maxAddresses: 1000, now: () => clock.now }, new Map(saved), handed)
+    // Moved to L1 while serving, used under it, and the stop's save refused: the handover has the day.
+    const handedDay = limiterWith(
+      {
+        keys: new Map([['key:a', { limits: L1, minute: { tokens: 60, updatedAt: T0 }, day: { tokens: 5, updatedAt: T0 } }]]),
+        addresses: new Map(),
+      },
+      [['key:a', { tokens: 2, updatedAt: T0, limits: L0 }]],
+    )
+    expect(await handedDay.admin.inspect(named('key:a'), L1)).toEqual({ dayLeft: 5, bannedUntil: null })
+    expect(await handedDay.check(named('key:a'), L1)).toMatchObject({ allowed: true, quota: { window: 'day', remaining: 4 } })
+    // Handed over under L1 without a day (it was saved, under L0 before the move): that day is stale.
+    const handedNoDay = limiterWith(
+      { keys: new Map([['key:a', { limits: L1, minute: { tokens: 59, updatedAt: T0 } }]]), addresses: new Map() },
+      [['key:a', { tokens: 2, updatedAt: T0, limits: L0 }]],
+    )
+    expect(await handedNoDay.admin.inspect(named('key:a'), L1)).toEqual({ dayLeft: 40, bannedUntil: null })
+    expect(await handedNoDay.check(named('key:a'), L1)).toMatchObject({ allowed: true, quota: { window: 'day', remaining: 39 } })
+  })
+
   test('a file from a petstore that handed over only minute buckets gives those; a damaged one gives nothing', async () => {
     const clock = { now: T0 }
     const file = join(tempDir(), 'petstore.db')

@@ -144,10 +144,11 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handed = (isKey ? this.handedOver.keys : this.handedOver.addresses).get(id)
     if (!saved && !handed) return null
-    // Limits when handed over with them (other limits than the key's show a full day); else the day is
-    // capped by the subject's limits when inspected (a full one when none was kept).
-    const day = handed?.day ?? saved ?? { tokens: Infinity, updatedAt: now }
-    return { limits: handed?.limits ?? saved?.limits ?? null, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
+    // The day the first take would start with, and its limits (other limits than the key's show a full
+    // day, as the take starts one); without limits the day is capped by the subject's when inspected.
+    const held = heldDay(handed, saved)
+    const day = held.day ?? { tokens: Infinity, updatedAt: now }
+    return { limits: held.limits, day: { ...day }, bannedUntil: handed?.bannedUntil ?? 0, now }
   }
 
   async ping(): Promise<boolean> {
@@ -237,13 +238,10 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const saved = isKey ? this.saved.get(id) : undefined
     const handedOver = isKey ? this.handedOver.keys : this.handedOver.addresses
     const handedAny = handedOver.get(id)
-    // Handed over or saved under other limits (a plan changed since): its ban only, as below; a day
-    // bucket saved before a handover under other limits was counted under those limits too.
-    const otherLimits = (held: { limits?: Limits } | undefined) => held?.limits !== undefined && !sameLimits(held.limits, limits)
-    const handed = otherLimits(handedAny) ? undefined : handedAny
-    // A key's day bucket handed over is as new as the one saved, or newer: it is handed over when it
-    // was not saved yet as the last server stopped (its stop saves it after, unless storage refuses).
-    const day = otherLimits(handedAny) || otherLimits(saved) ? undefined : (handed?.day ?? saved)
+    // Handed over under other limits (a plan changed since): its ban only, as below.
+    const handed = handedAny?.limits && !sameLimits(handedAny.limits, limits) ? undefined : handedAny
+    const held = heldDay(handedAny, saved)
+    const day = held.limits && !sameLimits(held.limits, limits) ? undefined : held.day
     // Other limits start the buckets afresh; a ban stays until it ends or is lifted (forget).
     const subject: State = {
       limits,
@@ -303,6 +301,22 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     subject.rejections.fill(-Infinity)
     return true
   }
+}
+
+/**
+ * The day bucket a key not seen yet starts with, and the limits it was counted under (null: not known,
+ * taken as the key's): the one handed over, as new as the one saved or newer (it is handed over when not
+ * yet saved as the last server stopped); else the one saved, unless the handover, newer, says other
+ * limits than it was counted under. One rule for the take (state) and the console (inspect).
+ */
+function heldDay(
+  handed: HandedSubject | undefined,
+  saved: SavedBucket | undefined,
+): { day: SavedBucket | undefined; limits: Limits | null } {
+  if (handed?.day) return { day: handed.day, limits: handed.limits ?? null }
+  const stale = saved?.limits && handed?.limits && !sameLimits(saved.limits, handed.limits)
+  if (saved && !stale) return { day: saved, limits: saved.limits ?? handed?.limits ?? null }
+  return { day: undefined, limits: handed?.limits ?? null }
 }
 
 /** The `count` subjects whose minute bucket changed last. */

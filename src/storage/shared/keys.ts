@@ -123,8 +123,8 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
       // Other limits start the buckets afresh, as a running server starts them: a saved day bucket says
       // the limits it was counted under, but one saved before they were kept says none, and goes.
       yield* changes(
-        sql`DELETE FROM limiter_state WHERE subject = ${keySubject(id).name} AND rpm IS NULL
-            AND EXISTS (SELECT 1 FROM api_keys WHERE id = ${id} AND (rpm <> ${limits.rpm} OR rpd <> ${limits.rpd}))`,
+        sql`DELETE FROM limiter_state WHERE limiter_state.subject = ${keySubject(id).name} AND limiter_state.rpm IS NULL
+            AND EXISTS (SELECT 1 FROM api_keys WHERE api_keys.id = ${id} AND (api_keys.rpm <> ${limits.rpm} OR api_keys.rpd <> ${limits.rpd}))`,
       )
       return yield* changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`)
     })

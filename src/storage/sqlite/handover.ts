@@ -38,16 +38,16 @@ function handoverFileOf(file: string): string {
   return `${file}.handover`
 }
 
-/**
- * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
- * Reads only: an older schema is migrated once the running server has let the file go.
- */
 /** Before the running server is asked to go: once gone, it could not serve the file again either. */
 function refuseOddFile(file: string): void {
   const odd = oddFileReason(file)
   if (odd) throw new StorageOpenError(`cannot use ${file} as the data file: ${odd}`)
 }
 
+/**
+ * Throws, in one line, when this binary could not serve the file (unreadable, not ours, a newer schema).
+ * Reads only: an older schema is migrated once the running server has let the file go.
+ */
 function checkServable(file: string): void {
   if (!existsSync(file)) throw new StorageOpenError(`${file} does not exist, so there is no server on it to take over from`)
   checkHeader(file)
