@@ -113,7 +113,7 @@ export class Jobs {
     if (kept !== 'lost') return
     this.lockLost = true
     this.petstore.fault.note(
-      "the data file's lock file was deleted while this server ran, and another process took a new one: two servers may serve the file",
+      "the data file's lock file was replaced while this server ran by one it cannot take (another server's, or not a lock file): two servers may serve the file",
     )
   }
 

@@ -503,6 +503,28 @@ describe('commits off the event loop', () => {
     expect(await first.stop()).toBe(0)
   })
 
+  test('a lock file deleted over and over while a second server starts: once it stops, one of them serves, not both', async () => {
+    const first = await startServer()
+    const lockFile = `${first.dataFile}.lock`
+    // What an outside attack did: 300 deletions 5 ms apart, a second server started among them.
+    const deletions = (async () => {
+      for (let i = 0; i < 300; i++) {
+        rmSync(lockFile, { force: true })
+        await Bun.sleep(5)
+      }
+    })()
+    const second = await startServer({ dataFile: first.dataFile }).catch(() => null)
+    await deletions
+    const ready = async (server: { origin: string }) => (await fetch(`${server.origin}/readyz`)).status === 200
+    const serving = async () => (await Promise.all([first, ...(second ? [second] : [])].map(ready))).filter(Boolean).length
+    await eventually(async () => existsSync(lockFile) && (await serving()) === 1, 5_000)
+    // And stays so: the one that does not hold the lock file knows it.
+    await Bun.sleep(600)
+    expect(await serving()).toBe(1)
+    expect(await first.stop()).toBe(0)
+    if (second) expect(await second.stop()).toBe(0)
+  })
+
   test('a lock file replaced by one another process holds: the server says so, and answers 503 to /readyz and creates', async () => {
     const first = await startServer()
     const lockFile = `${first.dataFile}.lock`
@@ -514,7 +536,7 @@ describe('commits off the event loop', () => {
       other.run('BEGIN EXCLUSIVE')
       other.run('COMMIT')
       renameSync(`${lockFile}.other`, lockFile)
-      await eventually(() => first.stderr().includes('another process took a new one'))
+      await eventually(() => first.stderr().includes('by one it cannot take'))
       expect((await fetch(`${first.origin}/readyz`)).status).toBe(503)
       expect((await postPet(first.base, first.bootstrapKey!, { name: 'Rex', categoryId: 1 })).status).toBe(503)
     } finally {

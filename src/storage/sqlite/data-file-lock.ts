@@ -74,22 +74,39 @@ export function lockDataFile(file: string): ServerLock | null {
   const path = lockFileOf(file)
   if (!canWrite(existsSync(path) ? path : dirname(file))) return null
   const what = `${file} for serving`
-  let held = lockExclusively(path, { recordPid: true, what })
-  if (held === 'busy') throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
-  let identity = identityOf(path)
+  const first = lockNamed(path, what)
+  if (first === 'busy') throw new DataFileBusyError(`${file} is in use by ${holderOf(file)} (a server, or a restore); stop it first`)
+  let { lock: held, identity } = first
   return {
-    release: () => (held as DataFileLock).release(),
+    release: () => held.release(),
     keep: () => {
       if (identityOf(path) === identity) return 'kept'
       // Throws when it cannot be made now (the folder's permissions changed): asked again at the next look.
-      const again = lockExclusively(path, { recordPid: true, what })
+      const again = lockNamed(path, what)
       if (again === 'busy') return 'lost'
-      ;(held as DataFileLock).release()
-      held = again
-      identity = identityOf(path)
+      held.release()
+      held = again.lock
+      identity = again.identity
       return 'taken again'
     },
   }
+}
+
+/**
+ * lockExclusively, with the file the lock is on: the one the path names before and after it is taken
+ * (a file deleted and made again meanwhile, by a second server, would pass for held). Tried a few
+ * times while the path keeps changing, then 'busy': something keeps replacing it.
+ */
+function lockNamed(path: string, what: string): { lock: DataFileLock; identity: string } | 'busy' {
+  for (let tries = 0; tries < 5; tries++) {
+    if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600))
+    const before = identityOf(path)
+    const lock = lockExclusively(path, { recordPid: true, what })
+    if (lock === 'busy') return 'busy'
+    if (before !== null && identityOf(path) === before) return { lock, identity: before }
+    lock.release()
+  }
+  return 'busy'
 }
 
 /**
