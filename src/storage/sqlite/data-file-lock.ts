@@ -99,7 +99,10 @@ export function lockDataFile(file: string): ServerLock | null {
  */
 function lockNamed(path: string, what: string): { lock: DataFileLock; identity: string } | 'busy' {
   for (let tries = 0; tries < 5; tries++) {
-    if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600))
+    // Made first (owner-only, as lockExclusively makes it), so that it has an identity before it is taken.
+    opening(`cannot create the lock file ${path}`, () => {
+      if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600))
+    })
     const before = identityOf(path)
     const lock = lockExclusively(path, { recordPid: true, what })
     if (lock === 'busy') return 'busy'
