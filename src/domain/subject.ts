@@ -19,6 +19,12 @@ export interface AddressSubject {
   readonly name: string
 }
 
+/**
+ * The client when none can be named: a socket without a peer address, or a trusted proxy's
+ * X-Forwarded-For entry that is no address. Limited as one, trusted with nothing.
+ */
+export const UNKNOWN_CLIENT = 'unknown'
+
 const KEY = 'key:'
 const ADDRESS = 'ip:'
 

@@ -27,12 +27,6 @@ export function normaliseAddress(address: string): string | null {
 let lastNormal = ''
 let lastGroups: number[] = []
 
-/**
- * The client when none can be named: a socket without a peer address, or a trusted proxy's
- * X-Forwarded-For entry that is no address. Limited as one, trusted with nothing.
- */
-export const UNKNOWN_CLIENT = 'unknown'
-
 /** The limiter's subject for a normalised address: the address for IPv4, its /64 for IPv6. */
 export function clientSubject(address: string): AddressSubject {
   if (!address.includes(':')) return addressSubject(address)

@@ -63,7 +63,6 @@ export interface LimiterBackend {
   close(): void | Promise<void>
 }
 
-/** The console's seam: a subject's state as the backend holds it, taking nothing and changing nothing. */
 /**
  * How long a shared backend may take to answer: a request's bound (the default), or a person's (the
  * console), who can wait longer than a request under load. A background job waits as a request does: it
@@ -71,6 +70,7 @@ export interface LimiterBackend {
  */
 export type Patience = 'request' | 'person'
 
+/** The console's seam: a subject's state as the backend holds it, taking nothing and changing nothing. */
 export interface SubjectReader {
   /** Null when it holds none. `limits` is null for a day bucket saved by an earlier run. */
   inspect(subject: Subject): Inspected | null | Promise<Inspected | null>

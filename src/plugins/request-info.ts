@@ -7,9 +7,9 @@ import { Elysia } from 'elysia'
 import type { Server } from 'bun'
 import { type ApiError, JSON_TYPE } from '../http/api-errors'
 import { MISSING_KEY } from '../http/bearer-token'
-import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies, UNKNOWN_CLIENT } from '../http/client-address'
+import { clientSubject, forwardedClient, normaliseAddress, type TrustedProxies } from '../http/client-address'
 import type { ActiveKey } from '../domain/api-key'
-import type { AddressSubject } from '../domain/subject'
+import { type AddressSubject, UNKNOWN_CLIENT } from '../domain/subject'
 import { bodyUnread } from '../http/json-body'
 
 export type Recorder = (info: RequestInfo, status: number, route: string | undefined) => void

@@ -8,8 +8,7 @@ import { VERSION } from './build-info'
 import { limiterBackendFactory, type LimiterBackendFactory, openStorageBackend } from './backends'
 import { type Config, ConfigError, hostInUrl, withBoundPort } from '../config'
 import { redactedUrl } from '../domain/redacted-url'
-import type { ApiKeyRecord } from '../domain/api-key'
-import type { LimiterHandover, SavedBucket, StorageBackend } from '../domain/repositories'
+import type { LimiterHandover, SavedBucket, Storage, StorageBackend } from '../domain/repositories'
 import { keySubject } from '../domain/subject'
 import { errorResponse, notFound } from '../http/api-errors'
 import type { AnyElysia } from '../http/openapi'
@@ -114,7 +113,7 @@ export class Server {
         logSink: options.logSink,
         warn,
         limiterBackend: options.limiterBackend ?? limiterBackendFactory(bound),
-        savedLimits: withLimitsNow(await backend.storage.limiterState.load(), await backend.storage.keys.list()),
+        savedLimits: await withLimitsNow(backend.storage),
         handedOver: backend.handedOver,
         petWriter: backend.petWriter,
         dataFile: backend.dataFile,
@@ -319,11 +318,14 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
 }
 
 /**
- * Saved day buckets from before their limits were kept take their keys' limits now (a plan changed
- * while no server ran deleted such a bucket), so a change while this server runs still starts afresh.
+ * The saved day buckets; those from before their limits were kept take their keys' limits now (a plan
+ * changed while no server ran deleted such a bucket), so a change while this server runs still starts
+ * afresh. The keys are read only for them.
  */
-function withLimitsNow(saved: Map<string, SavedBucket>, keys: ApiKeyRecord[]): Map<string, SavedBucket> {
-  const limits = new Map(keys.map((key) => [keySubject(key.id).name, { rpm: key.rpm, rpd: key.rpd }]))
+async function withLimitsNow(storage: Storage): Promise<Map<string, SavedBucket>> {
+  const saved = await storage.limiterState.load()
+  if ([...saved.values()].every((bucket) => bucket.limits)) return saved
+  const limits = new Map((await storage.keys.list()).map((key) => [keySubject(key.id).name, { rpm: key.rpm, rpd: key.rpd }]))
   for (const [name, bucket] of saved) bucket.limits ??= limits.get(name)
   return saved
 }

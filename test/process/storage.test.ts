@@ -19,7 +19,7 @@ import {
 } from 'node:fs'
 import { join } from 'node:path'
 import { APPLICATION_ID, MIGRATIONS as SQLITE_MIGRATIONS } from '../../src/storage/sqlite/migrations'
-import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, keyId, startServer, tempDir } from '../support/binary'
 import { auth, killSpawned, listAll, type PetBody, postPet, serveExpectingFailure } from './helpers'
 
 afterAll(killSpawned)
@@ -164,8 +164,6 @@ describe('a plan changed while no server runs', () => {
     const day = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '30', '--name', 'day'])
     const minute = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'minute'])
     const banned = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'banned'])
-    const idOf = (name: string) =>
-      JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout).find((k: { name: string }) => k.name === name).id
     const get = (base: string, key: string) => fetch(`${base}/pets`, { headers: auth(key) })
     const flags = ['--ban-after', '2']
     const first = await startServer({ dataFile, args: flags })
@@ -180,9 +178,9 @@ describe('a plan changed while no server runs', () => {
     }
     expect(await first.stop()).toBe(0)
 
-    expect(cli(['keys', 'set-plan', idOf('day'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(0)
-    expect(cli(['keys', 'set-plan', idOf('minute'), 'pro', '--data', dataFile]).code).toBe(0)
-    expect(cli(['keys', 'set-plan', idOf('banned'), 'pro', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'day'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'minute'), 'pro', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'banned'), 'pro', '--data', dataFile]).code).toBe(0)
     const second = await startServer({ dataFile, args: flags })
     const afterDay = await get(second.base, day)
     expect(afterDay.headers.get('ratelimit')).toMatch(/^"day";r=39;t=\d+$/)
@@ -237,16 +235,14 @@ describe('crash safety', () => {
     // A key moved to other limits while this server runs, before its first request here: its saved day
     // bucket (without limits: taken as counted under the key's at the start) was counted under the old
     // ones, and the new limits start full, as for a key in use.
-    const idOf = (name: string) =>
-      (JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]).find(
-        (k) => k.name === name,
-      )!.id
     // Changes are applied in order: once a revocation made after the plan's is (of a key this server
     // knows, so only the change poll can end it), so is the plan.
     const revoked = createKeyWithCli(dataFile, ['--plan', 'free', '--name', 'revoked'])
     expect((await fetch(`${again.base}/pets`, { headers: auth(revoked) })).status).toBe(200)
-    expect(cli(['keys', 'set-plan', idOf('moved'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(0)
-    expect(cli(['keys', 'revoke', idOf('revoked'), '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'moved'), 'enterprise', '--rpm', '1000', '--rpd', '40', '--data', dataFile]).code).toBe(
+      0,
+    )
+    expect(cli(['keys', 'revoke', keyId(dataFile, 'revoked'), '--data', dataFile]).code).toBe(0)
     await eventually(async () => (await fetch(`${again.base}/pets`, { headers: auth(revoked) })).status === 401)
     const afterMove = await fetch(`${again.base}/pets`, { headers: auth(moved) })
     expect(afterMove.headers.get('ratelimit')).toMatch(/^"day";r=39;t=\d+$/)
@@ -258,10 +254,6 @@ describe('crash safety', () => {
     const limits = ['--plan', 'enterprise', '--rpm', '60', '--rpd', '10']
     const moved = createKeyWithCli(dataFile, [...limits, '--name', 'moved'])
     const back = createKeyWithCli(dataFile, [...limits, '--name', 'back'])
-    const idOf = (name: string) =>
-      (JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]).find(
-        (k) => k.name === name,
-      )!.id
     const savedTokens = (id: string) => {
       const db = new Database(dataFile, { readonly: true })
       try {
@@ -275,11 +267,12 @@ describe('crash safety', () => {
     for (let i = 0; i < 10; i++) expect((await get(server.base, back)).status).toBe(200)
     for (let i = 0; i < 8; i++) expect((await get(server.base, moved)).status).toBe(200)
     // Moved while the server holds its bucket unsaved: the server saves it under the limits it counted.
-    expect(cli(['keys', 'set-plan', idOf('moved'), 'enterprise', '--rpm', '60', '--rpd', '40', '--data', dataFile]).code).toBe(0)
-    await eventually(() => (savedTokens(idOf('moved')) ?? 10) < 2.5 && (savedTokens(idOf('back')) ?? 10) < 1, 12_000)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'moved'), 'enterprise', '--rpm', '60', '--rpd', '40', '--data', dataFile]).code).toBe(0)
+    const [movedId, backId] = [keyId(dataFile, 'moved'), keyId(dataFile, 'back')]
+    await eventually(() => (savedTokens(movedId) ?? 10) < 2.5 && (savedTokens(backId) ?? 10) < 1, 12_000)
     // Changed and changed back: the same limits, the same spent day.
-    expect(cli(['keys', 'set-plan', idOf('back'), 'enterprise', '--rpm', '60', '--rpd', '20', '--data', dataFile]).code).toBe(0)
-    expect(cli(['keys', 'set-plan', idOf('back'), ...limits.slice(1), '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'back'), 'enterprise', '--rpm', '60', '--rpd', '20', '--data', dataFile]).code).toBe(0)
+    expect(cli(['keys', 'set-plan', keyId(dataFile, 'back'), ...limits.slice(1), '--data', dataFile]).code).toBe(0)
     // No handover: only what was saved.
     await server.stop('SIGKILL')
 

@@ -13,7 +13,7 @@ import { DAY_MS, HOUR_MS } from '../../src/domain/time'
 import { openSqliteStorage } from '../../src/storage/sqlite'
 import { TAKE_BACK } from '../support/previous-schema'
 import { MIGRATIONS } from '../../src/storage/sqlite/migrations'
-import { cli, createKeyWithCli, eventually, startServer, tempDir } from '../support/binary'
+import { cli, createKeyWithCli, eventually, keyId, startServer, tempDir } from '../support/binary'
 import { startRedis } from '../support/redis'
 import { auth, cliAsync, killSpawned, postPet, serveExpectingFailure, startWithConsole } from './helpers'
 
@@ -52,11 +52,6 @@ async function usage(dataFile: string, ...args: string[]): Promise<KeyUsage[]> {
   const result = await cliAsync(['keys', 'usage', '--json', '--data', dataFile, ...args])
   if (result.code !== 0) throw new Error(result.stderr)
   return (JSON.parse(result.stdout) as { keys: KeyUsage[] }).keys
-}
-
-function keyId(dataFile: string, name: string): string {
-  const keys = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]
-  return keys.find((key) => key.name === name)!.id
 }
 
 /** The figures `keys usage` gives each key, by name ('(no key)' for the keyless bucket). */

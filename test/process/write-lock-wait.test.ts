@@ -58,6 +58,13 @@ async function whileHeld<T>(dataFile: string, work: () => Promise<T>): Promise<T
 /** The first page of pets, asked with the key `secret`. */
 const listPets = (base: string, secret: string) => fetch(`${base}/pets?limit=1`, { headers: auth(secret) })
 
+/** The statuses of `n` lists in turn. */
+async function statuses(base: string, secret: string, n: number): Promise<number[]> {
+  const seen: number[] = []
+  for (let i = 0; i < n; i++) seen.push((await listPets(base, secret)).status)
+  return seen
+}
+
 test(`keys create waits for a write lock another process holds for ${HELD_MS / 1000} s, and then makes the key`, async () => {
   const dataFile = join(tempDir(), 'petstore.db')
   createKeyWithCli(dataFile, ['--plan', 'pro', '--name', 'first'])
@@ -125,11 +132,6 @@ test("a stop while another process holds the write lock past the server's patien
   // Buckets that do not refill while the test runs: one request a minute, and two a day.
   const minute = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1', '--rpd', '1000', '--name', 'minute'])
   const day = createKeyWithCli(dataFile, ['--plan', 'enterprise', '--rpm', '1000', '--rpd', '2', '--name', 'day'])
-  const statuses = async (base: string, secret: string, n: number) => {
-    const seen: number[] = []
-    for (let i = 0; i < n; i++) seen.push((await listPets(base, secret)).status)
-    return seen
-  }
   const first = await startServer({ dataFile })
   // Held before the requests, so no save of the day's bucket can be made before the stop.
   const code = await whileHeld(dataFile, async () => {
@@ -156,7 +158,7 @@ test("a takeover while another process holds the write lock past the old server'
   const port = await unusedPort()
   const old = await spawnServe(serveArgs(port, dataFile))
   const { next, code } = await whileHeld(dataFile, async () => {
-    expect([(await listPets(old.base, secret)).status, (await listPets(old.base, secret)).status]).toEqual([200, 429])
+    expect(await statuses(old.base, secret, 2)).toEqual([200, 429])
     const next = await spawnServe([...serveArgs(port, dataFile), '--takeover'])
     // Its last writes wait their 5 s in vain: it says so, and exits 0 all the same, having handed over
     // (an exit 1 would have systemd start it again, to take back).

@@ -49,6 +49,12 @@ export function cli(args: string[], options: { cwd?: string; env?: Record<string
   return { code: result.exitCode ?? -1, stdout: result.stdout.toString(), stderr: result.stderr.toString() }
 }
 
+/** The id of the key named `name` in the data file, as `keys list` gives it. */
+export function keyId(dataFile: string, name: string): string {
+  const keys = JSON.parse(cli(['keys', 'list', '--json', '--data', dataFile]).stdout) as { id: string; name: string }[]
+  return keys.find((key) => key.name === name)!.id
+}
+
 /** Creates a key with the CLI and returns its secret (the last line of stdout). */
 export function createKeyWithCli(dataFile: string, args: string[]): string {
   const result = cli(['keys', 'create', '--data', dataFile, ...args])

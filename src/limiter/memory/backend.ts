@@ -161,12 +161,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
   unsavedDayBuckets(): Map<string, SavedBucket> {
     const dirty = new Map<string, SavedBucket>()
     for (const [id, subject] of this.keys)
-      if (subject.dayDirty)
-        dirty.set(id, {
-          tokens: subject.day.tokens,
-          updatedAt: subject.day.updatedAt,
-          limits: { rpm: subject.limits.rpm, rpd: subject.limits.rpd },
-        })
+      if (subject.dayDirty) dirty.set(id, { tokens: subject.day.tokens, updatedAt: subject.day.updatedAt, limits: subject.limits })
     return dirty
   }
 
@@ -181,6 +176,9 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
     const addresses = new Map<string, HandedSubject>()
     const keep = (into: Map<string, HandedSubject>, id: string, subject: State, withDay: boolean) => {
       const handed = this.handed(subject, withDay, now)
+      // A key's plan may change before the next start: its buckets say what limits they were counted under
+      // (an address is always limited as Free).
+      if (into === keys) handed.limits = subject.limits
       const fresh =
         handed.minute.tokens >= subject.limits.rpm &&
         (handed.day?.tokens ?? Infinity) >= subject.limits.rpd &&
@@ -189,12 +187,7 @@ export class MemoryLimiterBackend implements LimiterBackend, SubjectReader {
       if (!fresh) into.set(id, handed)
     }
     for (const [id, handed] of this.handedOver.keys) if (!lapsed(handed, now)) keys.set(id, handed)
-    for (const [id, subject] of this.keys) {
-      keep(keys, id, subject, subject.dayDirty)
-      // A key's plan may change before the next start: its buckets say what limits they were counted under.
-      const handed = keys.get(id)
-      if (handed) handed.limits = { rpm: subject.limits.rpm, rpd: subject.limits.rpd }
-    }
+    for (const [id, subject] of this.keys) keep(keys, id, subject, subject.dayDirty)
     // As many addresses as this server may track, the ones it saw last first: restarts must not add up
     // what one server would have forgotten (its cap, maxAddresses).
     for (const generation of [this.currentAddresses, this.previousAddresses])
@@ -316,8 +309,11 @@ function heldDay(
   if (handed?.day) return { day: handed.day, limits: handed.limits ?? null }
   const stale = saved?.limits && handed?.limits && !sameLimits(saved.limits, handed.limits)
   if (saved && !stale) return { day: saved, limits: saved.limits ?? handed?.limits ?? null }
-  return { day: undefined, limits: handed?.limits ?? null }
+  return handed?.limits ? { day: undefined, limits: handed.limits } : NOTHING_HELD
 }
+
+/** Most new subjects (every new address) hold nothing: one answer for them all. */
+const NOTHING_HELD = Object.freeze({ day: undefined, limits: null })
 
 /** The `count` subjects whose minute bucket changed last. */
 function newest(subjects: Map<string, HandedSubject>, count: number): Map<string, HandedSubject> {

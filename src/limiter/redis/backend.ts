@@ -45,7 +45,7 @@ export interface RedisBackendOptions {
   /** How long a request's call (a take, a peek, a try's count) may take before it fails with LimiterUnavailableError. Default 100 ms. */
   timeoutMs?: number
   /** The same for what answers a person (Patience): the console's reads and lifts, `keys usage`'s bans. Default 2,000 ms. */
-  adminTimeoutMs?: number
+  personTimeoutMs?: number
   /** Least time between two reconnect attempts, and between two checks that Redis answers. Default 500 ms. */
   reconnectEveryMs?: number
   /** How long a reconnect may take, and how long an open connection may stay silent to a PING before it is replaced. Default 1000 ms. */
@@ -98,7 +98,7 @@ export class RedisLimiterBackend implements SharedBackend {
   private readonly newClient: () => Bun.RedisClient
   private readonly prefix: string
   private readonly timeoutMs: number
-  private readonly adminTimeoutMs: number
+  private readonly personTimeoutMs: number
   private readonly reconnectEveryMs: number
   private readonly connectTimeoutMs: number
   private readonly maxAddresses: string
@@ -132,7 +132,7 @@ export class RedisLimiterBackend implements SharedBackend {
   ) {
     this.prefix = options.prefix ?? 'petstore:'
     this.timeoutMs = options.timeoutMs ?? 100
-    this.adminTimeoutMs = options.adminTimeoutMs ?? 2_000
+    this.personTimeoutMs = options.personTimeoutMs ?? 2_000
     this.reconnectEveryMs = options.reconnectEveryMs ?? 500
     this.connectTimeoutMs = options.connectTimeoutMs ?? 1000
     const maxAddresses = options.maxAddresses ?? 100_000
@@ -182,16 +182,16 @@ export class RedisLimiterBackend implements SharedBackend {
   /** With `seq` (the reset's number), applied once however many instances share Redis and ask. */
   forget({ name }: Subject, seq?: number, patience: Patience = 'request'): Promise<void> {
     const keys = [...this.keysOf(name), `${this.prefix}resets`, `${this.prefix}lifts`]
-    const patienceMs = patience === 'person' ? this.adminTimeoutMs : this.timeoutMs
-    return this.run(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)], patienceMs).then(() => undefined)
+    const patienceMs = patience === 'person' ? this.personTimeoutMs : this.timeoutMs
+    return this.within(patienceMs, () => this.evaluate(FORGET_SCRIPT, keys, [name, seq === undefined ? '' : String(seq)])).then(
+      () => undefined,
+    )
   }
 
   /** One HMGET of the subject's hash, on Redis's clock as last measured. */
   inspect({ name }: Subject): Promise<Inspected | null> {
-    const patienceMs = this.adminTimeoutMs
-    const giveUpAt = performance.now() + patienceMs
-    const work = this.command('HMGET', [this.hashOf(name), 'rpm', 'rpd', 'd', 'dt', 'b'], giveUpAt, patienceMs)
-    return this.bounded(work, giveUpAt, patienceMs).then((reply) => {
+    const hash = this.hashOf(name)
+    return this.within(this.personTimeoutMs, () => this.client.send('HMGET', [hash, 'rpm', 'rpd', 'd', 'dt', 'b'])).then((reply) => {
       const [rpm, rpd, d, dt, b] = reply as (string | null)[]
       if (rpm == null || d == null) return null
       return {
@@ -206,8 +206,7 @@ export class RedisLimiterBackend implements SharedBackend {
   /** Whether Redis answers a PING within the timeout, or `patienceMs` (readiness, the jobs' watch). */
   async ping(patienceMs = this.timeoutMs): Promise<boolean> {
     try {
-      const giveUpAt = performance.now() + patienceMs
-      await this.bounded(this.command('PING', [], giveUpAt, patienceMs), giveUpAt, patienceMs)
+      await this.within(patienceMs, () => this.client.send('PING', []))
       return true
     } catch {
       return false
@@ -355,11 +354,6 @@ export class RedisLimiterBackend implements SharedBackend {
       )
   }
 
-  private async command(name: string, args: string[], giveUpAt: number, patienceMs: number): Promise<unknown> {
-    await this.connected(giveUpAt, patienceMs)
-    return this.client.send(name, args)
-  }
-
   /** Whether a connection is ready: connected, and Redis's clock read on it. */
   private get ready(): boolean {
     return this.client.connected && this.offset !== null
@@ -382,11 +376,15 @@ export class RedisLimiterBackend implements SharedBackend {
     if (performance.now() >= giveUpAt) throw new LimiterUnavailableError(`Redis did not answer within ${patienceMs} ms`)
   }
 
-  /** A script call, once connected, bounded by `patienceMs`. */
-  private run<T>(script: string, keys: string[], args: string[], patienceMs = this.timeoutMs): Promise<T> {
+  /** `send` once connected, the whole bounded by `patienceMs`. */
+  private within<T>(patienceMs: number, send: () => Promise<T>): Promise<T> {
     const giveUpAt = performance.now() + patienceMs
-    const work = this.connected(giveUpAt, patienceMs).then(() => this.evaluate<T>(script, keys, args))
-    return this.bounded(work, giveUpAt, patienceMs)
+    return this.bounded(this.connected(giveUpAt, patienceMs).then(send), giveUpAt, patienceMs)
+  }
+
+  /** A script call, once connected, bounded by a request's timeout. */
+  private run<T>(script: string, keys: string[], args: string[]): Promise<T> {
+    return this.within(this.timeoutMs, () => this.evaluate<T>(script, keys, args))
   }
 
   private async evaluate<T>(script: string, keys: string[], args: string[], client = this.client): Promise<T> {

@@ -117,9 +117,9 @@ type Operation = { parameters?: unknown[]; responses?: Record<string, object>; s
 
 /**
  * The document of `app`'s routes. `guarded` says whether a route is behind the operator guard (it
- * then answers 401 without a session or token, and the document's security applies to it).
+ * then answers 401 without a session or token, and the document's security applies to it);
+ * `cookieName` is the session cookie's, which says the server's environment (controller/cookies.ts).
  */
-/** `cookieName`: the session cookie's, which says the server's environment (controller/cookies.ts). */
 export function consoleDocument(app: AnyElysia, version: string, guarded: (route: RouteInfo) => boolean, cookieName: string) {
   const generated = toOpenAPISchema(app, { staticFile: false })
   for (const route of app.routes as RouteInfo[]) {

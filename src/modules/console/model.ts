@@ -11,6 +11,7 @@ import { CUSTOM_LIMIT, DEFAULT_OVERLAP_MS, KEY_NAME_FORBIDDEN, KEY_NAME_MAX, LON
 import { OPERATOR_NAME, OPERATOR_NAME_RULE } from '../../domain/operator-name'
 import { CUSTOM_PLAN, PLANS } from '../../domain/plans'
 import { USAGE_WRITE_MS } from '../../domain/usage'
+import { UNKNOWN_CLIENT } from '../../domain/subject'
 
 /** No console request body is larger: a larger one is refused with 413 before it is read. */
 export const MAX_BODY_BYTES = 8 * 1024
@@ -340,7 +341,7 @@ export const AddressParams = Type.Object({
   address: Type.String({
     description:
       'The address as the ban list gives it: an IPv4 address, an IPv6 address or its /64 (how an IPv6 client is banned), or `unknown`, URL-encoded.',
-    anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }, { const: 'unknown' }],
+    anyOf: [{ format: 'ipv4' }, { format: 'ipv6' }, { pattern: '^[0-9A-Fa-f:]+/64$' }, { const: UNKNOWN_CLIENT }],
   }),
 })
 

@@ -57,9 +57,13 @@ function* isActive(id: string): Work<boolean> {
   return (yield* rows(sql`SELECT 1 FROM api_keys WHERE id = ${id} AND revoked_at IS NULL ${FOR_UPDATE}`)).length > 0
 }
 
-/** Sets `fields` of a key that is not revoked, with the next change number; false when none or revoked. */
-function* changeActive(id: string, fields: (change: Integer) => Statement): Work<boolean> {
+/**
+ * Sets `fields` of a key that is not revoked, with the next change number, after `before` (which sees the
+ * key as it was); false when none or revoked.
+ */
+function* changeActive(id: string, fields: (change: Integer) => Statement, before?: Statement): Work<boolean> {
   if (!(yield* isActive(id))) return false
+  if (before) yield* changes(before)
   yield* changes(sql`UPDATE api_keys SET ${fields(yield* takeChange())} WHERE id = ${id}`)
   return true
 }
@@ -118,16 +122,13 @@ export class SqlKeys<M extends Mode> implements KeyRepository {
   }
 
   setPlan(id: string, plan: ApiKeyRecord['plan'], limits: Limits): Written<M, boolean> {
-    return this.db.write(function* () {
-      if (!(yield* isActive(id))) return false
-      // Other limits start the buckets afresh, as a running server starts them: a saved day bucket says
-      // the limits it was counted under, but one saved before they were kept says none, and goes.
-      yield* changes(
-        sql`DELETE FROM limiter_state WHERE limiter_state.subject = ${keySubject(id).name} AND limiter_state.rpm IS NULL
-            AND EXISTS (SELECT 1 FROM api_keys WHERE api_keys.id = ${id} AND (api_keys.rpm <> ${limits.rpm} OR api_keys.rpd <> ${limits.rpd}))`,
-      )
-      return yield* changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`)
-    })
+    // Other limits start the buckets afresh, as a running server starts them: a saved day bucket says
+    // the limits it was counted under, but one saved before they were kept says none, and goes.
+    const forgetUnlabelled = sql`DELETE FROM limiter_state WHERE limiter_state.subject = ${keySubject(id).name} AND limiter_state.rpm IS NULL
+      AND EXISTS (SELECT 1 FROM api_keys WHERE api_keys.id = ${id} AND (api_keys.rpm <> ${limits.rpm} OR api_keys.rpd <> ${limits.rpd}))`
+    return this.db.write(() =>
+      changeActive(id, (change) => sql`plan = ${plan}, rpm = ${limits.rpm}, rpd = ${limits.rpd}, change = ${change}`, forgetUnlabelled),
+    )
   }
 
   setExpiry(id: string, expiresAt: number | null): Written<M, boolean> {

@@ -1,9 +1,9 @@
 /** The console's query and path parameters, read within the bounds and words their models state. */
 import type { TInteger, TLiteral, TUnion } from '@sinclair/typebox'
 import { badRequest } from '../../../http/api-errors'
-import { clientSubject, normaliseAddress, UNKNOWN_CLIENT } from '../../../http/client-address'
+import { clientSubject, normaliseAddress } from '../../../http/client-address'
 import { integerRule, integerWithin } from '../../../domain/integer-range'
-import type { AddressSubject } from '../../../domain/subject'
+import { type AddressSubject, UNKNOWN_CLIENT } from '../../../domain/subject'
 import { KEY_ID } from '../../../domain/api-key'
 import { KeysLimit, ListLimit } from '../model'
 
